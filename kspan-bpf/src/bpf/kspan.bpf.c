@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Generic trampoline programs of kspan. The same verified code serves every
+ * traced function: user space opens this object once per function, points the
+ * two programs at it (attach target), and writes the function's settings into
+ * `kspan_cfg` before load. Entry pushes a frame on the task's stack, exit pops
+ * it and emits one record, so a span costs one ring-buffer record, not two.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "kspan.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by user space before load; constant to the verifier. */
+const volatile struct kspan_config kspan_cfg = {};
+
+/*
+ * Finished spans. 4 MiB holds about 25,000 records (168 bytes + 8 header): a
+ * service doing 100,000 traced calls a second can run a quarter second ahead of
+ * a stalled consumer before anything is dropped (and counted).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024);
+} kspan_events SEC(".maps");
+
+/*
+ * Open spans per task. Task local storage is freed with the task, so a thread
+ * that dies inside a traced call leaks nothing; no size to choose.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kspan_task_stack);
+} kspan_stacks SEC(".maps");
+
+/* One slot per enum kspan_counter; per-CPU so that counting never contends. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KSPAN_CTR_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} kspan_counters SEC(".maps");
+
+/* Keeps the record layout in the object's BTF for the Rust skeleton. */
+struct kspan_record kspan_record_layout SEC(".bss.layout");
+
+#define KSPAN_DEPTH_MASK (KSPAN_MAX_DEPTH - 1)
+
+static __always_inline void kspan_count(__u32 counter)
+{
+	__u64 *value = bpf_map_lookup_elem(&kspan_counters, &counter);
+
+	if (value)
+		*value += 1;
+}
+
+static __always_inline int kspan_wanted(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	return !kspan_cfg.target_tgid || tgid == kspan_cfg.target_tgid;
+}
+
+static __always_inline __u64 kspan_new_id(void)
+{
+	__u64 id = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32();
+
+	/* Zero is the invalid id in OpenTelemetry. */
+	return id ? id : 1;
+}
+
+static __always_inline void kspan_new_trace_id(__u8 *trace_id)
+{
+	__u64 *words = (__u64 *)trace_id;
+
+	words[0] = kspan_new_id();
+	words[1] = kspan_new_id();
+}
+
+static __always_inline void kspan_capture_args(__u64 *ctx, __u64 *args)
+{
+#pragma unroll
+	for (int i = 0; i < KSPAN_MAX_ARGS; i++) {
+		if (i < kspan_cfg.nr_args)
+			bpf_get_func_arg(ctx, i, &args[i]);
+		else
+			args[i] = 0;
+	}
+}
+
+static __always_inline void kspan_fill_ids(struct kspan_record *rec, __u64 pid_tgid)
+{
+	rec->probe_id = kspan_cfg.probe_id;
+	rec->pid = pid_tgid >> 32;
+	rec->tid = (__u32)pid_tgid;
+}
+
+/* fentry mode: an instant span, emitted at once. */
+static __always_inline int kspan_emit_instant(__u64 *ctx, __u64 now)
+{
+	struct kspan_task_stack *st;
+	struct kspan_record *rec;
+	__u32 depth = 0;
+
+	rec = bpf_ringbuf_reserve(&kspan_events, sizeof(*rec), 0);
+	if (!rec) {
+		kspan_count(KSPAN_CTR_RINGBUF_FULL);
+		return 0;
+	}
+	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
+	if (st)
+		depth = st->depth;
+	if (st && depth > 0 && depth <= KSPAN_MAX_DEPTH) {
+		__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
+		rec->parent_span_id = st->frames[(depth - 1) & KSPAN_DEPTH_MASK].span_id;
+	} else {
+		kspan_new_trace_id(rec->trace_id);
+		rec->parent_span_id = 0;
+		depth = 0;
+	}
+	rec->span_id = kspan_new_id();
+	rec->start_ns = now;
+	rec->end_ns = now;
+	kspan_capture_args(ctx, rec->args);
+	rec->ret = 0;
+	kspan_fill_ids(rec, bpf_get_current_pid_tgid());
+	rec->depth = depth;
+	rec->flags = KSPAN_REC_INSTANT;
+	bpf_ringbuf_submit(rec, 0);
+	kspan_count(KSPAN_CTR_EMITTED);
+	return 0;
+}
+
+SEC("fentry")
+int kspan_fentry(__u64 *ctx)
+{
+	struct kspan_task_stack *st;
+	struct kspan_frame *frame;
+	__u64 now;
+	__u32 depth;
+
+	if (!kspan_wanted())
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (kspan_cfg.mode == KSPAN_MODE_FENTRY)
+		return kspan_emit_instant(ctx, now);
+
+	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		kspan_count(KSPAN_CTR_NO_STORAGE);
+		return 0;
+	}
+	depth = st->depth;
+	if (depth >= KSPAN_MAX_DEPTH) {
+		st->overflow += 1;
+		kspan_count(KSPAN_CTR_STACK_DEPTH);
+		return 0;
+	}
+	if (depth == 0)
+		kspan_new_trace_id(st->trace_id);
+	frame = &st->frames[depth & KSPAN_DEPTH_MASK];
+	frame->start_ns = now;
+	frame->span_id = kspan_new_id();
+	frame->probe_id = kspan_cfg.probe_id;
+	kspan_capture_args(ctx, frame->args);
+	st->depth = depth + 1;
+	return 0;
+}
+
+SEC("fexit")
+int kspan_fexit(__u64 *ctx)
+{
+	struct kspan_task_stack *st;
+	struct kspan_frame *frame;
+	struct kspan_record *rec;
+	__u64 now, pid_tgid;
+	__u32 depth, found = 0;
+
+	if (!kspan_wanted())
+		return 0;
+	now = bpf_ktime_get_ns();
+	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
+	if (!st) {
+		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
+		return 0;
+	}
+	if (st->overflow) {
+		/* This exit belongs to an entry that found the stack full. */
+		st->overflow -= 1;
+		return 0;
+	}
+	/*
+	 * Find the innermost frame of this probe. Frames above it belong to calls
+	 * whose exit never came (a missed fexit): they are discarded and counted.
+	 * No frame at all means the call began before the probe was attached.
+	 */
+	depth = st->depth;
+	if (depth > KSPAN_MAX_DEPTH)
+		depth = KSPAN_MAX_DEPTH;
+#pragma unroll
+	for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
+		if (found || depth == 0)
+			break;
+		if (st->frames[(depth - 1) & KSPAN_DEPTH_MASK].probe_id == kspan_cfg.probe_id)
+			found = depth;
+		else
+			depth -= 1;
+	}
+	if (!found) {
+		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
+		return 0;
+	}
+	for (__u32 lost = found; lost < st->depth && lost < KSPAN_MAX_DEPTH; lost++)
+		kspan_count(KSPAN_CTR_LOST_EXIT);
+	st->depth = found - 1;
+	frame = &st->frames[(found - 1) & KSPAN_DEPTH_MASK];
+
+	rec = bpf_ringbuf_reserve(&kspan_events, sizeof(*rec), 0);
+	if (!rec) {
+		kspan_count(KSPAN_CTR_RINGBUF_FULL);
+		return 0;
+	}
+	pid_tgid = bpf_get_current_pid_tgid();
+	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
+	rec->span_id = frame->span_id;
+	rec->parent_span_id =
+		found >= 2 ? st->frames[(found - 2) & KSPAN_DEPTH_MASK].span_id : 0;
+	rec->start_ns = frame->start_ns;
+	rec->end_ns = now;
+	__builtin_memcpy(rec->args, frame->args, sizeof(rec->args));
+	rec->ret = 0;
+	bpf_get_func_ret(ctx, &rec->ret);
+	kspan_fill_ids(rec, pid_tgid);
+	rec->depth = found - 1;
+	rec->flags = KSPAN_REC_HAS_RET;
+	bpf_ringbuf_submit(rec, 0);
+	kspan_count(KSPAN_CTR_EMITTED);
+	return 0;
+}

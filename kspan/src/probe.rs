@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! What the `kernel_span` macro generates: a probe definition.
+//!
+//! A [`Probe`] is plain `'static` data plus one function pointer, so the macro
+//! can emit it as a `static` and the runtime can take any number of them
+//! without generics.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::value::{KernelValue, ValueType};
+
+/// How a kernel function is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mode {
+    /// A BPF trampoline at entry only: each call is an instant (zero-length
+    /// span) with the arguments; no return value.
+    Fentry,
+    /// BPF trampolines at entry and exit: a full span with start and end
+    /// times, arguments and the return value.
+    Fexit,
+}
+
+impl Mode {
+    /// Every mode, in the order error messages list them.
+    pub const ALL: [Mode; 2] = [Mode::Fentry, Mode::Fexit];
+
+    /// The mode's name as written in `mode = "..."`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Fentry => "fentry",
+            Mode::Fexit => "fexit",
+        }
+    }
+
+    /// Whether this mode sees the return value.
+    pub fn has_return(self) -> bool {
+        matches!(self, Mode::Fexit)
+    }
+
+    pub(crate) fn bpf_value(self) -> u32 {
+        match self {
+            Mode::Fentry => 0,
+            Mode::Fexit => 1,
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A mode name that is not one of [`Mode::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode `{0}`: expected one of `fentry`, `fexit`")]
+pub struct UnknownMode(pub String);
+
+impl FromStr for Mode {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| UnknownMode(s.to_owned()))
+    }
+}
+
+/// One captured parameter: its kernel name and the Rust type it is read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamSpec {
+    /// The kernel function's parameter name.
+    pub name: &'static str,
+    /// The Rust type of the handler parameter.
+    pub ty: ValueType,
+}
+
+/// What to attach and what to capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeSpec {
+    /// The kernel function.
+    pub function: &'static str,
+    /// How to attach.
+    pub mode: Mode,
+    /// Captured parameters, in handler order.
+    pub params: &'static [ParamSpec],
+    /// The Rust type of the return value, when the handler takes `ret`.
+    pub ret: Option<ValueType>,
+    /// Where the annotation is (`file:line`), for messages.
+    pub location: &'static str,
+}
+
+/// A probe: the spec and the generated handler. Made by `#[kernel_span]`.
+pub struct Probe {
+    /// What to attach and capture.
+    pub spec: ProbeSpec,
+    /// Decodes the captured values into the handler's typed parameters and runs
+    /// the handler body.
+    pub handler: fn(&Captured<'_>),
+}
+
+impl fmt::Debug for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probe").field("spec", &self.spec).finish()
+    }
+}
+
+/// The raw captured values of one call, in the handler's parameter order.
+#[derive(Debug, Clone, Copy)]
+pub struct Captured<'a> {
+    params: &'a [u64],
+    ret: Option<u64>,
+}
+
+impl<'a> Captured<'a> {
+    /// Wraps raw values (one per parameter of the spec) and the raw return value.
+    pub fn new(params: &'a [u64], ret: Option<u64>) -> Self {
+        Captured { params, ret }
+    }
+
+    /// Parameter `index` read as `T`. An index past the captured values reads 0
+    /// (the planner guarantees that this does not happen).
+    pub fn param<T: KernelValue>(&self, index: usize) -> T {
+        T::from_raw(self.params.get(index).copied().unwrap_or(0))
+    }
+
+    /// The return value read as `T` (0 where the mode has none).
+    pub fn ret<T: KernelValue>(&self) -> T {
+        T::from_raw(self.ret.unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip() {
+        for m in Mode::ALL {
+            assert_eq!(m.as_str().parse::<Mode>().unwrap(), m);
+        }
+        let err = "fexitt".parse::<Mode>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown mode `fexitt`: expected one of `fentry`, `fexit`"
+        );
+        assert!(Mode::Fexit.has_return() && !Mode::Fentry.has_return());
+    }
+
+    #[test]
+    fn captured_reads_typed_values() {
+        let raw = [42u64, u64::MAX];
+        let c = Captured::new(&raw, Some((-9i64) as u64));
+        assert_eq!(c.param::<usize>(0), 42);
+        assert_eq!(c.param::<i32>(1), -1);
+        assert_eq!(c.ret::<isize>(), -9);
+        assert_eq!(c.param::<u64>(5), 0);
+    }
+}

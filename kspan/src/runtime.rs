@@ -1,0 +1,590 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The runtime: plan, load, attach, run, detach.
+//!
+//! [`KspanBuilder::start`] does the steps in that order and stops at the first
+//! failure with everything loaded so far released: read the kernel's BTF and
+//! plan every probe (no kernel change yet), check privileges, then per probe
+//! open the BPF object, write its settings, load and attach (exit program
+//! first, so that no entry is recorded whose exit is not watched), then start
+//! the consumer task. Dropping [`Kspan`] detaches everything;
+//! [`Kspan::shutdown`] also drains the ring buffer and flushes the exporter.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kspan_bpf::names;
+use kspan_bpf::types::{kspan_config, kspan_record};
+use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, PrintLevel, RingBuffer, RingBufferBuilder};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::btf::Btf;
+use crate::caps;
+use crate::clock::ClockOffset;
+use crate::error::{Error, Result};
+use crate::export::{parse_record, KernelSpan};
+use crate::plan::{plan_all, ProbePlan};
+use crate::probe::{Mode, Probe};
+
+/// Where the running kernel publishes its BTF.
+pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Configures and starts kspan.
+#[derive(Debug)]
+pub struct KspanBuilder {
+    provider: SdkTracerProvider,
+    probes: Vec<&'static Probe>,
+    btf_path: PathBuf,
+    all_processes: bool,
+}
+
+impl KspanBuilder {
+    /// Adds a probe (a `static` made by `#[kernel_span]`).
+    pub fn probe(mut self, probe: &'static Probe) -> Self {
+        self.probes.push(probe);
+        self
+    }
+
+    /// Adds several probes.
+    pub fn probes(mut self, probes: impl IntoIterator<Item = &'static Probe>) -> Self {
+        self.probes.extend(probes);
+        self
+    }
+
+    /// Reads BTF from `path` instead of [`KERNEL_BTF`].
+    pub fn btf_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.btf_path = path.into();
+        self
+    }
+
+    /// Traces calls made by every process, not only this one (the default is
+    /// this process only).
+    pub fn trace_all_processes(mut self, all: bool) -> Self {
+        self.all_processes = all;
+        self
+    }
+
+    /// Plans, loads and attaches every probe and starts consuming spans on the
+    /// current tokio runtime.
+    pub fn start(self) -> Result<Kspan> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoTokioRuntime)?;
+        let data = std::fs::read(&self.btf_path).map_err(|source| Error::NoKernelBtf {
+            path: self.btf_path.clone(),
+            source,
+        })?;
+        let btf = Btf::parse(&data).map_err(|source| Error::BadKernelBtf {
+            path: self.btf_path.clone(),
+            source,
+        })?;
+        let plans = plan_all(&btf, &self.probes)?;
+        drop(btf);
+        caps::check_tracing_caps(caps::effective()).map_err(|have| Error::MissingPrivileges { have })?;
+
+        let target_tgid = if self.all_processes { 0 } else { std::process::id() };
+        let mut loaded = Loaded::default();
+        for (probe_id, plan) in plans.iter().enumerate() {
+            loaded.load_and_attach(plan, probe_id as u32, target_tgid)?;
+            tracing::debug!(
+                function = plan.function(),
+                mode = plan.mode().as_str(),
+                "kspan attached"
+            );
+        }
+
+        let queue: Arc<Mutex<VecDeque<kspan_record>>> = Arc::default();
+        let stats = Arc::new(Counters::default());
+        let ring = loaded.ring_buffer(queue.clone(), stats.clone())?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let consumer = Consumer {
+            ring,
+            queue,
+            plans: Arc::new(plans),
+            tracer: self.provider.tracer("kspan"),
+            clock: ClockOffset::measure(),
+            stats: stats.clone(),
+        };
+        let task = runtime.spawn(consumer.run(stop_rx));
+        Ok(Kspan {
+            loaded,
+            provider: self.provider,
+            stats,
+            stop: stop_tx,
+            task: Some(task),
+        })
+    }
+}
+
+/// BPF objects (one per probe) and their links.
+#[derive(Default)]
+struct Loaded {
+    /// Links before objects: dropping a link detaches its program.
+    links: Vec<Link>,
+    objects: Vec<Object>,
+}
+
+impl Loaded {
+    fn first(&self) -> Option<&Object> {
+        self.objects.first()
+    }
+
+    fn load_and_attach(&mut self, plan: &ProbePlan, probe_id: u32, target_tgid: u32) -> Result<()> {
+        let function = plan.function();
+        let mode = plan.mode();
+        let load_err = |source: libbpf_rs::Error, log: Option<String>| {
+            let errno = errno_of(&source);
+            Error::LoadFailed {
+                function: function.to_owned(),
+                mode,
+                errno,
+                errno_name: errno_name(errno),
+                reason: refusal_reason(errno, mode, "load"),
+                verifier_log: log,
+                source,
+            }
+        };
+
+        let mut open = ObjectBuilder::default()
+            .open_memory(kspan_bpf::OBJECT)
+            .map_err(|e| load_err(e, None))?;
+        let config = kspan_config {
+            target_tgid,
+            probe_id,
+            nr_args: plan.nr_args,
+            mode: mode.bpf_value(),
+        };
+        for mut map in open.maps_mut() {
+            let name = map.name().to_string_lossy().into_owned();
+            if name.ends_with(names::RODATA_MAP_SUFFIX) {
+                let Some(data) = map.initial_value_mut() else { continue };
+                write_config(data, &config);
+            } else if let Some(first) = self.first() {
+                // Every copy shares the first copy's ring buffer, stacks and counters.
+                if let Some(shared) = first.maps().find(|m| m.name().to_string_lossy() == name) {
+                    if matches!(name.as_str(), names::EVENTS_MAP | names::STACKS_MAP | names::COUNTERS_MAP) {
+                        map.reuse_fd(shared.as_fd()).map_err(|e| load_err(e, None))?;
+                    }
+                }
+            }
+        }
+        for mut prog in open.progs_mut() {
+            let is_exit = prog.name() == names::FEXIT_PROG;
+            if is_exit && !mode.has_return() {
+                prog.set_autoload(false);
+                continue;
+            }
+            prog.set_attach_target(0, Some(function.to_owned()))
+                .map_err(|e| load_err(e, None))?;
+        }
+
+        let object = with_captured_libbpf_log(|| open.load());
+        let object = match object {
+            (Ok(object), _) => object,
+            (Err(e), log) => return Err(load_err(e, verifier_log(&log))),
+        };
+
+        let attach = |prog_name: &str| -> Result<Link> {
+            let prog = object
+                .progs_mut()
+                .find(|p| p.name() == prog_name)
+                .expect("the object has both programs");
+            prog.attach_trace().map_err(|source| {
+                let errno = errno_of(&source);
+                Error::AttachFailed {
+                    function: function.to_owned(),
+                    mode,
+                    errno,
+                    errno_name: errno_name(errno),
+                    reason: refusal_reason(errno, mode, "attach"),
+                    source,
+                }
+            })
+        };
+        if mode.has_return() {
+            self.links.push(attach(names::FEXIT_PROG)?);
+        }
+        self.links.push(attach(names::FENTRY_PROG)?);
+        self.objects.push(object);
+        Ok(())
+    }
+
+    fn ring_buffer(&self, queue: Arc<Mutex<VecDeque<kspan_record>>>, stats: Arc<Counters>) -> Result<RingBuffer<'static>> {
+        let first = self.first().expect("at least one probe was loaded");
+        let events = first
+            .maps()
+            .find(|m| m.name() == names::EVENTS_MAP)
+            .expect("the object has a ring buffer");
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&events, move |bytes: &[u8]| {
+                match parse_record(bytes) {
+                    Ok(rec) => queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(rec),
+                    Err(_) => {
+                        stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                0
+            })
+            .map_err(|source| Error::Map { map: names::EVENTS_MAP, source })?;
+        builder.build().map_err(|source| Error::Map { map: names::EVENTS_MAP, source })
+    }
+
+    /// Sums the per-CPU kernel counters.
+    fn kernel_counters(&self) -> Result<[u64; kspan_bpf::COUNTER_COUNT]> {
+        let mut out = [0u64; kspan_bpf::COUNTER_COUNT];
+        let Some(first) = self.first() else { return Ok(out) };
+        let map = first
+            .maps()
+            .find(|m| m.name() == names::COUNTERS_MAP)
+            .expect("the object has counters");
+        for (i, slot) in out.iter_mut().enumerate() {
+            let per_cpu = map
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(|source| Error::Map { map: names::COUNTERS_MAP, source })?
+                .unwrap_or_default();
+            *slot = per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))))
+                .sum();
+        }
+        Ok(out)
+    }
+}
+
+fn write_config(data: &mut [u8], config: &kspan_config) {
+    let size = std::mem::size_of::<kspan_config>();
+    assert!(data.len() >= size, "kspan_cfg is the first variable of .rodata");
+    // SAFETY: kspan_config is plain old data (four u32s); viewing it as bytes
+    // is sound, and `size` is its exact size.
+    let bytes = unsafe { std::slice::from_raw_parts((config as *const kspan_config).cast::<u8>(), size) };
+    data[..size].copy_from_slice(bytes);
+}
+
+/// libbpf writes the verifier log through its print callback; it is captured
+/// while an object loads so that the error can carry it.
+static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
+
+fn capture_libbpf(_level: PrintLevel, msg: String) {
+    LIBBPF_LOG.lock().unwrap_or_else(|p| p.into_inner()).push_str(&msg);
+}
+
+fn with_captured_libbpf_log<T>(f: impl FnOnce() -> T) -> (T, String) {
+    static LOADING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = LOADING.lock().unwrap_or_else(|p| p.into_inner());
+    LIBBPF_LOG.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    let previous = libbpf_rs::set_print(Some((PrintLevel::Info, capture_libbpf)));
+    let out = f();
+    libbpf_rs::set_print(previous);
+    let log = std::mem::take(&mut *LIBBPF_LOG.lock().unwrap_or_else(|p| p.into_inner()));
+    (out, log)
+}
+
+/// The verifier's part of libbpf's output, if the verifier ran.
+fn verifier_log(libbpf_log: &str) -> Option<String> {
+    let start = libbpf_log.find("-- BEGIN PROG LOAD LOG --")?;
+    let end = libbpf_log[start..]
+        .find("-- END PROG LOAD LOG --")
+        .map_or(libbpf_log.len(), |e| start + e + "-- END PROG LOAD LOG --".len());
+    Some(libbpf_log[start..end].trim().to_owned())
+}
+
+/// The kernel's errno inside a libbpf error.
+fn errno_of(err: &libbpf_rs::Error) -> Option<i32> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(code) = e.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) {
+            return Some(code);
+        }
+        source = e.source();
+    }
+    // The message of an io::Error ends in "(os error N)".
+    let text = format!("{err:#}");
+    let tail = text.rsplit("os error ").next()?;
+    tail.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()
+}
+
+pub(crate) fn errno_name(errno: Option<i32>) -> String {
+    let name = match errno {
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::ENOENT) => "ENOENT",
+        Some(libc::ESRCH) => "ESRCH",
+        Some(libc::E2BIG) => "E2BIG",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::EBUSY) => "EBUSY",
+        Some(libc::EINVAL) => "EINVAL",
+        Some(libc::ENOMEM) => "ENOMEM",
+        Some(libc::ENOSPC) => "ENOSPC",
+        Some(libc::ENOSYS) => "ENOSYS",
+        Some(libc::EOPNOTSUPP) => "EOPNOTSUPP",
+        Some(524) => "ENOTSUPP",
+        Some(n) => return format!("errno {n}"),
+        None => "errno unknown",
+    };
+    name.to_owned()
+}
+
+/// What a refusal means for a trampoline program, and what to do.
+pub(crate) fn refusal_reason(errno: Option<i32>, mode: Mode, step: &str) -> String {
+    match errno {
+        Some(libc::EPERM) => format!(
+            "the kernel refused to {step} the BPF trampoline: {mode} is not permitted on this \
+             kernel (it is locked down, or its function tracer is disabled) although the process \
+             has the capabilities; run on a kernel that allows BPF trampolines"
+        ),
+        Some(libc::EOPNOTSUPP) | Some(524) => format!(
+            "this kernel does not support BPF trampolines ({mode} needs CONFIG_FUNCTION_TRACER \
+             and CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS)"
+        ),
+        Some(libc::ESRCH) | Some(libc::ENOENT) => {
+            "the function cannot be traced (it may be inlined, notrace, or missing from the \
+             kernel's symbol table)"
+                .to_owned()
+        }
+        Some(libc::EACCES) | Some(libc::EINVAL) => {
+            format!("the kernel rejected the {mode} program (see the verifier log)")
+        }
+        Some(libc::EBUSY) => "the function already has the most trampoline programs allowed".to_owned(),
+        Some(libc::ENOMEM) => "the kernel is out of memory for BPF programs".to_owned(),
+        _ => format!("the kernel refused to {step} the {mode} program"),
+    }
+}
+
+/// Counters kept in user space.
+#[derive(Debug, Default)]
+struct Counters {
+    spans: AtomicU64,
+    decode_errors: AtomicU64,
+    unknown_probe: AtomicU64,
+    handler_panics: AtomicU64,
+}
+
+/// What kspan did and dropped. Every drop has a counter; none is silent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Spans handed to the tracer.
+    pub spans_exported: u64,
+    /// Records the kernel put in the ring buffer.
+    pub records_emitted: u64,
+    /// Spans lost because the ring buffer was full.
+    pub dropped_ring_buffer_full: u64,
+    /// Entries not recorded because a task had too many open kernel spans.
+    pub dropped_stack_depth: u64,
+    /// Open spans discarded because their exit never came.
+    pub dropped_lost_exit: u64,
+    /// Exits with no recorded entry (calls already running at attach).
+    pub unmatched_exits: u64,
+    /// Entries not recorded because per-task storage could not be allocated.
+    pub dropped_no_storage: u64,
+    /// Records that could not be decoded.
+    pub decode_errors: u64,
+    /// Records naming a probe the runtime does not know.
+    pub unknown_probe: u64,
+    /// Handlers that panicked (their spans are still exported).
+    pub handler_panics: u64,
+}
+
+impl Stats {
+    /// Spans lost for any reason.
+    pub fn lost(&self) -> u64 {
+        self.dropped_ring_buffer_full
+            + self.dropped_stack_depth
+            + self.dropped_lost_exit
+            + self.dropped_no_storage
+            + self.decode_errors
+            + self.unknown_probe
+    }
+}
+
+/// Running kspan. Dropping it detaches every probe.
+pub struct Kspan {
+    loaded: Loaded,
+    provider: SdkTracerProvider,
+    stats: Arc<Counters>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Kspan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kspan").field("probes", &self.loaded.objects.len()).finish()
+    }
+}
+
+impl Kspan {
+    /// Starts configuring kspan; spans go through `provider`, the application's
+    /// own tracer provider.
+    pub fn builder(provider: &SdkTracerProvider) -> KspanBuilder {
+        KspanBuilder {
+            provider: provider.clone(),
+            probes: Vec::new(),
+            btf_path: PathBuf::from(KERNEL_BTF),
+            all_processes: false,
+        }
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> Result<Stats> {
+        let k = self.loaded.kernel_counters()?;
+        let s = &self.stats;
+        Ok(Stats {
+            spans_exported: s.spans.load(Ordering::Relaxed),
+            records_emitted: k[5],
+            dropped_ring_buffer_full: k[0],
+            dropped_stack_depth: k[1],
+            dropped_lost_exit: k[2],
+            unmatched_exits: k[3],
+            dropped_no_storage: k[4],
+            decode_errors: s.decode_errors.load(Ordering::Relaxed),
+            unknown_probe: s.unknown_probe.load(Ordering::Relaxed),
+            handler_panics: s.handler_panics.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Detaches every probe, exports every span still in the ring buffer,
+    /// flushes the tracer provider and returns the final figures.
+    pub async fn shutdown(mut self) -> Result<Stats> {
+        // No new records once the links are gone.
+        self.loaded.links.clear();
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            task.await.map_err(|e| Error::Consumer(e.to_string()))?;
+        }
+        let stats = self.stats()?;
+        if stats.lost() > 0 || stats.handler_panics > 0 {
+            tracing::warn!(?stats, "kspan lost spans or handlers panicked");
+        }
+        let provider = self.provider.clone();
+        tokio::task::spawn_blocking(move || provider.force_flush())
+            .await
+            .map_err(|e| Error::Consumer(e.to_string()))?
+            .map_err(Error::Flush)?;
+        Ok(stats)
+    }
+}
+
+impl Drop for Kspan {
+    fn drop(&mut self) {
+        self.loaded.links.clear();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The ring buffer's epoll descriptor, for tokio's reactor.
+struct EpollFd(RawFd);
+
+impl AsRawFd for EpollFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+struct Consumer {
+    ring: RingBuffer<'static>,
+    queue: Arc<Mutex<VecDeque<kspan_record>>>,
+    plans: Arc<Vec<ProbePlan>>,
+    tracer: SdkTracer,
+    clock: ClockOffset,
+    stats: Arc<Counters>,
+}
+
+impl Consumer {
+    async fn run(self, mut stop: watch::Receiver<bool>) {
+        // SAFETY: the epoll descriptor belongs to `self.ring`, which is only
+        // dropped when `self` is, after this local `AsyncFd` (locals are dropped
+        // before the by-value `self` parameter); it stays open and refers to the
+        // same epoll instance for the whole life of the `AsyncFd`.
+        let registered = unsafe {
+            AsyncFd::register_with_interest(EpollFd(self.ring.epoll_fd()), tokio::io::Interest::READABLE)
+        };
+        let fd = match registered {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::error!(error = %e, "kspan cannot poll its ring buffer");
+                return;
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                ready = fd.readable() => {
+                    let Ok(mut guard) = ready else { break };
+                    self.drain();
+                    guard.clear_ready();
+                }
+            }
+        }
+        // Whatever the kernel wrote before the links went away.
+        self.drain();
+    }
+
+    fn drain(&self) {
+        if let Err(e) = self.ring.consume() {
+            tracing::error!(error = %e, "kspan ring buffer consume failed");
+        }
+        loop {
+            let batch: Vec<kspan_record> = self.queue.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+            if batch.is_empty() {
+                break;
+            }
+            for rec in &batch {
+                self.process(rec);
+            }
+        }
+    }
+
+    fn process(&self, rec: &kspan_record) {
+        let Some(plan) = self.plans.get(rec.probe_id as usize) else {
+            self.stats.unknown_probe.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let span = KernelSpan::from_record(plan, rec);
+        if !span.run_handler(plan) {
+            self.stats.handler_panics.fetch_add(1, Ordering::Relaxed);
+        }
+        span.export(&self.tracer, &self.clock);
+        self.stats.spans.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verifier_log_is_cut_out() {
+        let log = "libbpf: prog 'x': BPF program load failed: Permission denied\n\
+                   libbpf: prog 'x': -- BEGIN PROG LOAD LOG --\n0: R1=ctx\ninvalid access\n\
+                   -- END PROG LOAD LOG --\nlibbpf: failed to load object\n";
+        let v = verifier_log(log).unwrap();
+        assert!(v.starts_with("-- BEGIN PROG LOAD LOG --"));
+        assert!(v.contains("invalid access"));
+        assert!(v.ends_with("-- END PROG LOAD LOG --"));
+        assert_eq!(verifier_log("libbpf: nothing"), None);
+    }
+
+    #[test]
+    fn errno_from_libbpf_errors() {
+        let e = libbpf_rs::Error::from_raw_os_error(libc::EPERM);
+        assert_eq!(errno_of(&e), Some(libc::EPERM));
+        assert_eq!(errno_name(errno_of(&e)), "EPERM");
+        assert_eq!(errno_name(Some(524)), "ENOTSUPP");
+        assert_eq!(errno_name(Some(4000)), "errno 4000");
+        assert!(refusal_reason(Some(libc::EPERM), Mode::Fexit, "load").contains("fexit is not permitted"));
+    }
+
+    #[test]
+    fn config_goes_first_in_rodata() {
+        let mut data = vec![0xffu8; 24];
+        write_config(&mut data, &kspan_config { target_tgid: 7, probe_id: 2, nr_args: 3, mode: 1 });
+        assert_eq!(&data[..16], &[7, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(&data[16..], &[0xff; 8]);
+    }
+}

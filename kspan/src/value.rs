@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Rust types a probe can capture, and how a raw 64-bit register becomes one.
+//!
+//! The BPF side copies argument and return registers as raw `u64`s; what they
+//! mean is decided here, from the Rust type the user wrote, after the planner
+//! has checked that type against the kernel's in width and signedness.
+
+use std::fmt;
+
+/// What a Rust parameter type is, as far as capturing is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// An integer of `bytes` width.
+    Int {
+        /// Width in bytes: 1, 2, 4 or 8.
+        bytes: u8,
+        /// Signed or not.
+        signed: bool,
+    },
+    /// `bool`.
+    Bool,
+    /// A raw pointer, captured as the address it holds.
+    Pointer,
+}
+
+/// A Rust type that can receive a captured value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueType {
+    /// How the raw register is read.
+    pub kind: ValueKind,
+    /// The type as the user wrote it, for error messages.
+    pub rust_name: &'static str,
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            ValueKind::Int { bytes, signed } => write!(
+                f,
+                "`{}` ({} {}-bit)",
+                self.rust_name,
+                if signed { "signed" } else { "unsigned" },
+                bytes * 8
+            ),
+            ValueKind::Bool => write!(f, "`{}` (boolean)", self.rust_name),
+            ValueKind::Pointer => write!(f, "`{}` (pointer)", self.rust_name),
+        }
+    }
+}
+
+/// A Rust type the `kernel_span` macro accepts for a parameter or `ret`.
+///
+/// Implemented for every integer type, `bool`, `*const T` and `*mut T`.
+pub trait KernelValue: Sized {
+    /// The type's description, checked against the kernel's type at attach.
+    const TYPE: ValueType;
+    /// Reads the value from a raw 64-bit register.
+    fn from_raw(raw: u64) -> Self;
+}
+
+macro_rules! int_value {
+    ($($ty:ty => $bytes:expr, $signed:expr;)*) => {$(
+        impl KernelValue for $ty {
+            const TYPE: ValueType = ValueType {
+                kind: ValueKind::Int { bytes: $bytes, signed: $signed },
+                rust_name: stringify!($ty),
+            };
+            #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+            fn from_raw(raw: u64) -> Self {
+                // Registers carry garbage above the argument's width: truncate.
+                raw as $ty
+            }
+        }
+    )*};
+}
+
+int_value! {
+    u8 => 1, false;
+    u16 => 2, false;
+    u32 => 4, false;
+    u64 => 8, false;
+    usize => 8, false;
+    i8 => 1, true;
+    i16 => 2, true;
+    i32 => 4, true;
+    i64 => 8, true;
+    isize => 8, true;
+}
+
+impl KernelValue for bool {
+    const TYPE: ValueType = ValueType {
+        kind: ValueKind::Bool,
+        rust_name: "bool",
+    };
+    fn from_raw(raw: u64) -> Self {
+        raw as u8 != 0
+    }
+}
+
+impl<T> KernelValue for *const T {
+    const TYPE: ValueType = ValueType {
+        kind: ValueKind::Pointer,
+        rust_name: "*const _",
+    };
+    fn from_raw(raw: u64) -> Self {
+        // An address in the kernel's address space: never dereferenced here.
+        raw as usize as *const T
+    }
+}
+
+impl<T> KernelValue for *mut T {
+    const TYPE: ValueType = ValueType {
+        kind: ValueKind::Pointer,
+        rust_name: "*mut _",
+    };
+    fn from_raw(raw: u64) -> Self {
+        raw as usize as *mut T
+    }
+}
+
+/// A captured value, decoded for use as a span attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value {
+    /// A signed integer.
+    Int(i64),
+    /// An unsigned integer.
+    Uint(u64),
+    /// A boolean.
+    Bool(bool),
+    /// An address.
+    Pointer(u64),
+}
+
+impl Value {
+    /// Decodes `raw` as the Rust type `ty` describes (truncated and sign-extended).
+    pub fn decode(raw: u64, ty: ValueType) -> Value {
+        match ty.kind {
+            ValueKind::Int { bytes, signed } => {
+                let bits = u32::from(bytes) * 8;
+                if bits >= 64 {
+                    if signed {
+                        Value::Int(raw as i64)
+                    } else {
+                        Value::Uint(raw)
+                    }
+                } else {
+                    let shift = 64 - bits;
+                    if signed {
+                        Value::Int(((raw << shift) as i64) >> shift)
+                    } else {
+                        Value::Uint((raw << shift) >> shift)
+                    }
+                }
+            }
+            ValueKind::Bool => Value::Bool(raw as u8 != 0),
+            ValueKind::Pointer => Value::Pointer(raw),
+        }
+    }
+
+    /// The OpenTelemetry attribute value: integers as integers (an unsigned
+    /// value above `i64::MAX` as its decimal string, since OTLP integers are
+    /// signed), booleans as booleans, addresses as `0x`-prefixed hex strings.
+    pub fn to_otel(self) -> opentelemetry::Value {
+        match self {
+            Value::Int(v) => v.into(),
+            Value::Uint(v) => match i64::try_from(v) {
+                Ok(v) => v.into(),
+                Err(_) => v.to_string().into(),
+            },
+            Value::Bool(v) => v.into(),
+            Value::Pointer(v) => format!("{v:#x}").into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_truncate_and_sign_extend() {
+        let raw = 0xdead_beef_ffff_fffe_u64;
+        assert_eq!(Value::decode(raw, i32::TYPE), Value::Int(-2));
+        assert_eq!(Value::decode(raw, u32::TYPE), Value::Uint(0xffff_fffe));
+        assert_eq!(Value::decode(raw, i8::TYPE), Value::Int(-2));
+        assert_eq!(Value::decode(raw, u16::TYPE), Value::Uint(0xfffe));
+        assert_eq!(Value::decode(raw, u64::TYPE), Value::Uint(raw));
+        assert_eq!(Value::decode(u64::MAX, isize::TYPE), Value::Int(-1));
+        assert_eq!(i32::from_raw(raw), -2);
+        assert_eq!(isize::from_raw(u64::MAX), -1);
+        assert_eq!(u8::from_raw(0x1ff), 0xff);
+    }
+
+    #[test]
+    fn bools_and_pointers() {
+        assert_eq!(Value::decode(0x100, bool::TYPE), Value::Bool(false));
+        assert_eq!(Value::decode(1, bool::TYPE), Value::Bool(true));
+        assert!(!bool::from_raw(0xff00));
+        let p = <*const u8>::from_raw(0xffff_8880_0000_1000);
+        assert_eq!(p as usize, 0xffff_8880_0000_1000);
+        assert_eq!(
+            Value::decode(0xffff_8880_0000_1000, <*mut u8>::TYPE),
+            Value::Pointer(0xffff_8880_0000_1000)
+        );
+    }
+
+    #[test]
+    fn otel_values() {
+        assert_eq!(Value::Int(-5).to_otel(), opentelemetry::Value::I64(-5));
+        assert_eq!(Value::Uint(7).to_otel(), opentelemetry::Value::I64(7));
+        assert_eq!(
+            Value::Uint(u64::MAX).to_otel(),
+            opentelemetry::Value::String("18446744073709551615".into())
+        );
+        assert_eq!(
+            Value::Pointer(0xff).to_otel(),
+            opentelemetry::Value::String("0xff".into())
+        );
+        assert_eq!(Value::Bool(true).to_otel(), opentelemetry::Value::Bool(true));
+    }
+
+    #[test]
+    fn display_names_width_and_sign() {
+        assert_eq!(i32::TYPE.to_string(), "`i32` (signed 32-bit)");
+        assert_eq!(usize::TYPE.to_string(), "`usize` (unsigned 64-bit)");
+    }
+}
