@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! What every example service does the same way: an OpenTelemetry pipeline
+//! exporting over OTLP/gRPC, configured by the standard `OTEL_*` variables
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, ...), with `tracing`
+//! spans bridged into it, and a small argument reader.
+
+use std::error::Error;
+use std::path::PathBuf;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// A boxed error for `main`.
+pub type BoxError = Box<dyn Error + Send + Sync>;
+
+/// Sets up tracing and OpenTelemetry; returns the provider, which the caller
+/// hands to kspan and shuts down at exit.
+pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .build()?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        // The default detectors read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+        .with_resource(Resource::builder().build())
+        .build();
+    let otel_layer = tracing_opentelemetry::layer().with_tracer(provider.tracer(scope));
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with(otel_layer)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .try_init()?;
+    Ok(provider)
+}
+
+/// `[PATH] [TIMES] [--buf BYTES]`, with defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadArgs {
+    /// The file to read.
+    pub path: PathBuf,
+    /// How many times to read it.
+    pub times: u32,
+    /// The read buffer size (the `count` of every read).
+    pub buf: usize,
+}
+
+impl ReadArgs {
+    /// Parses the arguments after the program name.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
+        let mut positional = Vec::new();
+        let mut buf = 4096;
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            if arg == "--buf" {
+                let v = args.next().ok_or("--buf needs a size in bytes")?;
+                buf = v
+                    .parse()
+                    .ok()
+                    .filter(|b| *b > 0)
+                    .ok_or(format!("--buf: `{v}` is not a positive number of bytes"))?;
+            } else if arg.starts_with("--") {
+                return Err(format!("unknown option `{arg}`; usage: [PATH] [TIMES] [--buf BYTES]"));
+            } else {
+                positional.push(arg);
+            }
+        }
+        if positional.len() > 2 {
+            return Err("too many arguments; usage: [PATH] [TIMES] [--buf BYTES]".into());
+        }
+        let path = positional.first().map_or_else(|| PathBuf::from("/etc/os-release"), PathBuf::from);
+        let times = match positional.get(1) {
+            Some(t) => t.parse().map_err(|_| format!("TIMES: `{t}` is not a whole number"))?,
+            None => 3,
+        };
+        Ok(ReadArgs { path, times, buf })
+    }
+}
+
+/// Reads `path` to its end `times` times with a `buf`-byte buffer; returns
+/// the number of `read` calls made and the bytes read.
+pub fn read_file(args: &ReadArgs) -> std::io::Result<(u64, u64)> {
+    use std::io::Read;
+    let mut buffer = vec![0u8; args.buf];
+    let (mut calls, mut bytes) = (0, 0);
+    for _ in 0..args.times {
+        let mut file = std::fs::File::open(&args.path)?;
+        loop {
+            let n = file.read(&mut buffer)?;
+            calls += 1;
+            bytes += n as u64;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    Ok((calls, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &[&str]) -> Result<ReadArgs, String> {
+        ReadArgs::parse(s.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn defaults_and_options() {
+        assert_eq!(
+            parse(&[]).unwrap(),
+            ReadArgs { path: "/etc/os-release".into(), times: 3, buf: 4096 }
+        );
+        assert_eq!(
+            parse(&["/tmp/x", "5", "--buf", "100"]).unwrap(),
+            ReadArgs { path: "/tmp/x".into(), times: 5, buf: 100 }
+        );
+        assert!(parse(&["a", "b"]).unwrap_err().contains("TIMES"));
+        assert!(parse(&["--buf", "0"]).unwrap_err().contains("--buf"));
+        assert!(parse(&["--nope"]).unwrap_err().contains("unknown option"));
+    }
+}

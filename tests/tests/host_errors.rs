@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Error paths the host kernel produces for real. The host kernel refuses BPF
+//! trampolines with EPERM (see KERNEL-LAB.md), so on the host the quickstart
+//! must stop with that error, named, and not panic.
+
+use kspan_tests::example;
+
+fn run(cmd: &mut std::process::Command) -> (i32, String) {
+    let out = cmd.output().expect("run the example");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn fexit_refused_by_the_host_kernel_is_a_clear_error() {
+    let (code, stderr) = run(std::process::Command::new(example("quickstart"))
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("cannot load the fexit program for `vfs_read`"),
+        "names the mode and the function: {stderr}"
+    );
+    assert!(stderr.contains("(EPERM)"), "names the errno: {stderr}");
+}
+
+#[test]
+fn missing_privileges_are_named() {
+    // setpriv (util-linux) drops to nobody, which clears every capability.
+    let (code, stderr) = run(std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(example("quickstart"))
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("missing privileges"), "{stderr}");
+    assert!(stderr.contains("CAP_BPF and CAP_PERFMON"), "{stderr}");
+    assert!(stderr.contains("has none of them"), "{stderr}");
+}
+
+#[test]
+fn bad_arguments_are_named() {
+    let (code, stderr) = run(std::process::Command::new(example("quickstart")).args(["/etc/hostname", "many"]));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("TIMES: `many` is not a whole number"), "{stderr}");
+}

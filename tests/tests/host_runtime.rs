@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Runtime errors checked in-process on the host: everything that fails
+//! before or instead of a trampoline load.
+
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read(count: usize, ret: isize) {}
+
+#[kspan::kernel_span("vfs_raed")]
+fn typo(count: usize) {}
+
+#[kspan::kernel_span("vfs_read")]
+fn wrong_name(size: usize) {}
+
+#[kspan::kernel_span("vfs_read")]
+fn wrong_type(count: i32) {}
+
+fn provider() -> SdkTracerProvider {
+    SdkTracerProvider::builder().build()
+}
+
+fn start_err(builder: kspan::KspanBuilder) -> String {
+    builder.start().expect_err("start must fail").to_string()
+}
+
+#[tokio::test]
+async fn no_kernel_btf() {
+    let err = start_err(kspan::Kspan::builder(&provider()).probe(&vfs_read).btf_path("/nonexistent/vmlinux"));
+    assert!(err.contains("cannot read the kernel's BTF at /nonexistent/vmlinux"), "{err}");
+    assert!(err.contains("CONFIG_DEBUG_INFO_BTF"), "{err}");
+}
+
+#[tokio::test]
+async fn unknown_function_suggests_the_real_one() {
+    let err = start_err(kspan::Kspan::builder(&provider()).probe(&typo));
+    assert!(err.contains("unknown kernel function `vfs_raed`"), "{err}");
+    assert!(err.contains("did you mean `vfs_read`"), "{err}");
+    assert!(err.contains("host_runtime.rs:"), "points at the annotation: {err}");
+}
+
+#[tokio::test]
+async fn unknown_parameter_lists_the_real_ones() {
+    let err = start_err(kspan::Kspan::builder(&provider()).probe(&wrong_name));
+    assert!(err.contains("`vfs_read` has no parameter `size`"), "{err}");
+    assert!(err.contains("`count: size_t`"), "{err}");
+}
+
+#[tokio::test]
+async fn incompatible_type_names_both() {
+    let err = start_err(kspan::Kspan::builder(&provider()).probe(&wrong_type));
+    assert!(err.contains("`count` is `size_t` in the kernel but `i32` (signed 32-bit)"), "{err}");
+}
+
+#[tokio::test]
+async fn no_probes_and_duplicates() {
+    let err = start_err(kspan::Kspan::builder(&provider()));
+    assert!(err.contains("no probes"), "{err}");
+    let err = start_err(kspan::Kspan::builder(&provider()).probe(&vfs_read).probe(&wrong_type));
+    assert!(err.contains("two probes trace `vfs_read`"), "{err}");
+}
+
+#[test]
+fn outside_tokio_is_an_error() {
+    let err = start_err(kspan::Kspan::builder(&provider()).probe(&vfs_read));
+    assert!(err.contains("within a tokio runtime"), "{err}");
+}
+
+#[tokio::test]
+async fn host_kernel_refuses_fexit_with_eperm() {
+    let err = kspan::Kspan::builder(&provider()).probe(&vfs_read).start().unwrap_err();
+    match &err {
+        kspan::Error::LoadFailed { function, mode, errno, verifier_log, .. } => {
+            assert_eq!(function, "vfs_read");
+            assert_eq!(*mode, kspan::Mode::Fexit);
+            assert_eq!(*errno, Some(libc_eperm()));
+            assert!(verifier_log.is_none(), "EPERM comes before the verifier: {err}");
+        }
+        other => panic!("expected LoadFailed, got {other}"),
+    }
+}
+
+fn libc_eperm() -> i32 {
+    1
+}
