@@ -38,7 +38,7 @@ pub(crate) fn kernel_span(args: TokenStream, item: TokenStream) -> TokenStream {
 /// still type-checks and only the macro's own errors are shown.
 fn with_item(err: syn::Error, item: TokenStream) -> TokenStream {
     let errors = err.to_compile_error();
-    quote! { #errors #[allow(dead_code)] #item }
+    quote! { #errors #[allow(dead_code, unused_variables)] #item }
 }
 
 struct Param<'a> {
