@@ -49,6 +49,17 @@ struct kspan_record kspan_record_layout SEC(".bss.layout");
 
 #define KSPAN_DEPTH_MASK (KSPAN_MAX_DEPTH - 1)
 
+/*
+ * The frame in `slot`. The barrier stops clang from dropping the mask where it
+ * can prove the bound itself, so the verifier sees a bounded index too.
+ */
+static __always_inline struct kspan_frame *kspan_frame_at(struct kspan_task_stack *st,
+							    __u32 slot)
+{
+	barrier_var(slot);
+	return &st->frames[slot & KSPAN_DEPTH_MASK];
+}
+
 static __always_inline void kspan_count(__u32 counter)
 {
 	__u64 *value = bpf_map_lookup_elem(&kspan_counters, &counter);
@@ -115,7 +126,7 @@ static __always_inline int kspan_emit_instant(__u64 *ctx, __u64 now)
 		depth = st->depth;
 	if (st && depth > 0 && depth <= KSPAN_MAX_DEPTH) {
 		__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
-		rec->parent_span_id = st->frames[(depth - 1) & KSPAN_DEPTH_MASK].span_id;
+		rec->parent_span_id = kspan_frame_at(st, depth - 1)->span_id;
 	} else {
 		kspan_new_trace_id(rec->trace_id);
 		rec->parent_span_id = 0;
@@ -162,7 +173,7 @@ int kspan_fentry(__u64 *ctx)
 	}
 	if (depth == 0)
 		kspan_new_trace_id(st->trace_id);
-	frame = &st->frames[depth & KSPAN_DEPTH_MASK];
+	frame = kspan_frame_at(st, depth);
 	frame->start_ns = now;
 	frame->span_id = kspan_new_id();
 	frame->probe_id = kspan_cfg.probe_id;
@@ -205,7 +216,7 @@ int kspan_fexit(__u64 *ctx)
 	for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
 		if (found || depth == 0)
 			break;
-		if (st->frames[(depth - 1) & KSPAN_DEPTH_MASK].probe_id == kspan_cfg.probe_id)
+		if (kspan_frame_at(st, depth - 1)->probe_id == kspan_cfg.probe_id)
 			found = depth;
 		else
 			depth -= 1;
@@ -217,7 +228,7 @@ int kspan_fexit(__u64 *ctx)
 	for (__u32 lost = found; lost < st->depth && lost < KSPAN_MAX_DEPTH; lost++)
 		kspan_count(KSPAN_CTR_LOST_EXIT);
 	st->depth = found - 1;
-	frame = &st->frames[(found - 1) & KSPAN_DEPTH_MASK];
+	frame = kspan_frame_at(st, found - 1);
 
 	rec = bpf_ringbuf_reserve(&kspan_events, sizeof(*rec), 0);
 	if (!rec) {
@@ -228,7 +239,7 @@ int kspan_fexit(__u64 *ctx)
 	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
 	rec->span_id = frame->span_id;
 	rec->parent_span_id =
-		found >= 2 ? st->frames[(found - 2) & KSPAN_DEPTH_MASK].span_id : 0;
+		found >= 2 ? kspan_frame_at(st, found - 2)->span_id : 0;
 	rec->start_ns = frame->start_ns;
 	rec->end_ns = now;
 	__builtin_memcpy(rec->args, frame->args, sizeof(rec->args));
