@@ -36,7 +36,8 @@ async fn run() -> Result<(), BoxError> {
         .probe(&vfs_read)
         .start()?;
     let (calls, bytes) = {
-        let span = tracing::info_span!("read_file", path = %args.path.display(), times = args.times);
+        let span =
+            tracing::info_span!("read_file", path = %args.path.display(), times = args.times);
         let _entered = span.enter();
         read_file(&args)?
     };

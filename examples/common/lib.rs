@@ -29,7 +29,9 @@ pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError
         .build();
     let otel_layer = tracing_opentelemetry::layer().with_tracer(provider.tracer(scope));
     tracing_subscriber::registry()
-        .with(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with(otel_layer)
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .try_init()?;
@@ -62,7 +64,9 @@ impl ReadArgs {
                     .filter(|b| *b > 0)
                     .ok_or(format!("--buf: `{v}` is not a positive number of bytes"))?;
             } else if arg.starts_with("--") {
-                return Err(format!("unknown option `{arg}`; usage: [PATH] [TIMES] [--buf BYTES]"));
+                return Err(format!(
+                    "unknown option `{arg}`; usage: [PATH] [TIMES] [--buf BYTES]"
+                ));
             } else {
                 positional.push(arg);
             }
@@ -70,9 +74,13 @@ impl ReadArgs {
         if positional.len() > 2 {
             return Err("too many arguments; usage: [PATH] [TIMES] [--buf BYTES]".into());
         }
-        let path = positional.first().map_or_else(|| PathBuf::from("/etc/os-release"), PathBuf::from);
+        let path = positional
+            .first()
+            .map_or_else(|| PathBuf::from("/etc/os-release"), PathBuf::from);
         let times = match positional.get(1) {
-            Some(t) => t.parse().map_err(|_| format!("TIMES: `{t}` is not a whole number"))?,
+            Some(t) => t
+                .parse()
+                .map_err(|_| format!("TIMES: `{t}` is not a whole number"))?,
             None => 3,
         };
         Ok(ReadArgs { path, times, buf })
@@ -111,11 +119,19 @@ mod tests {
     fn defaults_and_options() {
         assert_eq!(
             parse(&[]).unwrap(),
-            ReadArgs { path: "/etc/os-release".into(), times: 3, buf: 4096 }
+            ReadArgs {
+                path: "/etc/os-release".into(),
+                times: 3,
+                buf: 4096
+            }
         );
         assert_eq!(
             parse(&["/tmp/x", "5", "--buf", "100"]).unwrap(),
-            ReadArgs { path: "/tmp/x".into(), times: 5, buf: 100 }
+            ReadArgs {
+                path: "/tmp/x".into(),
+                times: 5,
+                buf: 100
+            }
         );
         assert!(parse(&["a", "b"]).unwrap_err().contains("TIMES"));
         assert!(parse(&["--buf", "0"]).unwrap_err().contains("--buf"));

@@ -10,7 +10,12 @@
 //! (`src/bpf/kspan.h`) exists once: the types below are generated from the
 //! object's BTF by libbpf-cargo's skeleton builder.
 
-#[allow(missing_docs, clippy::all, non_camel_case_types, unsafe_op_in_unsafe_fn)]
+#[allow(
+    missing_docs,
+    clippy::all,
+    non_camel_case_types,
+    unsafe_op_in_unsafe_fn
+)]
 #[allow(clippy::undocumented_unsafe_blocks)]
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/kspan.skel.rs"));
@@ -57,7 +62,10 @@ mod tests {
     #[test]
     fn record_layout_matches_the_header() {
         // 16 + 8 * 4 + 8 * MAX_ARGS + 8 + 4 * 3 + 2 * 2
-        assert_eq!(std::mem::size_of::<types::kspan_record>(), 16 + 32 + 48 + 8 + 12 + 4);
+        assert_eq!(
+            std::mem::size_of::<types::kspan_record>(),
+            16 + 32 + 48 + 8 + 12 + 4
+        );
         assert_eq!(std::mem::size_of::<types::kspan_config>(), 16);
         let rec = types::kspan_record::default();
         assert_eq!(rec.args.len(), MAX_ARGS);

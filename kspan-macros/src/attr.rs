@@ -153,9 +153,18 @@ mod tests {
 
     #[test]
     fn missing_or_non_string_name() {
-        assert!(parse(quote!()).unwrap_err().to_string().starts_with("missing kernel function name"));
-        assert!(parse(quote!(vfs_read)).unwrap_err().to_string().contains("string literal"));
-        assert!(parse(quote!(mode = "fexit")).unwrap_err().to_string().contains("string literal"));
+        assert!(parse(quote!())
+            .unwrap_err()
+            .to_string()
+            .starts_with("missing kernel function name"));
+        assert!(parse(quote!(vfs_read))
+            .unwrap_err()
+            .to_string()
+            .contains("string literal"));
+        assert!(parse(quote!(mode = "fexit"))
+            .unwrap_err()
+            .to_string()
+            .contains("string literal"));
     }
 
     #[test]

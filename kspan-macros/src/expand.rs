@@ -55,20 +55,29 @@ fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
 
     let sig = &func.sig;
     if let Some(t) = &sig.asyncness {
-        push(syn::Error::new(t.span(), "a kernel span handler cannot be `async`: it runs on kspan's consumer for each record"));
+        push(syn::Error::new(
+            t.span(),
+            "a kernel span handler cannot be `async`: it runs on kspan's consumer for each record",
+        ));
     }
     if !sig.generics.params.is_empty() {
         push(syn::Error::new(sig.generics.span(), "a kernel span handler cannot be generic: its parameter types decide how registers are read"));
     }
     if let ReturnType::Type(_, ty) = &sig.output {
-        push(syn::Error::new(ty.span(), "a kernel span handler returns nothing: remove the return type"));
+        push(syn::Error::new(
+            ty.span(),
+            "a kernel span handler returns nothing: remove the return type",
+        ));
     }
 
     let mut params = Vec::new();
     let mut ret: Option<&Type> = None;
     for input in &sig.inputs {
         let FnArg::Typed(pat_ty) = input else {
-            push(syn::Error::new(input.span(), "a kernel span handler is a free function: remove `self`"));
+            push(syn::Error::new(
+                input.span(),
+                "a kernel span handler is a free function: remove `self`",
+            ));
             continue;
         };
         let Pat::Ident(pat) = &*pat_ty.pat else {
@@ -95,7 +104,10 @@ fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
             }
             ret = Some(&pat_ty.ty);
         } else {
-            params.push(Param { name, ty: &pat_ty.ty });
+            params.push(Param {
+                name,
+                ty: &pat_ty.ty,
+            });
         }
     }
     if let Some(errors) = errors {
@@ -128,15 +140,21 @@ fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
         }
     });
     let ret_spec = match ret {
-        Some(ty) => quote_spanned! {ty.span()=> ::core::option::Option::Some(<#ty as ::kspan::KernelValue>::TYPE) },
+        Some(ty) => {
+            quote_spanned! {ty.span()=> ::core::option::Option::Some(<#ty as ::kspan::KernelValue>::TYPE) }
+        }
         None => quote! { ::core::option::Option::None },
     };
     // Arguments of the handler call, in the original parameter order.
     let mut index = 0usize;
     let call_args = sig.inputs.iter().filter_map(|input| {
-        let FnArg::Typed(pat_ty) = input else { return None };
+        let FnArg::Typed(pat_ty) = input else {
+            return None;
+        };
         let ty = &pat_ty.ty;
-        let Pat::Ident(pat) = &*pat_ty.pat else { return None };
+        let Pat::Ident(pat) = &*pat_ty.pat else {
+            return None;
+        };
         if pat.ident == "ret" {
             Some(quote! { captured.ret::<#ty>() })
         } else {
@@ -184,7 +202,10 @@ fn check_type(ty: &Type) -> syn::Result<()> {
         Type::Paren(p) => return check_type(&p.elem),
         _ => {}
     }
-    let shown = quote!(#ty).to_string().replace(" < ", "<").replace(" >", ">");
+    let shown = quote!(#ty)
+        .to_string()
+        .replace(" < ", "<")
+        .replace(" >", ">");
     Err(syn::Error::new(
         ty.span(),
         format!(
@@ -206,14 +227,27 @@ mod tests {
     fn generates_spec_and_typed_call() {
         let out = expand_str(
             quote!("vfs_read", mode = "fexit"),
-            quote!(pub fn vfs_read(count: usize, ret: isize) { println!("{count}"); }),
+            quote!(
+                pub fn vfs_read(count: usize, ret: isize) {
+                    println!("{count}");
+                }
+            ),
         );
-        assert!(out.contains("pub static vfs_read : :: kspan :: Probe"), "{out}");
+        assert!(
+            out.contains("pub static vfs_read : :: kspan :: Probe"),
+            "{out}"
+        );
         assert!(out.contains("function : \"vfs_read\""), "{out}");
         assert!(out.contains(":: kspan :: Mode :: Fexit"), "{out}");
         assert!(out.contains("name : \"count\""), "{out}");
-        assert!(out.contains("< usize as :: kspan :: KernelValue > :: TYPE"), "{out}");
-        assert!(out.contains("Some (< isize as :: kspan :: KernelValue > :: TYPE)"), "{out}");
+        assert!(
+            out.contains("< usize as :: kspan :: KernelValue > :: TYPE"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Some (< isize as :: kspan :: KernelValue > :: TYPE)"),
+            "{out}"
+        );
         assert!(out.contains("__kspan_handler (captured . param :: < usize > (0usize) , captured . ret :: < isize > ())"), "{out}");
         assert!(!out.contains("compile_error"), "{out}");
     }
@@ -222,17 +256,24 @@ mod tests {
     fn ret_position_is_free_and_params_keep_order() {
         let out = expand_str(
             quote!("ksys_read"),
-            quote!(fn k(ret: isize, fd: u32, buf: *const u8) {}),
+            quote!(
+                fn k(ret: isize, fd: u32, buf: *const u8) {}
+            ),
         );
         assert!(out.contains("captured . ret :: < isize > () , captured . param :: < u32 > (0usize) , captured . param :: < * const u8 > (1usize)"), "{out}");
-        assert!(out.contains(":: kspan :: Mode :: Fexit"), "default mode: {out}");
+        assert!(
+            out.contains(":: kspan :: Mode :: Fexit"),
+            "default mode: {out}"
+        );
     }
 
     #[test]
     fn errors_are_collected() {
         let out = expand_str(
             quote!("vfs_read", mode = "fentry"),
-            quote!(fn f(name: String, ret: isize) {}),
+            quote!(
+                fn f(name: String, ret: isize) {}
+            ),
         );
         assert!(out.contains("unsupported parameter type `String`"), "{out}");
         assert!(out.contains("`ret` needs mode = \\\"fexit\\\""), "{out}");
@@ -240,7 +281,14 @@ mod tests {
 
     #[test]
     fn rejects_async_generic_self_and_return_types() {
-        let out = expand_str(quote!("f"), quote!(async fn f<T>(x: T) -> u32 { 0 }));
+        let out = expand_str(
+            quote!("f"),
+            quote!(
+                async fn f<T>(x: T) -> u32 {
+                    0
+                }
+            ),
+        );
         assert!(out.contains("cannot be `async`"), "{out}");
         assert!(out.contains("cannot be generic"), "{out}");
         assert!(out.contains("returns nothing"), "{out}");

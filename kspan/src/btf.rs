@@ -68,15 +68,42 @@ pub enum BtfError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Type {
     Void,
-    Int { name: u32, size: u32, encoding: u32 },
-    Ptr { target: u32 },
-    Enum { name: u32, size: u32, signed: bool },
+    Int {
+        name: u32,
+        size: u32,
+        encoding: u32,
+    },
+    Ptr {
+        target: u32,
+    },
+    Enum {
+        name: u32,
+        size: u32,
+        signed: bool,
+    },
     /// Typedef, const, volatile, restrict, type tag: a name (maybe) over another type.
-    Alias { name: u32, target: u32, kind: u32 },
-    Func { name: u32, proto: u32 },
-    FuncProto { ret: u32, params: Vec<(u32, u32)> },
-    Float { name: u32, size: u32 },
-    Other { name: u32, kind: u32, size: u32 },
+    Alias {
+        name: u32,
+        target: u32,
+        kind: u32,
+    },
+    Func {
+        name: u32,
+        proto: u32,
+    },
+    FuncProto {
+        ret: u32,
+        params: Vec<(u32, u32)>,
+    },
+    Float {
+        name: u32,
+        size: u32,
+    },
+    Other {
+        name: u32,
+        kind: u32,
+        size: u32,
+    },
 }
 
 /// The kernel's type information, parsed.
@@ -410,9 +437,7 @@ impl Btf {
             },
             Type::Alias { target, .. } => self.class(*target, depth + 1),
             Type::Float { .. } => TypeClass::Float,
-            Type::Func { .. } | Type::FuncProto { .. } | Type::Other { .. } => {
-                TypeClass::Aggregate
-            }
+            Type::Func { .. } | Type::FuncProto { .. } | Type::Other { .. } => TypeClass::Aggregate,
         }
     }
 
@@ -514,7 +539,8 @@ pub(crate) mod builder {
 
         pub fn bool(&mut self) -> u32 {
             let id = self.header("_Bool", KIND_INT, 0, false, 1);
-            self.types.extend_from_slice(&((INT_BOOL << 24) | 8).to_le_bytes());
+            self.types
+                .extend_from_slice(&((INT_BOOL << 24) | 8).to_le_bytes());
             id
         }
 

@@ -55,7 +55,10 @@ mod tests {
         let eff = parse_cap_eff(status).unwrap();
         assert!(check_tracing_caps(eff).is_ok());
         assert_eq!(check_tracing_caps(0).unwrap_err(), "none of them");
-        assert_eq!(check_tracing_caps(1 << CAP_BPF).unwrap_err(), "only CAP_BPF");
+        assert_eq!(
+            check_tracing_caps(1 << CAP_BPF).unwrap_err(),
+            "only CAP_BPF"
+        );
         assert!(check_tracing_caps((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_ok());
         assert!(check_tracing_caps(1 << CAP_SYS_ADMIN).is_ok());
         assert_eq!(parse_cap_eff("Name: x\n"), None);

@@ -82,9 +82,13 @@ mod tests {
 
     #[test]
     fn picks_the_tightest_bracket() {
-        let off = ClockOffset::from_samples([(100, 1_000_150, 300), (200, 1_000_205, 210)]).unwrap();
+        let off =
+            ClockOffset::from_samples([(100, 1_000_150, 300), (200, 1_000_205, 210)]).unwrap();
         assert_eq!(off.uncertainty_ns(), 10);
-        assert_eq!(off.to_system_time(205), UNIX_EPOCH + Duration::from_nanos(1_000_205));
+        assert_eq!(
+            off.to_system_time(205),
+            UNIX_EPOCH + Duration::from_nanos(1_000_205)
+        );
         assert!(ClockOffset::from_samples([]).is_none());
     }
 
@@ -92,7 +96,10 @@ mod tests {
     fn converts_and_clamps() {
         let off = ClockOffset::from_offset_ns(-50);
         assert_eq!(off.to_system_time(10), UNIX_EPOCH);
-        assert_eq!(off.to_system_time(1_050), UNIX_EPOCH + Duration::from_nanos(1_000));
+        assert_eq!(
+            off.to_system_time(1_050),
+            UNIX_EPOCH + Duration::from_nanos(1_000)
+        );
     }
 
     #[test]
@@ -105,6 +112,10 @@ mod tests {
             .duration_since(converted)
             .unwrap_or_else(|e| e.duration());
         assert!(diff < Duration::from_millis(50), "{diff:?}");
-        assert!(off.uncertainty_ns() < 10_000_000, "{}", off.uncertainty_ns());
+        assert!(
+            off.uncertainty_ns() < 10_000_000,
+            "{}",
+            off.uncertainty_ns()
+        );
     }
 }

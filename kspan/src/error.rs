@@ -41,7 +41,9 @@ pub enum Error {
         have: String,
     },
     /// No probe was given to the runtime.
-    #[error("no probes: add at least one `#[kspan::kernel_span]` probe with `KspanBuilder::probe`")]
+    #[error(
+        "no probes: add at least one `#[kspan::kernel_span]` probe with `KspanBuilder::probe`"
+    )]
     NoProbes,
     /// A function named by a probe is not in the kernel's BTF.
     #[error(
@@ -187,7 +189,14 @@ fn suggest(suggestions: &[String]) -> String {
     if suggestions.is_empty() {
         "; check the spelling, and that the function is not inlined or static in a module".into()
     } else {
-        format!("; did you mean {}?", suggestions.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "))
+        format!(
+            "; did you mean {}?",
+            suggestions
+                .iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     }
 }
 

@@ -157,7 +157,10 @@ impl KernelSpan {
         builder.trace_id = Some(self.trace_id);
         builder.span_id = Some(self.span_id);
         let mut span = tracer.build_with_context(builder, &parent);
-        opentelemetry::trace::Span::end_with_timestamp(&mut span, clock.to_system_time(self.end_ns));
+        opentelemetry::trace::Span::end_with_timestamp(
+            &mut span,
+            clock.to_system_time(self.end_ns),
+        );
     }
 }
 
@@ -253,22 +256,39 @@ mod tests {
         assert_eq!(LAST_COUNT.load(Ordering::SeqCst), 4096);
         outer.export(&tracer, &clock);
         let inner = KernelSpan::from_record(&plan, &record(0x22, 0x11, -5));
-        assert!(!inner.run_handler(&plan), "the handler panics on a negative ret");
+        assert!(
+            !inner.run_handler(&plan),
+            "the handler panics on a negative ret"
+        );
         inner.export(&tracer, &clock);
 
         let spans = exporter.get_finished_spans().unwrap();
         assert_eq!(spans.len(), 2);
-        let by_id = |id: u64| spans.iter().find(|s| s.span_context.span_id() == SpanId::from(id)).unwrap();
+        let by_id = |id: u64| {
+            spans
+                .iter()
+                .find(|s| s.span_context.span_id() == SpanId::from(id))
+                .unwrap()
+        };
         let (outer, inner) = (by_id(0x11), by_id(0x22));
         assert_eq!(outer.name, "vfs_read");
         assert_eq!(outer.span_context.trace_id(), TraceId::from_bytes([7; 16]));
         assert_eq!(outer.parent_span_id, SpanId::INVALID);
         assert_eq!(inner.parent_span_id, SpanId::from(0x11));
         assert_eq!(inner.span_context.trace_id(), outer.span_context.trace_id());
-        assert_eq!(outer.start_time, UNIX_EPOCH + Duration::from_nanos(1_000_001_000));
-        assert_eq!(outer.end_time, UNIX_EPOCH + Duration::from_nanos(1_000_003_000));
+        assert_eq!(
+            outer.start_time,
+            UNIX_EPOCH + Duration::from_nanos(1_000_001_000)
+        );
+        assert_eq!(
+            outer.end_time,
+            UNIX_EPOCH + Duration::from_nanos(1_000_003_000)
+        );
         let attr = |s: &opentelemetry_sdk::trace::SpanData, k: &str| {
-            s.attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.clone())
+            s.attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == k)
+                .map(|kv| kv.value.clone())
         };
         assert_eq!(attr(outer, "kernel.arg.count"), Some(4096i64.into()));
         assert_eq!(attr(outer, "kernel.return_value"), Some(4096i64.into()));

@@ -96,7 +96,12 @@ pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
                 max: kspan_bpf::MAX_ARGS,
             });
         }
-        check_compatible(function, param.name, &signature.params[position].1, param.ty)?;
+        check_compatible(
+            function,
+            param.name,
+            &signature.params[position].1,
+            param.ty,
+        )?;
         arg_positions.push(position);
     }
 
@@ -129,18 +134,33 @@ pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
 }
 
 /// Checks that a Rust type reads a kernel type correctly.
-fn check_compatible(function: &str, parameter: &str, kernel: &KernelType, rust: ValueType) -> Result<()> {
+fn check_compatible(
+    function: &str,
+    parameter: &str,
+    kernel: &KernelType,
+    rust: ValueType,
+) -> Result<()> {
     let ok = match (kernel.class, rust.kind) {
-        (TypeClass::Int { bytes, signed }, ValueKind::Int { bytes: rb, signed: rs }) => {
-            bytes == u32::from(rb) && signed == rs
-        }
+        (
+            TypeClass::Int { bytes, signed },
+            ValueKind::Int {
+                bytes: rb,
+                signed: rs,
+            },
+        ) => bytes == u32::from(rb) && signed == rs,
         // Enum signedness in BTF only says whether some enumerator is negative;
         // the width is what decides how the register is read.
         (TypeClass::Enum { bytes, .. }, ValueKind::Int { bytes: rb, .. }) => bytes == u32::from(rb),
         (TypeClass::Bool, ValueKind::Bool) => true,
         (TypeClass::Pointer, ValueKind::Pointer) => true,
         // An address read as a plain unsigned 64-bit integer.
-        (TypeClass::Pointer, ValueKind::Int { bytes: 8, signed: false }) => true,
+        (
+            TypeClass::Pointer,
+            ValueKind::Int {
+                bytes: 8,
+                signed: false,
+            },
+        ) => true,
         _ => false,
     };
     if ok {
@@ -186,7 +206,9 @@ fn rust_types_for(kernel: &KernelType) -> String {
             ints(bytes, true)
         ),
         TypeClass::Bool => "use `bool`".to_owned(),
-        TypeClass::Pointer => "use a raw pointer (`*const T`, `*mut T`) or `u64`/`usize` for the address".to_owned(),
+        TypeClass::Pointer => {
+            "use a raw pointer (`*const T`, `*mut T`) or `u64`/`usize` for the address".to_owned()
+        }
         TypeClass::Void => "the kernel type is `void`".to_owned(),
         TypeClass::Float => "floating-point values cannot be captured".to_owned(),
         TypeClass::Aggregate => format!(
@@ -214,7 +236,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Up to `n` names closest to `wanted`, nearest first; only plausible ones.
-pub(crate) fn closest_names<'a>(names: impl Iterator<Item = &'a str>, wanted: &str, n: usize) -> Vec<String> {
+pub(crate) fn closest_names<'a>(
+    names: impl Iterator<Item = &'a str>,
+    wanted: &str,
+    n: usize,
+) -> Vec<String> {
     let limit = (wanted.len() / 3).max(2);
     let mut scored: Vec<(usize, &str)> = names
         .filter_map(|name| {
@@ -226,7 +252,11 @@ pub(crate) fn closest_names<'a>(names: impl Iterator<Item = &'a str>, wanted: &s
         })
         .collect();
     scored.sort();
-    scored.into_iter().take(n).map(|(_, s)| s.to_owned()).collect()
+    scored
+        .into_iter()
+        .take(n)
+        .map(|(_, s)| s.to_owned())
+        .collect()
 }
 
 #[cfg(test)]
@@ -280,7 +310,10 @@ mod tests {
         let p = probe!("vfs_raed", Mode::Fexit, [], None);
         let err = plan_probe(&btf(), p).unwrap_err();
         let msg = err.to_string();
-        assert!(matches!(&err, Error::UnknownFunction { suggestions, .. } if suggestions[0] == "vfs_read"), "{msg}");
+        assert!(
+            matches!(&err, Error::UnknownFunction { suggestions, .. } if suggestions[0] == "vfs_read"),
+            "{msg}"
+        );
         assert!(msg.contains("unknown kernel function `vfs_raed`"), "{msg}");
         assert!(msg.contains("did you mean `vfs_read`"), "{msg}");
     }
@@ -307,7 +340,10 @@ mod tests {
         );
         let p = probe!("vfs_read", Mode::Fexit, [], Some(usize::TYPE));
         let msg = plan_probe(&btf(), p).unwrap_err().to_string();
-        assert!(msg.contains("`ret` is `ssize_t` in the kernel but `usize`"), "{msg}");
+        assert!(
+            msg.contains("`ret` is `ssize_t` in the kernel but `usize`"),
+            "{msg}"
+        );
         let p = probe!("vfs_read", Mode::Fexit, ["file": bool], None);
         let msg = plan_probe(&btf(), p).unwrap_err().to_string();
         assert!(msg.contains("use a raw pointer"), "{msg}");
@@ -319,9 +355,15 @@ mod tests {
     #[test]
     fn ret_needs_fexit_and_a_value() {
         let p = probe!("vfs_read", Mode::Fentry, [], Some(isize::TYPE));
-        assert!(plan_probe(&btf(), p).unwrap_err().to_string().contains("use mode = \"fexit\""));
+        assert!(plan_probe(&btf(), p)
+            .unwrap_err()
+            .to_string()
+            .contains("use mode = \"fexit\""));
         let p = probe!("kspan_void_fn", Mode::Fexit, [], Some(isize::TYPE));
-        assert!(plan_probe(&btf(), p).unwrap_err().to_string().contains("returns `void`"));
+        assert!(plan_probe(&btf(), p)
+            .unwrap_err()
+            .to_string()
+            .contains("returns `void`"));
     }
 
     #[test]
@@ -336,7 +378,10 @@ mod tests {
         assert!(matches!(plan_all(&btf(), &[]), Err(Error::NoProbes)));
         let a = probe!("vfs_read", Mode::Fexit, [], None);
         let b = probe!("vfs_read", Mode::Fentry, [], None);
-        assert!(matches!(plan_all(&btf(), &[a, b]), Err(Error::DuplicateProbe { .. })));
+        assert!(matches!(
+            plan_all(&btf(), &[a, b]),
+            Err(Error::DuplicateProbe { .. })
+        ));
     }
 
     #[test]

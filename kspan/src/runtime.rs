@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use kspan_bpf::names;
 use kspan_bpf::types::{kspan_config, kspan_record};
-use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, PrintLevel, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{
+    Link, MapCore, MapFlags, Object, ObjectBuilder, PrintLevel, RingBuffer, RingBufferBuilder,
+};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tokio::io::unix::AsyncFd;
@@ -84,9 +86,14 @@ impl KspanBuilder {
         })?;
         let plans = plan_all(&btf, &self.probes)?;
         drop(btf);
-        caps::check_tracing_caps(caps::effective()).map_err(|have| Error::MissingPrivileges { have })?;
+        caps::check_tracing_caps(caps::effective())
+            .map_err(|have| Error::MissingPrivileges { have })?;
 
-        let target_tgid = if self.all_processes { 0 } else { std::process::id() };
+        let target_tgid = if self.all_processes {
+            0
+        } else {
+            std::process::id()
+        };
         let mut loaded = Loaded::default();
         for (probe_id, plan) in plans.iter().enumerate() {
             loaded.load_and_attach(plan, probe_id as u32, target_tgid)?;
@@ -161,13 +168,19 @@ impl Loaded {
         for mut map in open.maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
             if name.ends_with(names::RODATA_MAP_SUFFIX) {
-                let Some(data) = map.initial_value_mut() else { continue };
+                let Some(data) = map.initial_value_mut() else {
+                    continue;
+                };
                 write_config(data, &config);
             } else if let Some(first) = self.first() {
                 // Every copy shares the first copy's ring buffer, stacks and counters.
                 if let Some(shared) = first.maps().find(|m| m.name().to_string_lossy() == name) {
-                    if matches!(name.as_str(), names::EVENTS_MAP | names::STACKS_MAP | names::COUNTERS_MAP) {
-                        map.reuse_fd(shared.as_fd()).map_err(|e| load_err(e, None))?;
+                    if matches!(
+                        name.as_str(),
+                        names::EVENTS_MAP | names::STACKS_MAP | names::COUNTERS_MAP
+                    ) {
+                        map.reuse_fd(shared.as_fd())
+                            .map_err(|e| load_err(e, None))?;
                     }
                 }
             }
@@ -213,7 +226,11 @@ impl Loaded {
         Ok(())
     }
 
-    fn ring_buffer(&self, queue: Arc<Mutex<VecDeque<kspan_record>>>, stats: Arc<Counters>) -> Result<RingBuffer<'static>> {
+    fn ring_buffer(
+        &self,
+        queue: Arc<Mutex<VecDeque<kspan_record>>>,
+        stats: Arc<Counters>,
+    ) -> Result<RingBuffer<'static>> {
         let first = self.first().expect("at least one probe was loaded");
         let events = first
             .maps()
@@ -223,21 +240,32 @@ impl Loaded {
         builder
             .add(&events, move |bytes: &[u8]| {
                 match parse_record(bytes) {
-                    Ok(rec) => queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(rec),
+                    Ok(rec) => queue
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_back(rec),
                     Err(_) => {
                         stats.decode_errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 0
             })
-            .map_err(|source| Error::Map { map: names::EVENTS_MAP, source })?;
-        builder.build().map_err(|source| Error::Map { map: names::EVENTS_MAP, source })
+            .map_err(|source| Error::Map {
+                map: names::EVENTS_MAP,
+                source,
+            })?;
+        builder.build().map_err(|source| Error::Map {
+            map: names::EVENTS_MAP,
+            source,
+        })
     }
 
     /// Sums the per-CPU kernel counters.
     fn kernel_counters(&self) -> Result<[u64; kspan_bpf::COUNTER_COUNT]> {
         let mut out = [0u64; kspan_bpf::COUNTER_COUNT];
-        let Some(first) = self.first() else { return Ok(out) };
+        let Some(first) = self.first() else {
+            return Ok(out);
+        };
         let map = first
             .maps()
             .find(|m| m.name() == names::COUNTERS_MAP)
@@ -245,11 +273,17 @@ impl Loaded {
         for (i, slot) in out.iter_mut().enumerate() {
             let per_cpu = map
                 .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-                .map_err(|source| Error::Map { map: names::COUNTERS_MAP, source })?
+                .map_err(|source| Error::Map {
+                    map: names::COUNTERS_MAP,
+                    source,
+                })?
                 .unwrap_or_default();
             *slot = per_cpu
                 .iter()
-                .filter_map(|v| v.get(..8).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))))
+                .filter_map(|v| {
+                    v.get(..8)
+                        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+                })
                 .sum();
         }
         Ok(out)
@@ -258,10 +292,14 @@ impl Loaded {
 
 fn write_config(data: &mut [u8], config: &kspan_config) {
     let size = std::mem::size_of::<kspan_config>();
-    assert!(data.len() >= size, "kspan_cfg is the first variable of .rodata");
+    assert!(
+        data.len() >= size,
+        "kspan_cfg is the first variable of .rodata"
+    );
     // SAFETY: kspan_config is plain old data (four u32s); viewing it as bytes
     // is sound, and `size` is its exact size.
-    let bytes = unsafe { std::slice::from_raw_parts((config as *const kspan_config).cast::<u8>(), size) };
+    let bytes =
+        unsafe { std::slice::from_raw_parts((config as *const kspan_config).cast::<u8>(), size) };
     data[..size].copy_from_slice(bytes);
 }
 
@@ -270,7 +308,10 @@ fn write_config(data: &mut [u8], config: &kspan_config) {
 static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
 
 fn capture_libbpf(_level: PrintLevel, msg: String) {
-    LIBBPF_LOG.lock().unwrap_or_else(|p| p.into_inner()).push_str(&msg);
+    LIBBPF_LOG
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push_str(&msg);
 }
 
 fn with_captured_libbpf_log<T>(f: impl FnOnce() -> T) -> (T, String) {
@@ -289,7 +330,9 @@ fn verifier_log(libbpf_log: &str) -> Option<String> {
     let start = libbpf_log.find("-- BEGIN PROG LOAD LOG --")?;
     let end = libbpf_log[start..]
         .find("-- END PROG LOAD LOG --")
-        .map_or(libbpf_log.len(), |e| start + e + "-- END PROG LOAD LOG --".len());
+        .map_or(libbpf_log.len(), |e| {
+            start + e + "-- END PROG LOAD LOG --".len()
+        });
     Some(libbpf_log[start..end].trim().to_owned())
 }
 
@@ -297,7 +340,10 @@ fn verifier_log(libbpf_log: &str) -> Option<String> {
 fn errno_of(err: &libbpf_rs::Error) -> Option<i32> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = source {
-        if let Some(code) = e.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) {
+        if let Some(code) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+        {
             return Some(code);
         }
         source = e.source();
@@ -305,7 +351,9 @@ fn errno_of(err: &libbpf_rs::Error) -> Option<i32> {
     // The message of an io::Error ends in "(os error N)".
     let text = format!("{err:#}");
     let tail = text.rsplit("os error ").next()?;
-    tail.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()
+    tail.trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()
 }
 
 pub(crate) fn errno_name(errno: Option<i32>) -> String {
@@ -348,7 +396,9 @@ pub(crate) fn refusal_reason(errno: Option<i32>, mode: Mode, step: &str) -> Stri
         Some(libc::EACCES) | Some(libc::EINVAL) => {
             format!("the kernel rejected the {mode} program (see the verifier log)")
         }
-        Some(libc::EBUSY) => "the function already has the most trampoline programs allowed".to_owned(),
+        Some(libc::EBUSY) => {
+            "the function already has the most trampoline programs allowed".to_owned()
+        }
         Some(libc::ENOMEM) => "the kernel is out of memory for BPF programs".to_owned(),
         _ => format!("the kernel refused to {step} the {mode} program"),
     }
@@ -412,7 +462,9 @@ pub struct Kspan {
 
 impl std::fmt::Debug for Kspan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Kspan").field("probes", &self.loaded.objects.len()).finish()
+        f.debug_struct("Kspan")
+            .field("probes", &self.loaded.objects.len())
+            .finish()
     }
 }
 
@@ -502,7 +554,10 @@ impl Consumer {
         // before the by-value `self` parameter); it stays open and refers to the
         // same epoll instance for the whole life of the `AsyncFd`.
         let registered = unsafe {
-            AsyncFd::register_with_interest(EpollFd(self.ring.epoll_fd()), tokio::io::Interest::READABLE)
+            AsyncFd::register_with_interest(
+                EpollFd(self.ring.epoll_fd()),
+                tokio::io::Interest::READABLE,
+            )
         };
         let fd = match registered {
             Ok(fd) => fd,
@@ -530,7 +585,12 @@ impl Consumer {
             tracing::error!(error = %e, "kspan ring buffer consume failed");
         }
         loop {
-            let batch: Vec<kspan_record> = self.queue.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+            let batch: Vec<kspan_record> = self
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..)
+                .collect();
             if batch.is_empty() {
                 break;
             }
@@ -577,14 +637,26 @@ mod tests {
         assert_eq!(errno_name(errno_of(&e)), "EPERM");
         assert_eq!(errno_name(Some(524)), "ENOTSUPP");
         assert_eq!(errno_name(Some(4000)), "errno 4000");
-        assert!(refusal_reason(Some(libc::EPERM), Mode::Fexit, "load").contains("fexit is not permitted"));
+        assert!(refusal_reason(Some(libc::EPERM), Mode::Fexit, "load")
+            .contains("fexit is not permitted"));
     }
 
     #[test]
     fn config_goes_first_in_rodata() {
         let mut data = vec![0xffu8; 24];
-        write_config(&mut data, &kspan_config { target_tgid: 7, probe_id: 2, nr_args: 3, mode: 1 });
-        assert_eq!(&data[..16], &[7, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0]);
+        write_config(
+            &mut data,
+            &kspan_config {
+                target_tgid: 7,
+                probe_id: 2,
+                nr_args: 3,
+                mode: 1,
+            },
+        );
+        assert_eq!(
+            &data[..16],
+            &[7, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0]
+        );
         assert_eq!(&data[16..], &[0xff; 8]);
     }
 }

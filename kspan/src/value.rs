@@ -216,7 +216,10 @@ mod tests {
             Value::Pointer(0xff).to_otel(),
             opentelemetry::Value::String("0xff".into())
         );
-        assert_eq!(Value::Bool(true).to_otel(), opentelemetry::Value::Bool(true));
+        assert_eq!(
+            Value::Bool(true).to_otel(),
+            opentelemetry::Value::Bool(true)
+        );
     }
 
     #[test]

@@ -104,7 +104,11 @@ pub fn flatten(req: &ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                 })
         });
         for ss in &rs.scope_spans {
-            let scope = ss.scope.as_ref().map(|s| s.name.clone()).unwrap_or_default();
+            let scope = ss
+                .scope
+                .as_ref()
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
             for span in &ss.spans {
                 out.push(ReceivedSpan {
                     name: span.name.clone(),

@@ -41,7 +41,11 @@ fn missing_privileges_are_named() {
 
 #[test]
 fn bad_arguments_are_named() {
-    let (code, stderr) = run(std::process::Command::new(example("quickstart")).args(["/etc/hostname", "many"]));
+    let (code, stderr) =
+        run(std::process::Command::new(example("quickstart")).args(["/etc/hostname", "many"]));
     assert_eq!(code, 1);
-    assert!(stderr.contains("TIMES: `many` is not a whole number"), "{stderr}");
+    assert!(
+        stderr.contains("TIMES: `many` is not a whole number"),
+        "{stderr}"
+    );
 }

@@ -26,8 +26,15 @@ fn start_err(builder: kspan::KspanBuilder) -> String {
 
 #[tokio::test]
 async fn no_kernel_btf() {
-    let err = start_err(kspan::Kspan::builder(&provider()).probe(&vfs_read).btf_path("/nonexistent/vmlinux"));
-    assert!(err.contains("cannot read the kernel's BTF at /nonexistent/vmlinux"), "{err}");
+    let err = start_err(
+        kspan::Kspan::builder(&provider())
+            .probe(&vfs_read)
+            .btf_path("/nonexistent/vmlinux"),
+    );
+    assert!(
+        err.contains("cannot read the kernel's BTF at /nonexistent/vmlinux"),
+        "{err}"
+    );
     assert!(err.contains("CONFIG_DEBUG_INFO_BTF"), "{err}");
 }
 
@@ -36,7 +43,10 @@ async fn unknown_function_suggests_the_real_one() {
     let err = start_err(kspan::Kspan::builder(&provider()).probe(&typo));
     assert!(err.contains("unknown kernel function `vfs_raed`"), "{err}");
     assert!(err.contains("did you mean `vfs_read`"), "{err}");
-    assert!(err.contains("host_runtime.rs:"), "points at the annotation: {err}");
+    assert!(
+        err.contains("host_runtime.rs:"),
+        "points at the annotation: {err}"
+    );
 }
 
 #[tokio::test]
@@ -49,14 +59,21 @@ async fn unknown_parameter_lists_the_real_ones() {
 #[tokio::test]
 async fn incompatible_type_names_both() {
     let err = start_err(kspan::Kspan::builder(&provider()).probe(&wrong_type));
-    assert!(err.contains("`count` is `size_t` in the kernel but `i32` (signed 32-bit)"), "{err}");
+    assert!(
+        err.contains("`count` is `size_t` in the kernel but `i32` (signed 32-bit)"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn no_probes_and_duplicates() {
     let err = start_err(kspan::Kspan::builder(&provider()));
     assert!(err.contains("no probes"), "{err}");
-    let err = start_err(kspan::Kspan::builder(&provider()).probe(&vfs_read).probe(&wrong_type));
+    let err = start_err(
+        kspan::Kspan::builder(&provider())
+            .probe(&vfs_read)
+            .probe(&wrong_type),
+    );
     assert!(err.contains("two probes trace `vfs_read`"), "{err}");
 }
 
@@ -68,13 +85,25 @@ fn outside_tokio_is_an_error() {
 
 #[tokio::test]
 async fn host_kernel_refuses_fexit_with_eperm() {
-    let err = kspan::Kspan::builder(&provider()).probe(&vfs_read).start().unwrap_err();
+    let err = kspan::Kspan::builder(&provider())
+        .probe(&vfs_read)
+        .start()
+        .unwrap_err();
     match &err {
-        kspan::Error::LoadFailed { function, mode, errno, verifier_log, .. } => {
+        kspan::Error::LoadFailed {
+            function,
+            mode,
+            errno,
+            verifier_log,
+            ..
+        } => {
             assert_eq!(function, "vfs_read");
             assert_eq!(*mode, kspan::Mode::Fexit);
             assert_eq!(*errno, Some(libc_eperm()));
-            assert!(verifier_log.is_none(), "EPERM comes before the verifier: {err}");
+            assert!(
+                verifier_log.is_none(),
+                "EPERM comes before the verifier: {err}"
+            );
         }
         other => panic!("expected LoadFailed, got {other}"),
     }

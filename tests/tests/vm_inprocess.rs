@@ -26,13 +26,22 @@ fn read_file_in_chunks(buf: usize) -> usize {
     }
 }
 
-fn this_thread_spans(exporter: &InMemorySpanExporter, tid: i64, count: i64) -> Vec<opentelemetry_sdk::trace::SpanData> {
+fn this_thread_spans(
+    exporter: &InMemorySpanExporter,
+    tid: i64,
+    count: i64,
+) -> Vec<opentelemetry_sdk::trace::SpanData> {
     exporter
         .get_finished_spans()
         .unwrap()
         .into_iter()
         .filter(|s| {
-            let attr = |k: &str| s.attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.clone());
+            let attr = |k: &str| {
+                s.attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == k)
+                    .map(|kv| kv.value.clone())
+            };
             attr("thread.id") == Some(tid.into()) && attr("kernel.arg.count") == Some(count.into())
         })
         .collect()
@@ -49,8 +58,13 @@ fn gettid() -> i64 {
 #[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
 async fn fentry_mode_gives_instants_with_arguments() {
     let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-    let kspan = kspan::Kspan::builder(&provider).probe(&vfs_read_entry).start().unwrap();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&vfs_read_entry)
+        .start()
+        .unwrap();
     let calls = read_file_in_chunks(1000);
     let stats = kspan.shutdown().await.unwrap();
     let spans = this_thread_spans(&exporter, gettid(), 1000);
@@ -59,8 +73,15 @@ async fn fentry_mode_gives_instants_with_arguments() {
         assert_eq!(s.start_time, s.end_time, "an instant");
         let has = |k: &str| s.attributes.iter().any(|kv| kv.key.as_str() == k);
         assert!(!has("kernel.return_value"), "fentry sees no return value");
-        let file = s.attributes.iter().find(|kv| kv.key.as_str() == "kernel.arg.file").unwrap();
-        assert!(file.value.as_str().starts_with("0xffff"), "a kernel address: {file:?}");
+        let file = s
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == "kernel.arg.file")
+            .unwrap();
+        assert!(
+            file.value.as_str().starts_with("0xffff"),
+            "a kernel address: {file:?}"
+        );
     }
     assert_eq!(stats.lost(), 0, "{stats:?}");
     assert_eq!(stats.records_emitted, stats.spans_exported, "{stats:?}");
@@ -70,20 +91,39 @@ async fn fentry_mode_gives_instants_with_arguments() {
 #[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
 async fn dropping_the_handle_detaches() {
     let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-    let kspan = kspan::Kspan::builder(&provider).probe(&vfs_read_exit).start().unwrap();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&vfs_read_exit)
+        .start()
+        .unwrap();
     read_file_in_chunks(700);
     // Let the consumer catch up, then drop without shutdown.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     drop(kspan);
     let before = this_thread_spans(&exporter, gettid(), 700).len();
-    assert_eq!(before, 6, "3000 bytes in 700-byte reads: 5 reads and the final 0");
+    assert_eq!(
+        before, 6,
+        "3000 bytes in 700-byte reads: 5 reads and the final 0"
+    );
     read_file_in_chunks(700);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(this_thread_spans(&exporter, gettid(), 700).len(), before, "no spans after drop");
+    assert_eq!(
+        this_thread_spans(&exporter, gettid(), 700).len(),
+        before,
+        "no spans after drop"
+    );
     // The programs are gone: attaching again works and sees new calls only.
-    let kspan = kspan::Kspan::builder(&provider).probe(&vfs_read_exit).start().unwrap();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&vfs_read_exit)
+        .start()
+        .unwrap();
     read_file_in_chunks(700);
     let stats = kspan.shutdown().await.unwrap();
-    assert_eq!(this_thread_spans(&exporter, gettid(), 700).len(), before + 6, "{stats:?}");
+    assert_eq!(
+        this_thread_spans(&exporter, gettid(), 700).len(),
+        before + 6,
+        "{stats:?}"
+    );
 }

@@ -39,7 +39,12 @@ async fn run_example(name: &str, service: &str) -> (Run, ReceivedSpan) {
     let path = test_file(name);
     let run = run_with_receiver(
         &example(name),
-        &[path.to_str().unwrap(), &TIMES.to_string(), "--buf", &BUF.to_string()],
+        &[
+            path.to_str().unwrap(),
+            &TIMES.to_string(),
+            "--buf",
+            &BUF.to_string(),
+        ],
         service,
     )
     .await;
@@ -85,7 +90,11 @@ fn assert_ids_valid_and_unique(spans: &[ReceivedSpan]) {
 fn assert_only_this_process(run: &Run) {
     let pid = i64::from(run.pid);
     for s in run.spans.iter().filter(|s| s.scope == "kspan") {
-        assert_eq!(s.int("process.pid"), Some(pid), "a span from another process: {s:?}");
+        assert_eq!(
+            s.int("process.pid"),
+            Some(pid),
+            "a span from another process: {s:?}"
+        );
     }
 }
 
@@ -96,10 +105,17 @@ async fn quickstart_vfs_read_spans_match_the_reads() {
     let reads = kernel_spans(&run, &app, "vfs_read");
 
     let expected: Vec<i64> = (0..TIMES).flat_map(|_| expected_rets()).collect();
-    let rets: Vec<i64> = reads.iter().map(|s| s.int("kernel.return_value").unwrap()).collect();
+    let rets: Vec<i64> = reads
+        .iter()
+        .map(|s| s.int("kernel.return_value").unwrap())
+        .collect();
     assert_eq!(rets, expected, "every read's return value, in order");
     assert!(
-        run.stdout().contains(&format!("{} read calls, {} bytes", expected.len(), FILE_SIZE * TIMES)),
+        run.stdout().contains(&format!(
+            "{} read calls, {} bytes",
+            expected.len(),
+            FILE_SIZE * TIMES
+        )),
         "the example made the reads the test expects: {}",
         run.stdout()
     );
@@ -126,15 +142,27 @@ async fn nested_ksys_read_contains_vfs_read() {
     assert_eq!(outer.len(), expected.len(), "one ksys_read span per read");
     assert_eq!(inner.len(), expected.len(), "one vfs_read span per read");
     for ((o, i), want) in outer.iter().zip(&inner).zip(&expected) {
-        assert_eq!(i.parent_span_id, o.span_id, "vfs_read is the child of its ksys_read");
+        assert_eq!(
+            i.parent_span_id, o.span_id,
+            "vfs_read is the child of its ksys_read"
+        );
         assert_eq!(i.trace_id, o.trace_id);
-        assert!(o.parent_span_id.is_empty(), "ksys_read is a root kernel span: {o:?}");
-        assert!(o.start_ns <= i.start_ns && i.end_ns <= o.end_ns, "inner inside outer: {o:?} {i:?}");
+        assert!(
+            o.parent_span_id.is_empty(),
+            "ksys_read is a root kernel span: {o:?}"
+        );
+        assert!(
+            o.start_ns <= i.start_ns && i.end_ns <= o.end_ns,
+            "inner inside outer: {o:?} {i:?}"
+        );
         assert!(o.start_ns < o.end_ns && i.start_ns < i.end_ns);
         assert_eq!(o.int("kernel.return_value"), Some(*want));
         assert_eq!(i.int("kernel.return_value"), Some(*want));
         assert_eq!(o.int("kernel.arg.count"), Some(BUF as i64));
-        assert!(o.int("kernel.arg.fd").unwrap() >= 3, "a file descriptor: {o:?}");
+        assert!(
+            o.int("kernel.arg.fd").unwrap() >= 3,
+            "a file descriptor: {o:?}"
+        );
         assert_eq!(o.int("kernel.span.depth"), Some(0));
         assert_eq!(i.int("kernel.span.depth"), Some(1));
     }

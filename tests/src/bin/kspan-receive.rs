@@ -18,7 +18,11 @@ fn show(span: &ReceivedSpan, depth: usize, t0: u64) -> String {
     let mut attrs: Vec<String> = span
         .attributes
         .iter()
-        .filter(|(k, _)| k.starts_with("kernel.arg") || k.as_str() == "kernel.return_value" || k.as_str() == "thread.id")
+        .filter(|(k, _)| {
+            k.starts_with("kernel.arg")
+                || k.as_str() == "kernel.return_value"
+                || k.as_str() == "thread.id"
+        })
         .map(|(k, v)| {
             let v = match v {
                 AttrValue::Str(s) => s.clone(),
@@ -45,19 +49,31 @@ fn show(span: &ReceivedSpan, depth: usize, t0: u64) -> String {
 
 fn print_tree(spans: &[ReceivedSpan]) {
     let t0 = spans.iter().map(|s| s.start_ns).min().unwrap_or(0);
-    let ids: std::collections::HashSet<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
+    let ids: std::collections::HashSet<&[u8]> =
+        spans.iter().map(|s| s.span_id.as_slice()).collect();
     let mut children: HashMap<&[u8], Vec<&ReceivedSpan>> = HashMap::new();
     let mut roots = Vec::new();
     for s in spans {
         if s.parent_span_id.is_empty() || !ids.contains(s.parent_span_id.as_slice()) {
             roots.push(s);
         } else {
-            children.entry(s.parent_span_id.as_slice()).or_default().push(s);
+            children
+                .entry(s.parent_span_id.as_slice())
+                .or_default()
+                .push(s);
         }
     }
-    fn walk(s: &ReceivedSpan, depth: usize, t0: u64, children: &HashMap<&[u8], Vec<&ReceivedSpan>>) {
+    fn walk(
+        s: &ReceivedSpan,
+        depth: usize,
+        t0: u64,
+        children: &HashMap<&[u8], Vec<&ReceivedSpan>>,
+    ) {
         println!("{}", show(s, depth, t0));
-        let mut kids = children.get(s.span_id.as_slice()).cloned().unwrap_or_default();
+        let mut kids = children
+            .get(s.span_id.as_slice())
+            .cloned()
+            .unwrap_or_default();
         kids.sort_by_key(|k| k.start_ns);
         for k in kids {
             walk(k, depth + 1, t0, children);
@@ -65,7 +81,11 @@ fn print_tree(spans: &[ReceivedSpan]) {
     }
     roots.sort_by_key(|s| s.start_ns);
     for r in roots {
-        println!("trace {} ({})", hex(&r.trace_id), r.service_name.as_deref().unwrap_or("?"));
+        println!(
+            "trace {} ({})",
+            hex(&r.trace_id),
+            r.service_name.as_deref().unwrap_or("?")
+        );
         walk(r, 1, t0, &children);
     }
 }
