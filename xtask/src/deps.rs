@@ -1,0 +1,79 @@
+//! `cargo xtask deps`: the system packages the build and the VM need.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+use crate::util::{is_root, run, which};
+
+/// Debian packages needed on the host: the BPF toolchain (clang, llvm,
+/// libelf, zlib, pkg-config), the VM (QEMU, busybox-static, cpio, kmod for
+/// `modinfo`, xz and zstd for compressed modules and kernel images) and
+/// bpftrace (a benchmark baseline).
+pub const PACKAGES: &[&str] = &[
+    "clang",
+    "llvm",
+    "libelf-dev",
+    "zlib1g-dev",
+    "pkg-config",
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "kmod",
+    "xz-utils",
+    "zstd",
+    "bpftrace",
+];
+
+fn installed(pkg: &str) -> Result<bool> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .context("cannot run dpkg-query (this needs a Debian-based system)")?;
+    Ok(out.status.success()
+        && String::from_utf8_lossy(&out.stdout).trim() == "install ok installed")
+}
+
+/// Installs the missing [`PACKAGES`], or fails with the command to run.
+pub fn ensure() -> Result<()> {
+    let mut missing = Vec::new();
+    for pkg in PACKAGES {
+        if !installed(pkg)? {
+            missing.push(*pkg);
+        }
+    }
+    if missing.is_empty() {
+        eprintln!("deps: all {} packages present", PACKAGES.len());
+        return Ok(());
+    }
+    let list = missing.join(" ");
+    if !is_root() || which("apt-get").is_none() {
+        bail!(
+            "missing packages: {list}\ninstall them with:\n  sudo apt-get update && \
+             sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {list}"
+        );
+    }
+    eprintln!("deps: installing {list}");
+    run(Command::new("apt-get")
+        .arg("update")
+        .stdout(std::io::stderr()))?;
+    run(Command::new("apt-get")
+        .stdout(std::io::stderr())
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "--no-install-recommends"])
+        .args(&missing))?;
+    let still: Vec<&str> = missing
+        .into_iter()
+        .filter(|p| !installed(p).unwrap_or(false))
+        .collect();
+    if !still.is_empty() {
+        bail!(
+            "packages still missing after apt-get install: {}",
+            still.join(" ")
+        );
+    }
+    eprintln!("deps: ok");
+    Ok(())
+}

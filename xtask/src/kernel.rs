@@ -1,0 +1,617 @@
+//! Guest kernels: fetching stock Debian kernel packages once, and the modules
+//! the guest needs, in dependency order.
+//!
+//! A Debian kernel is cached unpacked (`dpkg -x`) under
+//! `<target>/kspan-vm/kernels/<name>/root/`. The package is the one that the
+//! suite's `linux-image-amd64` depends on. For the machine's own suite the
+//! machine's apt state is used; for another suite (e.g. trixie on a bookworm
+//! machine) a private apt state in a temporary directory is used, pointing at
+//! the same Debian mirror host as the machine's own sources, so no file of the
+//! machine's apt configuration or state is touched.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::util::{is_root, output, run, which};
+
+/// Which kernel to boot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelSpec {
+    /// The current kernel of a Debian suite.
+    Debian {
+        /// Short name, also the cache directory name (`debian12`).
+        label: &'static str,
+        /// Suite code name (`bookworm`).
+        suite: &'static str,
+    },
+    /// A vmlinuz file, or a directory holding an unpacked kernel package.
+    Path(PathBuf),
+}
+
+impl KernelSpec {
+    /// Parses `debian12`, `debian13` (or their code names), or a path.
+    pub fn parse(s: &str) -> Result<KernelSpec> {
+        Ok(match s {
+            "debian12" | "bookworm" => KernelSpec::Debian {
+                label: "debian12",
+                suite: "bookworm",
+            },
+            "debian13" | "trixie" => KernelSpec::Debian {
+                label: "debian13",
+                suite: "trixie",
+            },
+            _ if s.contains('/') || Path::new(s).exists() => {
+                KernelSpec::Path(fs::canonicalize(s).with_context(|| format!("kernel path {s}"))?)
+            }
+            _ => bail!("unknown kernel `{s}`: use debian12, debian13 or a path to a vmlinuz"),
+        })
+    }
+
+    /// A short name for messages.
+    pub fn name(&self) -> String {
+        match self {
+            KernelSpec::Debian { label, .. } => (*label).to_string(),
+            KernelSpec::Path(p) => p.display().to_string(),
+        }
+    }
+}
+
+/// A kernel ready to boot.
+#[derive(Debug)]
+pub struct Kernel {
+    /// The image to boot: a bzImage, or an uncompressed ELF `vmlinux`.
+    pub vmlinuz: PathBuf,
+    /// The kernel release (`6.1.0-56-amd64`), when known.
+    pub release: String,
+    /// `lib/modules/<release>` of this kernel, when there is one.
+    pub modules: Option<PathBuf>,
+}
+
+/// Resolves `spec` to a kernel, fetching a Debian package into `cache` once.
+pub fn prepare(spec: &KernelSpec, cache: &Path) -> Result<Kernel> {
+    match spec {
+        KernelSpec::Debian { label, suite } => {
+            let root = fetch_debian(label, suite, &cache.join("kernels"))?;
+            let mut kernel = from_package_root(&root)?;
+            if let Some(fast) = uncompressed_image(&root, &kernel) {
+                kernel.vmlinuz = fast;
+            }
+            Ok(kernel)
+        }
+        KernelSpec::Path(p) if p.is_dir() => from_package_root(p),
+        KernelSpec::Path(p) => {
+            let file = p.file_name().unwrap_or_default().to_string_lossy();
+            let release = file.strip_prefix("vmlinuz-").unwrap_or("").to_string();
+            let mut modules = None;
+            if !release.is_empty() {
+                let parent = p.parent().unwrap_or(Path::new("/"));
+                let pkg_root = parent.parent().unwrap_or(Path::new("/"));
+                modules = [pkg_root, Path::new("/")]
+                    .iter()
+                    .flat_map(|r| [r.join("lib/modules"), r.join("usr/lib/modules")])
+                    .map(|d| d.join(&release))
+                    .find(|d| d.is_dir());
+            }
+            Ok(Kernel {
+                vmlinuz: p.clone(),
+                release,
+                modules,
+            })
+        }
+    }
+}
+
+/// A kernel from an unpacked package: `boot/vmlinuz-<rel>` and
+/// `lib/modules/<rel>` or `usr/lib/modules/<rel>`.
+fn from_package_root(root: &Path) -> Result<Kernel> {
+    let boot = root.join("boot");
+    let mut images: Vec<PathBuf> = fs::read_dir(&boot)
+        .with_context(|| format!("reading {}", boot.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .collect();
+    images.sort();
+    let Some(vmlinuz) = images.pop() else {
+        bail!("no boot/vmlinuz-* in {}", root.display());
+    };
+    let release = vmlinuz
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .trim_start_matches("vmlinuz-")
+        .to_string();
+    let modules = ["lib/modules", "usr/lib/modules"]
+        .iter()
+        .map(|d| root.join(d).join(&release))
+        .find(|d| d.is_dir());
+    Ok(Kernel {
+        vmlinuz,
+        release,
+        modules,
+    })
+}
+
+/// The kernel image uncompressed (an ELF `vmlinux`), cached next to `root`,
+/// when the kernel can boot it directly (`CONFIG_PVH=y`, QEMU's PVH entry).
+///
+/// Under software emulation, decompressing a bzImage takes about 2 s of every
+/// boot (xz); booting the ELF skips that. `None` when not possible: the
+/// bzImage is then used as is.
+fn uncompressed_image(root: &Path, kernel: &Kernel) -> Option<PathBuf> {
+    let out = root.parent()?.join(format!("vmlinux-{}", kernel.release));
+    if out.is_file() {
+        return Some(out);
+    }
+    let config =
+        fs::read_to_string(root.join("boot").join(format!("config-{}", kernel.release))).ok()?;
+    if !config.lines().any(|l| l == "CONFIG_PVH=y") {
+        return None;
+    }
+    let (magic, tool): (&[u8], &str) = if config.contains("CONFIG_KERNEL_XZ=y") {
+        (b"\xfd7zXZ\x00", "xz")
+    } else if config.contains("CONFIG_KERNEL_ZSTD=y") {
+        (b"\x28\xb5\x2f\xfd", "zstd")
+    } else if config.contains("CONFIG_KERNEL_GZIP=y") {
+        (b"\x1f\x8b\x08", "gzip")
+    } else {
+        return None;
+    };
+    which(tool)?;
+    let image = fs::read(&kernel.vmlinuz).ok()?;
+    let at = image.windows(magic.len()).position(|w| w == magic)?;
+    let payload = out.with_extension("payload");
+    fs::write(&payload, &image[at..]).ok()?;
+    // Trailing data after the compressed stream makes some tools complain;
+    // the result is checked instead of the exit status.
+    let mut cmd = Command::new(tool);
+    if tool == "xz" {
+        cmd.arg("--single-stream");
+    }
+    let result = cmd
+        .arg("-dc")
+        .arg(&payload)
+        .stderr(std::process::Stdio::null())
+        .output();
+    let _ = fs::remove_file(&payload);
+    let elf = result.ok()?.stdout;
+    if !elf.starts_with(b"\x7fELF") || elf.len() < 1 << 20 {
+        return None;
+    }
+    let tmp = out.with_extension(format!("tmp-{}", std::process::id()));
+    fs::write(&tmp, elf).ok()?;
+    fs::rename(&tmp, &out).ok()?;
+    Some(out)
+}
+
+/// Downloads and unpacks the kernel of `suite` once; returns the unpacked root.
+fn fetch_debian(label: &str, suite: &str, kernels: &Path) -> Result<PathBuf> {
+    let dir = kernels.join(label);
+    if dir.join("ready").is_file() {
+        return Ok(dir.join("root"));
+    }
+    fs::create_dir_all(kernels).with_context(|| format!("creating {}", kernels.display()))?;
+    let tmp = kernels.join(format!(".{label}.tmp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    let fetched = fetch_into(suite, &tmp);
+    if let Err(err) = fetched {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(err.context(format!("fetching the {label} ({suite}) kernel")));
+    }
+    if fs::rename(&tmp, &dir).is_err() {
+        // Another run finished first, or a stale incomplete directory is there.
+        if dir.join("ready").is_file() {
+            let _ = fs::remove_dir_all(&tmp);
+        } else {
+            fs::remove_dir_all(&dir)
+                .with_context(|| format!("removing stale {}", dir.display()))?;
+            fs::rename(&tmp, &dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+    }
+    Ok(dir.join("root"))
+}
+
+fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
+    let host_suite = os_release_codename();
+    let apt_opts = if host_suite.as_deref() == Some(suite) {
+        Vec::new()
+    } else {
+        private_apt(suite, &tmp.join("apt"))?
+    };
+    let mut pkg = kernel_package(&apt_opts)?;
+    if pkg.is_none() && apt_opts.is_empty() && is_root() {
+        // A fresh machine may have no package lists yet.
+        run(Command::new("apt-get")
+            .arg("update")
+            .stdout(std::io::stderr()))?;
+        pkg = kernel_package(&apt_opts)?;
+    }
+    let pkg = pkg.ok_or_else(|| {
+        anyhow!("`apt-cache depends linux-image-amd64` names no linux-image-* package (run apt-get update?)")
+    })?;
+    eprintln!("kspan-vm: fetching {pkg} ({suite})");
+    let dl = tmp.join("dl");
+    fs::create_dir_all(&dl)?;
+    let mut get = Command::new("apt-get");
+    get.current_dir(&dl).args(&apt_opts);
+    if is_root() {
+        // Downloads into a root-owned temporary directory: skip the `_apt` sandbox.
+        get.args(["-o", "APT::Sandbox::User=root"]);
+    }
+    // apt's progress goes to stderr: our stdout is the guest command's.
+    run(get.args(["-q", "download", &pkg]).stdout(std::io::stderr()))?;
+    let deb = fs::read_dir(&dl)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .ok_or_else(|| anyhow!("apt-get download left no .deb"))?;
+    run(Command::new("dpkg")
+        .arg("-x")
+        .arg(&deb)
+        .arg(tmp.join("root")))?;
+    let _ = fs::remove_dir_all(&dl);
+    let _ = fs::remove_dir_all(tmp.join("apt"));
+    fs::write(tmp.join("package"), format!("{pkg}\n"))?;
+    fs::write(tmp.join("ready"), "")?;
+    Ok(())
+}
+
+/// The `linux-image-*` package that `linux-image-amd64` depends on.
+fn kernel_package(apt_opts: &[String]) -> Result<Option<String>> {
+    let out = Command::new("apt-cache")
+        .args(apt_opts)
+        .args(["depends", "linux-image-amd64"])
+        .output()
+        .context("cannot run apt-cache")?;
+    Ok(parse_depends(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn parse_depends(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends:"))
+        .map(|p| p.trim().trim_start_matches('<').trim_end_matches('>'))
+        .find(|p| p.starts_with("linux-image-") && p != &"linux-image-amd64")
+        .map(str::to_string)
+}
+
+fn os_release_codename() -> Option<String> {
+    let text = fs::read_to_string("/etc/os-release").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_string())
+}
+
+/// Sets up a private apt state for `suite` under `dir` and runs `apt-get
+/// update` with it; returns the `-o` options that select it.
+fn private_apt(suite: &str, dir: &Path) -> Result<Vec<String>> {
+    let mirror = debian_mirror()?;
+    for sub in ["lists/partial", "cache/archives/partial"] {
+        fs::create_dir_all(dir.join(sub))?;
+    }
+    let keyring = Path::new("/usr/share/keyrings/debian-archive-keyring.gpg");
+    let signed = if keyring.is_file() {
+        format!(" signed-by={}", keyring.display())
+    } else {
+        String::new()
+    };
+    let list = dir.join("sources.list");
+    fs::write(
+        &list,
+        format!("deb [arch=amd64{signed}] {mirror} {suite} main\n"),
+    )?;
+    let opts: Vec<String> = [
+        format!("Dir::Etc::sourcelist={}", list.display()),
+        "Dir::Etc::sourceparts=-".to_string(),
+        format!("Dir::State::Lists={}", dir.join("lists").display()),
+        format!("Dir::Cache={}", dir.join("cache").display()),
+        "APT::Architectures=amd64".to_string(),
+        "Acquire::Languages=none".to_string(),
+    ]
+    .into_iter()
+    .flat_map(|o| ["-o".to_string(), o])
+    .collect();
+    let mut update = Command::new("apt-get");
+    update.args(&opts);
+    if is_root() {
+        update.args(["-o", "APT::Sandbox::User=root"]);
+    }
+    run(update.args(["-q", "update"]).stdout(std::io::stderr()))?;
+    Ok(opts)
+}
+
+/// The Debian mirror the machine's own apt sources use.
+fn debian_mirror() -> Result<String> {
+    let mut texts = Vec::new();
+    let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(dir) = fs::read_dir("/etc/apt/sources.list.d") {
+        let mut more: Vec<PathBuf> = dir
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "list" || e == "sources"))
+            .collect();
+        more.sort();
+        files.extend(more);
+    }
+    for f in files {
+        if let Ok(t) = fs::read_to_string(&f) {
+            texts.push(t);
+        }
+    }
+    mirror_from_sources(&texts).ok_or_else(|| {
+        anyhow!("no Debian mirror (a URI ending in /debian) in the machine's apt sources")
+    })
+}
+
+fn mirror_from_sources(texts: &[String]) -> Option<String> {
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .flat_map(|l| {
+            let uris: Vec<&str> = if let Some(u) = l.strip_prefix("URIs:") {
+                u.split_whitespace().collect()
+            } else if let Some(rest) = l.strip_prefix("deb ") {
+                let rest = rest.trim_start();
+                let rest = match rest.strip_prefix('[') {
+                    Some(r) => r.split_once(']').map_or("", |(_, after)| after),
+                    None => rest,
+                };
+                rest.split_whitespace().take(1).collect()
+            } else {
+                Vec::new()
+            };
+            uris
+        })
+        .map(|u| u.trim_end_matches('/'))
+        .find(|u| u.starts_with("http") && u.ends_with("/debian"))
+        .map(str::to_string)
+}
+
+/// Orders `roots` and their dependencies so that each module comes after the
+/// modules it depends on. `deps_of` returns `None` for a module that needs no
+/// loading (built into the kernel), else its dependencies.
+pub fn order_modules(
+    roots: &[&str],
+    deps_of: &mut dyn FnMut(&str) -> Result<Option<Vec<String>>>,
+) -> Result<Vec<String>> {
+    fn visit(
+        name: &str,
+        deps_of: &mut dyn FnMut(&str) -> Result<Option<Vec<String>>>,
+        done: &mut HashSet<String>,
+        stack: &mut Vec<String>,
+        order: &mut Vec<String>,
+    ) -> Result<()> {
+        if done.contains(name) {
+            return Ok(());
+        }
+        if stack.iter().any(|s| s == name) {
+            bail!("module dependency cycle: {} -> {name}", stack.join(" -> "));
+        }
+        stack.push(name.to_string());
+        if let Some(deps) = deps_of(name)? {
+            for dep in deps {
+                visit(&dep, deps_of, done, stack, order)?;
+            }
+            order.push(name.to_string());
+        }
+        stack.pop();
+        done.insert(name.to_string());
+        Ok(())
+    }
+    let (mut done, mut stack, mut order) = (HashSet::new(), Vec::new(), Vec::new());
+    for root in roots {
+        visit(&normalize(root), deps_of, &mut done, &mut stack, &mut order)?;
+    }
+    Ok(order)
+}
+
+/// Module names use `_` where file names may use `-`.
+fn normalize(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+fn module_name(file: &str) -> Option<String> {
+    [".ko", ".ko.xz", ".ko.zst", ".ko.gz"]
+        .iter()
+        .find_map(|ext| file.strip_suffix(ext))
+        .map(normalize)
+}
+
+/// Copies `roots` and their dependencies (decompressed) into `dest`; returns
+/// the staged `.ko` files in load order. Built-in modules are skipped.
+pub fn stage_modules(kernel: &Kernel, roots: &[&str], dest: &Path) -> Result<Vec<PathBuf>> {
+    let Some(mods) = &kernel.modules else {
+        eprintln!(
+            "kspan-vm: warning: no modules directory for {}; assuming {} are built in",
+            kernel.vmlinuz.display(),
+            roots.join(", ")
+        );
+        return Ok(Vec::new());
+    };
+    let mut index = HashMap::new();
+    let mut pending = vec![mods.join("kernel")];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                pending.push(path);
+            } else if let Some(name) = module_name(&e.file_name().to_string_lossy()) {
+                index.insert(name, path);
+            }
+        }
+    }
+    let builtin: HashSet<String> = fs::read_to_string(mods.join("modules.builtin"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| module_name(l.rsplit('/').next().unwrap_or(l)))
+        .collect();
+    let modinfo = which("modinfo")
+        .or_else(|| {
+            ["/usr/sbin/modinfo", "/sbin/modinfo"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_file())
+        })
+        .ok_or_else(|| anyhow!("modinfo not found (package kmod)"))?;
+    fs::create_dir_all(dest)?;
+    let mut staged = HashMap::new();
+    let mut deps_of = |name: &str| -> Result<Option<Vec<String>>> {
+        let Some(src) = index.get(name) else {
+            if builtin.contains(name) {
+                return Ok(None);
+            }
+            bail!(
+                "module {name} is neither in {} nor built in",
+                mods.display()
+            );
+        };
+        let file = dest.join(format!("{name}.ko"));
+        decompress(src, &file)?;
+        let deps = output(Command::new(&modinfo).args(["-F", "depends"]).arg(&file))?;
+        staged.insert(name.to_string(), file);
+        Ok(Some(
+            deps.trim()
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .map(normalize)
+                .collect(),
+        ))
+    };
+    let order = order_modules(roots, &mut deps_of)?;
+    Ok(order.iter().filter_map(|n| staged.remove(n)).collect())
+}
+
+fn decompress(src: &Path, dest: &Path) -> Result<()> {
+    let name = src.to_string_lossy();
+    let tool = if name.ends_with(".xz") {
+        "xz"
+    } else if name.ends_with(".zst") {
+        "zstd"
+    } else if name.ends_with(".gz") {
+        "gzip"
+    } else {
+        fs::copy(src, dest).with_context(|| format!("copying {name}"))?;
+        return Ok(());
+    };
+    let out = Command::new(tool)
+        .arg("-dc")
+        .arg(src)
+        .output()
+        .with_context(|| format!("cannot run {tool} to decompress {name}"))?;
+    if !out.status.success() {
+        bail!(
+            "{tool} -dc {name} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    fs::write(dest, out.stdout)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(edges: &[(&str, &[&str])]) -> HashMap<String, Vec<String>> {
+        edges
+            .iter()
+            .map(|(n, d)| (n.to_string(), d.iter().map(|s| s.to_string()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn orders_debian12_modules() {
+        // `modinfo -F depends` of Debian 12's 6.1 kernel.
+        let g = graph(&[
+            ("virtio_ring", &[]),
+            ("virtio", &["virtio_ring"]),
+            ("virtio_pci_legacy_dev", &[]),
+            ("virtio_pci_modern_dev", &[]),
+            (
+                "virtio_pci",
+                &[
+                    "virtio_ring",
+                    "virtio_pci_modern_dev",
+                    "virtio_pci_legacy_dev",
+                    "virtio",
+                ],
+            ),
+            ("netfs", &[]),
+            ("fscache", &["netfs"]),
+            ("9pnet", &[]),
+            ("9pnet_virtio", &["virtio", "9pnet", "virtio_ring"]),
+            ("9p", &["9pnet", "fscache", "netfs"]),
+        ]);
+        let mut f = |n: &str| Ok(Some(g[n].clone()));
+        let order = order_modules(&["virtio_pci", "9pnet_virtio", "9p"], &mut f).unwrap();
+        assert_eq!(order.len(), 10);
+        let pos = |n: &str| order.iter().position(|m| m == n).unwrap();
+        for (m, deps) in &g {
+            for d in deps {
+                assert!(pos(d) < pos(m), "{d} must load before {m}: {order:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn skips_builtin_modules() {
+        // Debian 13: virtio, virtio_ring, virtio_pci and fscache are built in.
+        let g = graph(&[
+            ("netfs", &[]),
+            ("9pnet", &["netfs"]),
+            ("9pnet_virtio", &["9pnet"]),
+            ("9p", &["9pnet", "netfs"]),
+        ]);
+        let mut f = |n: &str| Ok(g.get(n).cloned());
+        let order = order_modules(&["virtio_pci", "9pnet_virtio", "9p"], &mut f).unwrap();
+        assert_eq!(order, ["netfs", "9pnet", "9pnet_virtio", "9p"]);
+    }
+
+    #[test]
+    fn detects_cycles() {
+        let g = graph(&[("a", &["b"]), ("b", &["a"])]);
+        let mut f = |n: &str| Ok(Some(g[n].clone()));
+        assert!(order_modules(&["a"], &mut f).is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            module_name("9pnet_virtio.ko.xz").as_deref(),
+            Some("9pnet_virtio")
+        );
+        assert_eq!(module_name("virtio-foo.ko").as_deref(), Some("virtio_foo"));
+        assert_eq!(module_name("modules.order"), None);
+        assert_eq!(
+            parse_depends("linux-image-amd64\n  Depends: linux-image-6.1.0-56-amd64\n"),
+            Some("linux-image-6.1.0-56-amd64".into())
+        );
+    }
+
+    #[test]
+    fn mirror() {
+        let deb822 = "Types: deb\n# http://snapshot.debian.org/archive/debian/x\n\
+                      URIs: http://deb.debian.org/debian\nSuites: bookworm\n\n\
+                      URIs: http://deb.debian.org/debian-security\n";
+        assert_eq!(
+            mirror_from_sources(&[deb822.into()]).as_deref(),
+            Some("http://deb.debian.org/debian")
+        );
+        let one_line = "deb https://packages.cloud.google.com/apt cloud main\n\
+                        deb [arch=amd64 signed-by=/k.gpg] http://ftp.fr.debian.org/debian/ bookworm main\n";
+        assert_eq!(
+            mirror_from_sources(&[one_line.into()]).as_deref(),
+            Some("http://ftp.fr.debian.org/debian")
+        );
+        assert_eq!(mirror_from_sources(&["# nothing\n".into()]), None);
+    }
+}

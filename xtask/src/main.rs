@@ -1,0 +1,99 @@
+//! `cargo xtask`: the developer tasks of the kspan workspace.
+//!
+//! `cargo xtask` is an alias (in `.cargo/config.toml`) for
+//! `cargo run --quiet --package xtask --`, so this binary always runs on the
+//! host, from any directory inside the repository.
+//!
+//! # Subcommands
+//!
+//! * `deps`: installs the Debian packages that the build and the VM need
+//!   (clang, llvm, libelf, QEMU, busybox-static, bpftrace, ...) when some are
+//!   missing; a fast no-op otherwise.
+//! * `vm [--kernel K] [--timeout SECS] [--mem SIZE] [--no-otlp-forward] -- CMD...`:
+//!   runs `CMD` as root inside a QEMU guest (software emulation) booting a
+//!   stock Debian kernel (`debian12`, `debian13`, or a path). The guest sees
+//!   the host's root file system read-only, the repository writable at its
+//!   own path, a fresh `/tmp`, tracefs, debugfs and bpffs; `CMD` runs in the
+//!   caller's working directory and its output streams out live. The guest's
+//!   exit status becomes ours.
+//! * `test [--host-only|--vm-only] [--kernel K]... [--kernels K1,K2]`: the one
+//!   test command: host build and tests, then the `#[ignore]`d tests of the
+//!   `kspan-tests` package inside one VM per kernel.
+//! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
+//!
+//! # Shape
+//!
+//! * [`deps`]: package checks and installation through `apt-get`.
+//! * [`kernel`]: fetching and caching Debian kernel packages under
+//!   `target/kspan-vm/kernels/`, and ordering the modules the guest needs.
+//! * [`cpio`]: a tiny `newc` archive writer for the initramfs.
+//! * [`vm`]: the initramfs (busybox, modules, `/init`), the QEMU command
+//!   line, and the console loop (live output, exit marker, timeout).
+//! * [`relay`]: the TCP relays that carry OTLP traffic from the guest's
+//!   loopback to a receiver on the host's loopback (hidden subcommands
+//!   `__guest-relay` and `__host-connect`).
+//! * [`tasks`]: `test` and `demo`.
+//! * [`util`]: running commands, shell quoting, workspace metadata.
+
+mod cpio;
+mod deps;
+mod kernel;
+mod relay;
+mod tasks;
+mod util;
+mod vm;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [options]
+
+commands:
+  deps                  install missing system packages (apt-get, as root)
+  vm [opts] -- CMD...   run CMD inside a QEMU VM booting a stock Debian kernel
+      --kernel K        debian12 (default), debian13, or a path to a vmlinuz
+                        file or an unpacked kernel package directory
+      --timeout SECS    kill the VM after SECS seconds (default 900)
+      --mem SIZE        guest memory (default 2G)
+      --smp N           guest CPUs (default 2)
+      --no-otlp-forward do not forward a loopback OTEL_EXPORTER_OTLP_ENDPOINT
+                        from the guest to the host
+      --verbose         also show the guest's boot console
+  test [opts]           host build + tests, then the VM tests per kernel
+      --host-only | --vm-only
+      --kernel K        (repeatable) kernels of the VM matrix (default debian12)
+      --kernels K1,K2   same, comma separated
+      --timeout SECS    per VM
+  demo [--kernel K]     run kspan-receive -- examples/quickstart in the VM
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match cmd.as_str() {
+        "deps" => deps::ensure().map(|()| 0),
+        "vm" => vm::command(rest),
+        "test" => tasks::test(rest),
+        "demo" => tasks::demo(rest),
+        "__guest-relay" => relay::guest_relay(rest),
+        "__host-connect" => relay::host_connect(rest),
+        "help" | "-h" | "--help" => {
+            print!("{USAGE}");
+            Ok(0)
+        }
+        other => {
+            eprintln!("xtask: unknown command `{other}`\n\n{USAGE}");
+            Ok(2)
+        }
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! `cargo xtask test` and `cargo xtask demo`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::kernel::KernelSpec;
+use crate::util::{cargo, display, opt_value, repo_root, run, sh_quote, Metadata};
+use crate::vm::{self, VmOptions};
+
+/// The package holding the tests that need a real kernel (run in the VM).
+const TESTS_PKG: &str = "kspan-tests";
+/// The package holding the examples.
+const EXAMPLES_PKG: &str = "kspan-examples";
+
+/// One line of the final summary.
+struct Stage {
+    name: String,
+    result: std::result::Result<String, String>,
+    took: Duration,
+}
+
+fn print_summary(stages: &[Stage]) {
+    eprintln!("\n==== xtask test summary ====");
+    for s in stages {
+        let (word, detail) = match &s.result {
+            Ok(d) => ("ok", d),
+            Err(d) => ("FAILED", d),
+        };
+        let detail = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {detail}")
+        };
+        eprintln!(
+            "  {:<22} {word} ({:.1}s){detail}",
+            s.name,
+            s.took.as_secs_f64()
+        );
+    }
+}
+
+/// Runs a stage, recording its outcome; returns whether it succeeded.
+fn stage(stages: &mut Vec<Stage>, name: &str, f: impl FnOnce() -> Result<String>) -> bool {
+    eprintln!("\n==== {name} ====");
+    let t = Instant::now();
+    let result = f().map_err(|e| format!("{e:#}"));
+    let ok = result.is_ok();
+    if let Err(e) = &result {
+        eprintln!("xtask: {name} failed: {e}");
+    }
+    stages.push(Stage {
+        name: name.to_string(),
+        result,
+        took: t.elapsed(),
+    });
+    ok
+}
+
+/// `cargo xtask test [--host-only|--vm-only] [--kernel K]... [--kernels K,K] [--timeout S]`.
+pub fn test(args: &[String]) -> Result<u8> {
+    let (mut host, mut in_vm) = (true, true);
+    let mut kernels: Vec<KernelSpec> = Vec::new();
+    let mut opts = VmOptions::default();
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(v) = opt_value(args, &mut i, "--kernel")? {
+            kernels.push(KernelSpec::parse(&v)?);
+        } else if let Some(v) = opt_value(args, &mut i, "--kernels")? {
+            for k in v.split(',').filter(|k| !k.is_empty()) {
+                kernels.push(KernelSpec::parse(k)?);
+            }
+        } else if let Some(v) = opt_value(args, &mut i, "--timeout")? {
+            opts.timeout = vm::parse_secs(&v)?;
+        } else {
+            match args[i].as_str() {
+                "--host-only" => in_vm = false,
+                "--vm-only" => host = false,
+                a => bail!("unknown test option {a}"),
+            }
+            i += 1;
+        }
+    }
+    if !host && !in_vm {
+        bail!("--host-only and --vm-only exclude each other");
+    }
+    if kernels.is_empty() {
+        kernels.push(KernelSpec::parse("debian12")?);
+    }
+
+    let mut stages = Vec::new();
+    let mut ok = stage(&mut stages, "deps", || {
+        crate::deps::ensure().map(|()| String::new())
+    });
+    if ok && host {
+        // Formatting and lints fail the run like a failing test does.
+        ok &= stage(&mut stages, "lint", || {
+            run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+            run(cargo().args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            Ok(String::new())
+        });
+        let built = stage(&mut stages, "host build", || {
+            run(cargo().args(["build", "--workspace", "--all-targets"]))?;
+            Ok(String::new())
+        });
+        ok &= built;
+        if built {
+            // Ignored tests (the VM tests) are not run on the host.
+            ok &= stage(&mut stages, "host tests", || {
+                run(cargo().args(["test", "--workspace"]))?;
+                Ok(String::new())
+            });
+        }
+    }
+    let build_ok = stages
+        .iter()
+        .all(|s| s.name == "host tests" || s.name == "lint" || s.result.is_ok());
+    if in_vm && build_ok {
+        let mut binaries = Vec::new();
+        let built = stage(&mut stages, "vm build", || {
+            binaries = vm_test_binaries()?;
+            build_examples()?;
+            Ok(format!("{} test binaries", binaries.len()))
+        });
+        ok &= built;
+        if built {
+            let script = guest_test_script(&binaries);
+            for k in &kernels {
+                let opts = VmOptions {
+                    kernel: k.clone(),
+                    ..opts.clone()
+                };
+                ok &= stage(&mut stages, &format!("vm tests {}", k.name()), || {
+                    let cmd = ["sh".to_string(), "-c".to_string(), script.clone()];
+                    match vm::run_vm(&opts, &cmd, &repo_root())? {
+                        0 => Ok(format!("{} test binaries passed", binaries.len())),
+                        n => bail!("guest test script exited with status {n}"),
+                    }
+                });
+            }
+        }
+    }
+    print_summary(&stages);
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// Builds the `kspan-tests` test targets; returns `(executable, package dir)`.
+fn vm_test_binaries() -> Result<Vec<(PathBuf, PathBuf)>> {
+    let meta = Metadata::load()?;
+    let Some((id, dir)) = meta.package(TESTS_PKG) else {
+        bail!("the workspace has no {TESTS_PKG} package");
+    };
+    let mut cmd = cargo();
+    cmd.args(["test", "-p", TESTS_PKG, "--no-run", "--message-format=json"]);
+    eprintln!("+ {}", display(&cmd));
+    let out = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the {TESTS_PKG} tests failed ({})", out.status);
+    }
+    let binaries = test_executables(&String::from_utf8_lossy(&out.stdout), id)
+        .into_iter()
+        .map(|exe| (exe, dir.to_path_buf()))
+        .collect();
+    Ok(binaries)
+}
+
+/// The test executables of package `id` in cargo's JSON messages.
+fn test_executables(json_lines: &str, id: &str) -> Vec<PathBuf> {
+    let mut exes: Vec<PathBuf> = Vec::new();
+    for line in json_lines.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] != "compiler-artifact"
+            || v["package_id"] != id
+            || v["profile"]["test"] != true
+        {
+            continue;
+        }
+        if let Some(exe) = v["executable"].as_str() {
+            let exe = PathBuf::from(exe);
+            if !exes.contains(&exe) {
+                exes.push(exe);
+            }
+        }
+    }
+    exes
+}
+
+fn build_examples() -> Result<()> {
+    let meta = Metadata::load()?;
+    if meta.package(EXAMPLES_PKG).is_none() {
+        eprintln!(
+            "xtask: note: no {EXAMPLES_PKG} package in the workspace yet; not building examples"
+        );
+        return Ok(());
+    }
+    run(cargo().args(["build", "-p", EXAMPLES_PKG, "--examples"]))
+}
+
+/// A guest script running each test binary's ignored tests, one at a time.
+fn guest_test_script(binaries: &[(PathBuf, PathBuf)]) -> String {
+    let mut s = String::from(
+        "fail=0\n\
+         run() {\n  \
+           d=$1; shift\n  \
+           echo \"==> kspan-vm: running ${1##*/} --ignored\"\n  \
+           ( cd \"$d\" && CARGO_MANIFEST_DIR=\"$d\" \"$@\" --ignored --test-threads=1 ) \
+           || { echo \"==> kspan-vm: FAILED: ${1##*/}\"; fail=$((fail+1)); }\n\
+         }\n",
+    );
+    for (exe, dir) in binaries {
+        s += &format!(
+            "run {} {}\n",
+            sh_quote(&dir.to_string_lossy()),
+            sh_quote(&exe.to_string_lossy())
+        );
+    }
+    s += &format!(
+        "echo \"==> kspan-vm: {} test binaries, $fail failed\"\n[ \"$fail\" -eq 0 ]\n",
+        binaries.len()
+    );
+    s
+}
+
+/// `cargo xtask demo [--kernel K] [--timeout S]`.
+pub fn demo(args: &[String]) -> Result<u8> {
+    let mut opts = VmOptions {
+        // The receiver runs inside the guest.
+        otlp_forward: false,
+        ..VmOptions::default()
+    };
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(v) = opt_value(args, &mut i, "--kernel")? {
+            opts.kernel = KernelSpec::parse(&v)?;
+        } else if let Some(v) = opt_value(args, &mut i, "--timeout")? {
+            opts.timeout = vm::parse_secs(&v)?;
+        } else {
+            bail!("unknown demo option {}", args[i]);
+        }
+    }
+    crate::deps::ensure()?;
+    run(cargo().args(["build", "-p", EXAMPLES_PKG, "--examples"]))?;
+    run(cargo().args(["build", "-p", TESTS_PKG, "--bins"]))?;
+    let target = Metadata::load()?.target_dir;
+    let debug = target.join("debug");
+    let receive = debug.join("kspan-receive");
+    let quickstart = debug.join("examples/quickstart");
+    for p in [&receive, &quickstart] {
+        if !p.is_file() {
+            bail!("{} was not built", p.display());
+        }
+    }
+    let cmd = [path_arg(&receive), "--".to_string(), path_arg(&quickstart)];
+    vm::run_vm(&opts, &cmd, &repo_root())
+}
+
+fn path_arg(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_test_executables() {
+        let id = "path+file:///w/tests#kspan-tests@0.1.0";
+        let lines = [
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#kspan-tests@0.1.0","profile":{"test":true},"executable":"/w/target/debug/deps/probes-1"}"#,
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#kspan-tests@0.1.0","profile":{"test":false},"executable":"/w/target/debug/kspan-receive"}"#,
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#kspan-tests@0.1.0","profile":{"test":false},"executable":null}"#,
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/kspan#0.1.0","profile":{"test":true},"executable":"/w/target/debug/deps/kspan-2"}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+            "not json",
+        ]
+        .join("\n");
+        assert_eq!(
+            test_executables(&lines, id),
+            [PathBuf::from("/w/target/debug/deps/probes-1")]
+        );
+    }
+
+    #[test]
+    fn guest_script_fails_when_one_binary_fails() {
+        // Runs the script with the host's sh; `true`/`false` ignore the args.
+        let dir = std::env::temp_dir();
+        let bin = |name: &str| (PathBuf::from(format!("/bin/{name}")), dir.clone());
+        let run = |bins: &[(PathBuf, PathBuf)]| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(guest_test_script(bins))
+                .stdout(Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(run(&[bin("true"), bin("true")]));
+        assert!(!run(&[bin("true"), bin("false"), bin("true")]));
+        assert!(run(&[]));
+    }
+
+    #[test]
+    fn guest_script_lists_binaries() {
+        let s = guest_test_script(&[(
+            PathBuf::from("/w/target/debug/deps/a-1"),
+            PathBuf::from("/w/tests"),
+        )]);
+        assert!(s.contains("run '/w/tests' '/w/target/debug/deps/a-1'\n"));
+        assert!(s.contains("1 test binaries"));
+    }
+}

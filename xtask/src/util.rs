@@ -1,0 +1,195 @@
+//! Small helpers: running commands, shell quoting, workspace paths.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+/// The workspace root (the parent of this crate's directory).
+pub fn repo_root() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = dir.parent().unwrap_or(dir);
+    root.canonicalize().unwrap_or_else(|_| root.to_path_buf())
+}
+
+/// A `cargo` command, the same cargo that runs us when there is one.
+pub fn cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(repo_root());
+    cmd
+}
+
+/// Renders a command for messages, shell-quoted.
+pub fn display(cmd: &Command) -> String {
+    let mut parts = vec![sh_quote_os(cmd.get_program())];
+    parts.extend(cmd.get_args().map(sh_quote_os));
+    parts.join(" ")
+}
+
+fn sh_quote_os(s: &OsStr) -> String {
+    let s = s.to_string_lossy();
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        s.into_owned()
+    } else {
+        sh_quote(&s)
+    }
+}
+
+/// Quotes `s` for a POSIX shell: single quotes, with `'` written as `'\''`.
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Runs `cmd` with inherited stdio, echoing it first; fails on non-zero exit.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let shown = display(cmd);
+    eprintln!("+ {shown}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run `{shown}`"))?;
+    if !status.success() {
+        bail!("`{shown}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs `cmd` and returns its stdout (stderr inherited); fails on non-zero exit.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let shown = display(cmd);
+    let out = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run `{shown}`"))?;
+    if !out.status.success() {
+        bail!("`{shown}` failed ({})", out.status);
+    }
+    String::from_utf8(out.stdout).with_context(|| format!("`{shown}` printed non-UTF-8 output"))
+}
+
+/// Whether we run with effective uid 0.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|uids| uids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Finds an executable in `PATH`.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// What `cargo metadata --no-deps` tells about the workspace.
+pub struct Metadata {
+    /// The cargo target directory (honours `CARGO_TARGET_DIR` and config).
+    pub target_dir: PathBuf,
+    /// `(name, package id, manifest path)` of each workspace package.
+    pub packages: Vec<(String, String, PathBuf)>,
+}
+
+impl Metadata {
+    /// Runs `cargo metadata`.
+    pub fn load() -> Result<Metadata> {
+        let json = output(cargo().args(["metadata", "--format-version", "1", "--no-deps"]))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&json).context("cannot parse `cargo metadata` output")?;
+        let target_dir = v["target_directory"]
+            .as_str()
+            .context("`cargo metadata`: no target_directory")?
+            .into();
+        let packages = v["packages"]
+            .as_array()
+            .map(|pkgs| {
+                pkgs.iter()
+                    .filter_map(|p| {
+                        Some((
+                            p["name"].as_str()?.to_string(),
+                            p["id"].as_str()?.to_string(),
+                            PathBuf::from(p["manifest_path"].as_str()?),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Metadata {
+            target_dir,
+            packages,
+        })
+    }
+
+    /// The id and directory of the workspace package `name`, if present.
+    pub fn package(&self, name: &str) -> Option<(&str, &Path)> {
+        self.packages
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, id, manifest)| (id.as_str(), manifest.parent().unwrap_or(manifest)))
+    }
+}
+
+/// Parses `--name value` / `--name=value` at `args[*i]`, advancing `i`.
+///
+/// Returns `Ok(None)` when `args[*i]` is not the option `name`.
+pub fn opt_value(args: &[String], i: &mut usize, name: &str) -> Result<Option<String>> {
+    let arg = &args[*i];
+    if let Some(v) = arg.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+        *i += 1;
+        return Ok(Some(v.to_string()));
+    }
+    if arg == name {
+        let Some(v) = args.get(*i + 1) else {
+            bail!("option {name} needs a value");
+        };
+        *i += 2;
+        return Ok(Some(v.clone()));
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("abc"), "'abc'");
+        assert_eq!(sh_quote(""), "''");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+        assert_eq!(sh_quote("$HOME `x` \"y\"\n"), "'$HOME `x` \"y\"\n'");
+        assert_eq!(sh_quote_os(OsStr::new("a b")), "'a b'");
+        assert_eq!(sh_quote_os(OsStr::new("--x=1")), "--x=1");
+    }
+
+    #[test]
+    fn options() {
+        let args: Vec<String> = ["--kernel", "debian13", "--timeout=5", "x"]
+            .map(String::from)
+            .to_vec();
+        let mut i = 0;
+        assert_eq!(
+            opt_value(&args, &mut i, "--kernel").unwrap().as_deref(),
+            Some("debian13")
+        );
+        assert_eq!(i, 2);
+        assert_eq!(opt_value(&args, &mut i, "--kernel").unwrap(), None);
+        assert_eq!(
+            opt_value(&args, &mut i, "--timeout").unwrap().as_deref(),
+            Some("5")
+        );
+        assert_eq!(i, 3);
+        let short = vec!["--mem".to_string()];
+        assert!(opt_value(&short, &mut 0, "--mem").is_err());
+    }
+}
