@@ -6,12 +6,53 @@
 
 use std::error::Error;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+
+/// The whole of an example service: telemetry up, kspan started with
+/// `probes`, the file read inside an application span `read_file`, kspan shut
+/// down (drained and flushed), a one-line summary on stdout. Errors go to
+/// stderr, prefixed with `program`, and make the exit status 1.
+pub async fn run_reads(program: &str, probes: &[&'static kspan::Probe]) -> ExitCode {
+    match try_run_reads(program, probes).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{program}: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn try_run_reads(program: &str, probes: &[&'static kspan::Probe]) -> Result<(), BoxError> {
+    let args = ReadArgs::parse(std::env::args().skip(1))?;
+    let provider = init_telemetry("kspan-examples")?;
+    let kspan = kspan::Kspan::builder(&provider)
+        .probes(probes.iter().copied())
+        .start()?;
+
+    let (calls, bytes) = {
+        let span =
+            tracing::info_span!("read_file", path = %args.path.display(), times = args.times);
+        let _entered = span.enter();
+        read_file(&args)?
+    };
+
+    let stats = kspan.shutdown().await?;
+    println!(
+        "{program}: {} read {} times: {calls} read calls, {bytes} bytes; kspan exported {} spans, lost {}",
+        args.path.display(),
+        args.times,
+        stats.spans_exported,
+        stats.lost()
+    );
+    provider.shutdown()?;
+    Ok(())
+}
 
 /// A boxed error for `main`.
 pub type BoxError = Box<dyn Error + Send + Sync>;
