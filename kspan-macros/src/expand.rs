@@ -11,7 +11,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn, Pat, ReturnType, Type};
 
-use crate::attr::KernelSpanArgs;
+use crate::attr::{CaptureArgs, KernelSpanArgs};
 
 /// Integer types a parameter may have.
 const INTEGERS: [&str; 10] = [
@@ -38,15 +38,48 @@ pub(crate) fn kernel_span(args: TokenStream, item: TokenStream) -> TokenStream {
 /// still type-checks and only the macro's own errors are shown.
 fn with_item(err: syn::Error, item: TokenStream) -> TokenStream {
     let errors = err.to_compile_error();
+    // The `#[capture]` helper attributes mean nothing to rustc: drop them.
+    let item = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(mut func) => {
+            for input in func.sig.inputs.iter_mut() {
+                if let FnArg::Typed(p) = input {
+                    p.attrs.retain(|a| !a.path().is_ident("capture"));
+                }
+            }
+            quote!(#func)
+        }
+        Err(_) => item,
+    };
     quote! { #errors #[allow(dead_code, unused_variables)] #item }
 }
 
-struct Param<'a> {
-    name: String,
-    ty: &'a Type,
+/// What a handler parameter is.
+enum Role {
+    /// A captured value.
+    Capture,
+    /// The return value.
+    Ret,
+    /// `span: &mut kspan::KernelSpan`.
+    Span,
 }
 
-fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
+struct Param {
+    name: String,
+    ty: Type,
+    role: Role,
+    capture: CaptureArgs,
+}
+
+/// What a type captures, for checking the capture's options.
+#[derive(PartialEq)]
+enum TypeClass {
+    Scalar,
+    Str,
+    Bytes,
+    ByteArray,
+}
+
+fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
     let mut errors: Option<syn::Error> = None;
     let mut push = |e: syn::Error| match errors.as_mut() {
         Some(all) => all.combine(e),
@@ -55,31 +88,40 @@ fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
 
     let sig = &func.sig;
     if let Some(t) = &sig.asyncness {
-        push(syn::Error::new(
-            t.span(),
-            "a kernel span handler cannot be `async`: it runs on kspan's consumer for each record",
-        ));
+        push(syn::Error::new(t.span(), "a kernel span handler cannot be `async`: it runs on kspan's consumer for each record"));
     }
     if !sig.generics.params.is_empty() {
         push(syn::Error::new(sig.generics.span(), "a kernel span handler cannot be generic: its parameter types decide how registers are read"));
     }
     if let ReturnType::Type(_, ty) = &sig.output {
-        push(syn::Error::new(
-            ty.span(),
-            "a kernel span handler returns nothing: remove the return type",
-        ));
+        push(syn::Error::new(ty.span(), "a kernel span handler returns nothing: remove the return type"));
     }
 
     let mut params = Vec::new();
-    let mut ret: Option<&Type> = None;
-    for input in &sig.inputs {
+    for input in func.sig.inputs.iter_mut() {
         let FnArg::Typed(pat_ty) = input else {
-            push(syn::Error::new(
-                input.span(),
-                "a kernel span handler is a free function: remove `self`",
-            ));
+            push(syn::Error::new(input.span(), "a kernel span handler is a free function: remove `self`"));
             continue;
         };
+        // Take our `#[capture(...)]` off the parameter; keep the others.
+        let mut capture = CaptureArgs::default();
+        let mut capture_attr: Option<proc_macro2::Span> = None;
+        let mut kept = Vec::new();
+        for attr in pat_ty.attrs.drain(..) {
+            if attr.path().is_ident("capture") {
+                if capture_attr.replace(attr.span()).is_some() {
+                    push(syn::Error::new(attr.span(), "duplicate `#[capture]`: put every key in one"));
+                    continue;
+                }
+                match attr.parse_args::<CaptureArgs>() {
+                    Ok(c) => capture = c,
+                    Err(e) => push(e),
+                }
+            } else {
+                kept.push(attr);
+            }
+        }
+        pat_ty.attrs = kept;
         let Pat::Ident(pat) = &*pat_ty.pat else {
             push(syn::Error::new(
                 pat_ty.pat.span(),
@@ -89,33 +131,59 @@ fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
         };
         let name = pat.ident.to_string();
         let name = name.strip_prefix("r#").unwrap_or(&name).to_owned();
-        if let Err(e) = check_type(&pat_ty.ty) {
-            push(e);
-        }
-        if name == "ret" {
-            if !args.mode.has_return() {
-                push(syn::Error::new(
-                    pat.ident.span(),
-                    format!(
-                        "`ret` needs mode = \"fexit\": mode `{}` attaches at entry only and sees no return value",
-                        args.mode.name
-                    ),
-                ));
+        let role = match name.as_str() {
+            "ret" => Role::Ret,
+            "span" => Role::Span,
+            _ => Role::Capture,
+        };
+        let ty = (*pat_ty.ty).clone();
+        match role {
+            Role::Ret => {
+                if !args.mode.has_return() {
+                    push(syn::Error::new(
+                        pat.ident.span(),
+                        format!(
+                            "`ret` needs mode = \"fexit\": mode `{}` attaches at entry only and sees no return value",
+                            args.mode.name
+                        ),
+                    ));
+                }
+                if let Err(e) = classify(&ty).and_then(|c| {
+                    (c == TypeClass::Scalar).then_some(()).ok_or_else(|| {
+                        syn::Error::new(ty.span(), "`ret` is a register: use an integer, `bool` or a raw pointer type")
+                    })
+                }) {
+                    push(e);
+                }
+                if let Some(span) = capture_attr {
+                    push(syn::Error::new(span, "`ret` takes no `#[capture]`"));
+                }
             }
-            ret = Some(&pat_ty.ty);
-        } else {
-            params.push(Param {
-                name,
-                ty: &pat_ty.ty,
-            });
+            Role::Span => {
+                if !is_span_type(&ty) {
+                    push(syn::Error::new(ty.span(), "`span` is the span being built: its type is `&mut kspan::KernelSpan`"));
+                }
+                if let Some(span) = capture_attr {
+                    push(syn::Error::new(span, "`span` takes no `#[capture]`"));
+                }
+            }
+            Role::Capture => match classify(&ty) {
+                Ok(class) => {
+                    if let Err(e) = check_capture_args(&class, &capture, &args.mode) {
+                        push(e);
+                    }
+                }
+                Err(e) => push(e),
+            },
         }
+        params.push(Param { name, ty, role, capture });
     }
     if let Some(errors) = errors {
         return Err(errors);
     }
 
     let vis = &func.vis;
-    let ident = &sig.ident;
+    let ident = &func.sig.ident;
     let attrs = &func.attrs;
     let handler = format_ident!("__kspan_handler");
     let mut handler_fn = func.clone();
@@ -124,6 +192,7 @@ fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
     handler_fn.attrs.clear();
 
     let function = &args.function;
+    let errno = args.errno;
     let mode = format_ident!(
         "{}",
         match args.mode.name.as_str() {
@@ -132,45 +201,61 @@ fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
         },
         span = args.mode.span
     );
-    let param_specs = params.iter().map(|p| {
+    let param_specs = params.iter().filter(|p| matches!(p.role, Role::Capture)).map(|p| {
         let name = &p.name;
-        let ty = p.ty;
+        let ty = &p.ty;
+        let path = option_tokens(p.capture.path.as_ref().map(|l| quote!(#l)));
+        let user = p.capture.user.is_some();
+        let max = option_tokens(p.capture.max.as_ref().map(|l| quote!(#l)));
+        let len = option_tokens(p.capture.len.as_ref().map(|l| {
+            if l.value() == "ret" {
+                quote!(::kspan::LenSource::Ret)
+            } else {
+                quote!(::kspan::LenSource::Param(#l))
+            }
+        }));
         quote_spanned! {ty.span()=>
-            ::kspan::ParamSpec { name: #name, ty: <#ty as ::kspan::KernelValue>::TYPE }
+            ::kspan::ParamSpec {
+                name: #name,
+                ty: <#ty as ::kspan::FromCapture<'static>>::TYPE,
+                path: #path,
+                user: #user,
+                max: #max,
+                len: #len,
+            }
         }
     });
-    let ret_spec = match ret {
-        Some(ty) => {
+    let ret_spec = match params.iter().find(|p| matches!(p.role, Role::Ret)) {
+        Some(p) => {
+            let ty = &p.ty;
             quote_spanned! {ty.span()=> ::core::option::Option::Some(<#ty as ::kspan::KernelValue>::TYPE) }
         }
         None => quote! { ::core::option::Option::None },
     };
     // Arguments of the handler call, in the original parameter order.
     let mut index = 0usize;
-    let call_args = sig.inputs.iter().filter_map(|input| {
-        let FnArg::Typed(pat_ty) = input else {
-            return None;
-        };
-        let ty = &pat_ty.ty;
-        let Pat::Ident(pat) = &*pat_ty.pat else {
-            return None;
-        };
-        if pat.ident == "ret" {
-            Some(quote! { captured.ret::<#ty>() })
-        } else {
-            let i = index;
-            index += 1;
-            Some(quote! { captured.param::<#ty>(#i) })
+    let call_args = params.iter().map(|p| {
+        let ty = &p.ty;
+        match p.role {
+            Role::Ret => quote! { captured.ret::<#ty>() },
+            Role::Span => quote! { __kspan_span },
+            Role::Capture => {
+                let i = index;
+                index += 1;
+                quote! { captured.param::<#ty>(#i) }
+            }
         }
     });
+    let registration = format_ident!("__KSPAN_REGISTERED_{}", ident.to_string().to_uppercase());
 
     Ok(quote! {
         #(#attrs)*
         #[allow(non_upper_case_globals)]
         #vis static #ident: ::kspan::Probe = {
-            #[allow(unused_variables, clippy::unused_unit)]
+            #[allow(unused_variables, clippy::unused_unit, clippy::too_many_arguments)]
             #handler_fn
-            fn __kspan_call(captured: &::kspan::Captured<'_>) {
+            #[allow(unused_variables)]
+            fn __kspan_call(captured: &::kspan::Captured<'_>, __kspan_span: &mut ::kspan::KernelSpan) {
                 #handler(#(#call_args),*)
             }
             ::kspan::Probe {
@@ -179,40 +264,102 @@ fn expand(args: &KernelSpanArgs, func: ItemFn) -> syn::Result<TokenStream> {
                     mode: ::kspan::Mode::#mode,
                     params: &[#(#param_specs),*],
                     ret: #ret_spec,
+                    errno: #errno,
                     location: ::core::concat!(::core::file!(), ":", ::core::line!()),
                 },
                 handler: __kspan_call,
             }
         };
+        #[::kspan::__private::linkme::distributed_slice(::kspan::__private::PROBES)]
+        #[linkme(crate = ::kspan::__private::linkme)]
+        #[doc(hidden)]
+        static #registration: &'static ::kspan::Probe = &#ident;
     })
 }
 
-/// Accepts integers, `bool` and raw pointers.
-fn check_type(ty: &Type) -> syn::Result<()> {
+fn option_tokens(value: Option<TokenStream>) -> TokenStream {
+    match value {
+        Some(v) => quote!(::core::option::Option::Some(#v)),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+fn is_span_type(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) if r.mutability.is_some() => match &*r.elem {
+            Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "KernelSpan"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Accepts integers, `bool`, raw pointers, `&str`, `&[u8]` and `[u8; N]`.
+fn classify(ty: &Type) -> syn::Result<TypeClass> {
     match ty {
         Type::Path(p) if p.qself.is_none() => {
             if let Some(ident) = p.path.get_ident() {
                 let s = ident.to_string();
                 if s == "bool" || INTEGERS.contains(&s.as_str()) {
-                    return Ok(());
+                    return Ok(TypeClass::Scalar);
                 }
             }
         }
-        Type::Ptr(_) => return Ok(()),
-        Type::Paren(p) => return check_type(&p.elem),
+        Type::Ptr(_) => return Ok(TypeClass::Scalar),
+        Type::Paren(p) => return classify(&p.elem),
+        Type::Reference(r) if r.mutability.is_none() => match &*r.elem {
+            Type::Path(p) if p.path.is_ident("str") => return Ok(TypeClass::Str),
+            Type::Slice(s) if is_u8(&s.elem) => return Ok(TypeClass::Bytes),
+            _ => {}
+        },
+        Type::Array(a) if is_u8(&a.elem) => return Ok(TypeClass::ByteArray),
         _ => {}
     }
-    let shown = quote!(#ty)
-        .to_string()
-        .replace(" < ", "<")
-        .replace(" >", ">");
+    let shown = quote!(#ty).to_string().replace(" < ", "<").replace(" >", ">");
     Err(syn::Error::new(
         ty.span(),
         format!(
             "unsupported parameter type `{shown}`: kspan captures integers (u8..u64, i8..i64, \
-             usize, isize), `bool` and raw pointers (`*const T`, `*mut T`)"
+             usize, isize), `bool`, raw pointers (`*const T`, `*mut T`), `&str`, `&[u8]` and `[u8; N]`"
         ),
     ))
+}
+
+fn is_u8(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.path.is_ident("u8"))
+}
+
+/// The capture options that make sense for the type.
+fn check_capture_args(class: &TypeClass, capture: &CaptureArgs, mode: &crate::attr::Mode) -> syn::Result<()> {
+    let mut errors: Option<syn::Error> = None;
+    let mut push = |e: syn::Error| match errors.as_mut() {
+        Some(all) => all.combine(e),
+        None => errors = Some(e),
+    };
+    if let Some(span) = capture.user {
+        if *class == TypeClass::Scalar {
+            push(syn::Error::new(span, "`user` reads memory behind a pointer: capture it as `&str`, `&[u8]` or `[u8; N]`"));
+        }
+    }
+    if let Some(max) = &capture.max {
+        if matches!(class, TypeClass::Scalar | TypeClass::ByteArray) {
+            push(syn::Error::new(max.span(), "`max` bounds a `&str` or `&[u8]` capture"));
+        }
+    }
+    match (&capture.len, class) {
+        (Some(len), TypeClass::Bytes) => {
+            if len.value() == "ret" && !mode.has_return() {
+                push(syn::Error::new(len.span(), "`len = \"ret\"` needs mode = \"fexit\""));
+            }
+        }
+        (Some(len), _) => push(syn::Error::new(len.span(), "`len` gives the length of a `&[u8]` capture")),
+        (None, TypeClass::Bytes) => {}
+        (None, _) => {}
+    }
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -227,70 +374,81 @@ mod tests {
     fn generates_spec_and_typed_call() {
         let out = expand_str(
             quote!("vfs_read", mode = "fexit"),
-            quote!(
-                pub fn vfs_read(count: usize, ret: isize) {
-                    println!("{count}");
-                }
-            ),
+            quote!(pub fn vfs_read(count: usize, ret: isize) { println!("{count}"); }),
         );
-        assert!(
-            out.contains("pub static vfs_read : :: kspan :: Probe"),
-            "{out}"
-        );
+        assert!(out.contains("pub static vfs_read : :: kspan :: Probe"), "{out}");
         assert!(out.contains("function : \"vfs_read\""), "{out}");
         assert!(out.contains(":: kspan :: Mode :: Fexit"), "{out}");
         assert!(out.contains("name : \"count\""), "{out}");
+        assert!(out.contains("< usize as :: kspan :: FromCapture < 'static >> :: TYPE"), "{out}");
+        assert!(out.contains("Some (< isize as :: kspan :: KernelValue > :: TYPE)"), "{out}");
+        assert!(out.contains("errno : true"), "{out}");
         assert!(
-            out.contains("< usize as :: kspan :: KernelValue > :: TYPE"),
+            out.contains("__kspan_handler (captured . param :: < usize > (0usize) , captured . ret :: < isize > ())"),
             "{out}"
         );
-        assert!(
-            out.contains("Some (< isize as :: kspan :: KernelValue > :: TYPE)"),
-            "{out}"
-        );
-        assert!(out.contains("__kspan_handler (captured . param :: < usize > (0usize) , captured . ret :: < isize > ())"), "{out}");
+        assert!(out.contains("distributed_slice (:: kspan :: __private :: PROBES)"), "{out}");
+        assert!(out.contains("static __KSPAN_REGISTERED_VFS_READ"), "{out}");
         assert!(!out.contains("compile_error"), "{out}");
     }
 
     #[test]
-    fn ret_position_is_free_and_params_keep_order() {
+    fn ret_span_and_captures_keep_their_order() {
         let out = expand_str(
-            quote!("ksys_read"),
-            quote!(
-                fn k(ret: isize, fd: u32, buf: *const u8) {}
-            ),
+            quote!("ksys_read", errno = false),
+            quote!(fn k(ret: isize, fd: u32, span: &mut kspan::KernelSpan, buf: *const u8) {}),
         );
-        assert!(out.contains("captured . ret :: < isize > () , captured . param :: < u32 > (0usize) , captured . param :: < * const u8 > (1usize)"), "{out}");
         assert!(
-            out.contains(":: kspan :: Mode :: Fexit"),
-            "default mode: {out}"
+            out.contains("captured . ret :: < isize > () , captured . param :: < u32 > (0usize) , __kspan_span , captured . param :: < * const u8 > (1usize)"),
+            "{out}"
         );
+        assert!(out.contains(":: kspan :: Mode :: Fexit"), "default mode: {out}");
+        assert!(out.contains("errno : false"), "{out}");
+    }
+
+    #[test]
+    fn capture_options_reach_the_spec() {
+        let out = expand_str(
+            quote!("vfs_read"),
+            quote!(fn v(
+                #[capture(path = "file->f_path.dentry->d_name.name", max = 32)] name: &str,
+                #[capture(user, len = "ret")] buf: &[u8],
+                #[capture(len = "count")] kbuf: &[u8],
+                ret: isize,
+            ) {}),
+        );
+        assert!(out.contains("path : :: core :: option :: Option :: Some (\"file->f_path.dentry->d_name.name\")"), "{out}");
+        assert!(out.contains("max : :: core :: option :: Option :: Some (32)"), "{out}");
+        assert!(out.contains("user : true"), "{out}");
+        assert!(out.contains(":: kspan :: LenSource :: Ret"), "{out}");
+        assert!(out.contains(":: kspan :: LenSource :: Param (\"count\")"), "{out}");
+        assert!(!out.contains("# [capture"), "helper attributes are removed: {out}");
     }
 
     #[test]
     fn errors_are_collected() {
         let out = expand_str(
             quote!("vfs_read", mode = "fentry"),
-            quote!(
-                fn f(name: String, ret: isize) {}
-            ),
+            quote!(fn f(name: String, ret: isize, #[capture(user)] n: u32, #[capture(len = "ret")] b: &[u8]) {}),
         );
         assert!(out.contains("unsupported parameter type `String`"), "{out}");
         assert!(out.contains("`ret` needs mode = \\\"fexit\\\""), "{out}");
+        assert!(out.contains("`user` reads memory behind a pointer"), "{out}");
+        assert!(out.contains("`len = \\\"ret\\\"` needs mode"), "{out}");
+        assert!(!out.contains("# [capture"), "{out}");
     }
 
     #[test]
     fn rejects_async_generic_self_and_return_types() {
-        let out = expand_str(
-            quote!("f"),
-            quote!(
-                async fn f<T>(x: T) -> u32 {
-                    0
-                }
-            ),
-        );
+        let out = expand_str(quote!("f"), quote!(async fn f<T>(x: T) -> u32 { 0 }));
         assert!(out.contains("cannot be `async`"), "{out}");
         assert!(out.contains("cannot be generic"), "{out}");
         assert!(out.contains("returns nothing"), "{out}");
+    }
+
+    #[test]
+    fn span_parameter_type_is_checked() {
+        let out = expand_str(quote!("f"), quote!(fn f(span: &kspan::KernelSpan) {}));
+        assert!(out.contains("`span` is the span being built"), "{out}");
     }
 }

@@ -1,11 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! A small reader of the kernel's BTF (`/sys/kernel/btf/vmlinux`).
 //!
-//! kspan needs three things from BTF: does a function exist, what are its
-//! parameters called and in which order, and what are their types in width and
-//! signedness. That is a few hundred lines of pure code over a byte slice, so
-//! it is written here and unit-tested on hand-built blobs, with no kernel and
-//! no system call involved.
+//! kspan needs a handful of things from BTF: does a function exist, what are
+//! its parameters called and in which order, what are their types in width
+//! and signedness, and, to follow field paths such as
+//! `file->f_path.dentry`, how structs and unions are laid out (members,
+//! offsets, bitfields), what arrays hold and what enum values are called.
+//! That is a few hundred lines of pure code over a byte slice, so it is
+//! written here and unit-tested on hand-built blobs, with no kernel and no
+//! system call involved.
+//!
+//! The parsed form keeps one record per type id and answers questions by id,
+//! looking through typedefs and qualifiers (`const`, `volatile`, `restrict`,
+//! type tags) on the way. Every walk over type ids is bounded, so a malformed
+//! blob (cycles, absurd sizes) gives odd answers or an error, never a panic
+//! or a hang. Pointers are taken to be 8 bytes: kspan runs on 64-bit kernels.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -36,6 +45,13 @@ const INT_SIGNED: u32 = 1 << 0;
 const INT_CHAR: u32 = 1 << 1;
 const INT_BOOL: u32 = 1 << 2;
 
+/// Longest chain of typedefs and qualifiers (or nesting of names) followed
+/// before giving up: real kernels need a handful, a cycle would need forever.
+const MAX_CHAIN: u32 = 32;
+
+/// Size of a pointer: kspan runs on 64-bit kernels only.
+const POINTER_BYTES: u32 = 8;
+
 /// Why a BTF blob could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -64,6 +80,14 @@ pub enum BtfError {
     },
 }
 
+/// A struct or union member as stored: `offset` is raw (see [`Btf::composite`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RawMember {
+    name: u32,
+    ty: u32,
+    offset: u32,
+}
+
 /// One parsed BTF type: only what kspan uses is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Type {
@@ -72,14 +96,37 @@ enum Type {
         name: u32,
         size: u32,
         encoding: u32,
+        /// Width in bits (narrower than `size` for old-style bitfield types).
+        bits: u32,
+        /// Bit offset of the value inside its bytes (old-style bitfields).
+        bit_offset: u32,
     },
     Ptr {
         target: u32,
+    },
+    Array {
+        elem: u32,
+        len: u32,
+    },
+    Composite {
+        name: u32,
+        size: u32,
+        union: bool,
+        /// BTF's kind_flag: member offsets carry the bitfield width in their
+        /// high 8 bits.
+        bitfield_offsets: bool,
+        members: Vec<RawMember>,
     },
     Enum {
         name: u32,
         size: u32,
         signed: bool,
+        values: Vec<(u32, i64)>,
+    },
+    /// A struct or union only declared (`struct foo;`).
+    Fwd {
+        name: u32,
+        union: bool,
     },
     /// Typedef, const, volatile, restrict, type tag: a name (maybe) over another type.
     Alias {
@@ -99,10 +146,9 @@ enum Type {
         name: u32,
         size: u32,
     },
+    /// Variables, data sections, declaration tags.
     Other {
         name: u32,
-        kind: u32,
-        size: u32,
     },
 }
 
@@ -127,19 +173,33 @@ impl fmt::Debug for Btf {
 pub struct FuncSignature {
     /// The function's name.
     pub name: String,
-    /// Parameters in order: name and type.
+    /// Parameters in order: name and type (the type's BTF id is
+    /// [`KernelType::id`], where a field path starts).
     pub params: Vec<(String, KernelType)>,
     /// The return type.
     pub ret: KernelType,
 }
 
-/// A kernel type, reduced to what decides how a captured register is read.
+/// A kernel type, reduced to what decides how a captured value is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelType {
-    /// The type as C spells it, typedef names kept (`size_t`, `struct file *`).
+    /// The type as C spells it, typedef names kept (`size_t`, `struct file *`,
+    /// `char[16]`).
     pub c_name: String,
     /// What the type is underneath typedefs and qualifiers.
     pub class: TypeClass,
+    /// The BTF type id (as written, typedefs and qualifiers not stripped), for
+    /// [`Btf::composite`], [`Btf::pointee`], [`Btf::enumerators`].
+    pub id: u32,
+    /// A pointer (under typedefs and qualifiers) whose pointee carries the
+    /// `user` type tag (`char __user *`): it holds a user-space address. Only
+    /// kernels built with clang and pahole 1.23+ have these tags; elsewhere
+    /// this is `false` even for user pointers.
+    pub is_user_pointer: bool,
+    /// A pointer (under typedefs and qualifiers) to a one-byte integer other
+    /// than `_Bool` (`char`, `signed char`, `unsigned char`, `u8`, `__u8`,
+    /// `s8`, ..., through typedefs and qualifiers): what a C string is.
+    pub points_to_char: bool,
 }
 
 /// The shape of a kernel type underneath typedefs and qualifiers.
@@ -163,13 +223,55 @@ pub enum TypeClass {
         /// Whether BTF marks its values signed.
         signed: bool,
     },
-    /// Any pointer.
+    /// Any pointer; see [`KernelType::points_to_char`] and
+    /// [`KernelType::is_user_pointer`] for what it points to.
     Pointer,
+    /// A fixed-size array (only as a struct member: arrays are never passed
+    /// by value). `elem_bytes * len` always fits in a `u32`; an array whose
+    /// size would not is classed [`TypeClass::Aggregate`].
+    Array {
+        /// Size of one element in bytes (0 if the element has no size, e.g.
+        /// an array of arrays of unknown size).
+        elem_bytes: u32,
+        /// Number of elements (0 for a flexible array member `x[]`).
+        len: u32,
+        /// Whether the element is a one-byte integer other than `_Bool`, as
+        /// for [`KernelType::points_to_char`]: a `char name[16]` buffer.
+        elem_is_char: bool,
+    },
     /// A floating-point type (never in kernel function signatures in practice).
     Float,
-    /// Structs, unions, arrays, function types and anything else not capturable
+    /// Structs, unions, function types and anything else not capturable
     /// from a register.
     Aggregate,
+}
+
+/// A struct or union, as BTF lays it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Composite {
+    /// The tag name (`file` for `struct file`); empty if anonymous.
+    pub name: String,
+    /// A union rather than a struct.
+    pub is_union: bool,
+    /// Size in bytes.
+    pub size: u32,
+    /// Members in declaration order.
+    pub members: Vec<Member>,
+}
+
+/// One member of a struct or union.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The member's name; empty for an anonymous struct or union member,
+    /// whose own members are reached as if they were members of the
+    /// enclosing type.
+    pub name: String,
+    /// The member's BTF type id.
+    pub type_id: u32,
+    /// Offset from the start of the enclosing struct or union, in bits.
+    pub bit_offset: u32,
+    /// Width in bits if the member is a bitfield, 0 otherwise.
+    pub bitfield_bits: u32,
 }
 
 struct Reader<'a> {
@@ -178,11 +280,17 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn u32_at(&self, offset: usize, what: &'static str) -> Result<u32, BtfError> {
-        self.data
-            .get(offset..offset + 4)
+        offset
+            .checked_add(4)
+            .and_then(|end| self.data.get(offset..end))
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .ok_or(BtfError::Truncated { offset, what })
     }
+}
+
+/// `a + b` as a byte offset, or a truncation error if it overflows.
+fn add(a: usize, b: usize, what: &'static str) -> Result<usize, BtfError> {
+    a.checked_add(b).ok_or(BtfError::Truncated { offset: a, what })
 }
 
 impl Btf {
@@ -204,22 +312,28 @@ impl Btf {
         let type_len = r.u32_at(12, "header")? as usize;
         let str_off = r.u32_at(16, "header")? as usize;
         let str_len = r.u32_at(20, "header")? as usize;
-        let str_start = hdr_len + str_off;
+        let str_start = add(hdr_len, str_off, "string section")?;
+        let str_end = add(str_start, str_len, "string section")?;
         let strings = data
-            .get(str_start..str_start + str_len)
+            .get(str_start..str_end)
             .ok_or(BtfError::Truncated {
                 offset: str_start,
                 what: "string section",
             })?
             .to_vec();
-        let type_start = hdr_len + type_off;
-        let type_end = type_start + type_len;
+        let type_start = add(hdr_len, type_off, "type section")?;
+        let type_end = add(type_start, type_len, "type section")?;
         if data.len() < type_end {
             return Err(BtfError::Truncated {
                 offset: type_end,
                 what: "type section",
             });
         }
+        // Records are read from the type section only: one that runs past its
+        // end is truncated, whatever follows in the blob.
+        let r = Reader {
+            data: &data[..type_end],
+        };
 
         let mut types = vec![Type::Void];
         let mut pos = type_start;
@@ -234,53 +348,86 @@ impl Btf {
             let kind_flag = info >> 31 == 1;
             let ty = match kind {
                 KIND_INT => {
-                    let encoding = (r.u32_at(pos, "int encoding")? >> 24) & 0xf;
+                    let data = r.u32_at(pos, "int encoding")?;
                     pos += 4;
                     Type::Int {
                         name,
                         size: size_or_type,
-                        encoding,
+                        encoding: (data >> 24) & 0xf,
+                        bit_offset: (data >> 16) & 0xff,
+                        bits: data & 0xff,
                     }
                 }
                 KIND_PTR => Type::Ptr {
                     target: size_or_type,
                 },
                 KIND_ARRAY => {
+                    // struct btf_array { type; index_type; nelems; }
+                    let elem = r.u32_at(pos, "array")?;
+                    let len = r.u32_at(pos + 8, "array")?;
                     pos += 12;
-                    Type::Other {
-                        name,
-                        kind,
-                        size: 0,
-                    }
+                    Type::Array { elem, len }
                 }
                 KIND_STRUCT | KIND_UNION => {
-                    pos += 12 * vlen;
-                    Type::Other {
+                    let mut members = Vec::with_capacity(vlen);
+                    for _ in 0..vlen {
+                        members.push(RawMember {
+                            name: r.u32_at(pos, "member")?,
+                            ty: r.u32_at(pos + 4, "member")?,
+                            offset: r.u32_at(pos + 8, "member")?,
+                        });
+                        pos += 12;
+                    }
+                    Type::Composite {
                         name,
-                        kind,
                         size: size_or_type,
+                        union: kind == KIND_UNION,
+                        bitfield_offsets: kind_flag,
+                        members,
                     }
                 }
                 KIND_ENUM => {
-                    pos += 8 * vlen;
+                    let mut values = Vec::with_capacity(vlen);
+                    for _ in 0..vlen {
+                        let n = r.u32_at(pos, "enumerator")?;
+                        let v = r.u32_at(pos + 4, "enumerator")?;
+                        pos += 8;
+                        // kind_flag: the values are signed.
+                        let v = if kind_flag {
+                            i64::from(v as i32)
+                        } else {
+                            i64::from(v)
+                        };
+                        values.push((n, v));
+                    }
                     Type::Enum {
                         name,
                         size: size_or_type,
                         signed: kind_flag,
+                        values,
                     }
                 }
                 KIND_ENUM64 => {
-                    pos += 12 * vlen;
+                    let mut values = Vec::with_capacity(vlen);
+                    for _ in 0..vlen {
+                        let n = r.u32_at(pos, "enumerator")?;
+                        let lo = r.u32_at(pos + 4, "enumerator")?;
+                        let hi = r.u32_at(pos + 8, "enumerator")?;
+                        pos += 12;
+                        // The bits as i64; unsigned values above i64::MAX
+                        // come back with `as u64`.
+                        values.push((n, ((u64::from(hi) << 32) | u64::from(lo)) as i64));
+                    }
                     Type::Enum {
                         name,
                         size: size_or_type,
                         signed: kind_flag,
+                        values,
                     }
                 }
-                KIND_FWD => Type::Other {
+                KIND_FWD => Type::Fwd {
                     name,
-                    kind,
-                    size: 0,
+                    union: kind_flag,
                 },
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
                     Type::Alias {
@@ -295,44 +442,27 @@ impl Btf {
                 },
                 KIND_FUNC_PROTO => {
                     let mut params = Vec::with_capacity(vlen);
-                    for i in 0..vlen {
-                        let p = pos + 8 * i;
-                        params.push((r.u32_at(p, "parameter")?, r.u32_at(p + 4, "parameter")?));
+                    for _ in 0..vlen {
+                        params.push((r.u32_at(pos, "parameter")?, r.u32_at(pos + 4, "parameter")?));
+                        pos += 8;
                     }
-                    pos += 8 * vlen;
                     Type::FuncProto {
                         ret: size_or_type,
                         params,
                     }
                 }
-                KIND_VAR => {
+                KIND_VAR | KIND_DECL_TAG => {
                     pos += 4;
-                    Type::Other {
-                        name,
-                        kind,
-                        size: 0,
-                    }
+                    Type::Other { name }
                 }
                 KIND_DATASEC => {
                     pos += 12 * vlen;
-                    Type::Other {
-                        name,
-                        kind,
-                        size: size_or_type,
-                    }
+                    Type::Other { name }
                 }
                 KIND_FLOAT => Type::Float {
                     name,
                     size: size_or_type,
                 },
-                KIND_DECL_TAG => {
-                    pos += 4;
-                    Type::Other {
-                        name,
-                        kind,
-                        size: 0,
-                    }
-                }
                 _ => return Err(BtfError::UnknownKind { kind, id }),
             };
             types.push(ty);
@@ -374,6 +504,18 @@ impl Btf {
         self.types.get(id as usize).unwrap_or(&Type::Void)
     }
 
+    /// The id under typedefs and qualifiers (`void`, id 0, for a chain too
+    /// long to be real).
+    fn strip(&self, mut id: u32) -> u32 {
+        for _ in 0..MAX_CHAIN {
+            match self.ty(id) {
+                Type::Alias { target, .. } => id = *target,
+                _ => return id,
+            }
+        }
+        0
+    }
+
     /// Number of functions described.
     pub fn function_count(&self) -> usize {
         self.funcs.len()
@@ -406,18 +548,142 @@ impl Btf {
         })
     }
 
-    /// Describes type `id`.
-    fn kernel_type(&self, id: u32) -> KernelType {
+    /// Describes type `id` (an unknown id describes as `void`).
+    pub fn kernel_type(&self, id: u32) -> KernelType {
+        let pointee = self.pointee(id);
         KernelType {
             c_name: self.c_name(id, 0),
-            class: self.class(id, 0),
+            class: self.class(id),
+            id,
+            is_user_pointer: pointee.is_some_and(|p| self.has_user_tag(p)),
+            points_to_char: pointee.is_some_and(|p| self.is_char(p)),
         }
     }
 
-    fn class(&self, id: u32, depth: u32) -> TypeClass {
-        if depth > 32 {
-            return TypeClass::Aggregate;
+    /// If `id` is a pointer (under typedefs and qualifiers), the id of what
+    /// it points to, as written (qualifiers and type tags included).
+    pub fn pointee(&self, id: u32) -> Option<u32> {
+        match self.ty(self.strip(id)) {
+            Type::Ptr { target } => Some(*target),
+            _ => None,
         }
+    }
+
+    /// If `id` is a struct or union (under typedefs and qualifiers) with its
+    /// members known, its layout. A struct only declared (`struct foo;`) is
+    /// `None`.
+    ///
+    /// Bitfields are recognised in both BTF encodings: with the struct's
+    /// kind_flag set, a member offset's high 8 bits are the bitfield width and
+    /// its low 24 bits the bit offset; without it, a bitfield member's type is
+    /// an integer narrower than its size.
+    pub fn composite(&self, id: u32) -> Option<Composite> {
+        let Type::Composite {
+            name,
+            size,
+            union,
+            bitfield_offsets,
+            members,
+        } = self.ty(self.strip(id))
+        else {
+            return None;
+        };
+        let members = members
+            .iter()
+            .map(|m| {
+                let (bit_offset, bitfield_bits) = if *bitfield_offsets {
+                    (m.offset & 0x00ff_ffff, m.offset >> 24)
+                } else {
+                    match self.ty(m.ty) {
+                        Type::Int {
+                            size,
+                            bits,
+                            bit_offset,
+                            ..
+                        } if u64::from(*bits) != u64::from(*size) * 8 || *bit_offset != 0 => {
+                            (m.offset.saturating_add(*bit_offset), *bits)
+                        }
+                        _ => (m.offset, 0),
+                    }
+                };
+                Member {
+                    name: self.str_at(m.name).to_owned(),
+                    type_id: m.ty,
+                    bit_offset,
+                    bitfield_bits,
+                }
+            })
+            .collect();
+        Some(Composite {
+            name: self.str_at(*name).to_owned(),
+            is_union: *union,
+            size: *size,
+            members,
+        })
+    }
+
+    /// Whether `id` (under typedefs and qualifiers) is a struct or union that
+    /// is only declared, its members unknown.
+    pub fn is_declaration_only(&self, id: u32) -> bool {
+        matches!(self.ty(self.strip(id)), Type::Fwd { .. })
+    }
+
+    /// If `id` is an enum (under typedefs and qualifiers), its enumerators in
+    /// declaration order: name and value. Values of signed enums are
+    /// sign-extended; a value of an unsigned 64-bit enum above `i64::MAX`
+    /// comes back as its bits (recover it with `as u64`).
+    pub fn enumerators(&self, id: u32) -> Option<Vec<(String, i64)>> {
+        match self.ty(self.strip(id)) {
+            Type::Enum { values, .. } => Some(
+                values
+                    .iter()
+                    .map(|(n, v)| (self.str_at(*n).to_owned(), *v))
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Size in bytes of type `id`, if it has one.
+    fn size_of(&self, id: u32, depth: u32) -> Option<u32> {
+        if depth > MAX_CHAIN {
+            return None;
+        }
+        match self.ty(self.strip(id)) {
+            Type::Int { size, .. }
+            | Type::Enum { size, .. }
+            | Type::Composite { size, .. }
+            | Type::Float { size, .. } => Some(*size),
+            Type::Ptr { .. } => Some(POINTER_BYTES),
+            Type::Array { elem, len } => self.size_of(*elem, depth + 1)?.checked_mul(*len),
+            _ => None,
+        }
+    }
+
+    /// Whether `id` is, under typedefs and qualifiers, a one-byte integer
+    /// other than `_Bool`.
+    fn is_char(&self, id: u32) -> bool {
+        matches!(self.ty(self.strip(id)), Type::Int { size: 1, encoding, .. } if encoding & INT_BOOL == 0)
+    }
+
+    /// Whether the chain of qualifiers starting at `id` has a `user` type tag.
+    fn has_user_tag(&self, mut id: u32) -> bool {
+        for _ in 0..MAX_CHAIN {
+            match self.ty(id) {
+                Type::Alias { name, target, kind } => {
+                    if *kind == KIND_TYPE_TAG && self.str_at(*name) == "user" {
+                        return true;
+                    }
+                    id = *target;
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    fn class(&self, id: u32) -> TypeClass {
+        let id = self.strip(id);
         match self.ty(id) {
             Type::Void => TypeClass::Void,
             Type::Int { size, encoding, .. } => {
@@ -435,16 +701,40 @@ impl Btf {
                 bytes: *size,
                 signed: *signed,
             },
-            Type::Alias { target, .. } => self.class(*target, depth + 1),
+            Type::Array { elem, len } => {
+                let elem_bytes = self.size_of(*elem, 1).unwrap_or(0);
+                if elem_bytes.checked_mul(*len).is_none() {
+                    return TypeClass::Aggregate;
+                }
+                TypeClass::Array {
+                    elem_bytes,
+                    len: *len,
+                    elem_is_char: self.is_char(*elem),
+                }
+            }
             Type::Float { .. } => TypeClass::Float,
-            Type::Func { .. } | Type::FuncProto { .. } | Type::Other { .. } => TypeClass::Aggregate,
+            // `strip` only returns an alias for chains too long to be real.
+            Type::Alias { .. } => TypeClass::Aggregate,
+            Type::Composite { .. }
+            | Type::Fwd { .. }
+            | Type::Func { .. }
+            | Type::FuncProto { .. }
+            | Type::Other { .. } => TypeClass::Aggregate,
         }
     }
 
     fn c_name(&self, id: u32, depth: u32) -> String {
-        if depth > 32 {
+        if depth > MAX_CHAIN {
             return "...".to_owned();
         }
+        let tagged = |keyword: &str, name: &u32| {
+            let n = self.str_at(*name);
+            if n.is_empty() {
+                format!("{keyword} (anonymous)")
+            } else {
+                format!("{keyword} {n}")
+            }
+        };
         match self.ty(id) {
             Type::Void => "void".to_owned(),
             Type::Int { name, encoding, .. } => {
@@ -463,7 +753,13 @@ impl Btf {
                     format!("{inner} *")
                 }
             }
-            Type::Enum { name, .. } => format!("enum {}", self.str_at(*name)),
+            Type::Array { elem, len } => format!("{}[{len}]", self.c_name(*elem, depth + 1)),
+            Type::Composite {
+                name, union: true, ..
+            }
+            | Type::Fwd { name, union: true } => tagged("union", name),
+            Type::Composite { name, .. } | Type::Fwd { name, .. } => tagged("struct", name),
+            Type::Enum { name, .. } => tagged("enum", name),
             Type::Alias { name, target, kind } => match *kind {
                 KIND_TYPEDEF => self.str_at(*name).to_owned(),
                 KIND_CONST => format!("const {}", self.c_name(*target, depth + 1)),
@@ -472,21 +768,12 @@ impl Btf {
             },
             Type::Func { name, .. } => self.str_at(*name).to_owned(),
             Type::FuncProto { .. } => "function".to_owned(),
-            Type::Float { name, .. } => self.str_at(*name).to_owned(),
-            Type::Other { name, kind, .. } => {
-                let n = self.str_at(*name);
-                match *kind {
-                    KIND_STRUCT => format!("struct {n}"),
-                    KIND_UNION => format!("union {n}"),
-                    KIND_ARRAY => "array".to_owned(),
-                    _ => n.to_owned(),
-                }
-            }
+            Type::Float { name, .. } | Type::Other { name } => self.str_at(*name).to_owned(),
         }
     }
 }
 
-/// Builds BTF blobs for tests (here and in the planner's tests).
+/// Builds BTF blobs for tests (here, in the planner's and in the field paths').
 #[cfg(test)]
 pub(crate) mod builder {
     use super::*;
@@ -506,6 +793,11 @@ pub(crate) mod builder {
                 types: Vec::new(),
                 next_id: 1,
             }
+        }
+
+        /// The id the next type will get (for types that refer to later ones).
+        pub fn next_id(&self) -> u32 {
+            self.next_id
         }
 
         fn string(&mut self, s: &str) -> u32 {
@@ -529,19 +821,27 @@ pub(crate) mod builder {
             id
         }
 
+        fn words(&mut self, words: &[u32]) {
+            for w in words {
+                self.types.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+
         pub fn int(&mut self, name: &str, size: u32, signed: bool) -> u32 {
-            let id = self.header(name, KIND_INT, 0, false, size);
             let enc = if signed { INT_SIGNED } else { 0 };
-            self.types
-                .extend_from_slice(&((enc << 24) | (size * 8)).to_le_bytes());
+            self.int_bits(name, size, enc, size * 8, 0)
+        }
+
+        /// An integer with explicit encoding, width and offset in bits (an
+        /// old-style bitfield type when narrower than `size`).
+        pub fn int_bits(&mut self, name: &str, size: u32, enc: u32, bits: u32, offset: u32) -> u32 {
+            let id = self.header(name, KIND_INT, 0, false, size);
+            self.words(&[(enc << 24) | (offset << 16) | bits]);
             id
         }
 
         pub fn bool(&mut self) -> u32 {
-            let id = self.header("_Bool", KIND_INT, 0, false, 1);
-            self.types
-                .extend_from_slice(&((INT_BOOL << 24) | 8).to_le_bytes());
-            id
+            self.int_bits("_Bool", 1, INT_BOOL, 8, 0)
         }
 
         pub fn ptr(&mut self, target: u32) -> u32 {
@@ -556,16 +856,76 @@ pub(crate) mod builder {
             self.header("", KIND_CONST, 0, false, target)
         }
 
+        pub fn volatile(&mut self, target: u32) -> u32 {
+            self.header("", KIND_VOLATILE, 0, false, target)
+        }
+
+        pub fn type_tag(&mut self, name: &str, target: u32) -> u32 {
+            self.header(name, KIND_TYPE_TAG, 0, false, target)
+        }
+
+        /// A struct with no members listed.
         pub fn strukt(&mut self, name: &str, size: u32) -> u32 {
             self.header(name, KIND_STRUCT, 0, false, size)
         }
 
+        /// A struct or union; members are (name, type, raw offset), the raw
+        /// offset carrying the bitfield width in its high 8 bits if
+        /// `kind_flag`.
+        pub fn composite(
+            &mut self,
+            union: bool,
+            name: &str,
+            size: u32,
+            kind_flag: bool,
+            members: &[(&str, u32, u32)],
+        ) -> u32 {
+            let kind = if union { KIND_UNION } else { KIND_STRUCT };
+            let id = self.header(name, kind, members.len() as u32, kind_flag, size);
+            for (n, ty, off) in members {
+                let n = self.string(n);
+                self.words(&[n, *ty, *off]);
+            }
+            id
+        }
+
+        /// A struct with members at byte offsets.
+        pub fn struct_of(&mut self, name: &str, size: u32, members: &[(&str, u32, u32)]) -> u32 {
+            let bits: Vec<_> = members.iter().map(|&(n, t, o)| (n, t, o * 8)).collect();
+            self.composite(false, name, size, false, &bits)
+        }
+
+        /// A union (all members at offset 0).
+        pub fn union_of(&mut self, name: &str, size: u32, members: &[(&str, u32)]) -> u32 {
+            let bits: Vec<_> = members.iter().map(|&(n, t)| (n, t, 0)).collect();
+            self.composite(true, name, size, false, &bits)
+        }
+
+        pub fn fwd(&mut self, name: &str, union: bool) -> u32 {
+            self.header(name, KIND_FWD, 0, union, 0)
+        }
+
+        pub fn array(&mut self, elem: u32, index: u32, len: u32) -> u32 {
+            let id = self.header("", KIND_ARRAY, 0, false, 0);
+            self.words(&[elem, index, len]);
+            id
+        }
+
         pub fn enumeration(&mut self, name: &str, size: u32, values: &[(&str, i32)]) -> u32 {
-            let id = self.header(name, KIND_ENUM, values.len() as u32, false, size);
+            let signed = values.iter().any(|(_, v)| *v < 0);
+            let id = self.header(name, KIND_ENUM, values.len() as u32, signed, size);
             for (n, v) in values {
                 let n = self.string(n);
-                self.types.extend_from_slice(&n.to_le_bytes());
-                self.types.extend_from_slice(&v.to_le_bytes());
+                self.words(&[n, *v as u32]);
+            }
+            id
+        }
+
+        pub fn enum64(&mut self, name: &str, signed: bool, values: &[(&str, u64)]) -> u32 {
+            let id = self.header(name, KIND_ENUM64, values.len() as u32, signed, 8);
+            for (n, v) in values {
+                let n = self.string(n);
+                self.words(&[n, *v as u32, (*v >> 32) as u32]);
             }
             id
         }
@@ -574,8 +934,7 @@ pub(crate) mod builder {
             let proto = self.header("", KIND_FUNC_PROTO, params.len() as u32, false, ret);
             for (n, ty) in params {
                 let n = self.string(n);
-                self.types.extend_from_slice(&n.to_le_bytes());
-                self.types.extend_from_slice(&ty.to_le_bytes());
+                self.words(&[n, *ty]);
             }
             self.header(name, KIND_FUNC, 1, false, proto)
         }
@@ -658,7 +1017,7 @@ pub(crate) mod builder {
 
 #[cfg(test)]
 mod tests {
-    use super::builder::sample;
+    use super::builder::{sample, BtfBuilder};
     use super::*;
 
     #[test]
@@ -735,6 +1094,274 @@ mod tests {
         }
     }
 
+    /// Sets the type section's length in a built blob.
+    fn with_type_len(mut blob: Vec<u8>, type_len: u32) -> Vec<u8> {
+        blob[12..16].copy_from_slice(&type_len.to_le_bytes());
+        blob
+    }
+
+    #[test]
+    fn a_record_running_past_the_type_section_is_truncated() {
+        let mut b = BtfBuilder::new();
+        let int = b.int("int", 4, true);
+        b.struct_of("pair", 8, &[("a", int, 0), ("b", int, 4)]);
+        let blob = b.build();
+        // int: 16 bytes; struct: 12 + 2 * 12. Cut the second member off.
+        let blob = with_type_len(blob, 16 + 12 + 12);
+        assert!(matches!(
+            Btf::parse(&blob),
+            Err(BtfError::Truncated { what: "member", .. })
+        ));
+        // Header offsets that overflow are truncation, not a panic.
+        let mut blob = sample();
+        blob[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        blob[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            Btf::parse(&blob),
+            Err(BtfError::Truncated { .. })
+        ));
+    }
+
+    /// `struct inner { int x; char name[16]; }`, a union, anonymous members,
+    /// bitfields in both encodings, enums, type tags.
+    fn layouts() -> Btf {
+        let mut b = BtfBuilder::new();
+        let int = b.int("int", 4, true);
+        let uchar = b.int("unsigned char", 1, false);
+        let u8_ = b.typedef("u8", uchar);
+        let cu8 = b.konst(u8_);
+        let boolean = b.bool();
+        let arr = b.array(uchar, int, 16);
+        let arr2 = b.array(arr, int, 3);
+        let bools = b.array(boolean, int, 4);
+        let inner = b.struct_of("inner", 20, &[("x", int, 0), ("name", arr, 4)]);
+        let anon_union = b.union_of("", 4, &[("as_int", int), ("as_bytes", u8_)]);
+        // kind_flag bitfields: `int flag:1` at bit 64, `int mode:3` at 65.
+        let bits = b.composite(
+            false,
+            "bits",
+            12,
+            true,
+            &[("y", int, 0), ("flag", int, (1 << 24) | 64), ("mode", int, (3 << 24) | 65)],
+        );
+        // Old encoding: the member's type is an int 3 bits wide.
+        let int3 = b.int_bits("int", 4, INT_SIGNED, 3, 0);
+        let old_bits = b.composite(false, "old_bits", 4, false, &[("z", int3, 5)]);
+        let outer = b.struct_of(
+            "outer",
+            64,
+            &[("head", int, 0), ("", anon_union, 4), ("in", inner, 8), ("rows", arr2, 28)],
+        );
+        let fwd = b.fwd("opaque", false);
+        let user = b.type_tag("user", uchar);
+        let ubuf = b.ptr(user);
+        let cubuf = b.ptr(b.next_id() + 1);
+        b.konst(user);
+        let u8p = b.ptr(cu8);
+        let vol = b.volatile(int);
+        let td_chain = b.typedef("outer_t", outer);
+        let td_chain2 = b.typedef("outer_tt", td_chain);
+        let state = b.enumeration("state", 4, &[("IDLE", 0), ("BUSY", 3), ("GONE", -1)]);
+        let big = b.enum64("big", false, &[("SMALL", 1), ("HUGE", u64::MAX)]);
+        b.func(
+            "f",
+            0,
+            &[
+                ("o", b.next_id() + 2),
+                ("ubuf", ubuf),
+                ("cubuf", cubuf),
+                ("u8p", u8p),
+                ("vol", vol),
+                ("state", state),
+                ("big", big),
+                ("bits", bits),
+                ("old", old_bits),
+                ("fwd", fwd),
+                ("bools", bools),
+                ("outer", td_chain2),
+            ],
+        );
+        // Ids of f's prototype and function, then the pointer used by "o".
+        b.ptr(td_chain2);
+        Btf::parse(&b.build()).unwrap()
+    }
+
+    fn param(btf: &Btf, name: &str) -> KernelType {
+        let sig = btf.function("f").unwrap();
+        sig.params.into_iter().find(|(n, _)| n == name).unwrap().1
+    }
+
+    #[test]
+    fn struct_members_offsets_and_unions() {
+        let btf = layouts();
+        let o = param(&btf, "o");
+        assert_eq!(o.c_name, "outer_tt *");
+        assert_eq!(o.class, TypeClass::Pointer);
+        assert!(!o.points_to_char);
+        let outer_id = btf.pointee(o.id).unwrap();
+        let outer = btf.composite(outer_id).unwrap();
+        assert_eq!(outer.name, "outer");
+        assert!(!outer.is_union);
+        assert_eq!(outer.size, 64);
+        let names: Vec<_> = outer.members.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["head", "", "in", "rows"]);
+        let offsets: Vec<_> = outer.members.iter().map(|m| m.bit_offset).collect();
+        assert_eq!(offsets, [0, 32, 64, 224]);
+        assert!(outer.members.iter().all(|m| m.bitfield_bits == 0));
+        let anon = btf.composite(outer.members[1].type_id).unwrap();
+        assert!(anon.is_union);
+        assert_eq!(anon.name, "");
+        assert_eq!(btf.kernel_type(outer.members[1].type_id).c_name, "union (anonymous)");
+        assert_eq!(btf.kernel_type(outer.members[2].type_id).c_name, "struct inner");
+        // Not a struct: no layout. Through typedefs: the same layout.
+        assert!(btf.composite(o.id).is_none());
+        assert_eq!(btf.composite(param(&btf, "outer").id).unwrap(), outer);
+    }
+
+    #[test]
+    fn arrays_and_char_pointers() {
+        let btf = layouts();
+        let outer = btf.composite(param(&btf, "outer").id).unwrap();
+        let inner = btf.composite(outer.members[2].type_id).unwrap();
+        let name = btf.kernel_type(inner.members[1].type_id);
+        assert_eq!(name.c_name, "unsigned char[16]");
+        assert_eq!(
+            name.class,
+            TypeClass::Array {
+                elem_bytes: 1,
+                len: 16,
+                elem_is_char: true
+            }
+        );
+        let rows = btf.kernel_type(outer.members[3].type_id);
+        assert_eq!(rows.c_name, "unsigned char[16][3]");
+        assert_eq!(
+            rows.class,
+            TypeClass::Array {
+                elem_bytes: 16,
+                len: 3,
+                elem_is_char: false
+            }
+        );
+        // `_Bool` is one byte but not a character.
+        assert_eq!(
+            param(&btf, "bools").class,
+            TypeClass::Array {
+                elem_bytes: 1,
+                len: 4,
+                elem_is_char: false
+            }
+        );
+        let u8p = param(&btf, "u8p");
+        assert_eq!(u8p.c_name, "const u8 *");
+        assert!(u8p.points_to_char);
+        assert!(!u8p.is_user_pointer);
+        assert!(!param(&btf, "vol").points_to_char);
+        assert_eq!(param(&btf, "vol").c_name, "volatile int");
+    }
+
+    #[test]
+    fn user_type_tags_mark_user_pointers() {
+        let btf = layouts();
+        let ubuf = param(&btf, "ubuf");
+        assert!(ubuf.is_user_pointer);
+        assert!(ubuf.points_to_char);
+        assert_eq!(ubuf.c_name, "unsigned char *");
+        let cubuf = param(&btf, "cubuf");
+        assert!(cubuf.is_user_pointer, "{cubuf:?}");
+        assert!(cubuf.points_to_char);
+        assert_eq!(cubuf.c_name, "const unsigned char *");
+        assert!(!param(&btf, "o").is_user_pointer);
+    }
+
+    #[test]
+    fn bitfields_in_both_encodings() {
+        let btf = layouts();
+        let bits = btf.composite(param(&btf, "bits").id).unwrap();
+        let got: Vec<_> = bits
+            .members
+            .iter()
+            .map(|m| (m.name.as_str(), m.bit_offset, m.bitfield_bits))
+            .collect();
+        assert_eq!(got, [("y", 0, 0), ("flag", 64, 1), ("mode", 65, 3)]);
+        let old = btf.composite(param(&btf, "old").id).unwrap();
+        assert_eq!(old.members[0].bit_offset, 5);
+        assert_eq!(old.members[0].bitfield_bits, 3);
+    }
+
+    #[test]
+    fn enumerators_signed_unsigned_and_64_bit() {
+        let btf = layouts();
+        let state = param(&btf, "state");
+        assert_eq!(
+            state.class,
+            TypeClass::Enum {
+                bytes: 4,
+                signed: true
+            }
+        );
+        let values = btf.enumerators(state.id).unwrap();
+        assert_eq!(
+            values,
+            [
+                ("IDLE".to_owned(), 0),
+                ("BUSY".to_owned(), 3),
+                ("GONE".to_owned(), -1)
+            ]
+        );
+        let big = param(&btf, "big");
+        assert_eq!(big.c_name, "enum big");
+        assert_eq!(
+            big.class,
+            TypeClass::Enum {
+                bytes: 8,
+                signed: false
+            }
+        );
+        let values = btf.enumerators(big.id).unwrap();
+        assert_eq!(values[1].1 as u64, u64::MAX);
+        assert!(btf.enumerators(param(&btf, "o").id).is_none());
+        // Unsigned 32-bit values stay positive.
+        let sample = Btf::parse(&sample()).unwrap();
+        let kind = &sample.function("kspan_void_fn").unwrap().params[1].1;
+        assert_eq!(sample.enumerators(kind.id).unwrap()[1], ("PIDTYPE_TGID".to_owned(), 1));
+    }
+
+    #[test]
+    fn declarations_only_have_no_layout() {
+        let btf = layouts();
+        let fwd = param(&btf, "fwd");
+        assert_eq!(fwd.c_name, "struct opaque");
+        assert_eq!(fwd.class, TypeClass::Aggregate);
+        assert!(btf.composite(fwd.id).is_none());
+        assert!(btf.is_declaration_only(fwd.id));
+        assert!(!btf.is_declaration_only(param(&btf, "outer").id));
+    }
+
+    #[test]
+    fn cycles_and_bad_ids_do_not_hang_or_panic() {
+        let mut b = BtfBuilder::new();
+        // A typedef naming itself, an array of itself, a pointer to an unknown id.
+        let me = b.next_id();
+        b.typedef("loop_t", me);
+        let arr = b.next_id();
+        b.array(arr, 0, u32::MAX);
+        let wild = b.ptr(9999);
+        let int = b.int("int", 4, true);
+        let huge = b.array(int, int, u32::MAX);
+        b.func("g", 0, &[("l", me), ("a", arr), ("w", wild), ("h", huge)]);
+        let btf = Btf::parse(&b.build()).unwrap();
+        let sig = btf.function("g").unwrap();
+        assert_eq!(sig.params[0].1.class, TypeClass::Void);
+        assert!(btf.composite(me).is_none());
+        assert!(btf.enumerators(me).is_none());
+        assert!(matches!(sig.params[1].1.class, TypeClass::Array { elem_bytes: 0, .. }));
+        assert_eq!(sig.params[2].1.c_name, "void *");
+        assert_eq!(btf.kernel_type(9999).class, TypeClass::Void);
+        // 4 * u32::MAX bytes does not fit: not an array one could read.
+        assert_eq!(sig.params[3].1.class, TypeClass::Aggregate);
+    }
+
     #[test]
     fn reads_this_machines_kernel_btf() {
         // Pure parsing of the real blob; /sys/kernel/btf/vmlinux is world-readable
@@ -748,5 +1375,17 @@ mod tests {
         assert_eq!(names, ["file", "buf", "count", "pos"]);
         assert_eq!(sig.params[2].1.c_name, "size_t");
         assert_eq!(sig.ret.c_name, "ssize_t");
+        // `char __user *buf`: a pointer to char, user-tagged where the kernel
+        // was built with type tags.
+        assert!(sig.params[1].1.points_to_char);
+        let file = btf.composite(btf.pointee(sig.params[0].1.id).unwrap()).unwrap();
+        assert_eq!(file.name, "file");
+        assert!(file.members.iter().any(|m| m.name == "f_inode"));
+        let sk = btf
+            .function("tcp_sendmsg")
+            .expect("tcp_sendmsg in kernel BTF");
+        let sock = btf.composite(btf.pointee(sk.params[0].1.id).unwrap()).unwrap();
+        assert_eq!(sock.members[0].name, "__sk_common");
+        assert_eq!(sock.members[0].bit_offset, 0);
     }
 }

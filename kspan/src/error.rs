@@ -76,6 +76,36 @@ pub enum Error {
         /// The function's real parameters, with their kernel types.
         available: Vec<String>,
     },
+    /// A field path is not valid syntax.
+    #[error("`{function}`: the path of `{parameter}` (`{path}`) is invalid: {source}")]
+    PathSyntax {
+        /// The kernel function.
+        function: String,
+        /// The handler parameter.
+        parameter: String,
+        /// The path as written.
+        path: String,
+        /// What is wrong with it.
+        source: crate::fieldpath::PathSyntaxError,
+    },
+    /// A field path does not match the kernel's types.
+    #[error("{source} (probe at {location})")]
+    FieldPath {
+        /// Where the probe is declared.
+        location: &'static str,
+        /// Which segment failed, and the members that exist there.
+        source: crate::fieldpath::FieldPathError,
+    },
+    /// A capture cannot be made as asked (type, `user`, `len`, sizes).
+    #[error("`{function}`: cannot capture `{parameter}`: {reason}")]
+    Capture {
+        /// The kernel function.
+        function: String,
+        /// The handler parameter.
+        parameter: String,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// A parameter sits beyond the registers kspan captures.
     #[error(
         "parameter `{parameter}` of `{function}` is argument #{position} (counting \

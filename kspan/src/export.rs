@@ -6,19 +6,23 @@
 //! so the span passes the application's sampler, processors and exporter like
 //! any span the application makes itself.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 use kspan_bpf::types::kspan_record;
 use opentelemetry::trace::{
-    SpanBuilder, SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId, TraceState,
-    Tracer,
+    SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+    TraceState, Tracer,
 };
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Context, Key, KeyValue};
 
 use crate::clock::ClockOffset;
-use crate::plan::ProbePlan;
+use crate::errno;
+use crate::plan::{CapturePlan, ProbePlan, KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
 use crate::probe::Captured;
-use crate::value::Value;
+use crate::value::{Capture, Value};
 
 /// Attribute names kspan sets on every kernel span, in OpenTelemetry
 /// semantic-convention style (dotted, lower snake case, registered names where
@@ -28,10 +32,16 @@ pub mod attributes {
     pub const FUNCTION: &str = "code.function.name";
     /// How it was attached: `fentry` or `fexit`.
     pub const MODE: &str = "kernel.probe.mode";
-    /// Prefix of captured arguments: `kernel.arg.count` for parameter `count`.
+    /// Prefix of captured values: `kernel.arg.count` for parameter `count`.
+    /// A string cut at its bound also sets `kernel.arg.<name>.truncated`; a
+    /// value the kernel could not read sets `kernel.arg.<name>.fault` instead
+    /// of the value. Enum values are their enumerator's name; buffers are hex.
     pub const ARG_PREFIX: &str = "kernel.arg.";
     /// The return value.
     pub const RETURN_VALUE: &str = "kernel.return_value";
+    /// The errno name of a failed call (`ENOENT`) (semantic conventions:
+    /// `error.type`).
+    pub const ERROR_TYPE: &str = "error.type";
     /// Kernel spans enclosing this one on the same thread.
     pub const DEPTH: &str = "kernel.span.depth";
     /// The thread that made the call (semantic conventions: `thread.id`).
@@ -42,16 +52,26 @@ pub mod attributes {
 
 /// A record too short to be a span: a layout mismatch, never expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("ring-buffer record of {len} bytes, expected {expected}")]
+#[error("ring-buffer record of {len} bytes, expected at least {expected}")]
 pub struct DecodeError {
     /// The record's length.
     pub len: usize,
-    /// The layout's length.
+    /// The header's length.
     pub expected: usize,
 }
 
+/// A record as it sits in the ring buffer: the fixed header and the data
+/// area of strings and buffers after it.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    /// The header.
+    pub header: kspan_record,
+    /// The data area.
+    pub data: &'a [u8],
+}
+
 /// Reads a record from ring-buffer bytes.
-pub fn parse_record(bytes: &[u8]) -> Result<kspan_record, DecodeError> {
+pub fn parse_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
     let expected = std::mem::size_of::<kspan_record>();
     if bytes.len() < expected {
         return Err(DecodeError {
@@ -62,106 +82,280 @@ pub fn parse_record(bytes: &[u8]) -> Result<kspan_record, DecodeError> {
     // SAFETY: the slice holds at least size_of::<kspan_record>() bytes, the
     // type is plain old data (integers and byte arrays, every bit pattern
     // valid), and read_unaligned copes with the ring buffer's 8-byte alignment.
-    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<kspan_record>()) })
+    let header = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<kspan_record>()) };
+    Ok(RecordView {
+        header,
+        data: &bytes[expected..],
+    })
 }
 
-/// One kernel span, decoded and ready to build.
+/// Decodes capture `i` of `view` as `plan` says (pure).
+fn decode_capture<'a>(plan: &CapturePlan, i: usize, view: &RecordView<'a>) -> Capture<'a> {
+    let rec = &view.header;
+    if rec.cap_flags[i] & kspan_bpf::consts::KSPAN_CAPF_FAULT as u8 != 0 {
+        return Capture::Fault;
+    }
+    let raw = rec.vals[i];
+    let off = usize::from(plan.bpf.data_off);
+    let slot = view
+        .data
+        .get(off..off + usize::from(plan.bpf.data_len))
+        .unwrap_or(&[]);
+    match plan.bpf.kind {
+        KIND_KSTR | KIND_USTR => {
+            // `raw` is the bytes read including the NUL.
+            let chars = usize::try_from(raw).unwrap_or(0).saturating_sub(1).min(slot.len());
+            let truncated = chars > plan.bound;
+            let bytes = &slot[..chars.min(plan.bound)];
+            Capture::Str {
+                text: String::from_utf8_lossy(bytes),
+                truncated,
+            }
+        }
+        KIND_KBYTES | KIND_UBYTES => {
+            let asked = usize::try_from(raw).unwrap_or(usize::MAX);
+            Capture::Bytes {
+                data: &slot[..asked.min(slot.len())],
+                truncated: asked > slot.len(),
+            }
+        }
+        _ => Capture::Scalar(raw),
+    }
+}
+
+fn suffixed(key: &Key, suffix: &str) -> Key {
+    Key::new(format!("{}.{suffix}", key.as_str()))
+}
+
+/// The attributes of one capture.
+fn capture_attributes(plan: &CapturePlan, capture: &Capture<'_>, out: &mut Vec<KeyValue>) {
+    let key = plan.attribute.clone();
+    match capture {
+        Capture::Scalar(raw) => {
+            let value = Value::decode(*raw, plan.spec.ty);
+            let named = plan.enum_names.as_ref().and_then(|names| {
+                let v = match value {
+                    Value::Int(v) => v,
+                    Value::Uint(v) => v as i64,
+                    _ => return None,
+                };
+                names.iter().find(|(n, _)| *n == v).map(|(_, name)| name.clone())
+            });
+            match named {
+                Some(name) => out.push(KeyValue::new(key, name)),
+                None => out.push(KeyValue::new(key, value.to_otel())),
+            }
+        }
+        Capture::Str { text, truncated } => {
+            out.push(KeyValue::new(key.clone(), text.to_string()));
+            if *truncated {
+                out.push(KeyValue::new(suffixed(&key, "truncated"), true));
+            }
+        }
+        Capture::Bytes { data, truncated } => {
+            let mut hex = String::with_capacity(data.len() * 2);
+            for b in *data {
+                let _ = write!(hex, "{b:02x}");
+            }
+            out.push(KeyValue::new(key.clone(), hex));
+            if *truncated {
+                out.push(KeyValue::new(suffixed(&key, "truncated"), true));
+            }
+        }
+        Capture::Fault => out.push(KeyValue::new(suffixed(&key, "fault"), true)),
+    }
+}
+
+/// One kernel span, decoded: what the handler sees and may change before it
+/// is exported.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelSpan {
-    /// Span name: the kernel function.
-    pub name: &'static str,
-    /// Trace id from the kernel.
-    pub trace_id: TraceId,
-    /// Span id from the kernel.
-    pub span_id: SpanId,
-    /// Enclosing kernel span, if any.
-    pub parent_span_id: Option<SpanId>,
-    /// Start, kernel monotonic ns.
-    pub start_ns: u64,
-    /// End, kernel monotonic ns.
-    pub end_ns: u64,
-    /// Raw captured values, in handler parameter order.
-    pub params: Vec<u64>,
-    /// Raw return value, when the mode has one.
-    pub ret: Option<u64>,
-    /// Attributes.
-    pub attributes: Vec<KeyValue>,
+    name: Cow<'static, str>,
+    trace_id: TraceId,
+    span_id: SpanId,
+    parent_span_id: Option<SpanId>,
+    start_ns: u64,
+    end_ns: u64,
+    attributes: Vec<KeyValue>,
+    status: Status,
+    discarded: bool,
 }
 
 impl KernelSpan {
-    /// Decodes `rec` with `plan` (pure).
-    pub fn from_record(plan: &ProbePlan, rec: &kspan_record) -> KernelSpan {
-        let spec = &plan.probe.spec;
-        let params: Vec<u64> = plan
-            .arg_positions
+    /// The span's name (the kernel function unless renamed).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Renames the span.
+    pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
+        self.name = name.into();
+    }
+
+    /// Sets an attribute, replacing one with the same key.
+    pub fn set_attribute(&mut self, attribute: KeyValue) {
+        match self.attributes.iter_mut().find(|kv| kv.key == attribute.key) {
+            Some(existing) => *existing = attribute,
+            None => self.attributes.push(attribute),
+        }
+    }
+
+    /// Removes the attribute `key`, if present.
+    pub fn remove_attribute(&mut self, key: &str) {
+        self.attributes.retain(|kv| kv.key.as_str() != key);
+    }
+
+    /// The attributes so far.
+    pub fn attributes(&self) -> &[KeyValue] {
+        &self.attributes
+    }
+
+    /// The value of attribute `key`.
+    pub fn attribute(&self, key: &str) -> Option<&opentelemetry::Value> {
+        self.attributes
             .iter()
-            .map(|&p| rec.args.get(p).copied().unwrap_or(0))
-            .collect();
-        let ret = (rec.flags & kspan_bpf::REC_HAS_RET != 0).then_some(rec.ret);
-        let mut attributes = Vec::with_capacity(6 + params.len());
-        attributes.push(KeyValue::new(attributes::FUNCTION, spec.function));
-        attributes.push(KeyValue::new(attributes::MODE, spec.mode.as_str()));
-        for (p, raw) in spec.params.iter().zip(&params) {
-            attributes.push(KeyValue::new(
-                format!("{}{}", attributes::ARG_PREFIX, p.name),
-                Value::decode(*raw, p.ty).to_otel(),
-            ));
-        }
-        if let (Some(ty), Some(raw)) = (spec.ret, ret) {
-            attributes.push(KeyValue::new(
-                attributes::RETURN_VALUE,
-                Value::decode(raw, ty).to_otel(),
-            ));
-        }
-        attributes.push(KeyValue::new(attributes::THREAD_ID, i64::from(rec.tid)));
-        attributes.push(KeyValue::new(attributes::PROCESS_PID, i64::from(rec.pid)));
-        attributes.push(KeyValue::new(attributes::DEPTH, i64::from(rec.depth)));
-        KernelSpan {
-            name: spec.function,
-            trace_id: TraceId::from_bytes(rec.trace_id),
-            span_id: SpanId::from(rec.span_id),
-            parent_span_id: (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
-            start_ns: rec.start_ns,
-            end_ns: rec.end_ns.max(rec.start_ns),
-            params,
-            ret,
-            attributes,
-        }
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| &kv.value)
     }
 
-    /// Runs the probe's handler on the captured values. A panicking handler is
-    /// caught: `false` is returned and the span is still exported.
-    pub fn run_handler(&self, plan: &ProbePlan) -> bool {
-        let captured = Captured::new(&self.params, self.ret);
-        let handler = plan.probe.handler;
-        catch_unwind(AssertUnwindSafe(|| handler(&captured))).is_ok()
+    /// Sets the status (errno returns have set it to an error already).
+    pub fn set_status(&mut self, status: Status) {
+        self.status = status;
     }
 
-    /// Builds and ends the span through `tracer`, with the kernel's ids and
-    /// times.
-    pub fn export<T: Tracer>(self, tracer: &T, clock: &ClockOffset) {
-        let parent = match self.parent_span_id {
-            Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
-                self.trace_id,
-                parent,
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::NONE,
-            )),
-            None => Context::new(),
-        };
-        let mut builder = SpanBuilder::from_name(self.name)
-            .with_kind(SpanKind::Internal)
-            .with_start_time(clock.to_system_time(self.start_ns))
-            .with_attributes(self.attributes);
-        builder.trace_id = Some(self.trace_id);
-        builder.span_id = Some(self.span_id);
-        let mut span = tracer.build_with_context(builder, &parent);
-        opentelemetry::trace::Span::end_with_timestamp(
-            &mut span,
-            clock.to_system_time(self.end_ns),
-        );
+    /// The status.
+    pub fn status(&self) -> &Status {
+        &self.status
     }
+
+    /// Drops the span: it is not exported (and counted as discarded).
+    pub fn discard(&mut self) {
+        self.discarded = true;
+    }
+
+    /// Whether [`KernelSpan::discard`] was called.
+    pub fn is_discarded(&self) -> bool {
+        self.discarded
+    }
+
+    /// The trace id.
+    pub fn trace_id(&self) -> TraceId {
+        self.trace_id
+    }
+
+    /// The span id.
+    pub fn span_id(&self) -> SpanId {
+        self.span_id
+    }
+
+    /// The enclosing kernel span, if any.
+    pub fn parent_span_id(&self) -> Option<SpanId> {
+        self.parent_span_id
+    }
+
+    /// Duration from entry to exit (zero in fentry mode).
+    pub fn duration(&self) -> Duration {
+        Duration::from_nanos(self.end_ns - self.start_ns)
+    }
+}
+
+/// What became of one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The span was exported.
+    Exported,
+    /// The handler discarded it.
+    Discarded,
+    /// The handler panicked; the span was exported as it was before the panic
+    /// (with the attributes of the captures).
+    HandlerPanicked,
+}
+
+/// Decodes `view` with `plan`, runs the handler and exports the span through
+/// `tracer` unless the handler discards it.
+pub fn process<T: Tracer>(plan: &ProbePlan, view: &RecordView<'_>, tracer: &T, clock: &ClockOffset) -> Outcome {
+    let rec = &view.header;
+    let spec = &plan.probe.spec;
+    let captures: Vec<Capture<'_>> = (0..plan.captures.len())
+        .map(|i| decode_capture(&plan.captures[i], i, view))
+        .collect();
+    let ret = (rec.flags & kspan_bpf::REC_HAS_RET != 0).then_some(rec.ret);
+
+    let mut attributes = Vec::with_capacity(8 + captures.len());
+    attributes.push(KeyValue::new(attributes::FUNCTION, spec.function));
+    attributes.push(KeyValue::new(attributes::MODE, spec.mode.as_str()));
+    for (c, capture) in plan.captures.iter().zip(&captures) {
+        capture_attributes(c, capture, &mut attributes);
+    }
+    let mut status = Status::Unset;
+    if let Some(raw) = ret {
+        if let Some(ty) = spec.ret {
+            attributes.push(KeyValue::new(attributes::RETURN_VALUE, Value::decode(raw, ty).to_otel()));
+        }
+        if plan.errno_status {
+            let signed = match plan.signature.ret.class {
+                crate::btf::TypeClass::Int { bytes: 4, .. } => i64::from(raw as u32 as i32),
+                _ => raw as i64,
+            };
+            if let Some(errno) = errno::from_return(signed) {
+                let name = errno::name(errno);
+                attributes.push(KeyValue::new(attributes::ERROR_TYPE, name.clone()));
+                status = Status::error(name);
+            }
+        }
+    }
+    attributes.push(KeyValue::new(attributes::THREAD_ID, i64::from(rec.tid)));
+    attributes.push(KeyValue::new(attributes::PROCESS_PID, i64::from(rec.pid)));
+    attributes.push(KeyValue::new(attributes::DEPTH, i64::from(rec.depth)));
+
+    let mut span = KernelSpan {
+        name: Cow::Borrowed(spec.function),
+        trace_id: TraceId::from_bytes(rec.trace_id),
+        span_id: SpanId::from(rec.span_id),
+        parent_span_id: (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
+        start_ns: rec.start_ns,
+        end_ns: rec.end_ns.max(rec.start_ns),
+        attributes,
+        status,
+        discarded: false,
+    };
+    let captured = Captured::new(&captures, ret);
+    let handler = plan.probe.handler;
+    let before = span.clone();
+    let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&captured, &mut span))) {
+        Ok(()) if span.discarded => return Outcome::Discarded,
+        Ok(()) => Outcome::Exported,
+        Err(_) => {
+            // A half-changed span is not trusted: export it as it came.
+            span = before;
+            Outcome::HandlerPanicked
+        }
+    };
+    export(span, tracer, clock);
+    outcome
+}
+
+/// Builds and ends `span` through `tracer` with the kernel's ids and times.
+fn export<T: Tracer>(span: KernelSpan, tracer: &T, clock: &ClockOffset) {
+    let parent = match span.parent_span_id {
+        Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
+            span.trace_id,
+            parent,
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::NONE,
+        )),
+        None => Context::new(),
+    };
+    let mut builder = SpanBuilder::from_name(span.name)
+        .with_kind(SpanKind::Internal)
+        .with_start_time(clock.to_system_time(span.start_ns))
+        .with_attributes(span.attributes)
+        .with_status(span.status);
+    builder.trace_id = Some(span.trace_id);
+    builder.span_id = Some(span.span_id);
+    let mut built = tracer.build_with_context(builder, &parent);
+    opentelemetry::trace::Span::end_with_timestamp(&mut built, clock.to_system_time(span.end_ns));
 }
 
 #[cfg(test)]
@@ -169,38 +363,28 @@ mod tests {
     use super::*;
     use crate::btf::{builder::sample, Btf};
     use crate::plan::plan_probe;
-    use crate::probe::{Mode, ParamSpec, Probe, ProbeSpec};
-    use crate::value::KernelValue;
     use opentelemetry::trace::TracerProvider as _;
-    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::{Duration, UNIX_EPOCH};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+    use std::time::UNIX_EPOCH;
 
-    static CALLS: AtomicUsize = AtomicUsize::new(0);
-    static LAST_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-    fn handler(c: &Captured<'_>) {
-        CALLS.fetch_add(1, Ordering::SeqCst);
-        LAST_COUNT.store(c.param::<usize>(0), Ordering::SeqCst);
-        assert!(c.ret::<isize>() >= 0, "negative ret");
+    /// The handler renames spans of reads that returned 0 and discards those
+    /// that read 1 byte; it panics on 2.
+    #[kspan::kernel_span("vfs_read")]
+    fn vfs_read(count: usize, #[capture(max = 8)] buf: &str, ret: isize, span: &mut KernelSpan) {
+        match ret {
+            0 => span.set_name("vfs_read eof"),
+            1 => span.discard(),
+            2 => {
+                span.set_name("half-changed");
+                panic!("a handler bug");
+            }
+            _ => span.set_attribute(KeyValue::new("seen.buf", buf.to_owned())),
+        }
+        assert_eq!(count, 4096);
     }
 
-    static VFS_READ: Probe = Probe {
-        spec: ProbeSpec {
-            function: "vfs_read",
-            mode: Mode::Fexit,
-            params: &[ParamSpec {
-                name: "count",
-                ty: <usize as KernelValue>::TYPE,
-            }],
-            ret: Some(<isize as KernelValue>::TYPE),
-            location: "test",
-        },
-        handler,
-    };
-
-    fn record(span_id: u64, parent: u64, ret: i64) -> kspan_record {
-        kspan_record {
+    fn record(span_id: u64, parent: u64, ret: i64, text: &[u8]) -> Vec<u8> {
+        let mut header = kspan_record {
             trace_id: [7; 16],
             span_id,
             parent_span_id: parent,
@@ -213,57 +397,70 @@ mod tests {
             tid: 43,
             depth: u16::from(parent != 0),
             flags: kspan_bpf::REC_HAS_RET,
-        }
-    }
-
-    #[test]
-    fn parse_checks_length() {
-        let rec = record(1, 0, 5);
+            ..Default::default()
+        };
+        header.vals[0] = 4096; // count, from its register
+        header.vals[1] = text.len() as u64 + 1; // bytes read with the NUL
         // SAFETY: kspan_record is plain old data; viewing it as bytes is sound.
-        let bytes = unsafe {
+        let mut bytes = unsafe {
             std::slice::from_raw_parts(
-                (&rec as *const kspan_record).cast::<u8>(),
+                (&header as *const kspan_record).cast::<u8>(),
                 std::mem::size_of::<kspan_record>(),
             )
-        };
-        let back = parse_record(bytes).unwrap();
-        assert_eq!(back.span_id, 1);
-        assert_eq!(back.args[2], 4096);
-        assert_eq!(
-            parse_record(&bytes[..20]).unwrap_err(),
-            DecodeError {
-                len: 20,
-                expected: bytes.len()
-            }
-        );
+        }
+        .to_vec();
+        let mut slot = vec![0u8; 10]; // max 8 + 2
+        slot[..text.len()].copy_from_slice(text);
+        bytes.extend_from_slice(&slot);
+        bytes
     }
 
-    #[test]
-    fn decodes_attributes_and_builds_a_tree() {
+    fn run(records: &[Vec<u8>]) -> (Vec<SpanData>, Vec<Outcome>) {
         let btf = Btf::parse(&sample()).unwrap();
-        let plan = plan_probe(&btf, &VFS_READ).unwrap();
+        let plan = plan_probe(&btf, &vfs_read).unwrap();
         let exporter = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
             .build();
         let tracer = provider.tracer("kspan-test");
         let clock = ClockOffset::from_offset_ns(1_000_000_000);
+        let outcomes = records
+            .iter()
+            .map(|r| process(&plan, &parse_record(r).unwrap(), &tracer, &clock))
+            .collect();
+        (exporter.get_finished_spans().unwrap(), outcomes)
+    }
 
-        let outer = KernelSpan::from_record(&plan, &record(0x11, 0, 4096));
-        assert_eq!(outer.params, [4096]);
-        assert_eq!(outer.ret, Some(4096));
-        assert!(outer.run_handler(&plan));
-        assert_eq!(LAST_COUNT.load(Ordering::SeqCst), 4096);
-        outer.export(&tracer, &clock);
-        let inner = KernelSpan::from_record(&plan, &record(0x22, 0x11, -5));
-        assert!(
-            !inner.run_handler(&plan),
-            "the handler panics on a negative ret"
+    fn attr(s: &SpanData, k: &str) -> Option<opentelemetry::Value> {
+        s.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == k)
+            .map(|kv| kv.value.clone())
+    }
+
+    #[test]
+    fn parse_checks_length_and_keeps_the_data_area() {
+        let bytes = record(1, 0, 5, b"abc");
+        let view = parse_record(&bytes).unwrap();
+        assert_eq!(view.header.span_id, 1);
+        assert_eq!(view.header.args[2], 4096);
+        assert_eq!(&view.data[..3], b"abc");
+        assert_eq!(
+            parse_record(&bytes[..20]).unwrap_err(),
+            DecodeError {
+                len: 20,
+                expected: std::mem::size_of::<kspan_record>()
+            }
         );
-        inner.export(&tracer, &clock);
+    }
 
-        let spans = exporter.get_finished_spans().unwrap();
-        assert_eq!(spans.len(), 2);
+    #[test]
+    fn decodes_attributes_and_builds_a_tree() {
+        let (spans, outcomes) = run(&[
+            record(0x11, 0, 4096, b"data.bin"),
+            record(0x22, 0x11, 0, b"x"),
+        ]);
+        assert_eq!(outcomes, [Outcome::Exported, Outcome::Exported]);
         let by_id = |id: u64| {
             spans
                 .iter()
@@ -272,30 +469,58 @@ mod tests {
         };
         let (outer, inner) = (by_id(0x11), by_id(0x22));
         assert_eq!(outer.name, "vfs_read");
+        assert_eq!(inner.name, "vfs_read eof", "renamed by the handler");
         assert_eq!(outer.span_context.trace_id(), TraceId::from_bytes([7; 16]));
         assert_eq!(outer.parent_span_id, SpanId::INVALID);
         assert_eq!(inner.parent_span_id, SpanId::from(0x11));
         assert_eq!(inner.span_context.trace_id(), outer.span_context.trace_id());
-        assert_eq!(
-            outer.start_time,
-            UNIX_EPOCH + Duration::from_nanos(1_000_001_000)
-        );
-        assert_eq!(
-            outer.end_time,
-            UNIX_EPOCH + Duration::from_nanos(1_000_003_000)
-        );
-        let attr = |s: &opentelemetry_sdk::trace::SpanData, k: &str| {
-            s.attributes
-                .iter()
-                .find(|kv| kv.key.as_str() == k)
-                .map(|kv| kv.value.clone())
-        };
+        assert_eq!(outer.start_time, UNIX_EPOCH + Duration::from_nanos(1_000_001_000));
+        assert_eq!(outer.end_time, UNIX_EPOCH + Duration::from_nanos(1_000_003_000));
         assert_eq!(attr(outer, "kernel.arg.count"), Some(4096i64.into()));
+        assert_eq!(attr(outer, "kernel.arg.buf"), Some("data.bin".into()));
+        assert_eq!(attr(outer, "kernel.arg.buf.truncated"), None);
+        assert_eq!(attr(outer, "seen.buf"), Some("data.bin".into()), "the handler added it");
         assert_eq!(attr(outer, "kernel.return_value"), Some(4096i64.into()));
-        assert_eq!(attr(inner, "kernel.return_value"), Some((-5i64).into()));
         assert_eq!(attr(outer, "thread.id"), Some(43i64.into()));
         assert_eq!(attr(outer, "process.pid"), Some(42i64.into()));
         assert_eq!(attr(outer, "code.function.name"), Some("vfs_read".into()));
         assert_eq!(attr(inner, "kernel.span.depth"), Some(1i64.into()));
+        assert_eq!(outer.status, Status::Unset);
+    }
+
+    #[test]
+    fn long_strings_are_cut_and_marked_invalid_utf8_replaced() {
+        // The kernel read 9 characters (one past the bound of 8).
+        let (spans, _) = run(&[record(1, 0, 7, b"abcdefgh\xff")]);
+        assert_eq!(attr(&spans[0], "kernel.arg.buf"), Some("abcdefgh".into()));
+        assert_eq!(attr(&spans[0], "kernel.arg.buf.truncated"), Some(true.into()));
+        let (spans, _) = run(&[record(1, 0, 7, b"ab\xffcd")]);
+        assert_eq!(attr(&spans[0], "kernel.arg.buf"), Some("ab\u{fffd}cd".into()));
+    }
+
+    #[test]
+    fn errno_returns_fail_the_span() {
+        let (spans, _) = run(&[record(1, 0, -2, b"")]);
+        assert_eq!(spans[0].status, Status::error("ENOENT"));
+        assert_eq!(attr(&spans[0], "error.type"), Some("ENOENT".into()));
+        assert_eq!(attr(&spans[0], "kernel.return_value"), Some((-2i64).into()));
+    }
+
+    #[test]
+    fn handlers_discard_and_panics_keep_the_span() {
+        let (spans, outcomes) = run(&[record(1, 0, 1, b""), record(2, 0, 2, b"")]);
+        assert_eq!(outcomes, [Outcome::Discarded, Outcome::HandlerPanicked]);
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].name, "vfs_read", "exported as it was before the panic");
+    }
+
+    #[test]
+    fn faults_are_attributes_not_values() {
+        let mut bytes = record(1, 0, 7, b"");
+        let flags = std::mem::offset_of!(kspan_record, cap_flags);
+        bytes[flags + 1] = kspan_bpf::consts::KSPAN_CAPF_FAULT as u8;
+        let (spans, _) = run(&[bytes]);
+        assert_eq!(attr(&spans[0], "kernel.arg.buf"), None);
+        assert_eq!(attr(&spans[0], "kernel.arg.buf.fault"), Some(true.into()));
     }
 }

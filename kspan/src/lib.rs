@@ -66,20 +66,37 @@
 //!
 //! [`SdkTracerProvider`]: opentelemetry_sdk::trace::SdkTracerProvider
 
+// The macro's expansion names `::kspan`; this lets the crate's own tests use it.
+#[cfg(test)]
+extern crate self as kspan;
+
 pub mod btf;
 mod caps;
 pub mod clock;
+mod errno;
 mod error;
 pub mod export;
+pub mod fieldpath;
 pub mod plan;
 mod probe;
+mod registry;
 mod runtime;
 mod value;
 
 pub use error::{Error, Result};
-pub use probe::{Captured, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode};
+pub use export::{KernelSpan, Outcome};
+pub use opentelemetry::trace::Status;
+pub use opentelemetry::KeyValue;
+pub use probe::{Captured, LenSource, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode};
 pub use runtime::{Kspan, KspanBuilder, Stats, KERNEL_BTF};
-pub use value::{KernelValue, Value, ValueKind, ValueType};
+pub use value::{Capture, FromCapture, KernelValue, Value, ValueKind, ValueType};
+
+/// What the `kernel_span` macro's expansion uses; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::registry::PROBES;
+    pub use linkme;
+}
 
 /// Turns a function into a kernel probe.
 ///

@@ -9,10 +9,49 @@
 
 use std::collections::HashMap;
 
+use kspan_bpf::types::{kspan_capture, kspan_config, kspan_record};
+use opentelemetry::Key;
+
 use crate::btf::{Btf, FuncSignature, KernelType, TypeClass};
 use crate::error::{Error, Result};
-use crate::probe::{Mode, Probe};
+use crate::fieldpath::{self, Step};
+use crate::probe::{LenSource, Mode, ParamSpec, Probe, ProbeSpec};
 use crate::value::{ValueKind, ValueType};
+
+use kspan_bpf::consts;
+
+// enum kspan_cap_kind and enum kspan_len_src of kspan.h, at their field width.
+pub(crate) const KIND_REG: u8 = consts::KSPAN_CAP_REG as u8;
+pub(crate) const KIND_MEM: u8 = consts::KSPAN_CAP_MEM as u8;
+pub(crate) const KIND_KSTR: u8 = consts::KSPAN_CAP_KSTR as u8;
+pub(crate) const KIND_USTR: u8 = consts::KSPAN_CAP_USTR as u8;
+pub(crate) const KIND_KBYTES: u8 = consts::KSPAN_CAP_KBYTES as u8;
+pub(crate) const KIND_UBYTES: u8 = consts::KSPAN_CAP_UBYTES as u8;
+const LEN_FIXED: u8 = consts::KSPAN_LEN_FIXED as u8;
+const LEN_ARG: u8 = consts::KSPAN_LEN_ARG as u8;
+const LEN_RET: u8 = consts::KSPAN_LEN_RET as u8;
+
+/// Default bound of a string capture, in bytes.
+pub const DEFAULT_STR_MAX: u16 = 64;
+/// Default bound of a buffer capture, in bytes.
+pub const DEFAULT_BYTES_MAX: u16 = 256;
+
+/// How one value will be captured and decoded.
+#[derive(Debug, Clone)]
+pub struct CapturePlan {
+    /// What the annotation asked for.
+    pub spec: ParamSpec,
+    /// The kernel type of the captured value.
+    pub kernel_type: KernelType,
+    /// What the BPF program does (`kspan_capture` in `kspan.h`).
+    pub bpf: kspan_capture,
+    /// The attribute key (`kernel.arg.<name>`), made once.
+    pub attribute: Key,
+    /// Enumerator names when the kernel type is an enum.
+    pub enum_names: Option<Vec<(i64, String)>>,
+    /// Bound of a string or buffer, in bytes.
+    pub bound: usize,
+}
 
 /// How one probe will be attached and decoded.
 #[derive(Debug)]
@@ -21,10 +60,14 @@ pub struct ProbePlan {
     pub probe: &'static Probe,
     /// The kernel function's BTF signature.
     pub signature: FuncSignature,
-    /// For each handler parameter, the 0-based argument position it reads.
-    pub arg_positions: Vec<usize>,
-    /// How many leading arguments the BPF program must capture.
+    /// One per handler parameter other than `ret` and `span`, in order.
+    pub captures: Vec<CapturePlan>,
+    /// How many leading arguments the BPF program must save.
     pub nr_args: u32,
+    /// Bytes of one record of this probe (header and data area).
+    pub record_size: u32,
+    /// Whether a negative return value is an errno that fails the span.
+    pub errno_status: bool,
 }
 
 impl ProbePlan {
@@ -36,6 +79,23 @@ impl ProbePlan {
     /// The attach mode.
     pub fn mode(&self) -> Mode {
         self.probe.spec.mode
+    }
+
+    /// The settings the BPF programs get for this probe.
+    pub fn bpf_config(&self, probe_id: u32, target_tgid: u32) -> kspan_config {
+        let mut caps = [kspan_capture::default(); kspan_bpf::MAX_CAPS];
+        for (slot, c) in caps.iter_mut().zip(&self.captures) {
+            *slot = c.bpf;
+        }
+        kspan_config {
+            target_tgid,
+            probe_id,
+            nr_args: self.nr_args,
+            mode: self.mode().bpf_value(),
+            nr_caps: self.captures.len() as u32,
+            record_size: self.record_size,
+            caps,
+        }
     }
 }
 
@@ -58,6 +118,17 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe]) -> Result<Vec<ProbePlan>> 
     probes.iter().map(|p| plan_probe(btf, p)).collect()
 }
 
+/// Where a capture starts: an argument register, maybe walked through memory.
+struct Source {
+    arg: usize,
+    steps: Vec<Step>,
+    /// The type of what `steps` reach (the register's type without a path).
+    target: KernelType,
+    /// Whether the steps end at an address in memory (a path) rather than
+    /// at the register's value.
+    in_memory: bool,
+}
+
 /// Plans one probe.
 pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
     let spec = &probe.spec;
@@ -69,42 +140,38 @@ pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
             location: spec.location,
             suggestions: closest_names(btf.function_names(), function, 3),
         })?;
-
-    let mut arg_positions = Vec::with_capacity(spec.params.len());
-    for param in spec.params {
-        let Some(position) = signature
-            .params
-            .iter()
-            .position(|(name, _)| name == param.name)
-        else {
-            return Err(Error::UnknownParameter {
-                function: function.to_owned(),
-                parameter: param.name.to_owned(),
-                location: spec.location,
-                available: signature
-                    .params
-                    .iter()
-                    .map(|(n, t)| format!("`{n}: {}`", t.c_name))
-                    .collect(),
-            });
-        };
-        if position >= kspan_bpf::MAX_ARGS {
-            return Err(Error::ArgumentOutOfReach {
-                function: function.to_owned(),
-                parameter: param.name.to_owned(),
-                position: position + 1,
-                max: kspan_bpf::MAX_ARGS,
-            });
-        }
-        check_compatible(
-            function,
-            param.name,
-            &signature.params[position].1,
-            param.ty,
-        )?;
-        arg_positions.push(position);
+    if spec.params.len() > kspan_bpf::MAX_CAPS {
+        return Err(Error::Capture {
+            function: function.to_owned(),
+            parameter: spec.params[kspan_bpf::MAX_CAPS].name.to_owned(),
+            reason: format!(
+                "a probe captures at most {} values; drop some parameters",
+                kspan_bpf::MAX_CAPS
+            ),
+        });
     }
 
+    let mut captures = Vec::with_capacity(spec.params.len());
+    let mut data_used = 0usize;
+    let mut nr_args = 0usize;
+    for param in spec.params {
+        let source = capture_source(btf, spec, &signature, param)?;
+        let capture = plan_capture(btf, spec, &signature, param, source, &mut data_used, &mut nr_args)?;
+        captures.push(capture);
+    }
+    if data_used > kspan_bpf::MAX_DATA {
+        return Err(Error::Capture {
+            function: function.to_owned(),
+            parameter: spec.params.last().map_or("", |p| p.name).to_owned(),
+            reason: format!(
+                "the strings and buffers of this probe need {data_used} bytes per call; the limit \
+                 is {}: lower their `max`",
+                kspan_bpf::MAX_DATA
+            ),
+        });
+    }
+
+    let ret_is_errno = matches!(signature.ret.class, TypeClass::Int { bytes: 4 | 8, signed: true });
     if let Some(ret) = spec.ret {
         if !spec.mode.has_return() {
             return Err(Error::NoReturnValue {
@@ -124,13 +191,251 @@ pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
         check_compatible(function, "ret", &signature.ret, ret)?;
     }
 
-    let nr_args = arg_positions.iter().map(|p| p + 1).max().unwrap_or(0) as u32;
+    let header = std::mem::size_of::<kspan_record>();
+    let record_size = (header + data_used).next_multiple_of(8) as u32;
     Ok(ProbePlan {
         probe,
         signature,
-        arg_positions,
-        nr_args,
+        captures,
+        nr_args: nr_args as u32,
+        record_size,
+        errno_status: spec.errno && spec.mode.has_return() && ret_is_errno,
     })
+}
+
+fn capture_source(btf: &Btf, spec: &ProbeSpec, signature: &FuncSignature, param: &ParamSpec) -> Result<Source> {
+    let function = spec.function;
+    if let Some(text) = param.path {
+        let path = fieldpath::parse(text).map_err(|source| Error::PathSyntax {
+            function: function.to_owned(),
+            parameter: param.name.to_owned(),
+            path: text.to_owned(),
+            source,
+        })?;
+        let resolved = fieldpath::resolve(btf, function, &path).map_err(|source| Error::FieldPath {
+            location: spec.location,
+            source,
+        })?;
+        return Ok(Source {
+            arg: resolved.arg_index,
+            steps: resolved.steps,
+            target: resolved.target,
+            in_memory: true,
+        });
+    }
+    let Some(arg) = signature.params.iter().position(|(name, _)| name == param.name) else {
+        return Err(Error::UnknownParameter {
+            function: function.to_owned(),
+            parameter: param.name.to_owned(),
+            location: spec.location,
+            available: signature
+                .params
+                .iter()
+                .map(|(n, t)| format!("`{n}: {}`", t.c_name))
+                .collect(),
+        });
+    };
+    if arg >= kspan_bpf::MAX_ARGS {
+        return Err(Error::ArgumentOutOfReach {
+            function: function.to_owned(),
+            parameter: param.name.to_owned(),
+            position: arg + 1,
+            max: kspan_bpf::MAX_ARGS,
+        });
+    }
+    Ok(Source {
+        arg,
+        steps: Vec::new(),
+        target: signature.params[arg].1.clone(),
+        in_memory: false,
+    })
+}
+
+fn plan_capture(
+    btf: &Btf,
+    spec: &ProbeSpec,
+    signature: &FuncSignature,
+    param: &ParamSpec,
+    mut source: Source,
+    data_used: &mut usize,
+    nr_args: &mut usize,
+) -> Result<CapturePlan> {
+    let function = spec.function;
+    let fail = |reason: String| Error::Capture {
+        function: function.to_owned(),
+        parameter: param.name.to_owned(),
+        reason,
+    };
+    let target = source.target.clone();
+    if target.is_user_pointer && !param.user && !param.ty.kind.is_scalar() {
+        return Err(fail(format!(
+            "`{}` is a user-space pointer: add `user` to read the memory behind it",
+            target.c_name
+        )));
+    }
+    if param.user && !matches!(target.class, TypeClass::Pointer) {
+        return Err(fail(format!(
+            "`user` reads memory behind a pointer, but the value is `{}`",
+            target.c_name
+        )));
+    }
+    let mut bpf = kspan_capture::default();
+    let mut bound = 0usize;
+    let mut data_len = 0usize;
+    match param.ty.kind {
+        ValueKind::Int { .. } | ValueKind::Bool | ValueKind::Pointer => {
+            if param.user {
+                return Err(fail(
+                    "`user` applies to `&str`, `&[u8]` and `[u8; N]` captures, not to scalars"
+                        .to_owned(),
+                ));
+            }
+            check_compatible(function, param.name, &target, param.ty)?;
+            if source.in_memory {
+                bpf.kind = KIND_MEM;
+                bpf.size = scalar_width(&target) as u8;
+            } else {
+                bpf.kind = KIND_REG;
+            }
+        }
+        ValueKind::Str => {
+            let max = param.max.unwrap_or(DEFAULT_STR_MAX);
+            match target.class {
+                TypeClass::Pointer if target.points_to_char => {
+                    if source.in_memory {
+                        // The member holds the string's address.
+                        source.steps.push(Step { load: true, offset: 0 });
+                    }
+                }
+                TypeClass::Array { elem_is_char: true, .. } if source.in_memory && !param.user => {}
+                _ => {
+                    return Err(fail(format!(
+                        "`&str` captures a `char *` or a `char` array, but the value is `{}`",
+                        target.c_name
+                    )))
+                }
+            }
+            bpf.kind = if param.user { KIND_USTR } else { KIND_KSTR };
+            bound = usize::from(max);
+            // One more character than the bound tells a string that only
+            // fits from one that was cut, plus the NUL.
+            data_len = bound + 2;
+        }
+        ValueKind::Bytes | ValueKind::ByteArray { .. } => {
+            let fixed = match param.ty.kind {
+                ValueKind::ByteArray { len } => Some(usize::from(len)),
+                _ => None,
+            };
+            match target.class {
+                TypeClass::Pointer => {
+                    if source.in_memory {
+                        source.steps.push(Step { load: true, offset: 0 });
+                    }
+                }
+                TypeClass::Array { elem_bytes, len, .. } if source.in_memory && !param.user => {
+                    let have = (elem_bytes * len) as usize;
+                    if let Some(n) = fixed {
+                        if n > have {
+                            return Err(fail(format!(
+                                "`[u8; {n}]` is longer than `{}` ({have} bytes)",
+                                target.c_name
+                            )));
+                        }
+                    }
+                }
+                _ => {
+                    return Err(fail(format!(
+                        "byte captures read behind a pointer or from an array, but the value is `{}`",
+                        target.c_name
+                    )))
+                }
+            }
+            bpf.kind = if param.user { KIND_UBYTES } else { KIND_KBYTES };
+            match (fixed, param.len) {
+                (Some(n), None) => {
+                    bpf.len_src = LEN_FIXED;
+                    bound = n;
+                }
+                (Some(_), Some(_)) => {
+                    return Err(fail("`[u8; N]` has its length already: remove `len`".to_owned()))
+                }
+                (None, Some(LenSource::Ret)) => {
+                    if !spec.mode.has_return() {
+                        return Err(fail("`len = \"ret\"` needs mode = \"fexit\"".to_owned()));
+                    }
+                    bpf.len_src = LEN_RET;
+                    bound = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));
+                }
+                (None, Some(LenSource::Param(name))) => {
+                    let Some(pos) = signature.params.iter().position(|(n, _)| n == name) else {
+                        return Err(fail(format!(
+                            "`len = \"{name}\"` names no parameter of `{function}`; its parameters are: {}",
+                            signature.params.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                        )));
+                    };
+                    if pos >= kspan_bpf::MAX_ARGS || !matches!(signature.params[pos].1.class, TypeClass::Int { .. }) {
+                        return Err(fail(format!(
+                            "`len = \"{name}\"` must name an integer among the first {} parameters",
+                            kspan_bpf::MAX_ARGS
+                        )));
+                    }
+                    bpf.len_src = LEN_ARG;
+                    bpf.len_arg = pos as u8;
+                    *nr_args = (*nr_args).max(pos + 1);
+                    bound = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));
+                }
+                (None, None) => match target.class {
+                    TypeClass::Array { elem_bytes, len, .. } => {
+                        bpf.len_src = LEN_FIXED;
+                        bound = ((elem_bytes * len) as usize).min(usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX)));
+                    }
+                    _ => {
+                        return Err(fail(
+                            "a `&[u8]` buffer needs its length: `len = \"<parameter>\"` or `len = \"ret\"`"
+                                .to_owned(),
+                        ))
+                    }
+                },
+            }
+            data_len = bound;
+        }
+    }
+    if source.steps.len() > kspan_bpf::MAX_STEPS {
+        return Err(fail(format!(
+            "the path needs {} pointer hops and offsets; the limit is {}",
+            source.steps.len(),
+            kspan_bpf::MAX_STEPS
+        )));
+    }
+    bpf.arg = source.arg as u8;
+    bpf.nsteps = source.steps.len() as u8;
+    for (slot, step) in bpf.steps.iter_mut().zip(&source.steps) {
+        slot.offset = step.offset;
+        slot.load = u32::from(step.load);
+    }
+    bpf.data_off = u16::try_from(*data_used).unwrap_or(u16::MAX);
+    bpf.data_len = u16::try_from(data_len).unwrap_or(u16::MAX);
+    *data_used += data_len;
+    *nr_args = (*nr_args).max(source.arg + 1);
+    Ok(CapturePlan {
+        spec: *param,
+        enum_names: btf
+            .enumerators(target.id)
+            .map(|names| names.into_iter().map(|(name, value)| (value, name)).collect()),
+        kernel_type: target,
+        bpf,
+        attribute: Key::from(std::sync::Arc::<str>::from(format!("{}{}", crate::export::attributes::ARG_PREFIX, param.name))),
+        bound,
+    })
+}
+
+/// Width in bytes of a scalar kernel type.
+fn scalar_width(kernel: &KernelType) -> u32 {
+    match kernel.class {
+        TypeClass::Int { bytes, .. } | TypeClass::Enum { bytes, .. } => bytes,
+        TypeClass::Bool => 1,
+        _ => 8,
+    }
 }
 
 /// Checks that a Rust type reads a kernel type correctly.
@@ -211,6 +516,10 @@ fn rust_types_for(kernel: &KernelType) -> String {
         }
         TypeClass::Void => "the kernel type is `void`".to_owned(),
         TypeClass::Float => "floating-point values cannot be captured".to_owned(),
+        TypeClass::Array { .. } => format!(
+            "`{}` is an array: capture it as `[u8; N]`, `&[u8]`, or `&str` for a `char` array",
+            kernel.c_name
+        ),
         TypeClass::Aggregate => format!(
             "`{}` is passed by value and cannot be captured from a register; capture a \
              scalar parameter instead",
@@ -263,65 +572,109 @@ pub(crate) fn closest_names<'a>(
 mod tests {
     use super::*;
     use crate::btf::builder::sample;
-    use crate::probe::{Captured, ParamSpec, ProbeSpec};
-    use crate::value::KernelValue;
-
-    fn noop(_: &Captured<'_>) {}
-
-    macro_rules! probe {
-        ($func:literal, $mode:expr, [$($name:literal : $ty:ty),*], $ret:expr) => {{
-            static P: Probe = Probe {
-                spec: ProbeSpec {
-                    function: $func,
-                    mode: $mode,
-                    params: &[$(ParamSpec { name: $name, ty: <$ty as KernelValue>::TYPE }),*],
-                    ret: $ret,
-                    location: "test.rs:1",
-                },
-                handler: noop,
-            };
-            &P
-        }};
-    }
+    use kspan::kernel_span;
 
     fn btf() -> Btf {
         Btf::parse(&sample()).unwrap()
     }
 
+    fn err(probe: &'static Probe) -> String {
+        plan_probe(&btf(), probe).unwrap_err().to_string()
+    }
+
+    #[kernel_span("vfs_read")]
+    fn count_and_ret(count: usize, ret: isize) {}
+
     #[test]
     fn plans_vfs_read_count_and_ret() {
-        let p = probe!("vfs_read", Mode::Fexit, ["count": usize], Some(isize::TYPE));
-        let plan = plan_probe(&btf(), p).unwrap();
-        assert_eq!(plan.arg_positions, [2]);
+        let plan = plan_probe(&btf(), &count_and_ret).unwrap();
+        assert_eq!(plan.captures.len(), 1);
+        assert_eq!(plan.captures[0].bpf.arg, 2);
+        assert_eq!(plan.captures[0].bpf.kind, KIND_REG);
+        assert_eq!(plan.captures[0].attribute.as_str(), "kernel.arg.count");
         assert_eq!(plan.nr_args, 3);
-        assert_eq!(plan.function(), "vfs_read");
+        assert!(plan.errno_status, "ssize_t returns follow the errno convention");
+        assert_eq!(plan.record_size as usize, std::mem::size_of::<kspan_record>());
+        let cfg = plan.bpf_config(3, 99);
+        assert_eq!((cfg.probe_id, cfg.target_tgid, cfg.nr_caps, cfg.mode), (3, 99, 1, 1));
     }
+
+    #[kernel_span("vfs_read", mode = "fentry")]
+    fn pointers(pos: *const i64, file: u64) {}
+
+    #[kernel_span("kspan_void_fn", errno = false)]
+    fn bool_and_enum(flag: bool, kind: u32) {}
 
     #[test]
     fn pointers_bools_enums() {
-        let p = probe!("vfs_read", Mode::Fentry, ["pos": *const i64, "file": u64], None);
-        assert_eq!(plan_probe(&btf(), p).unwrap().arg_positions, [3, 0]);
-        let p = probe!("kspan_void_fn", Mode::Fexit, ["flag": bool, "kind": u32], None);
-        assert_eq!(plan_probe(&btf(), p).unwrap().nr_args, 2);
+        let plan = plan_probe(&btf(), &pointers).unwrap();
+        assert_eq!((plan.captures[0].bpf.arg, plan.captures[1].bpf.arg), (3, 0));
+        let plan = plan_probe(&btf(), &bool_and_enum).unwrap();
+        assert_eq!(plan.nr_args, 2);
+        let names = plan.captures[1].enum_names.as_ref().unwrap();
+        assert_eq!(names[1], (1, "PIDTYPE_TGID".to_owned()));
+        assert!(!plan.errno_status);
+    }
+
+    #[kernel_span("vfs_read")]
+    fn strings_and_buffers(
+        #[capture(max = 100)] buf: &str,
+        #[capture(len = "count")] pos: &[u8],
+        file: [u8; 16],
+    ) {
     }
 
     #[test]
+    fn strings_and_buffers_get_data_slots() {
+        let plan = plan_probe(&btf(), &strings_and_buffers).unwrap();
+        let [s, b, a] = &plan.captures[..] else { panic!() };
+        assert_eq!((s.bpf.kind, s.bpf.data_off, s.bpf.data_len), (KIND_KSTR, 0, 102));
+        assert_eq!(s.bound, 100);
+        assert_eq!((b.bpf.kind, b.bpf.len_src, b.bpf.len_arg), (KIND_KBYTES, LEN_ARG, 2));
+        assert_eq!((b.bpf.data_off, b.bpf.data_len), (102, 256));
+        assert_eq!((a.bpf.kind, a.bpf.len_src, a.bpf.data_len), (KIND_KBYTES, LEN_FIXED, 16));
+        let header = std::mem::size_of::<kspan_record>();
+        assert_eq!(plan.record_size as usize, (header + 102 + 256 + 16).next_multiple_of(8));
+    }
+
+    #[kernel_span("vfs_read")]
+    fn no_len(buf: &[u8]) {}
+
+    #[kernel_span("vfs_read")]
+    fn str_of_int(count: &str) {}
+
+    #[kernel_span("vfs_read")]
+    fn bad_len(#[capture(len = "size")] buf: &[u8]) {}
+
+    #[kernel_span("vfs_read")]
+    fn too_much(#[capture(max = 1000)] buf: &str, #[capture(len = "count", max = 1000)] pos: &[u8]) {}
+
+    #[test]
+    fn capture_errors_name_the_parameter_and_the_fix() {
+        assert!(err(&no_len).contains("cannot capture `buf`: a `&[u8]` buffer needs its length"));
+        assert!(err(&str_of_int).contains("`&str` captures a `char *` or a `char` array, but the value is `size_t`"));
+        assert!(err(&bad_len).contains("`len = \"size\"` names no parameter of `vfs_read`"));
+        assert!(err(&too_much).contains("need 2002 bytes per call; the limit is 1024"));
+    }
+
+    #[kernel_span("vfs_raed")]
+    fn typo() {}
+
+    #[test]
     fn unknown_function_suggests_close_names() {
-        let p = probe!("vfs_raed", Mode::Fexit, [], None);
-        let err = plan_probe(&btf(), p).unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            matches!(&err, Error::UnknownFunction { suggestions, .. } if suggestions[0] == "vfs_read"),
-            "{msg}"
-        );
+        let e = plan_probe(&btf(), &typo).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(&e, Error::UnknownFunction { suggestions, .. } if suggestions[0] == "vfs_read"), "{msg}");
         assert!(msg.contains("unknown kernel function `vfs_raed`"), "{msg}");
         assert!(msg.contains("did you mean `vfs_read`"), "{msg}");
     }
 
+    #[kernel_span("vfs_read")]
+    fn wrong_name(size: usize) {}
+
     #[test]
     fn unknown_parameter_lists_real_ones() {
-        let p = probe!("vfs_read", Mode::Fexit, ["size": usize], None);
-        let msg = plan_probe(&btf(), p).unwrap_err().to_string();
+        let msg = err(&wrong_name);
         assert!(msg.contains("`vfs_read` has no parameter `size`"), "{msg}");
         assert!(
             msg.contains("`file: struct file *`, `buf: char *`, `count: size_t`, `pos: loff_t *`"),
@@ -329,71 +682,78 @@ mod tests {
         );
     }
 
+    #[kernel_span("vfs_read")]
+    fn signed_count(count: i32) {}
+
+    #[kernel_span("vfs_read")]
+    fn unsigned_ret(ret: usize) {}
+
+    #[kernel_span("vfs_read")]
+    fn bool_file(file: bool) {}
+
+    #[kernel_span("kspan_struct_arg")]
+    fn struct_by_value(f: u64) {}
+
     #[test]
     fn type_mismatch_names_both_types() {
-        let p = probe!("vfs_read", Mode::Fexit, ["count": i32], None);
-        let msg = plan_probe(&btf(), p).unwrap_err().to_string();
         assert_eq!(
-            msg,
+            err(&signed_count),
             "`vfs_read`: `count` is `size_t` in the kernel but `i32` (signed 32-bit) in the \
              handler; `size_t` is unsigned 64-bit: use `u64` or `usize`"
         );
-        let p = probe!("vfs_read", Mode::Fexit, [], Some(usize::TYPE));
-        let msg = plan_probe(&btf(), p).unwrap_err().to_string();
-        assert!(
-            msg.contains("`ret` is `ssize_t` in the kernel but `usize`"),
-            "{msg}"
-        );
-        let p = probe!("vfs_read", Mode::Fexit, ["file": bool], None);
-        let msg = plan_probe(&btf(), p).unwrap_err().to_string();
-        assert!(msg.contains("use a raw pointer"), "{msg}");
-        let p = probe!("kspan_struct_arg", Mode::Fexit, ["f": u64], None);
-        let msg = plan_probe(&btf(), p).unwrap_err().to_string();
-        assert!(msg.contains("`struct file` is passed by value"), "{msg}");
+        assert!(err(&unsigned_ret).contains("`ret` is `ssize_t` in the kernel but `usize`"));
+        assert!(err(&bool_file).contains("use a raw pointer"));
+        assert!(err(&struct_by_value).contains("`struct file` is passed by value"));
     }
 
+    #[kernel_span("kspan_void_fn")]
+    fn ret_of_void(ret: isize) {}
+
     #[test]
-    fn ret_needs_fexit_and_a_value() {
-        let p = probe!("vfs_read", Mode::Fentry, [], Some(isize::TYPE));
-        assert!(plan_probe(&btf(), p)
-            .unwrap_err()
-            .to_string()
-            .contains("use mode = \"fexit\""));
-        let p = probe!("kspan_void_fn", Mode::Fexit, [], Some(isize::TYPE));
-        assert!(plan_probe(&btf(), p)
-            .unwrap_err()
-            .to_string()
-            .contains("returns `void`"));
+    fn ret_needs_a_value() {
+        assert!(err(&ret_of_void).contains("returns `void`"));
     }
+
+    #[kernel_span("kspan_seven")]
+    fn seventh(g: i32) {}
 
     #[test]
     fn seventh_argument_is_out_of_reach() {
-        let p = probe!("kspan_seven", Mode::Fexit, ["g": i32], None);
-        let msg = plan_probe(&btf(), p).unwrap_err().to_string();
-        assert!(msg.contains("argument #7"), "{msg}");
+        assert!(err(&seventh).contains("argument #7"));
     }
+
+    #[kernel_span("vfs_read", mode = "fentry")]
+    fn read_entry() {}
 
     #[test]
     fn duplicates_and_empty_sets_are_refused() {
         assert!(matches!(plan_all(&btf(), &[]), Err(Error::NoProbes)));
-        let a = probe!("vfs_read", Mode::Fexit, [], None);
-        let b = probe!("vfs_read", Mode::Fentry, [], None);
         assert!(matches!(
-            plan_all(&btf(), &[a, b]),
+            plan_all(&btf(), &[&count_and_ret, &read_entry]),
             Err(Error::DuplicateProbe { .. })
         ));
     }
+
+    #[kernel_span("vfs_read")]
+    fn file_name(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
+
+    #[kernel_span("vfs_reed")]
+    fn host_typo() {}
 
     #[test]
     fn plans_against_this_machines_kernel() {
         let data = std::fs::read("/sys/kernel/btf/vmlinux")
             .expect("the kernel BTF feature: /sys/kernel/btf/vmlinux must exist");
         let btf = Btf::parse(&data).unwrap();
-        let p = probe!("vfs_read", Mode::Fexit, ["count": usize], Some(isize::TYPE));
-        assert_eq!(plan_probe(&btf, p).unwrap().arg_positions, [2]);
-        let p = probe!("vfs_reed", Mode::Fexit, [], None);
-        let msg = plan_probe(&btf, p).unwrap_err().to_string();
+        assert_eq!(plan_probe(&btf, &count_and_ret).unwrap().captures[0].bpf.arg, 2);
+        let msg = plan_probe(&btf, &host_typo).unwrap_err().to_string();
         assert!(msg.contains("`vfs_read`"), "{msg}");
+        let plan = plan_probe(&btf, &file_name).unwrap();
+        let c = &plan.captures[0].bpf;
+        // file->f_path.dentry: no load; ->d_name.name: load; then the string's address: load.
+        assert_eq!(c.nsteps, 3);
+        assert_eq!([c.steps[0].load, c.steps[1].load, c.steps[2].load], [0, 1, 1]);
+        assert_eq!((c.kind, c.steps[2].offset), (KIND_KSTR, 0));
     }
 
     #[test]

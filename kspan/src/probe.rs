@@ -8,7 +8,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::value::{KernelValue, ValueType};
+use crate::export::KernelSpan;
+use crate::value::{Capture, FromCapture, KernelValue, ValueType};
 
 /// How a kernel function is attached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,13 +69,46 @@ impl FromStr for Mode {
     }
 }
 
-/// One captured parameter: its kernel name and the Rust type it is read as.
+/// Where a byte buffer's length comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LenSource {
+    /// Another parameter of the kernel function, by name.
+    Param(&'static str),
+    /// The return value (fexit only): the bytes the call really produced.
+    Ret,
+}
+
+/// One captured value: which kernel value and the Rust type it is read as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParamSpec {
-    /// The kernel function's parameter name.
+    /// The handler parameter's name; without `path`, also the kernel
+    /// function's parameter it captures.
     pub name: &'static str,
     /// The Rust type of the handler parameter.
     pub ty: ValueType,
+    /// A field path from a kernel parameter (`file->f_path.dentry`).
+    pub path: Option<&'static str>,
+    /// Read user-space memory (strings and buffers behind `__user` pointers).
+    pub user: bool,
+    /// Bound in bytes for strings and buffers (default 64 for strings, 256
+    /// for buffers).
+    pub max: Option<u16>,
+    /// Length of a `&[u8]` buffer.
+    pub len: Option<LenSource>,
+}
+
+impl ParamSpec {
+    /// A plain parameter capture (no path, no options).
+    pub const fn new(name: &'static str, ty: ValueType) -> Self {
+        ParamSpec {
+            name,
+            ty,
+            path: None,
+            user: false,
+            max: None,
+            len: None,
+        }
+    }
 }
 
 /// What to attach and what to capture.
@@ -88,6 +122,8 @@ pub struct ProbeSpec {
     pub params: &'static [ParamSpec],
     /// The Rust type of the return value, when the handler takes `ret`.
     pub ret: Option<ValueType>,
+    /// Whether a negative errno return sets the span status to error.
+    pub errno: bool,
     /// Where the annotation is (`file:line`), for messages.
     pub location: &'static str,
 }
@@ -97,8 +133,8 @@ pub struct Probe {
     /// What to attach and capture.
     pub spec: ProbeSpec,
     /// Decodes the captured values into the handler's typed parameters and runs
-    /// the handler body.
-    pub handler: fn(&Captured<'_>),
+    /// the handler body, which may change the span.
+    pub handler: fn(&Captured<'_>, &mut KernelSpan),
 }
 
 impl fmt::Debug for Probe {
@@ -107,23 +143,28 @@ impl fmt::Debug for Probe {
     }
 }
 
-/// The raw captured values of one call, in the handler's parameter order.
+static FAULT: Capture<'static> = Capture::Fault;
+
+/// The captured values of one call, in the handler's parameter order.
 #[derive(Debug, Clone, Copy)]
 pub struct Captured<'a> {
-    params: &'a [u64],
+    params: &'a [Capture<'a>],
     ret: Option<u64>,
 }
 
 impl<'a> Captured<'a> {
-    /// Wraps raw values (one per parameter of the spec) and the raw return value.
-    pub fn new(params: &'a [u64], ret: Option<u64>) -> Self {
+    /// Wraps captures (one per parameter of the spec) and the raw return value.
+    pub fn new(params: &'a [Capture<'a>], ret: Option<u64>) -> Self {
         Captured { params, ret }
     }
 
-    /// Parameter `index` read as `T`. An index past the captured values reads 0
+    /// Capture `index` as `T`. An index past the captures reads as a fault
     /// (the planner guarantees that this does not happen).
-    pub fn param<T: KernelValue>(&self, index: usize) -> T {
-        T::from_raw(self.params.get(index).copied().unwrap_or(0))
+    pub fn param<T: FromCapture<'a>>(&self, index: usize) -> T {
+        match self.params.get(index) {
+            Some(capture) => T::from_capture(capture),
+            None => T::from_capture(&FAULT),
+        }
     }
 
     /// The return value read as `T` (0 where the mode has none).
@@ -151,11 +192,28 @@ mod tests {
 
     #[test]
     fn captured_reads_typed_values() {
-        let raw = [42u64, u64::MAX];
+        let raw = [
+            Capture::Scalar(42),
+            Capture::Scalar(u64::MAX),
+            Capture::Str {
+                text: "data.bin".into(),
+                truncated: false,
+            },
+            Capture::Bytes {
+                data: b"abc",
+                truncated: true,
+            },
+            Capture::Fault,
+        ];
         let c = Captured::new(&raw, Some((-9i64) as u64));
         assert_eq!(c.param::<usize>(0), 42);
         assert_eq!(c.param::<i32>(1), -1);
+        assert_eq!(c.param::<&str>(2), "data.bin");
+        assert_eq!(c.param::<&[u8]>(3), b"abc");
+        assert_eq!(c.param::<[u8; 4]>(3), *b"abc\0");
+        assert_eq!(c.param::<&str>(4), "", "a fault reads as empty");
+        assert_eq!(c.param::<u64>(4), 0);
         assert_eq!(c.ret::<isize>(), -9);
-        assert_eq!(c.param::<u64>(5), 0);
+        assert_eq!(c.param::<u64>(9), 0);
     }
 }

@@ -9,14 +9,13 @@
 //! the consumer task. Dropping [`Kspan`] detaches everything;
 //! [`Kspan::shutdown`] also drains the ring buffer and flushes the exporter.
 
-use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kspan_bpf::names;
-use kspan_bpf::types::{kspan_config, kspan_record};
+use kspan_bpf::types::kspan_config;
 use libbpf_rs::{
     Link, MapCore, MapFlags, Object, ObjectBuilder, PrintLevel, RingBuffer, RingBufferBuilder,
 };
@@ -30,7 +29,7 @@ use crate::btf::Btf;
 use crate::caps;
 use crate::clock::ClockOffset;
 use crate::error::{Error, Result};
-use crate::export::{parse_record, KernelSpan};
+use crate::export::{parse_record, process, Outcome};
 use crate::plan::{plan_all, ProbePlan};
 use crate::probe::{Mode, Probe};
 
@@ -56,6 +55,14 @@ impl KspanBuilder {
     /// Adds several probes.
     pub fn probes(mut self, probes: impl IntoIterator<Item = &'static Probe>) -> Self {
         self.probes.extend(probes);
+        self
+    }
+
+    /// Adds every `#[kernel_span]` probe linked into the program, in no
+    /// particular order (two on the same kernel function are refused at
+    /// start, naming both).
+    pub fn all_probes(mut self) -> Self {
+        self.probes.extend(crate::registry::PROBES.iter().copied());
         self
     }
 
@@ -104,18 +111,15 @@ impl KspanBuilder {
             );
         }
 
-        let queue: Arc<Mutex<VecDeque<kspan_record>>> = Arc::default();
         let stats = Arc::new(Counters::default());
-        let ring = loaded.ring_buffer(queue.clone(), stats.clone())?;
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let consumer = Consumer {
-            ring,
-            queue,
-            plans: Arc::new(plans),
+        let ring = loaded.ring_buffer(Processor {
+            plans,
             tracer: self.provider.tracer("kspan"),
             clock: ClockOffset::measure(),
             stats: stats.clone(),
-        };
+        })?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let consumer = Consumer { ring };
         let task = runtime.spawn(consumer.run(stop_rx));
         Ok(Kspan {
             loaded,
@@ -159,12 +163,7 @@ impl Loaded {
         let mut open = ObjectBuilder::default()
             .open_memory(kspan_bpf::OBJECT)
             .map_err(|e| load_err(e, None))?;
-        let config = kspan_config {
-            target_tgid,
-            probe_id,
-            nr_args: plan.nr_args,
-            mode: mode.bpf_value(),
-        };
+        let config = plan.bpf_config(probe_id, target_tgid);
         for mut map in open.maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
             if name.ends_with(names::RODATA_MAP_SUFFIX) {
@@ -226,11 +225,9 @@ impl Loaded {
         Ok(())
     }
 
-    fn ring_buffer(
-        &self,
-        queue: Arc<Mutex<VecDeque<kspan_record>>>,
-        stats: Arc<Counters>,
-    ) -> Result<RingBuffer<'static>> {
+    /// The ring buffer, with `processor` run on each record as it is consumed
+    /// (no copy: the record is read where the kernel wrote it).
+    fn ring_buffer(&self, mut processor: Processor) -> Result<RingBuffer<'static>> {
         let first = self.first().expect("at least one probe was loaded");
         let events = first
             .maps()
@@ -239,15 +236,7 @@ impl Loaded {
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&events, move |bytes: &[u8]| {
-                match parse_record(bytes) {
-                    Ok(rec) => queue
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push_back(rec),
-                    Err(_) => {
-                        stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                processor.process(bytes);
                 0
             })
             .map_err(|source| Error::Map {
@@ -411,6 +400,7 @@ struct Counters {
     decode_errors: AtomicU64,
     unknown_probe: AtomicU64,
     handler_panics: AtomicU64,
+    discarded: AtomicU64,
 }
 
 /// What kspan did and dropped. Every drop has a counter; none is silent.
@@ -437,6 +427,8 @@ pub struct Stats {
     pub unknown_probe: u64,
     /// Handlers that panicked (their spans are still exported).
     pub handler_panics: u64,
+    /// Spans the handlers discarded on purpose (not a loss).
+    pub discarded_by_handler: u64,
 }
 
 impl Stats {
@@ -495,6 +487,7 @@ impl Kspan {
             decode_errors: s.decode_errors.load(Ordering::Relaxed),
             unknown_probe: s.unknown_probe.load(Ordering::Relaxed),
             handler_panics: s.handler_panics.load(Ordering::Relaxed),
+            discarded_by_handler: s.discarded.load(Ordering::Relaxed),
         })
     }
 
@@ -540,11 +533,6 @@ impl AsRawFd for EpollFd {
 
 struct Consumer {
     ring: RingBuffer<'static>,
-    queue: Arc<Mutex<VecDeque<kspan_record>>>,
-    plans: Arc<Vec<ProbePlan>>,
-    tracer: SdkTracer,
-    clock: ClockOffset,
-    stats: Arc<Counters>,
 }
 
 impl Consumer {
@@ -584,33 +572,39 @@ impl Consumer {
         if let Err(e) = self.ring.consume() {
             tracing::error!(error = %e, "kspan ring buffer consume failed");
         }
-        loop {
-            let batch: Vec<kspan_record> = self
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .drain(..)
-                .collect();
-            if batch.is_empty() {
-                break;
-            }
-            for rec in &batch {
-                self.process(rec);
-            }
-        }
     }
+}
 
-    fn process(&self, rec: &kspan_record) {
-        let Some(plan) = self.plans.get(rec.probe_id as usize) else {
+/// Turns records into spans, inside the ring buffer's callback.
+struct Processor {
+    plans: Vec<ProbePlan>,
+    tracer: SdkTracer,
+    clock: ClockOffset,
+    stats: Arc<Counters>,
+}
+
+impl Processor {
+    fn process(&mut self, bytes: &[u8]) {
+        let view = match parse_record(bytes) {
+            Ok(view) => view,
+            Err(_) => {
+                self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let Some(plan) = self.plans.get(view.header.probe_id as usize) else {
             self.stats.unknown_probe.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let span = KernelSpan::from_record(plan, rec);
-        if !span.run_handler(plan) {
-            self.stats.handler_panics.fetch_add(1, Ordering::Relaxed);
-        }
-        span.export(&self.tracer, &self.clock);
-        self.stats.spans.fetch_add(1, Ordering::Relaxed);
+        let counter = match process(plan, &view, &self.tracer, &self.clock) {
+            Outcome::Exported => &self.stats.spans,
+            Outcome::Discarded => &self.stats.discarded,
+            Outcome::HandlerPanicked => {
+                self.stats.spans.fetch_add(1, Ordering::Relaxed);
+                &self.stats.handler_panics
+            }
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -643,20 +637,19 @@ mod tests {
 
     #[test]
     fn config_goes_first_in_rodata() {
-        let mut data = vec![0xffu8; 24];
-        write_config(
-            &mut data,
-            &kspan_config {
-                target_tgid: 7,
-                probe_id: 2,
-                nr_args: 3,
-                mode: 1,
-            },
-        );
-        assert_eq!(
-            &data[..16],
-            &[7, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0]
-        );
-        assert_eq!(&data[16..], &[0xff; 8]);
+        let mut data = vec![0xffu8; std::mem::size_of::<kspan_config>() + 8];
+        let config = kspan_config {
+            target_tgid: 7,
+            probe_id: 2,
+            nr_args: 3,
+            mode: 1,
+            nr_caps: 0,
+            record_size: 200,
+            ..Default::default()
+        };
+        write_config(&mut data, &config);
+        assert_eq!(&data[..12], &[7, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0]);
+        assert_eq!(&data[20..24], &200u32.to_ne_bytes());
+        assert_eq!(&data[data.len() - 8..], &[0xff; 8]);
     }
 }

@@ -21,6 +21,26 @@ pub enum ValueKind {
     Bool,
     /// A raw pointer, captured as the address it holds.
     Pointer,
+    /// `&str`: a NUL-terminated string, bounded, invalid UTF-8 replaced.
+    Str,
+    /// `&[u8]`: a buffer whose length comes from a parameter or the return
+    /// value, capped.
+    Bytes,
+    /// `[u8; N]`: exactly `N` bytes.
+    ByteArray {
+        /// `N`.
+        len: u16,
+    },
+}
+
+impl ValueKind {
+    /// Whether the value is a single register-sized scalar.
+    pub fn is_scalar(self) -> bool {
+        matches!(
+            self,
+            ValueKind::Int { .. } | ValueKind::Bool | ValueKind::Pointer
+        )
+    }
 }
 
 /// A Rust type that can receive a captured value.
@@ -44,6 +64,9 @@ impl fmt::Display for ValueType {
             ),
             ValueKind::Bool => write!(f, "`{}` (boolean)", self.rust_name),
             ValueKind::Pointer => write!(f, "`{}` (pointer)", self.rust_name),
+            ValueKind::Str => write!(f, "`{}` (string)", self.rust_name),
+            ValueKind::Bytes => write!(f, "`{}` (byte buffer)", self.rust_name),
+            ValueKind::ByteArray { len } => write!(f, "`{}` ({len} bytes)", self.rust_name),
         }
     }
 }
@@ -118,6 +141,92 @@ impl<T> KernelValue for *mut T {
     }
 }
 
+/// One captured value as the record carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Capture<'a> {
+    /// A scalar (integer, bool, address), raw.
+    Scalar(u64),
+    /// A string, invalid UTF-8 replaced.
+    Str {
+        /// The text, cut at the bound.
+        text: std::borrow::Cow<'a, str>,
+        /// Whether the kernel's string was longer than the bound.
+        truncated: bool,
+    },
+    /// Bytes.
+    Bytes {
+        /// The bytes captured.
+        data: &'a [u8],
+        /// Whether more were asked for than the bound allows.
+        truncated: bool,
+    },
+    /// The kernel could not read the value (a NULL or unmapped pointer on the
+    /// path, user memory paged out).
+    Fault,
+}
+
+/// A handler parameter type: how a [`Capture`] becomes it.
+///
+/// Implemented for every [`KernelValue`] (integers, `bool`, raw pointers),
+/// `&str`, `&[u8]` and `[u8; N]`.
+pub trait FromCapture<'a>: Sized {
+    /// The type's description, checked against the kernel's type at attach.
+    const TYPE: ValueType;
+    /// Converts; a fault gives the type's empty value (0, "", no bytes).
+    fn from_capture(capture: &'a Capture<'a>) -> Self;
+}
+
+impl<'a, T: KernelValue> FromCapture<'a> for T {
+    const TYPE: ValueType = T::TYPE;
+    fn from_capture(capture: &'a Capture<'a>) -> Self {
+        match capture {
+            Capture::Scalar(raw) => T::from_raw(*raw),
+            _ => T::from_raw(0),
+        }
+    }
+}
+
+impl<'a> FromCapture<'a> for &'a str {
+    const TYPE: ValueType = ValueType {
+        kind: ValueKind::Str,
+        rust_name: "&str",
+    };
+    fn from_capture(capture: &'a Capture<'a>) -> Self {
+        match capture {
+            Capture::Str { text, .. } => text,
+            _ => "",
+        }
+    }
+}
+
+impl<'a> FromCapture<'a> for &'a [u8] {
+    const TYPE: ValueType = ValueType {
+        kind: ValueKind::Bytes,
+        rust_name: "&[u8]",
+    };
+    fn from_capture(capture: &'a Capture<'a>) -> Self {
+        match capture {
+            Capture::Bytes { data, .. } => data,
+            _ => &[],
+        }
+    }
+}
+
+impl<'a, const N: usize> FromCapture<'a> for [u8; N] {
+    const TYPE: ValueType = ValueType {
+        kind: ValueKind::ByteArray { len: N as u16 },
+        rust_name: "[u8; N]",
+    };
+    fn from_capture(capture: &'a Capture<'a>) -> Self {
+        let mut out = [0u8; N];
+        if let Capture::Bytes { data, .. } = capture {
+            let n = data.len().min(N);
+            out[..n].copy_from_slice(&data[..n]);
+        }
+        out
+    }
+}
+
 /// A captured value, decoded for use as a span attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Value {
@@ -153,7 +262,12 @@ impl Value {
                 }
             }
             ValueKind::Bool => Value::Bool(raw as u8 != 0),
-            ValueKind::Pointer => Value::Pointer(raw),
+            // Only scalars come from a register; the others never reach here
+            // (the planner gives them data slots), but an address is their
+            // honest raw reading.
+            ValueKind::Pointer | ValueKind::Str | ValueKind::Bytes | ValueKind::ByteArray { .. } => {
+                Value::Pointer(raw)
+            }
         }
     }
 
@@ -180,12 +294,12 @@ mod tests {
     #[test]
     fn integers_truncate_and_sign_extend() {
         let raw = 0xdead_beef_ffff_fffe_u64;
-        assert_eq!(Value::decode(raw, i32::TYPE), Value::Int(-2));
-        assert_eq!(Value::decode(raw, u32::TYPE), Value::Uint(0xffff_fffe));
-        assert_eq!(Value::decode(raw, i8::TYPE), Value::Int(-2));
-        assert_eq!(Value::decode(raw, u16::TYPE), Value::Uint(0xfffe));
-        assert_eq!(Value::decode(raw, u64::TYPE), Value::Uint(raw));
-        assert_eq!(Value::decode(u64::MAX, isize::TYPE), Value::Int(-1));
+        assert_eq!(Value::decode(raw, <i32 as KernelValue>::TYPE), Value::Int(-2));
+        assert_eq!(Value::decode(raw, <u32 as KernelValue>::TYPE), Value::Uint(0xffff_fffe));
+        assert_eq!(Value::decode(raw, <i8 as KernelValue>::TYPE), Value::Int(-2));
+        assert_eq!(Value::decode(raw, <u16 as KernelValue>::TYPE), Value::Uint(0xfffe));
+        assert_eq!(Value::decode(raw, <u64 as KernelValue>::TYPE), Value::Uint(raw));
+        assert_eq!(Value::decode(u64::MAX, <isize as KernelValue>::TYPE), Value::Int(-1));
         assert_eq!(i32::from_raw(raw), -2);
         assert_eq!(isize::from_raw(u64::MAX), -1);
         assert_eq!(u8::from_raw(0x1ff), 0xff);
@@ -193,13 +307,13 @@ mod tests {
 
     #[test]
     fn bools_and_pointers() {
-        assert_eq!(Value::decode(0x100, bool::TYPE), Value::Bool(false));
-        assert_eq!(Value::decode(1, bool::TYPE), Value::Bool(true));
+        assert_eq!(Value::decode(0x100, <bool as KernelValue>::TYPE), Value::Bool(false));
+        assert_eq!(Value::decode(1, <bool as KernelValue>::TYPE), Value::Bool(true));
         assert!(!bool::from_raw(0xff00));
         let p = <*const u8>::from_raw(0xffff_8880_0000_1000);
         assert_eq!(p as usize, 0xffff_8880_0000_1000);
         assert_eq!(
-            Value::decode(0xffff_8880_0000_1000, <*mut u8>::TYPE),
+            Value::decode(0xffff_8880_0000_1000, <*mut u8 as KernelValue>::TYPE),
             Value::Pointer(0xffff_8880_0000_1000)
         );
     }
@@ -224,7 +338,7 @@ mod tests {
 
     #[test]
     fn display_names_width_and_sign() {
-        assert_eq!(i32::TYPE.to_string(), "`i32` (signed 32-bit)");
-        assert_eq!(usize::TYPE.to_string(), "`usize` (unsigned 64-bit)");
+        assert_eq!(<i32 as KernelValue>::TYPE.to_string(), "`i32` (signed 32-bit)");
+        assert_eq!(<usize as KernelValue>::TYPE.to_string(), "`usize` (unsigned 64-bit)");
     }
 }

@@ -21,6 +21,72 @@
  */
 #define KSPAN_MAX_DEPTH 16
 
+/* Values captured per call (arguments, fields through pointers, strings). */
+#define KSPAN_MAX_CAPS 8
+
+/* Pointer hops and member offsets per field path (`a->b.c->d`). */
+#define KSPAN_MAX_STEPS 8
+
+/*
+ * Bytes of strings and buffers per record. 1 KiB keeps a record well under a
+ * page and lets a probe carry, say, a 255-byte path and a 512-byte buffer.
+ */
+#define KSPAN_MAX_DATA 1024
+
+/* How a capture is read once its path has been walked. */
+enum kspan_cap_kind {
+	/* The register (or the address the path reached) itself. */
+	KSPAN_CAP_REG = 0,
+	/* `size` bytes (1, 2, 4 or 8) of kernel memory at the address. */
+	KSPAN_CAP_MEM = 1,
+	/* A NUL-terminated kernel string at the address. */
+	KSPAN_CAP_KSTR = 2,
+	/* A NUL-terminated user-space string at the address. */
+	KSPAN_CAP_USTR = 3,
+	/* Kernel bytes at the address; length from `len_src`. */
+	KSPAN_CAP_KBYTES = 4,
+	/* User-space bytes at the address; length from `len_src`. */
+	KSPAN_CAP_UBYTES = 5,
+};
+
+/* Where a byte capture's length comes from (capped at the slot's size). */
+enum kspan_len_src {
+	KSPAN_LEN_FIXED = 0,
+	KSPAN_LEN_ARG = 1,
+	KSPAN_LEN_RET = 2,
+};
+
+/* Capture flags in the record. */
+#define KSPAN_CAPF_FAULT (1u << 0)
+
+/* One step of a field path: optionally load the pointer at `cur`, then add. */
+struct kspan_step {
+	__u32 offset;
+	__u32 load;
+};
+
+/* How to capture one value. */
+struct kspan_capture {
+	/* The argument the path starts from. */
+	__u8 arg;
+	/* enum kspan_cap_kind. */
+	__u8 kind;
+	/* Valid entries of `steps`. */
+	__u8 nsteps;
+	/* Width of a KSPAN_CAP_MEM read. */
+	__u8 size;
+	/* enum kspan_len_src, for byte captures. */
+	__u8 len_src;
+	/* The argument holding the length, for KSPAN_LEN_ARG. */
+	__u8 len_arg;
+	/* Where the capture's bytes go in the record's data area. */
+	__u16 data_off;
+	/* Bytes reserved there. */
+	__u16 data_len;
+	__u16 pad;
+	struct kspan_step steps[KSPAN_MAX_STEPS];
+};
+
 /* Attach modes, as the Rust `Mode` enum numbers them. */
 enum kspan_mode {
 	KSPAN_MODE_FENTRY = 0,
@@ -58,6 +124,11 @@ struct kspan_config {
 	__u32 nr_args;
 	/* enum kspan_mode. */
 	__u32 mode;
+	/* Valid entries of `caps`. */
+	__u32 nr_caps;
+	/* Bytes reserved per record: the header and the data area in use. */
+	__u32 record_size;
+	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
 
 /* One open kernel span on a task's stack. */
@@ -101,6 +172,15 @@ struct kspan_record {
 	__u16 depth;
 	/* KSPAN_REC_* bits. */
 	__u16 flags;
+	/*
+	 * Per capture: the scalar value; for strings the bytes read including
+	 * the NUL (negative: the read failed); for byte captures the length
+	 * asked for (the bytes present are min(that, data_len)).
+	 */
+	__u64 vals[KSPAN_MAX_CAPS];
+	/* Per capture: KSPAN_CAPF_* bits. */
+	__u8 cap_flags[KSPAN_MAX_CAPS];
+	/* The data area (strings, buffers) follows: config.record_size - sizeof(record). */
 };
 
 #endif /* KSPAN_H */
