@@ -34,7 +34,11 @@ fn constants(header: &str) -> String {
             value.parse::<u64>().ok()
         };
         if let Some(number) = number {
-            writeln!(out, "/// `{name}` of kspan.h.\npub const {name}: u64 = {number};").unwrap();
+            writeln!(
+                out,
+                "/// `{name}` of kspan.h.\npub const {name}: u64 = {number};"
+            )
+            .unwrap();
         }
     }
     out

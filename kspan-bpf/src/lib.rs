@@ -78,7 +78,10 @@ mod tests {
         );
         // 6 * 4 + MAX_CAPS * (12 + 8 * MAX_STEPS)
         assert_eq!(std::mem::size_of::<types::kspan_config>(), 24 + 8 * 76);
-        assert_eq!(types::kspan_config::default().caps[0].steps.len(), MAX_STEPS);
+        assert_eq!(
+            types::kspan_config::default().caps[0].steps.len(),
+            MAX_STEPS
+        );
         let rec = types::kspan_record::default();
         assert_eq!(rec.vals.len(), MAX_CAPS);
         assert_eq!(rec.args.len(), MAX_ARGS);

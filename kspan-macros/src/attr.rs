@@ -103,9 +103,9 @@ impl Parse for KernelSpanArgs {
             } else if lookahead.peek(kw::errno) {
                 let key = input.parse::<kw::errno>()?;
                 input.parse::<Token![=]>()?;
-                let value: syn::LitBool = input.parse().map_err(|e| {
-                    syn::Error::new(e.span(), "`errno` takes `true` or `false`")
-                })?;
+                let value: syn::LitBool = input
+                    .parse()
+                    .map_err(|e| syn::Error::new(e.span(), "`errno` takes `true` or `false`"))?;
                 if errno.is_some() {
                     push(syn::Error::new(key.span, "duplicate key `errno`"));
                     continue;
@@ -243,7 +243,9 @@ impl Parse for CaptureArgs {
                 let key: syn::Ident = input.parse()?;
                 push(syn::Error::new(
                     key.span(),
-                    format!("unknown capture key `{key}`: the keys are `path`, `user`, `max` and `len`"),
+                    format!(
+                        "unknown capture key `{key}`: the keys are `path`, `user`, `max` and `len`"
+                    ),
                 ));
                 if input.parse::<Token![=]>().is_ok() {
                     let _: syn::Expr = input.parse()?;
@@ -323,15 +325,24 @@ mod tests {
         assert!(check_path("file->f_path.dentry->d_name.name").is_ok());
         assert!(check_path("how->flags").is_ok());
         assert!(check_path("file").unwrap_err().contains("only a parameter"));
-        assert!(check_path("file->").unwrap_err().contains("expected a member name"));
-        assert!(check_path("file=>x").unwrap_err().contains("expected `->` or `.`"));
-        assert!(check_path("1file->x").unwrap_err().contains("must start with a parameter"));
-        assert!(check_path("a.b.c.d.e.f.g.h.i.j").unwrap_err().contains("at most 8"));
+        assert!(check_path("file->")
+            .unwrap_err()
+            .contains("expected a member name"));
+        assert!(check_path("file=>x")
+            .unwrap_err()
+            .contains("expected `->` or `.`"));
+        assert!(check_path("1file->x")
+            .unwrap_err()
+            .contains("must start with a parameter"));
+        assert!(check_path("a.b.c.d.e.f.g.h.i.j")
+            .unwrap_err()
+            .contains("at most 8"));
     }
 
     #[test]
     fn capture_args() {
-        let a: CaptureArgs = syn::parse2(quote!(path = "a->b", user, max = 100, len = "ret")).unwrap();
+        let a: CaptureArgs =
+            syn::parse2(quote!(path = "a->b", user, max = 100, len = "ret")).unwrap();
         assert_eq!(a.path.unwrap().value(), "a->b");
         assert!(a.user.is_some());
         let err = syn::parse2::<CaptureArgs>(quote!(pth = "a", max = 0, max = 5)).unwrap_err();

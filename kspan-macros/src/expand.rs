@@ -88,19 +88,28 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
 
     let sig = &func.sig;
     if let Some(t) = &sig.asyncness {
-        push(syn::Error::new(t.span(), "a kernel span handler cannot be `async`: it runs on kspan's consumer for each record"));
+        push(syn::Error::new(
+            t.span(),
+            "a kernel span handler cannot be `async`: it runs on kspan's consumer for each record",
+        ));
     }
     if !sig.generics.params.is_empty() {
         push(syn::Error::new(sig.generics.span(), "a kernel span handler cannot be generic: its parameter types decide how registers are read"));
     }
     if let ReturnType::Type(_, ty) = &sig.output {
-        push(syn::Error::new(ty.span(), "a kernel span handler returns nothing: remove the return type"));
+        push(syn::Error::new(
+            ty.span(),
+            "a kernel span handler returns nothing: remove the return type",
+        ));
     }
 
     let mut params = Vec::new();
     for input in func.sig.inputs.iter_mut() {
         let FnArg::Typed(pat_ty) = input else {
-            push(syn::Error::new(input.span(), "a kernel span handler is a free function: remove `self`"));
+            push(syn::Error::new(
+                input.span(),
+                "a kernel span handler is a free function: remove `self`",
+            ));
             continue;
         };
         // Take our `#[capture(...)]` off the parameter; keep the others.
@@ -110,7 +119,10 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
         for attr in pat_ty.attrs.drain(..) {
             if attr.path().is_ident("capture") {
                 if capture_attr.replace(attr.span()).is_some() {
-                    push(syn::Error::new(attr.span(), "duplicate `#[capture]`: put every key in one"));
+                    push(syn::Error::new(
+                        attr.span(),
+                        "duplicate `#[capture]`: put every key in one",
+                    ));
                     continue;
                 }
                 match attr.parse_args::<CaptureArgs>() {
@@ -150,7 +162,10 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                 }
                 if let Err(e) = classify(&ty).and_then(|c| {
                     (c == TypeClass::Scalar).then_some(()).ok_or_else(|| {
-                        syn::Error::new(ty.span(), "`ret` is a register: use an integer, `bool` or a raw pointer type")
+                        syn::Error::new(
+                            ty.span(),
+                            "`ret` is a register: use an integer, `bool` or a raw pointer type",
+                        )
                     })
                 }) {
                     push(e);
@@ -161,7 +176,10 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
             }
             Role::Span => {
                 if !is_span_type(&ty) {
-                    push(syn::Error::new(ty.span(), "`span` is the span being built: its type is `&mut kspan::KernelSpan`"));
+                    push(syn::Error::new(
+                        ty.span(),
+                        "`span` is the span being built: its type is `&mut kspan::KernelSpan`",
+                    ));
                 }
                 if let Some(span) = capture_attr {
                     push(syn::Error::new(span, "`span` takes no `#[capture]`"));
@@ -176,7 +194,12 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                 Err(e) => push(e),
             },
         }
-        params.push(Param { name, ty, role, capture });
+        params.push(Param {
+            name,
+            ty,
+            role,
+            capture,
+        });
     }
     if let Some(errors) = errors {
         return Err(errors);
@@ -201,30 +224,33 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
         },
         span = args.mode.span
     );
-    let param_specs = params.iter().filter(|p| matches!(p.role, Role::Capture)).map(|p| {
-        let name = &p.name;
-        let ty = &p.ty;
-        let path = option_tokens(p.capture.path.as_ref().map(|l| quote!(#l)));
-        let user = p.capture.user.is_some();
-        let max = option_tokens(p.capture.max.as_ref().map(|l| quote!(#l)));
-        let len = option_tokens(p.capture.len.as_ref().map(|l| {
-            if l.value() == "ret" {
-                quote!(::kspan::LenSource::Ret)
-            } else {
-                quote!(::kspan::LenSource::Param(#l))
+    let param_specs = params
+        .iter()
+        .filter(|p| matches!(p.role, Role::Capture))
+        .map(|p| {
+            let name = &p.name;
+            let ty = &p.ty;
+            let path = option_tokens(p.capture.path.as_ref().map(|l| quote!(#l)));
+            let user = p.capture.user.is_some();
+            let max = option_tokens(p.capture.max.as_ref().map(|l| quote!(#l)));
+            let len = option_tokens(p.capture.len.as_ref().map(|l| {
+                if l.value() == "ret" {
+                    quote!(::kspan::LenSource::Ret)
+                } else {
+                    quote!(::kspan::LenSource::Param(#l))
+                }
+            }));
+            quote_spanned! {ty.span()=>
+                ::kspan::ParamSpec {
+                    name: #name,
+                    ty: <#ty as ::kspan::FromCapture<'static>>::TYPE,
+                    path: #path,
+                    user: #user,
+                    max: #max,
+                    len: #len,
+                }
             }
-        }));
-        quote_spanned! {ty.span()=>
-            ::kspan::ParamSpec {
-                name: #name,
-                ty: <#ty as ::kspan::FromCapture<'static>>::TYPE,
-                path: #path,
-                user: #user,
-                max: #max,
-                len: #len,
-            }
-        }
-    });
+        });
     let ret_spec = match params.iter().find(|p| matches!(p.role, Role::Ret)) {
         Some(p) => {
             let ty = &p.ty;
@@ -287,7 +313,11 @@ fn option_tokens(value: Option<TokenStream>) -> TokenStream {
 fn is_span_type(ty: &Type) -> bool {
     match ty {
         Type::Reference(r) if r.mutability.is_some() => match &*r.elem {
-            Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "KernelSpan"),
+            Type::Path(p) => p
+                .path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "KernelSpan"),
             _ => false,
         },
         _ => false,
@@ -315,7 +345,10 @@ fn classify(ty: &Type) -> syn::Result<TypeClass> {
         Type::Array(a) if is_u8(&a.elem) => return Ok(TypeClass::ByteArray),
         _ => {}
     }
-    let shown = quote!(#ty).to_string().replace(" < ", "<").replace(" >", ">");
+    let shown = quote!(#ty)
+        .to_string()
+        .replace(" < ", "<")
+        .replace(" >", ">");
     Err(syn::Error::new(
         ty.span(),
         format!(
@@ -330,7 +363,11 @@ fn is_u8(ty: &Type) -> bool {
 }
 
 /// The capture options that make sense for the type.
-fn check_capture_args(class: &TypeClass, capture: &CaptureArgs, mode: &crate::attr::Mode) -> syn::Result<()> {
+fn check_capture_args(
+    class: &TypeClass,
+    capture: &CaptureArgs,
+    mode: &crate::attr::Mode,
+) -> syn::Result<()> {
     let mut errors: Option<syn::Error> = None;
     let mut push = |e: syn::Error| match errors.as_mut() {
         Some(all) => all.combine(e),
@@ -338,21 +375,33 @@ fn check_capture_args(class: &TypeClass, capture: &CaptureArgs, mode: &crate::at
     };
     if let Some(span) = capture.user {
         if *class == TypeClass::Scalar {
-            push(syn::Error::new(span, "`user` reads memory behind a pointer: capture it as `&str`, `&[u8]` or `[u8; N]`"));
+            push(syn::Error::new(
+                span,
+                "`user` reads memory behind a pointer: capture it as `&str`, `&[u8]` or `[u8; N]`",
+            ));
         }
     }
     if let Some(max) = &capture.max {
         if matches!(class, TypeClass::Scalar | TypeClass::ByteArray) {
-            push(syn::Error::new(max.span(), "`max` bounds a `&str` or `&[u8]` capture"));
+            push(syn::Error::new(
+                max.span(),
+                "`max` bounds a `&str` or `&[u8]` capture",
+            ));
         }
     }
     match (&capture.len, class) {
         (Some(len), TypeClass::Bytes) => {
             if len.value() == "ret" && !mode.has_return() {
-                push(syn::Error::new(len.span(), "`len = \"ret\"` needs mode = \"fexit\""));
+                push(syn::Error::new(
+                    len.span(),
+                    "`len = \"ret\"` needs mode = \"fexit\"",
+                ));
             }
         }
-        (Some(len), _) => push(syn::Error::new(len.span(), "`len` gives the length of a `&[u8]` capture")),
+        (Some(len), _) => push(syn::Error::new(
+            len.span(),
+            "`len` gives the length of a `&[u8]` capture",
+        )),
         (None, TypeClass::Bytes) => {}
         (None, _) => {}
     }
@@ -374,20 +423,36 @@ mod tests {
     fn generates_spec_and_typed_call() {
         let out = expand_str(
             quote!("vfs_read", mode = "fexit"),
-            quote!(pub fn vfs_read(count: usize, ret: isize) { println!("{count}"); }),
+            quote!(
+                pub fn vfs_read(count: usize, ret: isize) {
+                    println!("{count}");
+                }
+            ),
         );
-        assert!(out.contains("pub static vfs_read : :: kspan :: Probe"), "{out}");
+        assert!(
+            out.contains("pub static vfs_read : :: kspan :: Probe"),
+            "{out}"
+        );
         assert!(out.contains("function : \"vfs_read\""), "{out}");
         assert!(out.contains(":: kspan :: Mode :: Fexit"), "{out}");
         assert!(out.contains("name : \"count\""), "{out}");
-        assert!(out.contains("< usize as :: kspan :: FromCapture < 'static >> :: TYPE"), "{out}");
-        assert!(out.contains("Some (< isize as :: kspan :: KernelValue > :: TYPE)"), "{out}");
+        assert!(
+            out.contains("< usize as :: kspan :: FromCapture < 'static >> :: TYPE"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Some (< isize as :: kspan :: KernelValue > :: TYPE)"),
+            "{out}"
+        );
         assert!(out.contains("errno : true"), "{out}");
         assert!(
             out.contains("__kspan_handler (captured . param :: < usize > (0usize) , captured . ret :: < isize > ())"),
             "{out}"
         );
-        assert!(out.contains("distributed_slice (:: kspan :: __private :: PROBES)"), "{out}");
+        assert!(
+            out.contains("distributed_slice (:: kspan :: __private :: PROBES)"),
+            "{out}"
+        );
         assert!(out.contains("static __KSPAN_REGISTERED_VFS_READ"), "{out}");
         assert!(!out.contains("compile_error"), "{out}");
     }
@@ -396,13 +461,18 @@ mod tests {
     fn ret_span_and_captures_keep_their_order() {
         let out = expand_str(
             quote!("ksys_read", errno = false),
-            quote!(fn k(ret: isize, fd: u32, span: &mut kspan::KernelSpan, buf: *const u8) {}),
+            quote!(
+                fn k(ret: isize, fd: u32, span: &mut kspan::KernelSpan, buf: *const u8) {}
+            ),
         );
         assert!(
             out.contains("captured . ret :: < isize > () , captured . param :: < u32 > (0usize) , __kspan_span , captured . param :: < * const u8 > (1usize)"),
             "{out}"
         );
-        assert!(out.contains(":: kspan :: Mode :: Fexit"), "default mode: {out}");
+        assert!(
+            out.contains(":: kspan :: Mode :: Fexit"),
+            "default mode: {out}"
+        );
         assert!(out.contains("errno : false"), "{out}");
     }
 
@@ -410,37 +480,72 @@ mod tests {
     fn capture_options_reach_the_spec() {
         let out = expand_str(
             quote!("vfs_read"),
-            quote!(fn v(
-                #[capture(path = "file->f_path.dentry->d_name.name", max = 32)] name: &str,
-                #[capture(user, len = "ret")] buf: &[u8],
-                #[capture(len = "count")] kbuf: &[u8],
-                ret: isize,
-            ) {}),
+            quote!(
+                fn v(
+                    #[capture(path = "file->f_path.dentry->d_name.name", max = 32)] name: &str,
+                    #[capture(user, len = "ret")] buf: &[u8],
+                    #[capture(len = "count")] kbuf: &[u8],
+                    ret: isize,
+                ) {
+                }
+            ),
         );
-        assert!(out.contains("path : :: core :: option :: Option :: Some (\"file->f_path.dentry->d_name.name\")"), "{out}");
-        assert!(out.contains("max : :: core :: option :: Option :: Some (32)"), "{out}");
+        assert!(
+            out.contains(
+                "path : :: core :: option :: Option :: Some (\"file->f_path.dentry->d_name.name\")"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("max : :: core :: option :: Option :: Some (32)"),
+            "{out}"
+        );
         assert!(out.contains("user : true"), "{out}");
         assert!(out.contains(":: kspan :: LenSource :: Ret"), "{out}");
-        assert!(out.contains(":: kspan :: LenSource :: Param (\"count\")"), "{out}");
-        assert!(!out.contains("# [capture"), "helper attributes are removed: {out}");
+        assert!(
+            out.contains(":: kspan :: LenSource :: Param (\"count\")"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("# [capture"),
+            "helper attributes are removed: {out}"
+        );
     }
 
     #[test]
     fn errors_are_collected() {
         let out = expand_str(
             quote!("vfs_read", mode = "fentry"),
-            quote!(fn f(name: String, ret: isize, #[capture(user)] n: u32, #[capture(len = "ret")] b: &[u8]) {}),
+            quote!(
+                fn f(
+                    name: String,
+                    ret: isize,
+                    #[capture(user)] n: u32,
+                    #[capture(len = "ret")] b: &[u8],
+                ) {
+                }
+            ),
         );
         assert!(out.contains("unsupported parameter type `String`"), "{out}");
         assert!(out.contains("`ret` needs mode = \\\"fexit\\\""), "{out}");
-        assert!(out.contains("`user` reads memory behind a pointer"), "{out}");
+        assert!(
+            out.contains("`user` reads memory behind a pointer"),
+            "{out}"
+        );
         assert!(out.contains("`len = \\\"ret\\\"` needs mode"), "{out}");
         assert!(!out.contains("# [capture"), "{out}");
     }
 
     #[test]
     fn rejects_async_generic_self_and_return_types() {
-        let out = expand_str(quote!("f"), quote!(async fn f<T>(x: T) -> u32 { 0 }));
+        let out = expand_str(
+            quote!("f"),
+            quote!(
+                async fn f<T>(x: T) -> u32 {
+                    0
+                }
+            ),
+        );
         assert!(out.contains("cannot be `async`"), "{out}");
         assert!(out.contains("cannot be generic"), "{out}");
         assert!(out.contains("returns nothing"), "{out}");
@@ -448,7 +553,12 @@ mod tests {
 
     #[test]
     fn span_parameter_type_is_checked() {
-        let out = expand_str(quote!("f"), quote!(fn f(span: &kspan::KernelSpan) {}));
+        let out = expand_str(
+            quote!("f"),
+            quote!(
+                fn f(span: &kspan::KernelSpan) {}
+            ),
+        );
         assert!(out.contains("`span` is the span being built"), "{out}");
     }
 }

@@ -290,7 +290,8 @@ impl Reader<'_> {
 
 /// `a + b` as a byte offset, or a truncation error if it overflows.
 fn add(a: usize, b: usize, what: &'static str) -> Result<usize, BtfError> {
-    a.checked_add(b).ok_or(BtfError::Truncated { offset: a, what })
+    a.checked_add(b)
+        .ok_or(BtfError::Truncated { offset: a, what })
 }
 
 impl Btf {
@@ -1116,10 +1117,7 @@ mod tests {
         let mut blob = sample();
         blob[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         blob[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            Btf::parse(&blob),
-            Err(BtfError::Truncated { .. })
-        ));
+        assert!(matches!(Btf::parse(&blob), Err(BtfError::Truncated { .. })));
     }
 
     /// `struct inner { int x; char name[16]; }`, a union, anonymous members,
@@ -1142,7 +1140,11 @@ mod tests {
             "bits",
             12,
             true,
-            &[("y", int, 0), ("flag", int, (1 << 24) | 64), ("mode", int, (3 << 24) | 65)],
+            &[
+                ("y", int, 0),
+                ("flag", int, (1 << 24) | 64),
+                ("mode", int, (3 << 24) | 65),
+            ],
         );
         // Old encoding: the member's type is an int 3 bits wide.
         let int3 = b.int_bits("int", 4, INT_SIGNED, 3, 0);
@@ -1150,7 +1152,12 @@ mod tests {
         let outer = b.struct_of(
             "outer",
             64,
-            &[("head", int, 0), ("", anon_union, 4), ("in", inner, 8), ("rows", arr2, 28)],
+            &[
+                ("head", int, 0),
+                ("", anon_union, 4),
+                ("in", inner, 8),
+                ("rows", arr2, 28),
+            ],
         );
         let fwd = b.fwd("opaque", false);
         let user = b.type_tag("user", uchar);
@@ -1211,8 +1218,14 @@ mod tests {
         let anon = btf.composite(outer.members[1].type_id).unwrap();
         assert!(anon.is_union);
         assert_eq!(anon.name, "");
-        assert_eq!(btf.kernel_type(outer.members[1].type_id).c_name, "union (anonymous)");
-        assert_eq!(btf.kernel_type(outer.members[2].type_id).c_name, "struct inner");
+        assert_eq!(
+            btf.kernel_type(outer.members[1].type_id).c_name,
+            "union (anonymous)"
+        );
+        assert_eq!(
+            btf.kernel_type(outer.members[2].type_id).c_name,
+            "struct inner"
+        );
         // Not a struct: no layout. Through typedefs: the same layout.
         assert!(btf.composite(o.id).is_none());
         assert_eq!(btf.composite(param(&btf, "outer").id).unwrap(), outer);
@@ -1324,7 +1337,10 @@ mod tests {
         // Unsigned 32-bit values stay positive.
         let sample = Btf::parse(&sample()).unwrap();
         let kind = &sample.function("kspan_void_fn").unwrap().params[1].1;
-        assert_eq!(sample.enumerators(kind.id).unwrap()[1], ("PIDTYPE_TGID".to_owned(), 1));
+        assert_eq!(
+            sample.enumerators(kind.id).unwrap()[1],
+            ("PIDTYPE_TGID".to_owned(), 1)
+        );
     }
 
     #[test]
@@ -1355,7 +1371,10 @@ mod tests {
         assert_eq!(sig.params[0].1.class, TypeClass::Void);
         assert!(btf.composite(me).is_none());
         assert!(btf.enumerators(me).is_none());
-        assert!(matches!(sig.params[1].1.class, TypeClass::Array { elem_bytes: 0, .. }));
+        assert!(matches!(
+            sig.params[1].1.class,
+            TypeClass::Array { elem_bytes: 0, .. }
+        ));
         assert_eq!(sig.params[2].1.c_name, "void *");
         assert_eq!(btf.kernel_type(9999).class, TypeClass::Void);
         // 4 * u32::MAX bytes does not fit: not an array one could read.
@@ -1378,13 +1397,17 @@ mod tests {
         // `char __user *buf`: a pointer to char, user-tagged where the kernel
         // was built with type tags.
         assert!(sig.params[1].1.points_to_char);
-        let file = btf.composite(btf.pointee(sig.params[0].1.id).unwrap()).unwrap();
+        let file = btf
+            .composite(btf.pointee(sig.params[0].1.id).unwrap())
+            .unwrap();
         assert_eq!(file.name, "file");
         assert!(file.members.iter().any(|m| m.name == "f_inode"));
         let sk = btf
             .function("tcp_sendmsg")
             .expect("tcp_sendmsg in kernel BTF");
-        let sock = btf.composite(btf.pointee(sk.params[0].1.id).unwrap()).unwrap();
+        let sock = btf
+            .composite(btf.pointee(sk.params[0].1.id).unwrap())
+            .unwrap();
         assert_eq!(sock.members[0].name, "__sk_common");
         assert_eq!(sock.members[0].bit_offset, 0);
     }

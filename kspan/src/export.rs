@@ -104,7 +104,10 @@ fn decode_capture<'a>(plan: &CapturePlan, i: usize, view: &RecordView<'a>) -> Ca
     match plan.bpf.kind {
         KIND_KSTR | KIND_USTR => {
             // `raw` is the bytes read including the NUL.
-            let chars = usize::try_from(raw).unwrap_or(0).saturating_sub(1).min(slot.len());
+            let chars = usize::try_from(raw)
+                .unwrap_or(0)
+                .saturating_sub(1)
+                .min(slot.len());
             let truncated = chars > plan.bound;
             let bytes = &slot[..chars.min(plan.bound)];
             Capture::Str {
@@ -139,7 +142,10 @@ fn capture_attributes(plan: &CapturePlan, capture: &Capture<'_>, out: &mut Vec<K
                     Value::Uint(v) => v as i64,
                     _ => return None,
                 };
-                names.iter().find(|(n, _)| *n == v).map(|(_, name)| name.clone())
+                names
+                    .iter()
+                    .find(|(n, _)| *n == v)
+                    .map(|(_, name)| name.clone())
             });
             match named {
                 Some(name) => out.push(KeyValue::new(key, name)),
@@ -194,7 +200,11 @@ impl KernelSpan {
 
     /// Sets an attribute, replacing one with the same key.
     pub fn set_attribute(&mut self, attribute: KeyValue) {
-        match self.attributes.iter_mut().find(|kv| kv.key == attribute.key) {
+        match self
+            .attributes
+            .iter_mut()
+            .find(|kv| kv.key == attribute.key)
+        {
             Some(existing) => *existing = attribute,
             None => self.attributes.push(attribute),
         }
@@ -273,7 +283,12 @@ pub enum Outcome {
 
 /// Decodes `view` with `plan`, runs the handler and exports the span through
 /// `tracer` unless the handler discards it.
-pub fn process<T: Tracer>(plan: &ProbePlan, view: &RecordView<'_>, tracer: &T, clock: &ClockOffset) -> Outcome {
+pub fn process<T: Tracer>(
+    plan: &ProbePlan,
+    view: &RecordView<'_>,
+    tracer: &T,
+    clock: &ClockOffset,
+) -> Outcome {
     let rec = &view.header;
     let spec = &plan.probe.spec;
     let captures: Vec<Capture<'_>> = (0..plan.captures.len())
@@ -290,7 +305,10 @@ pub fn process<T: Tracer>(plan: &ProbePlan, view: &RecordView<'_>, tracer: &T, c
     let mut status = Status::Unset;
     if let Some(raw) = ret {
         if let Some(ty) = spec.ret {
-            attributes.push(KeyValue::new(attributes::RETURN_VALUE, Value::decode(raw, ty).to_otel()));
+            attributes.push(KeyValue::new(
+                attributes::RETURN_VALUE,
+                Value::decode(raw, ty).to_otel(),
+            ));
         }
         if plan.errno_status {
             let signed = match plan.signature.ret.class {
@@ -401,7 +419,7 @@ mod tests {
         };
         header.vals[0] = 4096; // count, from its register
         header.vals[1] = text.len() as u64 + 1; // bytes read with the NUL
-        // SAFETY: kspan_record is plain old data; viewing it as bytes is sound.
+                                                // SAFETY: kspan_record is plain old data; viewing it as bytes is sound.
         let mut bytes = unsafe {
             std::slice::from_raw_parts(
                 (&header as *const kspan_record).cast::<u8>(),
@@ -474,12 +492,22 @@ mod tests {
         assert_eq!(outer.parent_span_id, SpanId::INVALID);
         assert_eq!(inner.parent_span_id, SpanId::from(0x11));
         assert_eq!(inner.span_context.trace_id(), outer.span_context.trace_id());
-        assert_eq!(outer.start_time, UNIX_EPOCH + Duration::from_nanos(1_000_001_000));
-        assert_eq!(outer.end_time, UNIX_EPOCH + Duration::from_nanos(1_000_003_000));
+        assert_eq!(
+            outer.start_time,
+            UNIX_EPOCH + Duration::from_nanos(1_000_001_000)
+        );
+        assert_eq!(
+            outer.end_time,
+            UNIX_EPOCH + Duration::from_nanos(1_000_003_000)
+        );
         assert_eq!(attr(outer, "kernel.arg.count"), Some(4096i64.into()));
         assert_eq!(attr(outer, "kernel.arg.buf"), Some("data.bin".into()));
         assert_eq!(attr(outer, "kernel.arg.buf.truncated"), None);
-        assert_eq!(attr(outer, "seen.buf"), Some("data.bin".into()), "the handler added it");
+        assert_eq!(
+            attr(outer, "seen.buf"),
+            Some("data.bin".into()),
+            "the handler added it"
+        );
         assert_eq!(attr(outer, "kernel.return_value"), Some(4096i64.into()));
         assert_eq!(attr(outer, "thread.id"), Some(43i64.into()));
         assert_eq!(attr(outer, "process.pid"), Some(42i64.into()));
@@ -493,9 +521,15 @@ mod tests {
         // The kernel read 9 characters (one past the bound of 8).
         let (spans, _) = run(&[record(1, 0, 7, b"abcdefgh\xff")]);
         assert_eq!(attr(&spans[0], "kernel.arg.buf"), Some("abcdefgh".into()));
-        assert_eq!(attr(&spans[0], "kernel.arg.buf.truncated"), Some(true.into()));
+        assert_eq!(
+            attr(&spans[0], "kernel.arg.buf.truncated"),
+            Some(true.into())
+        );
         let (spans, _) = run(&[record(1, 0, 7, b"ab\xffcd")]);
-        assert_eq!(attr(&spans[0], "kernel.arg.buf"), Some("ab\u{fffd}cd".into()));
+        assert_eq!(
+            attr(&spans[0], "kernel.arg.buf"),
+            Some("ab\u{fffd}cd".into())
+        );
     }
 
     #[test]
@@ -511,7 +545,10 @@ mod tests {
         let (spans, outcomes) = run(&[record(1, 0, 1, b""), record(2, 0, 2, b"")]);
         assert_eq!(outcomes, [Outcome::Discarded, Outcome::HandlerPanicked]);
         assert_eq!(spans.len(), 1);
-        assert_eq!(spans[0].name, "vfs_read", "exported as it was before the panic");
+        assert_eq!(
+            spans[0].name, "vfs_read",
+            "exported as it was before the panic"
+        );
     }
 
     #[test]

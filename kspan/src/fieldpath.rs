@@ -192,10 +192,9 @@ impl fmt::Display for PathSyntaxError {
                 f,
                 "whitespace at byte {at}: write the field path without spaces"
             ),
-            PathSyntaxError::ExpectedParameter { at, found } => write!(
-                f,
-                "expected a parameter name at byte {at}, found `{found}`"
-            ),
+            PathSyntaxError::ExpectedParameter { at, found } => {
+                write!(f, "expected a parameter name at byte {at}, found `{found}`")
+            }
             PathSyntaxError::NotIdentifier { at, text } => write!(
                 f,
                 "`{text}` is not an identifier (at byte {at}): a name starts with a letter or `_`"
@@ -436,9 +435,19 @@ pub enum FieldPathError {
         parameter: String,
         /// The path up to and including the failing segment.
         at: String,
-        /// What is wrong.
-        problem: SegmentProblem,
+        /// What is wrong (boxed: it is the largest part of the error).
+        problem: Box<SegmentProblem>,
     },
+}
+
+impl FieldPathError {
+    /// For a [`FieldPathError::Segment`], what is wrong with the segment.
+    pub fn problem(&self) -> Option<&SegmentProblem> {
+        match self {
+            FieldPathError::Segment { problem, .. } => Some(problem),
+            _ => None,
+        }
+    }
 }
 
 /// What is wrong with one segment of a path (see [`FieldPathError::Segment`]).
@@ -498,9 +507,7 @@ pub enum SegmentProblem {
         base_type: String,
     },
     /// `.` on something that is neither a struct, a union nor a pointer.
-    #[error(
-        "`{member}` is reached with `.` but `{base}` is `{base_type}`, not a struct or union"
-    )]
+    #[error("`{member}` is reached with `.` but `{base}` is `{base_type}`, not a struct or union")]
     DotOnNonStruct {
         /// The member.
         member: String,
@@ -607,7 +614,11 @@ fn list(some: &str, none: &str, names: &[String], more: usize) -> String {
 /// passed by value is not supported). Members of anonymous structs and
 /// unions are found as in C. The final member may have any type except a
 /// bitfield; it is not read.
-pub fn resolve(btf: &Btf, function: &str, path: &FieldPath) -> Result<ResolvedPath, FieldPathError> {
+pub fn resolve(
+    btf: &Btf,
+    function: &str,
+    path: &FieldPath,
+) -> Result<ResolvedPath, FieldPathError> {
     if let Some(extra) = path.segments().get(MAX_SEGMENTS) {
         return Err(PathSyntaxError::TooDeep { at: extra.at }.into());
     }
@@ -645,7 +656,7 @@ pub fn resolve(btf: &Btf, function: &str, path: &FieldPath) -> Result<ResolvedPa
             function: function.to_owned(),
             parameter: parameter.to_owned(),
             at: path.prefix(i).to_owned(),
-            problem,
+            problem: Box::new(problem),
         };
         let base = || path.before(i).to_owned();
         let base_type = || btf.kernel_type(ty).c_name;
@@ -851,4 +862,671 @@ fn edit_distance(a: &str, b: &str) -> usize {
         std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btf::builder::BtfBuilder;
+    use crate::btf::TypeClass;
+
+    fn syntax_err(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_members_and_prefixes() {
+        let p = parse("file->f_path.dentry->d_name.name").unwrap();
+        assert_eq!(p.parameter(), "file");
+        let segs: Vec<_> = p
+            .segments()
+            .iter()
+            .map(|s| (s.access, s.member.as_str(), s.at))
+            .collect();
+        assert_eq!(
+            segs,
+            [
+                (Access::Arrow, "f_path", 4),
+                (Access::Dot, "dentry", 12),
+                (Access::Arrow, "d_name", 19),
+                (Access::Dot, "name", 27),
+            ]
+        );
+        assert_eq!(p.prefix(0), "file->f_path");
+        assert_eq!(p.prefix(2), "file->f_path.dentry->d_name");
+        assert_eq!(p.prefix(3), p.as_str());
+        assert_eq!(p.before(0), "file");
+        assert_eq!(p.before(1), "file->f_path");
+        assert_eq!(p.to_string(), "file->f_path.dentry->d_name.name");
+        assert_eq!("_x9.y_".parse::<FieldPath>().unwrap().segments().len(), 1);
+        let deepest = "a->b.c.d.e.f.g.h.i";
+        assert_eq!(parse(deepest).unwrap().segments().len(), MAX_SEGMENTS);
+    }
+
+    #[test]
+    fn syntax_errors_say_what_and_where() {
+        assert_eq!(
+            syntax_err(""),
+            "the field path is empty: write a parameter name followed by `->member` or `.member`"
+        );
+        assert_eq!(
+            syntax_err("file"),
+            "expected `->` or `.` after `file` at byte 4, found the end of the path"
+        );
+        assert_eq!(
+            syntax_err("file-f_path"),
+            "expected `->` or `.` after `file` at byte 4, found `-`"
+        );
+        assert_eq!(
+            syntax_err("file->f_path[0]"),
+            "expected `->` or `.` after `f_path` at byte 12, found `[`"
+        );
+        assert_eq!(
+            syntax_err("file->"),
+            "empty member name after `->` at byte 6"
+        );
+        assert_eq!(
+            syntax_err("file..x"),
+            "empty member name after `.` at byte 5: found `.`, expected a name"
+        );
+        assert_eq!(
+            syntax_err("file->é"),
+            "empty member name after `->` at byte 6: found `é`, expected a name"
+        );
+        assert_eq!(
+            syntax_err("5x->y"),
+            "`5x` is not an identifier (at byte 0): a name starts with a letter or `_`"
+        );
+        assert_eq!(
+            parse("file->5x").unwrap_err(),
+            PathSyntaxError::NotIdentifier {
+                at: 6,
+                text: "5x".to_owned()
+            }
+        );
+        assert_eq!(
+            syntax_err("->x"),
+            "expected a parameter name at byte 0, found `-`"
+        );
+        for (text, at) in [
+            (" file->x", 0),
+            ("file ->x", 4),
+            ("file-> x", 6),
+            ("file->x ", 7),
+        ] {
+            assert_eq!(
+                parse(text).unwrap_err(),
+                PathSyntaxError::Whitespace { at },
+                "{text:?}"
+            );
+        }
+        assert_eq!(
+            syntax_err("file\t->x"),
+            "whitespace at byte 4: write the field path without spaces"
+        );
+        assert_eq!(
+            syntax_err("a->b.c.d.e.f.g.h.i.j"),
+            "the field path has more than 8 member segments (segment 9 starts at byte 18)"
+        );
+        // Errors are std errors (for `#[source]`).
+        let _: &dyn std::error::Error = &PathSyntaxError::Empty;
+    }
+
+    /// Kernel-shaped types: `struct file` with `f_path` in an anonymous
+    /// union, `struct dentry`, `struct qstr`, `struct sock` with
+    /// `skc_dport` in an anonymous struct in an anonymous union, `struct
+    /// socket` with an enum, `struct open_how`, and a few odd functions.
+    fn kernel() -> Btf {
+        let mut b = BtfBuilder::new();
+        let int = b.int("int", 4, true);
+        let uint = b.int("unsigned int", 4, false);
+        let ushort = b.int("short unsigned int", 2, false);
+        let ulong = b.int("long long unsigned int", 8, false);
+        let uchar = b.int("unsigned char", 1, false);
+        let ch = b.int("char", 1, true);
+        let u16_ = b.typedef("__u16", ushort);
+        let be16 = b.typedef("__be16", u16_);
+        let u32_ = b.typedef("u32", uint);
+        let u64_ = b.typedef("__u64", ulong);
+        let size_t = b.typedef("size_t", ulong);
+        let cuchar = b.konst(uchar);
+        let name_ptr = b.ptr(cuchar);
+        let iname = b.array(ch, int, 32);
+        // struct qstr { union { struct { u32 hash; u32 len; }; u64 hash_len; }; const unsigned char *name; }
+        let hash_len = b.struct_of("", 8, &[("hash", u32_, 0), ("len", u32_, 4)]);
+        let qstr_u = b.union_of("", 8, &[("", hash_len), ("hash_len", u64_)]);
+        let qstr = b.struct_of("qstr", 16, &[("", qstr_u, 0), ("name", name_ptr, 8)]);
+        let dentry = b.struct_of(
+            "dentry",
+            192,
+            &[
+                ("d_flags", uint, 0),
+                ("d_name", qstr, 32),
+                ("d_iname", iname, 56),
+            ],
+        );
+        let dentry_ptr = b.ptr(dentry);
+        let path = b.struct_of(
+            "path",
+            16,
+            &[("mnt", b.next_id() + 2, 0), ("dentry", dentry_ptr, 8)],
+        );
+        let cpath = b.konst(path);
+        let vfsmount = b.strukt("vfsmount", 16);
+        b.ptr(vfsmount);
+        let f_union = b.union_of("", 16, &[("f_path", cpath), ("__f_path", path)]);
+        let inode = b.fwd("inode", false);
+        let inode_ptr = b.ptr(inode);
+        // kind_flag: offsets in the low 24 bits, bitfield widths in the high 8.
+        let file = b.composite(
+            false,
+            "file",
+            64,
+            true,
+            &[
+                ("f_mode", uint, 0),
+                ("", f_union, 16 * 8),
+                ("f_inode", inode_ptr, 32 * 8),
+                ("f_bits", uint, (3 << 24) | (40 * 8)),
+                ("f_aligned_bits", uint, (8 << 24) | (48 * 8)),
+            ],
+        );
+        let file_ptr = b.ptr(file);
+        let file_pp = b.ptr(file_ptr);
+        let state = b.enumeration(
+            "socket_state",
+            4,
+            &[
+                ("SS_FREE", 0),
+                ("SS_UNCONNECTED", 1),
+                ("SS_CONNECTING", 2),
+                ("SS_CONNECTED", 3),
+                ("SS_DISCONNECTING", 4),
+            ],
+        );
+        let socket_state = b.typedef("socket_state", state);
+        let socket = b.struct_of(
+            "socket",
+            128,
+            &[("state", socket_state, 0), ("type", ushort, 4)],
+        );
+        let socket_ptr = b.ptr(socket);
+        // struct sock_common { ...; union { __portpair skc_portpair; struct { __be16 skc_dport; __u16 skc_num; }; } @12 }
+        let ports = b.struct_of("", 4, &[("skc_dport", be16, 0), ("skc_num", u16_, 2)]);
+        let port_u = b.union_of("", 4, &[("skc_portpair", uint), ("", ports)]);
+        let sock_common = b.struct_of(
+            "sock_common",
+            136,
+            &[("skc_daddr", uint, 0), ("", port_u, 12)],
+        );
+        let sock = b.struct_of(
+            "sock",
+            760,
+            &[
+                ("__sk_common", sock_common, 0),
+                ("sk_socket", socket_ptr, 536),
+            ],
+        );
+        let sock_ptr = b.ptr(sock);
+        let open_how = b.struct_of(
+            "open_how",
+            24,
+            &[("flags", u64_, 0), ("mode", u64_, 8), ("resolve", u64_, 16)],
+        );
+        let how_ptr = b.ptr(open_how);
+        let cch = b.konst(ch);
+        let user = b.type_tag("user", cch);
+        let ubuf = b.ptr(user);
+        let upath = b.type_tag("user", path);
+        let upath_ptr = b.ptr(upath);
+        let many: Vec<String> = (0..45).map(|i| format!("m{i}")).collect();
+        let members: Vec<_> = many.iter().map(|n| (n.as_str(), int, 0)).collect();
+        let wide = b.struct_of("wide", 4, &members);
+        let wide_ptr = b.ptr(wide);
+        // struct r { struct { struct r r; } @ 0x1fffffff; }: offsets that
+        // add up past 4 GiB.
+        let r = b.next_id() + 1;
+        let anon = b.composite(false, "", 8, false, &[("r", r, 0xffff_fff8)]);
+        b.composite(false, "r", 8, false, &[("", anon, 0xffff_fff8)]);
+        let r_ptr = b.ptr(r);
+
+        b.func(
+            "vfs_read",
+            int,
+            &[
+                ("file", file_ptr),
+                ("buf", ubuf),
+                ("count", size_t),
+                ("pos", int),
+            ],
+        );
+        b.func("tcp_sendmsg", int, &[("sk", sock_ptr), ("size", size_t)]);
+        b.func("do_sys_openat2", int, &[("dfd", int), ("how", how_ptr)]);
+        b.func(
+            "kspan_seven",
+            int,
+            &[
+                ("a", file_ptr),
+                ("b", file_ptr),
+                ("c", file_ptr),
+                ("d", file_ptr),
+                ("e", file_ptr),
+                ("f", file_ptr),
+                ("g", file_ptr),
+            ],
+        );
+        b.func("kspan_by_value", int, &[("p", path)]);
+        b.func(
+            "kspan_odd",
+            int,
+            &[("pp", file_pp), ("up", upath_ptr), ("w", wide_ptr)],
+        );
+        b.func("kspan_big", int, &[("x", r_ptr)]);
+        b.func("kspan_none", int, &[]);
+        Btf::parse(&b.build()).unwrap()
+    }
+
+    fn resolve_str(btf: &Btf, function: &str, text: &str) -> Result<ResolvedPath, FieldPathError> {
+        resolve(btf, function, &parse(text)?)
+    }
+
+    fn err(function: &str, text: &str) -> String {
+        resolve_str(&kernel(), function, text)
+            .unwrap_err()
+            .to_string()
+    }
+
+    fn step(load: bool, offset: u32) -> Step {
+        Step { load, offset }
+    }
+
+    #[test]
+    fn follows_pointers_and_merges_offsets() {
+        let btf = kernel();
+        let r = resolve_str(&btf, "vfs_read", "file->f_path.dentry->d_name.name").unwrap();
+        assert_eq!(r.arg_index, 0);
+        // f_path (in an anonymous union) at 16, dentry at 8; d_name at 32, name at 8.
+        assert_eq!(r.steps, [step(false, 24), step(true, 40)]);
+        assert_eq!(r.target.c_name, "const unsigned char *");
+        assert_eq!(r.target.class, TypeClass::Pointer);
+        assert!(r.target.points_to_char);
+        assert_eq!(r.to_string(), "arg 0, +24, load +40: const unsigned char *");
+
+        // Anonymous struct in an anonymous union in a struct member.
+        let r = resolve_str(&btf, "tcp_sendmsg", "sk->__sk_common.skc_dport").unwrap();
+        assert_eq!(r.steps, [step(false, 12)]);
+        assert_eq!(r.target.c_name, "__be16");
+        assert_eq!(
+            r.target.class,
+            TypeClass::Int {
+                bytes: 2,
+                signed: false
+            }
+        );
+        let r = resolve_str(&btf, "tcp_sendmsg", "sk->__sk_common.skc_num").unwrap();
+        assert_eq!(r.steps, [step(false, 14)]);
+
+        let r = resolve_str(&btf, "tcp_sendmsg", "sk->sk_socket->state").unwrap();
+        assert_eq!(r.steps, [step(false, 536), step(true, 0)]);
+        assert_eq!(
+            r.target.class,
+            TypeClass::Enum {
+                bytes: 4,
+                signed: false
+            }
+        );
+        let names = btf.enumerators(r.target.id).unwrap();
+        assert!(names.contains(&("SS_CONNECTED".to_owned(), 3)));
+
+        let r = resolve_str(&btf, "do_sys_openat2", "how->resolve").unwrap();
+        assert_eq!(r.arg_index, 1);
+        assert_eq!(r.steps, [step(false, 16)]);
+        assert_eq!(
+            r.target.class,
+            TypeClass::Int {
+                bytes: 8,
+                signed: false
+            }
+        );
+
+        let r = resolve_str(&btf, "vfs_read", "file->f_path.dentry->d_iname").unwrap();
+        assert_eq!(r.steps, [step(false, 24), step(true, 56)]);
+        assert_eq!(
+            r.target.class,
+            TypeClass::Array {
+                elem_bytes: 1,
+                len: 32,
+                elem_is_char: true
+            }
+        );
+        assert_eq!(r.target.c_name, "char[32]");
+
+        // Ending on a struct or a nested anonymous member is fine: it is not read.
+        let r = resolve_str(&btf, "vfs_read", "file->f_path.dentry->d_name").unwrap();
+        assert_eq!(r.steps, [step(false, 24), step(true, 32)]);
+        assert_eq!(r.target.class, TypeClass::Aggregate);
+        let r = resolve_str(&btf, "vfs_read", "file->f_path.dentry->d_name.len").unwrap();
+        assert_eq!(r.steps, [step(false, 24), step(true, 36)]);
+        // A pointer member stored in memory, loaded by a later `->` only.
+        let r = resolve_str(&btf, "vfs_read", "file->f_path.dentry").unwrap();
+        assert_eq!(r.steps, [step(false, 24)]);
+        assert_eq!(r.target.c_name, "struct dentry *");
+        // The sixth parameter is still captured.
+        let r = resolve_str(&btf, "kspan_seven", "f->f_mode").unwrap();
+        assert_eq!(r.arg_index, 5);
+        assert_eq!(r.steps, [step(false, 0)]);
+    }
+
+    #[test]
+    fn function_and_parameter_errors() {
+        assert_eq!(
+            err("no_such_fn", "x->y"),
+            "kernel function `no_such_fn` is not in this kernel's BTF"
+        );
+        assert_eq!(
+            err("vfs_read", "fil->f_path"),
+            "`vfs_read` has no parameter `fil` (did you mean `file`?); its parameters are: \
+             `file`, `buf`, `count`, `pos`"
+        );
+        assert_eq!(
+            err("kspan_none", "x->y"),
+            "`kspan_none` has no parameter `x`; it has no parameters"
+        );
+        let e = resolve_str(&kernel(), "kspan_seven", "g->f_mode").unwrap_err();
+        assert_eq!(
+            e,
+            FieldPathError::ParameterNotCaptured {
+                function: "kspan_seven".to_owned(),
+                parameter: "g".to_owned(),
+                index: 6
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "in `kspan_seven`, `g` is parameter #7 (counting from 1); kspan captures the first \
+             6 parameters only"
+        );
+        assert!(matches!(
+            resolve_str(&kernel(), "vfs_read", "file"),
+            Err(FieldPathError::Syntax(
+                PathSyntaxError::ExpectedAccess { .. }
+            ))
+        ));
+    }
+
+    #[test]
+    fn wrong_operator_errors() {
+        assert_eq!(
+            err("vfs_read", "file->f_path->dentry"),
+            "in `vfs_read`, `file->f_path->dentry`: `dentry` is reached with `->` but \
+             `file->f_path` is `const struct path`, not a pointer; use `.`"
+        );
+        assert_eq!(
+            err("vfs_read", "file->f_mode->x"),
+            "in `vfs_read`, `file->f_mode->x`: `x` is reached with `->` but `file->f_mode` is \
+             `unsigned int`, not a pointer"
+        );
+        assert_eq!(
+            err("kspan_by_value", "p->dentry"),
+            "in `kspan_by_value`, `p->dentry`: `dentry` is reached with `->` but `p` is \
+             `struct path`, not a pointer; use `.`"
+        );
+        assert_eq!(
+            err("vfs_read", "file.f_path"),
+            "in `vfs_read`, `file.f_path`: `f_path` is reached with `.` but `file` is \
+             `struct file *`, a pointer; use `->`"
+        );
+        assert_eq!(
+            err("vfs_read", "file->f_path.dentry.d_name"),
+            "in `vfs_read`, `file->f_path.dentry.d_name`: `d_name` is reached with `.` but \
+             `file->f_path.dentry` is `struct dentry *`, a pointer; use `->`"
+        );
+        assert_eq!(
+            err("vfs_read", "file->f_mode.x"),
+            "in `vfs_read`, `file->f_mode.x`: `x` is reached with `.` but `file->f_mode` is \
+             `unsigned int`, not a struct or union"
+        );
+        assert_eq!(
+            err("vfs_read", "count.x"),
+            "in `vfs_read`, `count.x`: `x` is reached with `.` but `count` is `size_t`, not a \
+             struct or union"
+        );
+        assert_eq!(
+            err("kspan_by_value", "p.dentry"),
+            "in `kspan_by_value`, `p.dentry`: `dentry` is reached with `.` on parameter `p`, a \
+             `struct path` passed by value; members of by-value struct parameters are not \
+             supported"
+        );
+    }
+
+    #[test]
+    fn pointee_errors() {
+        assert_eq!(
+            err("kspan_odd", "pp->f_mode"),
+            "in `kspan_odd`, `pp->f_mode`: `f_mode` is reached with `->` but `pp` is \
+             `struct file **`, not a pointer to a struct or union"
+        );
+        assert_eq!(
+            err("vfs_read", "buf->x"),
+            "in `vfs_read`, `buf->x`: `x` is reached with `->` but `buf` is `const char *`, \
+             not a pointer to a struct or union"
+        );
+        assert_eq!(
+            err("kspan_odd", "up->dentry"),
+            "in `kspan_odd`, `up->dentry`: `dentry` is reached with `->` but `up` is \
+             `struct path *`, a user-space (`__user`) pointer; only kernel memory can be \
+             followed"
+        );
+        assert_eq!(
+            err("vfs_read", "file->f_inode->i_mode"),
+            "in `vfs_read`, `file->f_inode->i_mode`: `struct inode` is only declared in this \
+             kernel's BTF, its members are unknown; `i_mode` cannot be found"
+        );
+    }
+
+    #[test]
+    fn unknown_members_are_listed_with_anonymous_ones_in_place() {
+        let e = resolve_str(&kernel(), "vfs_read", "file->f_pathh").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "in `vfs_read`, `file->f_pathh`: `struct file` has no member `f_pathh` (did you \
+             mean `f_path`?); its members are: `f_mode`, `f_path`, `__f_path`, `f_inode`, \
+             `f_bits`, `f_aligned_bits`"
+        );
+        let FieldPathError::Segment {
+            function,
+            parameter,
+            at,
+            problem,
+        } = &e
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            (function.as_str(), parameter.as_str(), at.as_str()),
+            ("vfs_read", "file", "file->f_pathh")
+        );
+        let SegmentProblem::UnknownMember {
+            member,
+            container,
+            members,
+            more,
+            suggestion,
+        } = &**problem
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            (member.as_str(), container.as_str()),
+            ("f_pathh", "struct file")
+        );
+        assert_eq!(members.len(), 6);
+        assert_eq!(*more, 0);
+        assert_eq!(suggestion.as_deref(), Some("f_path"));
+        // Deep in the path, in an anonymous-union struct.
+        assert_eq!(
+            err("vfs_read", "file->f_path.dentry->d_name.nam"),
+            "in `vfs_read`, `file->f_path.dentry->d_name.nam`: `struct qstr` has no member \
+             `nam` (did you mean `name`?); its members are: `hash`, `len`, `hash_len`, `name`"
+        );
+        // Long lists are cut.
+        let e = resolve_str(&kernel(), "kspan_odd", "w->nope").unwrap_err();
+        let Some(SegmentProblem::UnknownMember { members, more, .. }) = e.problem() else {
+            panic!("{e:?}")
+        };
+        assert_eq!(members.len(), MAX_LISTED_MEMBERS);
+        assert_eq!(members[39], "m39");
+        assert_eq!(*more, 5);
+        assert!(e.to_string().ends_with("`m38`, `m39` (and 5 more)"), "{e}");
+    }
+
+    #[test]
+    fn bitfields_and_impossible_offsets() {
+        assert_eq!(
+            err("vfs_read", "file->f_bits"),
+            "in `vfs_read`, `file->f_bits`: `f_bits` is a bitfield (3 bits at bit offset 320); \
+             bitfield not supported"
+        );
+        // Even a byte-aligned, byte-wide bitfield.
+        assert!(err("vfs_read", "file->f_aligned_bits")
+            .contains("a bitfield (8 bits at bit offset 384)"));
+        assert_eq!(
+            err("kspan_big", "x->r.r.r.r.r"),
+            "in `kspan_big`, `x->r.r.r.r.r`: the offset of `r` does not fit in 32 bits; this \
+             kernel's BTF is inconsistent"
+        );
+    }
+
+    /// The running kernel's BTF; a machine without it fails the test.
+    fn host() -> Btf {
+        let data = std::fs::read("/sys/kernel/btf/vmlinux")
+            .expect("the kernel BTF feature: /sys/kernel/btf/vmlinux must exist");
+        Btf::parse(&data).expect("the kernel's BTF parses")
+    }
+
+    #[test]
+    fn resolves_paths_on_this_machines_kernel() {
+        let btf = host();
+        let show = |function: &str, text: &str| {
+            let r = resolve_str(&btf, function, text)
+                .unwrap_or_else(|e| panic!("{function} {text}: {e}"));
+            println!("{function} {text}: {r} ({:?})", r.steps);
+            r
+        };
+
+        let r = show("vfs_read", "file->f_path.dentry->d_name.name");
+        assert_eq!(r.arg_index, 0);
+        assert_eq!(r.steps.len(), 2);
+        assert!(!r.steps[0].load);
+        assert!(r.steps[1].load);
+        assert_eq!(r.target.class, TypeClass::Pointer);
+        assert!(r.target.points_to_char);
+        assert!(!r.target.is_user_pointer);
+        // `struct qstr` ends with `const unsigned char *name` after 8 bytes of
+        // hash and length; `struct path` is { mnt, dentry }.
+        let name = show("vfs_read", "file->f_path.dentry->d_name");
+        assert_eq!(r.steps[1].offset, name.steps[1].offset + 8);
+        assert_eq!(
+            r.steps[0].offset,
+            show("vfs_read", "file->f_path").steps[0].offset + 8
+        );
+
+        let r = show("tcp_sendmsg", "sk->__sk_common.skc_dport");
+        assert_eq!(r.arg_index, 0);
+        assert_eq!(r.steps.len(), 1);
+        assert!(!r.steps[0].load);
+        assert_eq!(r.target.c_name, "__be16");
+        assert_eq!(
+            r.target.class,
+            TypeClass::Int {
+                bytes: 2,
+                signed: false
+            }
+        );
+        // skc_num follows skc_dport in the same anonymous struct.
+        let num = show("tcp_sendmsg", "sk->__sk_common.skc_num");
+        assert_eq!(num.steps[0].offset, r.steps[0].offset + 2);
+
+        let r = show("tcp_sendmsg", "sk->sk_socket->state");
+        assert_eq!(r.steps.len(), 2);
+        assert!(!r.steps[0].load);
+        assert!(r.steps[1].load);
+        assert_eq!(
+            r.steps[1].offset, 0,
+            "`state` is the first member of `struct socket`"
+        );
+        assert_eq!(
+            r.target.class,
+            TypeClass::Enum {
+                bytes: 4,
+                signed: false
+            }
+        );
+        let values = btf
+            .enumerators(r.target.id)
+            .expect("socket_state is an enum");
+        assert!(
+            values.contains(&("SS_CONNECTED".to_owned(), 3)),
+            "{values:?}"
+        );
+        assert!(
+            values.contains(&("SS_UNCONNECTED".to_owned(), 1)),
+            "{values:?}"
+        );
+
+        let r = show("do_sys_openat2", "how->flags");
+        assert_eq!(r.arg_index, 2);
+        // struct open_how { __u64 flags; __u64 mode; __u64 resolve; } (uapi).
+        assert_eq!(r.steps, [step(false, 0)]);
+        assert_eq!(
+            r.target.class,
+            TypeClass::Int {
+                bytes: 8,
+                signed: false
+            }
+        );
+        assert_eq!(
+            show("do_sys_openat2", "how->resolve").steps,
+            [step(false, 16)]
+        );
+
+        // `char comm[TASK_COMM_LEN]`, 16 since Linux 2.6.
+        let r = show("wake_up_process", "p->comm");
+        assert_eq!(r.steps.len(), 1);
+        assert_eq!(
+            r.target.class,
+            TypeClass::Array {
+                elem_bytes: 1,
+                len: 16,
+                elem_is_char: true
+            }
+        );
+    }
+
+    #[test]
+    fn misspelt_member_on_this_machines_kernel() {
+        let btf = host();
+        let e = resolve_str(&btf, "vfs_read", "file->f_pathh").unwrap_err();
+        let msg = e.to_string();
+        println!("{msg}");
+        assert!(msg.starts_with("in `vfs_read`, `file->f_pathh`: `struct file` has no member `f_pathh` (did you mean `f_path`?); its members are: "), "{msg}");
+        for real in ["`f_mode`", "`f_path`", "`f_inode`", "`f_flags`"] {
+            assert!(msg.contains(real), "{real} missing from {msg}");
+        }
+        let e = resolve_str(&btf, "tcp_sendmsg", "sk->__sk_common.skc_dportt").unwrap_err();
+        let msg = e.to_string();
+        println!("{msg}");
+        assert!(
+            msg.contains(
+                "`struct sock_common` has no member `skc_dportt` (did you mean `skc_dport`?)"
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("`skc_num`"), "{msg}");
+        let e = resolve_str(&btf, "vfs_read", "count->x").unwrap_err();
+        assert!(matches!(
+            e.problem(),
+            Some(SegmentProblem::ArrowOnNonPointer { use_dot: false, .. })
+        ));
+    }
 }

@@ -156,7 +156,15 @@ pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
     let mut nr_args = 0usize;
     for param in spec.params {
         let source = capture_source(btf, spec, &signature, param)?;
-        let capture = plan_capture(btf, spec, &signature, param, source, &mut data_used, &mut nr_args)?;
+        let capture = plan_capture(
+            btf,
+            spec,
+            &signature,
+            param,
+            source,
+            &mut data_used,
+            &mut nr_args,
+        )?;
         captures.push(capture);
     }
     if data_used > kspan_bpf::MAX_DATA {
@@ -171,7 +179,13 @@ pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
         });
     }
 
-    let ret_is_errno = matches!(signature.ret.class, TypeClass::Int { bytes: 4 | 8, signed: true });
+    let ret_is_errno = matches!(
+        signature.ret.class,
+        TypeClass::Int {
+            bytes: 4 | 8,
+            signed: true
+        }
+    );
     if let Some(ret) = spec.ret {
         if !spec.mode.has_return() {
             return Err(Error::NoReturnValue {
@@ -203,7 +217,12 @@ pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
     })
 }
 
-fn capture_source(btf: &Btf, spec: &ProbeSpec, signature: &FuncSignature, param: &ParamSpec) -> Result<Source> {
+fn capture_source(
+    btf: &Btf,
+    spec: &ProbeSpec,
+    signature: &FuncSignature,
+    param: &ParamSpec,
+) -> Result<Source> {
     let function = spec.function;
     if let Some(text) = param.path {
         let path = fieldpath::parse(text).map_err(|source| Error::PathSyntax {
@@ -212,10 +231,11 @@ fn capture_source(btf: &Btf, spec: &ProbeSpec, signature: &FuncSignature, param:
             path: text.to_owned(),
             source,
         })?;
-        let resolved = fieldpath::resolve(btf, function, &path).map_err(|source| Error::FieldPath {
-            location: spec.location,
-            source,
-        })?;
+        let resolved =
+            fieldpath::resolve(btf, function, &path).map_err(|source| Error::FieldPath {
+                location: spec.location,
+                source,
+            })?;
         return Ok(Source {
             arg: resolved.arg_index,
             steps: resolved.steps,
@@ -223,7 +243,11 @@ fn capture_source(btf: &Btf, spec: &ProbeSpec, signature: &FuncSignature, param:
             in_memory: true,
         });
     }
-    let Some(arg) = signature.params.iter().position(|(name, _)| name == param.name) else {
+    let Some(arg) = signature
+        .params
+        .iter()
+        .position(|(name, _)| name == param.name)
+    else {
         return Err(Error::UnknownParameter {
             function: function.to_owned(),
             parameter: param.name.to_owned(),
@@ -304,10 +328,15 @@ fn plan_capture(
                 TypeClass::Pointer if target.points_to_char => {
                     if source.in_memory {
                         // The member holds the string's address.
-                        source.steps.push(Step { load: true, offset: 0 });
+                        source.steps.push(Step {
+                            load: true,
+                            offset: 0,
+                        });
                     }
                 }
-                TypeClass::Array { elem_is_char: true, .. } if source.in_memory && !param.user => {}
+                TypeClass::Array {
+                    elem_is_char: true, ..
+                } if source.in_memory && !param.user => {}
                 _ => {
                     return Err(fail(format!(
                         "`&str` captures a `char *` or a `char` array, but the value is `{}`",
@@ -329,10 +358,15 @@ fn plan_capture(
             match target.class {
                 TypeClass::Pointer => {
                     if source.in_memory {
-                        source.steps.push(Step { load: true, offset: 0 });
+                        source.steps.push(Step {
+                            load: true,
+                            offset: 0,
+                        });
                     }
                 }
-                TypeClass::Array { elem_bytes, len, .. } if source.in_memory && !param.user => {
+                TypeClass::Array {
+                    elem_bytes, len, ..
+                } if source.in_memory && !param.user => {
                     let have = (elem_bytes * len) as usize;
                     if let Some(n) = fixed {
                         if n > have {
@@ -343,12 +377,10 @@ fn plan_capture(
                         }
                     }
                 }
-                _ => {
-                    return Err(fail(format!(
-                        "byte captures read behind a pointer or from an array, but the value is `{}`",
-                        target.c_name
-                    )))
-                }
+                _ => return Err(fail(format!(
+                    "byte captures read behind a pointer or from an array, but the value is `{}`",
+                    target.c_name
+                ))),
             }
             bpf.kind = if param.user { KIND_UBYTES } else { KIND_KBYTES };
             match (fixed, param.len) {
@@ -419,12 +451,19 @@ fn plan_capture(
     *nr_args = (*nr_args).max(source.arg + 1);
     Ok(CapturePlan {
         spec: *param,
-        enum_names: btf
-            .enumerators(target.id)
-            .map(|names| names.into_iter().map(|(name, value)| (value, name)).collect()),
+        enum_names: btf.enumerators(target.id).map(|names| {
+            names
+                .into_iter()
+                .map(|(name, value)| (value, name))
+                .collect()
+        }),
         kernel_type: target,
         bpf,
-        attribute: Key::from(std::sync::Arc::<str>::from(format!("{}{}", crate::export::attributes::ARG_PREFIX, param.name))),
+        attribute: Key::from(std::sync::Arc::<str>::from(format!(
+            "{}{}",
+            crate::export::attributes::ARG_PREFIX,
+            param.name
+        ))),
         bound,
     })
 }
@@ -593,10 +632,19 @@ mod tests {
         assert_eq!(plan.captures[0].bpf.kind, KIND_REG);
         assert_eq!(plan.captures[0].attribute.as_str(), "kernel.arg.count");
         assert_eq!(plan.nr_args, 3);
-        assert!(plan.errno_status, "ssize_t returns follow the errno convention");
-        assert_eq!(plan.record_size as usize, std::mem::size_of::<kspan_record>());
+        assert!(
+            plan.errno_status,
+            "ssize_t returns follow the errno convention"
+        );
+        assert_eq!(
+            plan.record_size as usize,
+            std::mem::size_of::<kspan_record>()
+        );
         let cfg = plan.bpf_config(3, 99);
-        assert_eq!((cfg.probe_id, cfg.target_tgid, cfg.nr_caps, cfg.mode), (3, 99, 1, 1));
+        assert_eq!(
+            (cfg.probe_id, cfg.target_tgid, cfg.nr_caps, cfg.mode),
+            (3, 99, 1, 1)
+        );
     }
 
     #[kernel_span("vfs_read", mode = "fentry")]
@@ -627,14 +675,28 @@ mod tests {
     #[test]
     fn strings_and_buffers_get_data_slots() {
         let plan = plan_probe(&btf(), &strings_and_buffers).unwrap();
-        let [s, b, a] = &plan.captures[..] else { panic!() };
-        assert_eq!((s.bpf.kind, s.bpf.data_off, s.bpf.data_len), (KIND_KSTR, 0, 102));
+        let [s, b, a] = &plan.captures[..] else {
+            panic!()
+        };
+        assert_eq!(
+            (s.bpf.kind, s.bpf.data_off, s.bpf.data_len),
+            (KIND_KSTR, 0, 102)
+        );
         assert_eq!(s.bound, 100);
-        assert_eq!((b.bpf.kind, b.bpf.len_src, b.bpf.len_arg), (KIND_KBYTES, LEN_ARG, 2));
+        assert_eq!(
+            (b.bpf.kind, b.bpf.len_src, b.bpf.len_arg),
+            (KIND_KBYTES, LEN_ARG, 2)
+        );
         assert_eq!((b.bpf.data_off, b.bpf.data_len), (102, 256));
-        assert_eq!((a.bpf.kind, a.bpf.len_src, a.bpf.data_len), (KIND_KBYTES, LEN_FIXED, 16));
+        assert_eq!(
+            (a.bpf.kind, a.bpf.len_src, a.bpf.data_len),
+            (KIND_KBYTES, LEN_FIXED, 16)
+        );
         let header = std::mem::size_of::<kspan_record>();
-        assert_eq!(plan.record_size as usize, (header + 102 + 256 + 16).next_multiple_of(8));
+        assert_eq!(
+            plan.record_size as usize,
+            (header + 102 + 256 + 16).next_multiple_of(8)
+        );
     }
 
     #[kernel_span("vfs_read")]
@@ -647,12 +709,17 @@ mod tests {
     fn bad_len(#[capture(len = "size")] buf: &[u8]) {}
 
     #[kernel_span("vfs_read")]
-    fn too_much(#[capture(max = 1000)] buf: &str, #[capture(len = "count", max = 1000)] pos: &[u8]) {}
+    fn too_much(
+        #[capture(max = 1000)] buf: &str,
+        #[capture(len = "count", max = 1000)] pos: &[u8],
+    ) {
+    }
 
     #[test]
     fn capture_errors_name_the_parameter_and_the_fix() {
         assert!(err(&no_len).contains("cannot capture `buf`: a `&[u8]` buffer needs its length"));
-        assert!(err(&str_of_int).contains("`&str` captures a `char *` or a `char` array, but the value is `size_t`"));
+        assert!(err(&str_of_int)
+            .contains("`&str` captures a `char *` or a `char` array, but the value is `size_t`"));
         assert!(err(&bad_len).contains("`len = \"size\"` names no parameter of `vfs_read`"));
         assert!(err(&too_much).contains("need 2002 bytes per call; the limit is 1024"));
     }
@@ -664,7 +731,10 @@ mod tests {
     fn unknown_function_suggests_close_names() {
         let e = plan_probe(&btf(), &typo).unwrap_err();
         let msg = e.to_string();
-        assert!(matches!(&e, Error::UnknownFunction { suggestions, .. } if suggestions[0] == "vfs_read"), "{msg}");
+        assert!(
+            matches!(&e, Error::UnknownFunction { suggestions, .. } if suggestions[0] == "vfs_read"),
+            "{msg}"
+        );
         assert!(msg.contains("unknown kernel function `vfs_raed`"), "{msg}");
         assert!(msg.contains("did you mean `vfs_read`"), "{msg}");
     }
@@ -745,14 +815,22 @@ mod tests {
         let data = std::fs::read("/sys/kernel/btf/vmlinux")
             .expect("the kernel BTF feature: /sys/kernel/btf/vmlinux must exist");
         let btf = Btf::parse(&data).unwrap();
-        assert_eq!(plan_probe(&btf, &count_and_ret).unwrap().captures[0].bpf.arg, 2);
+        assert_eq!(
+            plan_probe(&btf, &count_and_ret).unwrap().captures[0]
+                .bpf
+                .arg,
+            2
+        );
         let msg = plan_probe(&btf, &host_typo).unwrap_err().to_string();
         assert!(msg.contains("`vfs_read`"), "{msg}");
         let plan = plan_probe(&btf, &file_name).unwrap();
         let c = &plan.captures[0].bpf;
         // file->f_path.dentry: no load; ->d_name.name: load; then the string's address: load.
         assert_eq!(c.nsteps, 3);
-        assert_eq!([c.steps[0].load, c.steps[1].load, c.steps[2].load], [0, 1, 1]);
+        assert_eq!(
+            [c.steps[0].load, c.steps[1].load, c.steps[2].load],
+            [0, 1, 1]
+        );
         assert_eq!((c.kind, c.steps[2].offset), (KIND_KSTR, 0));
     }
 

@@ -265,9 +265,10 @@ impl Value {
             // Only scalars come from a register; the others never reach here
             // (the planner gives them data slots), but an address is their
             // honest raw reading.
-            ValueKind::Pointer | ValueKind::Str | ValueKind::Bytes | ValueKind::ByteArray { .. } => {
-                Value::Pointer(raw)
-            }
+            ValueKind::Pointer
+            | ValueKind::Str
+            | ValueKind::Bytes
+            | ValueKind::ByteArray { .. } => Value::Pointer(raw),
         }
     }
 
@@ -294,12 +295,30 @@ mod tests {
     #[test]
     fn integers_truncate_and_sign_extend() {
         let raw = 0xdead_beef_ffff_fffe_u64;
-        assert_eq!(Value::decode(raw, <i32 as KernelValue>::TYPE), Value::Int(-2));
-        assert_eq!(Value::decode(raw, <u32 as KernelValue>::TYPE), Value::Uint(0xffff_fffe));
-        assert_eq!(Value::decode(raw, <i8 as KernelValue>::TYPE), Value::Int(-2));
-        assert_eq!(Value::decode(raw, <u16 as KernelValue>::TYPE), Value::Uint(0xfffe));
-        assert_eq!(Value::decode(raw, <u64 as KernelValue>::TYPE), Value::Uint(raw));
-        assert_eq!(Value::decode(u64::MAX, <isize as KernelValue>::TYPE), Value::Int(-1));
+        assert_eq!(
+            Value::decode(raw, <i32 as KernelValue>::TYPE),
+            Value::Int(-2)
+        );
+        assert_eq!(
+            Value::decode(raw, <u32 as KernelValue>::TYPE),
+            Value::Uint(0xffff_fffe)
+        );
+        assert_eq!(
+            Value::decode(raw, <i8 as KernelValue>::TYPE),
+            Value::Int(-2)
+        );
+        assert_eq!(
+            Value::decode(raw, <u16 as KernelValue>::TYPE),
+            Value::Uint(0xfffe)
+        );
+        assert_eq!(
+            Value::decode(raw, <u64 as KernelValue>::TYPE),
+            Value::Uint(raw)
+        );
+        assert_eq!(
+            Value::decode(u64::MAX, <isize as KernelValue>::TYPE),
+            Value::Int(-1)
+        );
         assert_eq!(i32::from_raw(raw), -2);
         assert_eq!(isize::from_raw(u64::MAX), -1);
         assert_eq!(u8::from_raw(0x1ff), 0xff);
@@ -307,8 +326,14 @@ mod tests {
 
     #[test]
     fn bools_and_pointers() {
-        assert_eq!(Value::decode(0x100, <bool as KernelValue>::TYPE), Value::Bool(false));
-        assert_eq!(Value::decode(1, <bool as KernelValue>::TYPE), Value::Bool(true));
+        assert_eq!(
+            Value::decode(0x100, <bool as KernelValue>::TYPE),
+            Value::Bool(false)
+        );
+        assert_eq!(
+            Value::decode(1, <bool as KernelValue>::TYPE),
+            Value::Bool(true)
+        );
         assert!(!bool::from_raw(0xff00));
         let p = <*const u8>::from_raw(0xffff_8880_0000_1000);
         assert_eq!(p as usize, 0xffff_8880_0000_1000);
@@ -338,7 +363,13 @@ mod tests {
 
     #[test]
     fn display_names_width_and_sign() {
-        assert_eq!(<i32 as KernelValue>::TYPE.to_string(), "`i32` (signed 32-bit)");
-        assert_eq!(<usize as KernelValue>::TYPE.to_string(), "`usize` (unsigned 64-bit)");
+        assert_eq!(
+            <i32 as KernelValue>::TYPE.to_string(),
+            "`i32` (signed 32-bit)"
+        );
+        assert_eq!(
+            <usize as KernelValue>::TYPE.to_string(),
+            "`usize` (unsigned 64-bit)"
+        );
     }
 }

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The capture DSL on a real kernel (run in the VM by `cargo xtask test`):
+//! fields through pointers, kernel and user strings, errno returns, network
+//! fields, enums by name, bounded strings. Every value is compared with what
+//! the test itself did.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use opentelemetry::trace::Status;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+
+const NEEDS: &str = "needs a kernel with BPF trampolines (fentry/fexit)";
+
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read_name(
+    #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+    count: usize,
+    ret: isize,
+) {
+}
+
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read_short_name(#[capture(path = "file->f_path.dentry->d_name.name", max = 16)] name: &str) {
+}
+
+#[kspan::kernel_span("do_sys_openat2")]
+fn do_sys_openat2(
+    #[capture(user)] filename: &str,
+    #[capture(path = "how->flags")] flags: u64,
+    ret: i64,
+) {
+}
+
+#[kspan::kernel_span("tcp_sendmsg")]
+fn tcp_sendmsg(
+    size: usize,
+    #[capture(path = "sk->__sk_common.skc_dport")] dport: u16,
+    #[capture(path = "sk->sk_socket->state")] state: u32,
+    ret: i32,
+) {
+}
+
+/// Starts kspan with `probes`, runs `work` on this thread, shuts kspan down
+/// and returns the spans made on this thread.
+async fn traced(probes: &[&'static kspan::Probe], work: impl FnOnce()) -> Vec<SpanData> {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probes(probes.iter().copied())
+        .start()
+        .unwrap_or_else(|e| panic!("{NEEDS}: {e}"));
+    work();
+    let stats = kspan.shutdown().await.unwrap();
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    let tid = gettid();
+    exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| attr(s, "thread.id") == Some(tid.into()))
+        .collect()
+}
+
+fn attr(s: &SpanData, k: &str) -> Option<opentelemetry::Value> {
+    s.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == k)
+        .map(|kv| kv.value.clone())
+}
+
+fn gettid() -> i64 {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+        .expect("/proc/thread-self names the thread id")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kspan-dsl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn read_all(path: &PathBuf) {
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut buf = [0u8; 512];
+    while f.read(&mut buf).unwrap() > 0 {}
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
+async fn vfs_read_captures_the_file_name_through_pointers() {
+    let path = scratch("dsl-name.txt");
+    std::fs::write(&path, vec![b'x'; 700]).unwrap();
+    let spans = traced(&[&vfs_read_name], || read_all(&path)).await;
+    let reads: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| attr(s, "kernel.arg.name") == Some("dsl-name.txt".into()))
+        .collect();
+    // 700 bytes in 512-byte reads: 512, 188, 0.
+    let rets: Vec<_> = reads
+        .iter()
+        .map(|s| attr(s, "kernel.return_value"))
+        .collect();
+    assert_eq!(
+        rets,
+        [Some(512i64.into()), Some(188i64.into()), Some(0i64.into())],
+        "{spans:#?}"
+    );
+    for s in &reads {
+        assert_eq!(attr(s, "kernel.arg.count"), Some(512i64.into()));
+        assert_eq!(attr(s, "kernel.arg.name.truncated"), None);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
+async fn a_string_longer_than_its_bound_is_cut_and_marked() {
+    let long = format!("{}.txt", "n".repeat(200));
+    let path = scratch(&long);
+    std::fs::write(&path, b"short").unwrap();
+    let spans = traced(&[&vfs_read_short_name], || read_all(&path)).await;
+    let cut: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| attr(s, "kernel.arg.name") == Some(long[..16].to_owned().into()))
+        .collect();
+    assert_eq!(
+        cut.len(),
+        2,
+        "two reads of the file (5 bytes, then 0): {spans:#?}"
+    );
+    for s in cut {
+        assert_eq!(attr(s, "kernel.arg.name.truncated"), Some(true.into()));
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
+async fn openat_captures_the_user_file_name_flags_and_errno() {
+    let present = scratch("dsl-open.txt");
+    std::fs::write(&present, b"here").unwrap();
+    let missing = scratch("dsl-missing.txt");
+    let spans = traced(&[&do_sys_openat2], || {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc_o_nofollow())
+            .open(&present)
+            .unwrap();
+        drop(f);
+        assert!(std::fs::File::open(&missing).is_err());
+    })
+    .await;
+    let by_name = |p: &PathBuf| {
+        spans
+            .iter()
+            .filter(|s| attr(s, "kernel.arg.filename") == Some(p.display().to_string().into()))
+            .collect::<Vec<_>>()
+    };
+    let ok = by_name(&present);
+    assert_eq!(ok.len(), 1, "{spans:#?}");
+    let flags = match attr(ok[0], "kernel.arg.flags") {
+        Some(opentelemetry::Value::I64(v)) => v,
+        other => panic!("flags: {other:?}"),
+    };
+    // std opens with O_RDONLY | O_CLOEXEC; the openat syscall adds O_LARGEFILE
+    // (0o100000 in the kernel) on 64-bit.
+    assert_eq!(
+        flags & !0o100000,
+        i64::from(libc_o_nofollow() | 0o2000000),
+        "O_NOFOLLOW | O_CLOEXEC: {flags:#o}"
+    );
+    assert_eq!(ok[0].status, Status::Unset);
+    assert!(
+        matches!(attr(ok[0], "kernel.return_value"), Some(opentelemetry::Value::I64(fd)) if fd >= 3)
+    );
+
+    let failed = by_name(&missing);
+    assert_eq!(failed.len(), 1, "{spans:#?}");
+    assert_eq!(failed[0].status, Status::error("ENOENT"));
+    assert_eq!(attr(failed[0], "error.type"), Some("ENOENT".into()));
+    assert_eq!(attr(failed[0], "kernel.return_value"), Some((-2i64).into()));
+}
+
+fn libc_o_nofollow() -> i32 {
+    0o400000
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
+async fn tcp_sendmsg_captures_size_port_and_socket_state_by_name() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let payload = vec![7u8; 1234];
+    let spans = traced(&[&tcp_sendmsg], || {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.write_all(&payload).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let mut got = vec![0u8; payload.len()];
+        peer.read_exact(&mut got).unwrap();
+    })
+    .await;
+    assert_eq!(spans.len(), 1, "one send on this thread: {spans:#?}");
+    let s = &spans[0];
+    assert_eq!(attr(s, "kernel.arg.size"), Some(1234i64.into()));
+    assert_eq!(attr(s, "kernel.return_value"), Some(1234i64.into()));
+    let dport = match attr(s, "kernel.arg.dport") {
+        Some(opentelemetry::Value::I64(v)) => v as u16,
+        other => panic!("dport: {other:?}"),
+    };
+    assert_eq!(
+        u16::from_be(dport),
+        port,
+        "skc_dport is in network byte order"
+    );
+    assert_eq!(attr(s, "kernel.arg.state"), Some("SS_CONNECTED".into()));
+}
