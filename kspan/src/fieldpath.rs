@@ -337,7 +337,7 @@ const MAX_ANONYMOUS_DEPTH: u32 = 16;
 /// anonymous ones included: bounds the work on a malformed BTF.
 const MAX_VISITS: usize = 100_000;
 
-/// Most member names listed in an [`SegmentProblem::UnknownMember`] error.
+/// Most member names listed in a [`SegmentProblem::UnknownMember`] error.
 pub const MAX_LISTED_MEMBERS: usize = 40;
 
 /// One step of the walk from an argument register to the final member.
@@ -467,7 +467,7 @@ pub enum SegmentProblem {
         base: String,
         /// Its type.
         base_type: String,
-        /// Whether `base` is a struct or union, so `.` would work.
+        /// Whether `base` is a struct or union in memory, so `.` would work.
         use_dot: bool,
     },
     /// `->` on a pointer to something other than a struct or union.
@@ -516,10 +516,10 @@ pub enum SegmentProblem {
         /// Its type.
         base_type: String,
     },
-    /// `.` directly on a struct parameter passed by value.
+    /// `.` or `->` directly on a struct parameter passed by value.
     #[error(
-        "`{member}` is reached with `.` on parameter `{base}`, a `{base_type}` passed by \
-         value; members of by-value struct parameters are not supported"
+        "`{member}` is a member of parameter `{base}`, a `{base_type}` passed by value; \
+         members of by-value struct parameters are not supported"
     )]
     ByValueParameter {
         /// The member.
@@ -663,11 +663,19 @@ pub fn resolve(
         let container_id = match segment.access {
             Access::Arrow => {
                 let Some(pointee) = btf.pointee(ty) else {
+                    let is_struct = btf.composite(ty).is_some() || btf.is_declaration_only(ty);
+                    if is_struct && !in_memory {
+                        return Err(fail(SegmentProblem::ByValueParameter {
+                            member: member.to_owned(),
+                            base: base(),
+                            base_type: base_type(),
+                        }));
+                    }
                     return Err(fail(SegmentProblem::ArrowOnNonPointer {
                         member: member.to_owned(),
                         base: base(),
                         base_type: base_type(),
-                        use_dot: btf.composite(ty).is_some(),
+                        use_dot: is_struct,
                     }));
                 };
                 if btf.composite(pointee).is_none() && !btf.is_declaration_only(pointee) {
@@ -728,15 +736,17 @@ pub fn resolve(
         let mut budget = MAX_VISITS;
         let Some((bit_offset, found)) = find_member(btf, &container, member, 0, &mut budget) else {
             let mut members = Vec::new();
-            let mut total = 0;
             let mut budget = MAX_VISITS;
-            member_names(btf, &container, 0, &mut budget, &mut members, &mut total);
+            member_names(btf, &container, 0, &mut budget, &mut members);
+            let suggestion = closest(member, &members);
+            let more = members.len().saturating_sub(MAX_LISTED_MEMBERS);
+            members.truncate(MAX_LISTED_MEMBERS);
             return Err(fail(SegmentProblem::UnknownMember {
                 member: member.to_owned(),
                 container: container_name(),
-                suggestion: closest(member, &members),
-                more: total - members.len(),
                 members,
+                more,
+                suggestion,
             }));
         };
         if found.bitfield_bits != 0 || bit_offset % 8 != 0 {
@@ -805,33 +815,26 @@ fn find_member(
     None
 }
 
-/// Lists the member names reachable in `container` (anonymous members'
-/// members in place), keeping the first [`MAX_LISTED_MEMBERS`] and counting
-/// all in `total`.
+/// Lists the member names reachable in `container`, in declaration order,
+/// the members of anonymous members in place.
 fn member_names(
     btf: &Btf,
     container: &Composite,
     depth: u32,
     budget: &mut usize,
     names: &mut Vec<String>,
-    total: &mut usize,
 ) {
     for m in &container.members {
         if *budget == 0 {
             return;
         }
         *budget -= 1;
-        if m.name.is_empty() {
-            if depth < MAX_ANONYMOUS_DEPTH {
-                if let Some(inner) = btf.composite(m.type_id) {
-                    member_names(btf, &inner, depth + 1, budget, names, total);
-                }
-            }
-            continue;
-        }
-        *total += 1;
-        if names.len() < MAX_LISTED_MEMBERS {
+        if !m.name.is_empty() {
             names.push(m.name.clone());
+        } else if depth < MAX_ANONYMOUS_DEPTH {
+            if let Some(inner) = btf.composite(m.type_id) {
+                member_names(btf, &inner, depth + 1, budget, names);
+            }
         }
     }
 }
@@ -1268,8 +1271,9 @@ mod tests {
         );
         assert_eq!(
             err("kspan_by_value", "p->dentry"),
-            "in `kspan_by_value`, `p->dentry`: `dentry` is reached with `->` but `p` is \
-             `struct path`, not a pointer; use `.`"
+            "in `kspan_by_value`, `p->dentry`: `dentry` is a member of parameter `p`, a \
+             `struct path` passed by value; members of by-value struct parameters are not \
+             supported"
         );
         assert_eq!(
             err("vfs_read", "file.f_path"),
@@ -1293,7 +1297,7 @@ mod tests {
         );
         assert_eq!(
             err("kspan_by_value", "p.dentry"),
-            "in `kspan_by_value`, `p.dentry`: `dentry` is reached with `.` on parameter `p`, a \
+            "in `kspan_by_value`, `p.dentry`: `dentry` is a member of parameter `p`, a \
              `struct path` passed by value; members of by-value struct parameters are not \
              supported"
         );
@@ -1378,6 +1382,13 @@ mod tests {
         assert_eq!(members[39], "m39");
         assert_eq!(*more, 5);
         assert!(e.to_string().ends_with("`m38`, `m39` (and 5 more)"), "{e}");
+        // Suggestions come from every member, listed or not.
+        let e = resolve_str(&kernel(), "kspan_odd", "w->m44_").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no member `m44_` (did you mean `m44`?)"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1422,6 +1433,11 @@ mod tests {
         assert_eq!(r.target.class, TypeClass::Pointer);
         assert!(r.target.points_to_char);
         assert!(!r.target.is_user_pointer);
+        let buf = &btf.function("vfs_read").unwrap().params[1].1;
+        println!(
+            "vfs_read buf: `{}`, user-tagged: {} (type tags need a clang-built kernel)",
+            buf.c_name, buf.is_user_pointer
+        );
         // `struct qstr` ends with `const unsigned char *name` after 8 bytes of
         // hash and length; `struct path` is { mnt, dentry }.
         let name = show("vfs_read", "file->f_path.dentry->d_name");
@@ -1443,6 +1459,9 @@ mod tests {
                 signed: false
             }
         );
+        // After the 8-byte address pair and the 4-byte hash (stable layout
+        // of 64-bit kernels since 3.x).
+        assert_eq!(r.steps[0].offset, 12);
         // skc_num follows skc_dport in the same anonymous struct.
         let num = show("tcp_sendmsg", "sk->__sk_common.skc_num");
         assert_eq!(num.steps[0].offset, r.steps[0].offset + 2);
@@ -1523,6 +1542,13 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("`skc_num`"), "{msg}");
+        // `unsigned char skc_reuse:4;`
+        let e = resolve_str(&btf, "tcp_sendmsg", "sk->__sk_common.skc_reuse").unwrap_err();
+        println!("{e}");
+        assert!(
+            matches!(e.problem(), Some(SegmentProblem::Bitfield { bits: 4, .. })),
+            "{e}"
+        );
         let e = resolve_str(&btf, "vfs_read", "count->x").unwrap_err();
         assert!(matches!(
             e.problem(),

@@ -87,7 +87,10 @@ pub fn test(args: &[String]) -> Result<u8> {
         bail!("--host-only and --vm-only exclude each other");
     }
     if kernels.is_empty() {
+        // The matrix: every VM test on Debian 12's 6.1 and Debian 13's 6.12,
+        // so that BTF-resolved captures are proven on two kernel layouts.
         kernels.push(KernelSpec::parse("debian12")?);
+        kernels.push(KernelSpec::parse("debian13")?);
     }
 
     let mut stages = Vec::new();

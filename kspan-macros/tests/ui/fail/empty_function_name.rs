@@ -1,0 +1,4 @@
+#[kspan::kernel_span("")]
+fn vfs_read(count: usize) {}
+
+fn main() {}

@@ -1,0 +1,4 @@
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read<T>(count: usize) {}
+
+fn main() {}
