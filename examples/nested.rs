@@ -3,7 +3,8 @@
 //! system call's body) calls `vfs_read`, so every read is a `ksys_read` span
 //! with a `vfs_read` child.
 //!
-//! `nested [PATH] [TIMES] [--buf BYTES]`, run like the quickstart.
+//! `nested [PATH] [TIMES] [--buf BYTES]`, run like the quickstart. It starts
+//! kspan with `all_probes()`: every annotated function of the program.
 
 use std::process::ExitCode;
 
@@ -17,5 +18,6 @@ fn vfs_read(count: usize, ret: isize) {}
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    kspan_examples::run_reads("nested", &[&ksys_read, &vfs_read]).await
+    // Both probes, without naming them: every `#[kernel_span]` of the program.
+    kspan_examples::run_reads("nested", kspan_examples::Probes::All).await
 }

@@ -18,5 +18,5 @@ fn vfs_read(count: usize, ret: isize) {}
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    kspan_examples::run_reads("quickstart", &[&vfs_read]).await
+    kspan_examples::run_reads("quickstart", kspan_examples::Probes::List(&[&vfs_read])).await
 }

@@ -18,7 +18,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// `probes`, the file read inside an application span `read_file`, kspan shut
 /// down (drained and flushed), a one-line summary on stdout. Errors go to
 /// stderr, prefixed with `program`, and make the exit status 1.
-pub async fn run_reads(program: &str, probes: &[&'static kspan::Probe]) -> ExitCode {
+pub async fn run_reads(program: &str, probes: Probes<'_>) -> ExitCode {
     match try_run_reads(program, probes).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -28,12 +28,15 @@ pub async fn run_reads(program: &str, probes: &[&'static kspan::Probe]) -> ExitC
     }
 }
 
-async fn try_run_reads(program: &str, probes: &[&'static kspan::Probe]) -> Result<(), BoxError> {
+async fn try_run_reads(program: &str, probes: Probes<'_>) -> Result<(), BoxError> {
     let args = ReadArgs::parse(std::env::args().skip(1))?;
     let provider = init_telemetry("kspan-examples")?;
-    let kspan = kspan::Kspan::builder(&provider)
-        .probes(probes.iter().copied())
-        .start()?;
+    let builder = kspan::Kspan::builder(&provider);
+    let builder = match probes {
+        Probes::List(list) => builder.probes(list.iter().copied()),
+        Probes::All => builder.all_probes(),
+    };
+    let kspan = builder.start()?;
 
     let (calls, bytes) = {
         let span =
@@ -52,6 +55,15 @@ async fn try_run_reads(program: &str, probes: &[&'static kspan::Probe]) -> Resul
     );
     provider.shutdown()?;
     Ok(())
+}
+
+/// Which probes an example starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Probes<'a> {
+    /// These.
+    List(&'a [&'static kspan::Probe]),
+    /// Every `#[kernel_span]` of the program.
+    All,
 }
 
 /// A boxed error for `main`.

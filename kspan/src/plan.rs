@@ -377,10 +377,12 @@ fn plan_capture(
                         }
                     }
                 }
-                _ => return Err(fail(format!(
+                _ => {
+                    return Err(fail(format!(
                     "byte captures read behind a pointer or from an array, but the value is `{}`",
                     target.c_name
-                ))),
+                )))
+                }
             }
             bpf.kind = if param.user { KIND_UBYTES } else { KIND_KBYTES };
             match (fixed, param.len) {

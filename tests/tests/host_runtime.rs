@@ -77,6 +77,27 @@ async fn no_probes_and_duplicates() {
     assert!(err.contains("two probes trace `vfs_read`"), "{err}");
 }
 
+#[tokio::test]
+async fn all_probes_takes_every_annotation_and_refuses_two_on_one_function() {
+    // This program annotates `vfs_read` three times and `vfs_raed` once.
+    let err = kspan::Kspan::builder(&provider())
+        .all_probes()
+        .start()
+        .unwrap_err();
+    match &err {
+        kspan::Error::DuplicateProbe {
+            function,
+            first,
+            second,
+        } => {
+            assert_eq!(function, "vfs_read");
+            assert!(first.contains("host_runtime.rs:") && second.contains("host_runtime.rs:"));
+            assert_ne!(first, second, "{err}");
+        }
+        other => panic!("expected DuplicateProbe, got {other}"),
+    }
+}
+
 #[test]
 fn outside_tokio_is_an_error() {
     let err = start_err(kspan::Kspan::builder(&provider()).probe(&vfs_read));
