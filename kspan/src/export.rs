@@ -24,14 +24,12 @@ use crate::plan::{CapturePlan, ProbePlan, KIND_KBYTES, KIND_KSTR, KIND_UBYTES, K
 use crate::probe::Captured;
 use crate::value::{Capture, Value};
 
-/// Attribute names kspan sets on every kernel span, in OpenTelemetry
+/// Attribute names kspan sets on kernel spans, in OpenTelemetry
 /// semantic-convention style (dotted, lower snake case, registered names where
-/// a registered one fits).
+/// a registered one fits). The span's name is the kernel function; the nesting
+/// of kernel spans is their parent links; the attach mode is fixed in the
+/// probe's source: none of those is repeated on every span.
 pub mod attributes {
-    /// The traced kernel function (semantic conventions: `code.function.name`).
-    pub const FUNCTION: &str = "code.function.name";
-    /// How it was attached: `fentry` or `fexit`.
-    pub const MODE: &str = "kernel.probe.mode";
     /// Prefix of captured values: `kernel.arg.count` for parameter `count`.
     /// A string cut at its bound also sets `kernel.arg.<name>.truncated`; a
     /// value the kernel could not read sets `kernel.arg.<name>.fault` instead
@@ -42,8 +40,8 @@ pub mod attributes {
     /// The errno name of a failed call (`ENOENT`) (semantic conventions:
     /// `error.type`).
     pub const ERROR_TYPE: &str = "error.type";
-    /// Kernel spans enclosing this one on the same thread.
-    pub const DEPTH: &str = "kernel.span.depth";
+    /// Set to `true` on the span of a handler that panicked.
+    pub const HANDLER_PANICKED: &str = "kspan.handler.panicked";
     /// The thread that made the call (semantic conventions: `thread.id`).
     pub const THREAD_ID: &str = "thread.id";
     /// The process that made the call (semantic conventions: `process.pid`).
@@ -62,10 +60,11 @@ pub struct DecodeError {
 
 /// A record as it sits in the ring buffer: the fixed header and the data
 /// area of strings and buffers after it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RecordView<'a> {
-    /// The header.
-    pub header: kspan_record,
+    /// The header: borrowed in place when aligned (ring-buffer records are
+    /// 8-byte aligned), copied otherwise.
+    pub header: Cow<'a, kspan_record>,
     /// The data area.
     pub data: &'a [u8],
 }
@@ -79,10 +78,17 @@ pub fn parse_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
             expected,
         });
     }
-    // SAFETY: the slice holds at least size_of::<kspan_record>() bytes, the
-    // type is plain old data (integers and byte arrays, every bit pattern
-    // valid), and read_unaligned copes with the ring buffer's 8-byte alignment.
-    let header = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<kspan_record>()) };
+    let ptr = bytes.as_ptr().cast::<kspan_record>();
+    let header = if ptr.is_aligned() {
+        // SAFETY: the pointer is aligned, the slice holds at least
+        // size_of::<kspan_record>() bytes that live as long as the returned
+        // borrow, and the type is plain old data (integers and byte arrays,
+        // every bit pattern valid).
+        Cow::Borrowed(unsafe { &*ptr })
+    } else {
+        // SAFETY: as above, and read_unaligned copes with any alignment.
+        Cow::Owned(unsafe { std::ptr::read_unaligned(ptr) })
+    };
     Ok(RecordView {
         header,
         data: &bytes[expected..],
@@ -110,10 +116,13 @@ fn decode_capture<'a>(plan: &CapturePlan, i: usize, view: &RecordView<'a>) -> Ca
                 .min(slot.len());
             let truncated = chars > plan.bound;
             let bytes = &slot[..chars.min(plan.bound)];
-            Capture::Str {
-                text: String::from_utf8_lossy(bytes),
-                truncated,
-            }
+            // Valid UTF-8 (the common case) is checked by the fast validator;
+            // only invalid text takes the replacing path.
+            let text = match std::str::from_utf8(bytes) {
+                Ok(text) => Cow::Borrowed(text),
+                Err(_) => String::from_utf8_lossy(bytes),
+            };
+            Capture::Str { text, truncated }
         }
         KIND_KBYTES | KIND_UBYTES => {
             let asked = usize::try_from(raw).unwrap_or(usize::MAX);
@@ -122,7 +131,7 @@ fn decode_capture<'a>(plan: &CapturePlan, i: usize, view: &RecordView<'a>) -> Ca
                 truncated: asked > slot.len(),
             }
         }
-        _ => Capture::Scalar(raw),
+        _ => Capture::Scalar(crate::plan::normalize(raw, plan.kernel_type.class)),
     }
 }
 
@@ -291,15 +300,17 @@ pub fn process<T: Tracer>(
 ) -> Outcome {
     let rec = &view.header;
     let spec = &plan.probe.spec;
-    let captures: Vec<Capture<'_>> = (0..plan.captures.len())
-        .map(|i| decode_capture(&plan.captures[i], i, view))
-        .collect();
-    let ret = (rec.flags & kspan_bpf::REC_HAS_RET != 0).then_some(rec.ret);
+    // On the stack: no allocation for the captures themselves.
+    let mut slots: [Capture<'_>; kspan_bpf::MAX_CAPS] = std::array::from_fn(|_| Capture::Fault);
+    for (i, (slot, c)) in slots.iter_mut().zip(&plan.captures).enumerate() {
+        *slot = decode_capture(c, i, view);
+    }
+    let captures = &slots[..plan.captures.len()];
+    let ret = (rec.flags & kspan_bpf::REC_HAS_RET != 0)
+        .then(|| crate::plan::normalize(rec.ret, plan.signature.ret.class));
 
-    let mut attributes = Vec::with_capacity(8 + captures.len());
-    attributes.push(KeyValue::new(attributes::FUNCTION, spec.function));
-    attributes.push(KeyValue::new(attributes::MODE, spec.mode.as_str()));
-    for (c, capture) in plan.captures.iter().zip(&captures) {
+    let mut attributes = Vec::with_capacity(6 + captures.len());
+    for (c, capture) in plan.captures.iter().zip(captures) {
         capture_attributes(c, capture, &mut attributes);
     }
     let mut status = Status::Unset;
@@ -311,11 +322,8 @@ pub fn process<T: Tracer>(
             ));
         }
         if plan.errno_status {
-            let signed = match plan.signature.ret.class {
-                crate::btf::TypeClass::Int { bytes: 4, .. } => i64::from(raw as u32 as i32),
-                _ => raw as i64,
-            };
-            if let Some(errno) = errno::from_return(signed) {
+            // `raw` is normalized: a signed int return is sign-extended.
+            if let Some(errno) = errno::from_return(raw as i64) {
                 let name = errno::name(errno);
                 attributes.push(KeyValue::new(attributes::ERROR_TYPE, name.clone()));
                 status = Status::error(name);
@@ -324,7 +332,6 @@ pub fn process<T: Tracer>(
     }
     attributes.push(KeyValue::new(attributes::THREAD_ID, i64::from(rec.tid)));
     attributes.push(KeyValue::new(attributes::PROCESS_PID, i64::from(rec.pid)));
-    attributes.push(KeyValue::new(attributes::DEPTH, i64::from(rec.depth)));
 
     let mut span = KernelSpan {
         name: Cow::Borrowed(spec.function),
@@ -337,15 +344,14 @@ pub fn process<T: Tracer>(
         status,
         discarded: false,
     };
-    let captured = Captured::new(&captures, ret);
+    let captured = Captured::new(captures, ret);
     let handler = plan.probe.handler;
-    let before = span.clone();
     let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&captured, &mut span))) {
         Ok(()) if span.discarded => return Outcome::Discarded,
         Ok(()) => Outcome::Exported,
         Err(_) => {
-            // A half-changed span is not trusted: export it as it came.
-            span = before;
+            // Exported with what the handler did before it panicked, and marked.
+            span.set_attribute(KeyValue::new(attributes::HANDLER_PANICKED, true));
             Outcome::HandlerPanicked
         }
     };
@@ -511,8 +517,12 @@ mod tests {
         assert_eq!(attr(outer, "kernel.return_value"), Some(4096i64.into()));
         assert_eq!(attr(outer, "thread.id"), Some(43i64.into()));
         assert_eq!(attr(outer, "process.pid"), Some(42i64.into()));
-        assert_eq!(attr(outer, "code.function.name"), Some("vfs_read".into()));
-        assert_eq!(attr(inner, "kernel.span.depth"), Some(1i64.into()));
+        assert_eq!(
+            outer.attributes.len(),
+            6,
+            "count, buf, seen.buf, ret, thread, pid: {:?}",
+            outer.attributes
+        );
         assert_eq!(outer.status, Status::Unset);
     }
 
@@ -546,9 +556,10 @@ mod tests {
         assert_eq!(outcomes, [Outcome::Discarded, Outcome::HandlerPanicked]);
         assert_eq!(spans.len(), 1);
         assert_eq!(
-            spans[0].name, "vfs_read",
-            "exported as it was before the panic"
+            spans[0].name, "half-changed",
+            "exported as the handler left it"
         );
+        assert_eq!(attr(&spans[0], "kspan.handler.panicked"), Some(true.into()));
     }
 
     #[test]

@@ -46,11 +46,8 @@
 //!
 //! | attribute | value |
 //! | --- | --- |
-//! | `code.function.name` | the kernel function |
-//! | `kernel.probe.mode` | `fentry` or `fexit` |
 //! | `kernel.arg.<name>` | each captured parameter |
 //! | `kernel.return_value` | the return value (fexit) |
-//! | `kernel.span.depth` | kernel spans enclosing this one on its thread |
 //! | `thread.id` | the calling thread (kernel pid) |
 //! | `process.pid` | the calling process (kernel tgid) |
 //!

@@ -461,13 +461,47 @@ fn plan_capture(
         }),
         kernel_type: target,
         bpf,
-        attribute: Key::from(std::sync::Arc::<str>::from(format!(
+        attribute: Key::from_static_str(intern(&format!(
             "{}{}",
             crate::export::attributes::ARG_PREFIX,
             param.name
         ))),
         bound,
     })
+}
+
+/// A `'static` copy of `name`, made once per distinct name: attribute keys
+/// are then static, and cloning one per span costs nothing. The set is
+/// bounded by the probe parameter names of the program.
+fn intern(name: &str) -> &'static str {
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = names.iter().find(|n| **n == name) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(leaked);
+    leaked
+}
+
+/// Reads a raw register or memory value at the kernel type's width: bits
+/// above it are dropped, and a signed value is sign-extended, so that a wider
+/// Rust type gets the kernel's value.
+pub fn normalize(raw: u64, class: TypeClass) -> u64 {
+    let (bytes, signed) = match class {
+        TypeClass::Int { bytes, signed } | TypeClass::Enum { bytes, signed } => (bytes, signed),
+        TypeClass::Bool => (1, false),
+        _ => return raw,
+    };
+    if bytes >= 8 || bytes == 0 {
+        return raw;
+    }
+    let shift = 64 - bytes * 8;
+    if signed {
+        (((raw << shift) as i64) >> shift) as u64
+    } else {
+        (raw << shift) >> shift
+    }
 }
 
 /// Width in bytes of a scalar kernel type.
@@ -493,10 +527,17 @@ fn check_compatible(
                 bytes: rb,
                 signed: rs,
             },
-        ) => bytes == u32::from(rb) && signed == rs,
+        ) => {
+            // Same width and sign, or wider where every kernel value fits:
+            // kernels change `long` returns to `int` and back, and an `i64`
+            // handler keeps working (values are widened from the kernel's
+            // width, see `normalize`).
+            let rb = u32::from(rb);
+            (rb == bytes && signed == rs) || (rb > bytes && (signed == rs || rs))
+        }
         // Enum signedness in BTF only says whether some enumerator is negative;
         // the width is what decides how the register is read.
-        (TypeClass::Enum { bytes, .. }, ValueKind::Int { bytes: rb, .. }) => bytes == u32::from(rb),
+        (TypeClass::Enum { bytes, .. }, ValueKind::Int { bytes: rb, .. }) => u32::from(rb) >= bytes,
         (TypeClass::Bool, ValueKind::Bool) => true,
         (TypeClass::Pointer, ValueKind::Pointer) => true,
         // An address read as a plain unsigned 64-bit integer.
@@ -834,6 +875,44 @@ mod tests {
             [0, 1, 1]
         );
         assert_eq!((c.kind, c.steps[2].offset), (KIND_KSTR, 0));
+    }
+
+    #[kernel_span("kspan_seven")]
+    fn widened(a: i64, ret: i64) {}
+
+    #[kernel_span("ksys_read")]
+    fn unsigned_to_wider_signed(fd: i64) {}
+
+    #[kernel_span("kspan_seven")]
+    fn signed_to_unsigned(a: u64) {}
+
+    #[test]
+    fn wider_rust_types_read_narrower_kernel_types() {
+        assert!(plan_probe(&btf(), &widened).is_ok());
+        assert!(plan_probe(&btf(), &unsigned_to_wider_signed).is_ok());
+        assert!(err(&signed_to_unsigned).contains("`a` is `int` in the kernel but `u64`"));
+        assert_eq!(
+            normalize(
+                0xdead_beef_ffff_fffe,
+                TypeClass::Int {
+                    bytes: 4,
+                    signed: true
+                }
+            ),
+            (-2i64) as u64
+        );
+        assert_eq!(
+            normalize(
+                0xdead_beef_ffff_fffe,
+                TypeClass::Int {
+                    bytes: 4,
+                    signed: false
+                }
+            ),
+            0xffff_fffe
+        );
+        assert_eq!(normalize(0x1ff, TypeClass::Bool), 0xff);
+        assert_eq!(normalize(7, TypeClass::Pointer), 7);
     }
 
     #[test]

@@ -122,8 +122,6 @@ async fn quickstart_vfs_read_spans_match_the_reads() {
     for s in &reads {
         assert_eq!(s.int("kernel.arg.count"), Some(BUF as i64), "{s:?}");
         assert!(s.start_ns < s.end_ns, "start before end: {s:?}");
-        assert_eq!(s.str("code.function.name"), Some("vfs_read"));
-        assert_eq!(s.str("kernel.probe.mode"), Some("fexit"));
         assert_eq!(s.service_name.as_deref(), Some("kspan-quickstart-test"));
     }
     assert_eq!(app.service_name.as_deref(), Some("kspan-quickstart-test"));
@@ -163,8 +161,6 @@ async fn nested_ksys_read_contains_vfs_read() {
             o.int("kernel.arg.fd").unwrap() >= 3,
             "a file descriptor: {o:?}"
         );
-        assert_eq!(o.int("kernel.span.depth"), Some(0));
-        assert_eq!(i.int("kernel.span.depth"), Some(1));
     }
     assert_ids_valid_and_unique(&run.spans);
     assert_only_this_process(&run);
