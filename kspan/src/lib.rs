@@ -95,7 +95,7 @@ pub mod __private {
     pub use linkme;
 }
 
-/// Turns a function into a kernel probe.
+/// Turns a function into a kernel probe: the DSL reference.
 ///
 /// ```no_run
 /// #[kspan::kernel_span("vfs_read", mode = "fexit")]
@@ -104,24 +104,151 @@ pub mod __private {
 /// }
 /// ```
 ///
-/// The function becomes a `static` [`Probe`] of the same name, given to
-/// [`KspanBuilder::probe`].
+/// The function becomes a `static` [`Probe`] of the same name, for
+/// [`KspanBuilder::probe`]; [`KspanBuilder::all_probes`] takes every probe of
+/// the program without naming them.
 ///
-/// * The first argument is the kernel function's name (a string literal).
+/// # The attribute
+///
+/// `#[kernel_span("function", mode = "...", errno = bool)]`
+///
+/// * `"function"`: the kernel function, a string literal, first.
 /// * `mode = "fexit"` (the default): a span from entry to exit with the
-///   arguments and the return value. `mode = "fentry"`: an instant at entry,
-///   with the arguments only.
-/// * Each parameter is named after a parameter of the kernel function and
-///   captures it; `ret` captures the return value (fexit only). Names and
-///   types are checked against the kernel's BTF when kspan starts.
-/// * Types: `u8`..`u64`, `i8`..`i64`, `usize`, `isize` (same width and
-///   signedness as the kernel type; enums by width), `bool` (kernel `bool`),
-///   raw pointers `*const T` / `*mut T` (kernel pointers, captured as the
-///   address, never dereferenced), or `u64`/`usize` for a pointer's address.
-/// * The body runs on kspan's consumer for every span, after the span's
-///   attributes are taken; a panic in it is caught and counted.
+///   captures and the return value. `mode = "fentry"`: an instant at entry,
+///   with the captures only.
+/// * `errno = false`: by default a function returning a signed `int` or
+///   `long` that returns `-1..=-4095` gets status error and an `error.type`
+///   attribute with the errno's name (`ENOENT`); this turns that off.
 ///
-/// Misuse is a compile error at the offending token: a missing or non-string
-/// function name, an unknown mode, an unknown or duplicate key, `ret` in
-/// `fentry` mode, an unsupported parameter type.
+/// # Parameters
+///
+/// Every parameter of the handler is one of:
+///
+/// * **a capture**, named after a parameter of the kernel function (or free
+///   when it has a `path`), with an optional `#[capture(...)]`;
+/// * **`ret`**: the return value (fexit only), an integer, `bool` or pointer;
+/// * **`span: &mut kspan::KernelSpan`**: the span about to be exported, to
+///   rename it ([`KernelSpan::set_name`]), add or replace attributes
+///   ([`KernelSpan::set_attribute`]), set the status
+///   ([`KernelSpan::set_status`]) or drop it ([`KernelSpan::discard`]).
+///
+/// Names and types are checked against the running kernel's BTF when kspan
+/// starts; a mismatch is an [`Error`] naming the function, the parameter, both
+/// types and the fix. With an empty body, every capture is an attribute
+/// `kernel.arg.<name>`.
+///
+/// # Capture kinds
+///
+/// Integers (`u8`..`u64`, `i8`..`i64`, `usize`, `isize`): the kernel type must
+/// have the same signedness and the same or a smaller width (a wider Rust type
+/// keeps working when a kernel changes `long` to `int`). Kernel enums are read
+/// as integers of their width and exported as the enumerator's name.
+///
+/// ```no_run
+/// #[kspan::kernel_span("ksys_read")]
+/// fn ksys_read(fd: u32, count: usize, ret: isize) {}
+/// ```
+///
+/// `bool` for kernel `bool`; raw pointers (`*const T`, `*mut T`, or `u64`) for
+/// kernel pointers, captured as the address and never dereferenced:
+///
+/// ```no_run
+/// #[kspan::kernel_span("vfs_read", mode = "fentry")]
+/// fn vfs_read(file: *const u8, pos: *const i64) {}
+/// ```
+///
+/// Fields through pointers: `path` starts at a kernel parameter and follows
+/// `->member` (through a pointer) and `.member` (inside a struct), at most 8
+/// members; every segment is checked against BTF, and an error lists the
+/// members that do exist. Offsets come from the running kernel, so one binary
+/// works across kernel versions. Values behind pointers are read when the
+/// call returns (fexit) or at entry (fentry); a pointer that cannot be read
+/// gives `kernel.arg.<name>.fault = true` instead of a value.
+///
+/// ```no_run
+/// #[kspan::kernel_span("tcp_sendmsg")]
+/// fn tcp_sendmsg(
+///     size: usize,
+///     #[capture(path = "sk->__sk_common.skc_dport")] dport: u16, // network byte order
+///     #[capture(path = "sk->sk_socket->state")] state: u32,       // "SS_CONNECTED"
+///     ret: i32,
+/// ) {}
+/// ```
+///
+/// Kernel strings: `&str` from a `char *` (a parameter, or a member reached by
+/// `path`) or a `char` array member; NUL-terminated, at most `max` bytes
+/// (default 64, up to 1022); invalid UTF-8 is replaced; a longer string is cut
+/// and marked `kernel.arg.<name>.truncated = true`.
+///
+/// ```no_run
+/// #[kspan::kernel_span("vfs_read")]
+/// fn vfs_read(
+///     #[capture(path = "file->f_path.dentry->d_name.name", max = 128)] name: &str,
+///     ret: isize,
+/// ) {}
+/// ```
+///
+/// Byte arrays: `[u8; N]` from an array member (at most its size) or the
+/// first `N` bytes behind a pointer; exported as hex.
+///
+/// ```no_run
+/// #[kspan::kernel_span("wake_up_process")]
+/// fn wake_up_process(#[capture(path = "p->comm")] comm: [u8; 16]) {}
+/// ```
+///
+/// User-space memory, only when asked with `user`: strings (`&str`) and
+/// buffers (`&[u8]`) whose length is another parameter (`len = "count"`) or
+/// the return value (`len = "ret"`, read at exit: the bytes really produced),
+/// at most `max` bytes (default 256); a longer buffer is cut and marked.
+///
+/// ```no_run
+/// #[kspan::kernel_span("do_sys_openat2")]
+/// fn do_sys_openat2(
+///     #[capture(user)] filename: &str,
+///     #[capture(path = "how->flags")] flags: u64,
+///     ret: i64,
+/// ) {}
+///
+/// #[kspan::kernel_span("vfs_read")]
+/// fn vfs_read(#[capture(user, len = "ret", max = 64)] buf: &[u8], ret: isize) {}
+/// ```
+///
+/// Limits: 8 captures per probe, the first 6 kernel parameters, 8 members per
+/// path, 1024 bytes of strings and buffers per call.
+///
+/// # Handlers that shape the span
+///
+/// ```no_run
+/// #[kspan::kernel_span("vfs_read")]
+/// fn vfs_read(
+///     #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+///     ret: isize,
+///     span: &mut kspan::KernelSpan,
+/// ) {
+///     if name.ends_with(".tmp") {
+///         span.discard(); // counted in `Stats::discarded_by_handler`, not lost
+///     } else if ret == 0 {
+///         span.set_name("vfs_read eof");
+///         span.set_attribute(kspan::KeyValue::new("app.file", name.to_owned()));
+///     }
+/// }
+/// ```
+///
+/// A panicking handler does not stop kspan: the panic is counted
+/// ([`Stats::handler_panics`]) and reported at shutdown, and the span is
+/// exported as the handler left it, with `kspan.handler.panicked = true`.
+///
+/// # Probes on the same function
+///
+/// One kernel function has one probe per runtime: a second probe on it is
+/// refused at start with an error naming both annotations (merge the
+/// handlers). Separate runtimes may trace the same function.
+///
+/// # Compile errors
+///
+/// Misuse is a compile error at the offending token: a missing, empty or
+/// non-string function name, an unknown mode, an unknown or duplicate key,
+/// `errno` not a bool, `ret` in fentry mode or of a non-scalar type, `span` of
+/// another type, an unsupported parameter type, a malformed path, `user`,
+/// `max` or `len` where they mean nothing, `len = "ret"` in fentry mode.
 pub use kspan_macros::kernel_span;

@@ -16,9 +16,27 @@ const NEEDS: &str = "needs a kernel with BPF trampolines (fentry/fexit)";
 #[kspan::kernel_span("vfs_read")]
 fn vfs_read_name(
     #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+    #[capture(path = "file->f_path.dentry->d_iname")] iname: [u8; 16],
+    #[capture(user, len = "ret", max = 64)] buf: &[u8],
     count: usize,
     ret: isize,
+    span: &mut kspan::KernelSpan,
 ) {
+    // The handler sees the same values as the attributes, typed.
+    if name == "dsl-name.txt" {
+        span.set_attribute(kspan::KeyValue::new(
+            "test.handler.buf_len",
+            buf.len() as i64,
+        ));
+        span.set_attribute(kspan::KeyValue::new(
+            "test.handler.iname_ok",
+            iname.starts_with(b"dsl-name.txt\0"),
+        ));
+    }
+    if ret == 0 {
+        span.set_name("vfs_read eof");
+    }
+    let _ = count;
 }
 
 #[kspan::kernel_span("vfs_read")]
