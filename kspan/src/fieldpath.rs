@@ -328,6 +328,7 @@ pub fn parse(text: &str) -> Result<FieldPath, PathSyntaxError> {
 // ---------------------------------------------------------------------------
 
 use crate::btf::{Btf, Composite, KernelType, Member};
+use crate::plan::edit_distance;
 
 /// How deep anonymous structs and unions are searched for a member (real
 /// kernels nest three or four).
@@ -849,22 +850,6 @@ fn closest(name: &str, candidates: &[String]) -> Option<String> {
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c.clone())
-}
-
-/// Levenshtein distance.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]

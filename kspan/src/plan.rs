@@ -611,7 +611,7 @@ fn rust_types_for(kernel: &KernelType) -> String {
 }
 
 /// Levenshtein distance, for suggestions.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];

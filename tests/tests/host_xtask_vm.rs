@@ -30,9 +30,18 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn exit_status_cwd_env_and_tmp() {
-    let script = "echo cwd=$(pwd); echo svc=$OTEL_SERVICE_NAME; ls -A /tmp | wc -l; \
-                  ip -o link show lo | grep -q UP && echo lo=up; uname -r; exit 7";
-    let (out, _) = xtask_vm(&[], &["sh", "-c", script]);
+    // A file in the host's /tmp must not be visible in the guest's fresh one
+    // (the repository itself may live under /tmp: it is mounted there too).
+    let marker = std::env::temp_dir().join(format!("kspan-host-marker-{}", std::process::id()));
+    std::fs::write(&marker, b"host").unwrap();
+    let script = format!(
+        "echo cwd=$(pwd); echo svc=$OTEL_SERVICE_NAME; test -e {} || echo tmp=fresh; \
+         touch /tmp/guest-file && echo tmp=writable; \
+         ip -o link show lo | grep -q UP && echo lo=up; uname -r; exit 7",
+        marker.display()
+    );
+    let (out, _) = xtask_vm(&[], &["sh", "-c", &script]);
+    let _ = std::fs::remove_file(&marker);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(7), "{stdout}{}", text(&out.stderr));
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -41,7 +50,15 @@ fn exit_status_cwd_env_and_tmp() {
         "{stdout}"
     );
     assert!(stdout.contains("svc=passed-through"), "{stdout}");
-    assert!(stdout.contains("\n0\n"), "a fresh /tmp: {stdout}");
+    assert!(
+        stdout.contains("tmp=fresh"),
+        "the host's /tmp is not the guest's: {stdout}"
+    );
+    assert!(stdout.contains("tmp=writable"), "{stdout}");
+    assert!(
+        !std::path::Path::new("/tmp/guest-file").exists(),
+        "the guest's /tmp stays in the guest"
+    );
     assert!(stdout.contains("lo=up"), "{stdout}");
     assert!(
         stdout.contains("6.1.0-"),
