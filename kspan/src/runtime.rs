@@ -119,7 +119,7 @@ impl KspanBuilder {
             stats: stats.clone(),
         })?;
         let (stop_tx, stop_rx) = watch::channel(false);
-        let consumer = Consumer { ring };
+        let consumer = Consumer::new(ring, &runtime)?;
         let task = runtime.spawn(consumer.run(stop_rx));
         Ok(Kspan {
             loaded,
@@ -532,33 +532,43 @@ impl AsRawFd for EpollFd {
 }
 
 struct Consumer {
+    // Declared before `ring`, so dropped before it: the descriptor it
+    // watches belongs to the ring buffer.
+    fd: AsyncFd<EpollFd>,
     ring: RingBuffer<'static>,
 }
 
 impl Consumer {
+    /// Registers the ring buffer's epoll descriptor with `runtime`'s reactor;
+    /// a failure fails `start`, not the consumer later.
+    fn new(ring: RingBuffer<'static>, runtime: &tokio::runtime::Handle) -> Result<Self> {
+        let _in_runtime = runtime.enter();
+        // SAFETY: the epoll descriptor belongs to `ring`, which is moved into
+        // the same `Consumer` and declared after `fd`, so it outlives the
+        // `AsyncFd`; it stays open and refers to the same epoll instance for
+        // the whole life of the `AsyncFd`.
+        let fd = unsafe {
+            AsyncFd::register_with_interest(EpollFd(ring.epoll_fd()), tokio::io::Interest::READABLE)
+        }
+        .map_err(|e| Error::Consumer(format!("cannot poll the ring buffer: {e}")))?;
+        Ok(Consumer { fd, ring })
+    }
+
     async fn run(self, mut stop: watch::Receiver<bool>) {
-        // SAFETY: the epoll descriptor belongs to `self.ring`, which is only
-        // dropped when `self` is, after this local `AsyncFd` (locals are dropped
-        // before the by-value `self` parameter); it stays open and refers to the
-        // same epoll instance for the whole life of the `AsyncFd`.
-        let registered = unsafe {
-            AsyncFd::register_with_interest(
-                EpollFd(self.ring.epoll_fd()),
-                tokio::io::Interest::READABLE,
-            )
-        };
-        let fd = match registered {
-            Ok(fd) => fd,
-            Err(e) => {
-                tracing::error!(error = %e, "kspan cannot poll its ring buffer");
-                return;
-            }
-        };
+        let fd = &self.fd;
         loop {
             tokio::select! {
                 _ = stop.changed() => break,
                 ready = fd.readable() => {
-                    let Ok(mut guard) = ready else { break };
+                    let mut guard = match ready {
+                        Ok(guard) => guard,
+                        Err(e) => {
+                            // Not expected from an epoll descriptor; said
+                            // loudly, and the rest is drained below.
+                            tracing::error!(error = %e, "kspan stops polling its ring buffer");
+                            break;
+                        }
+                    };
                     self.drain();
                     guard.clear_ready();
                 }
