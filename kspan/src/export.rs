@@ -371,11 +371,12 @@ fn export<T: Tracer>(span: KernelSpan, tracer: &T, clock: &ClockOffset) {
         )),
         None => Context::new(),
     };
-    let mut builder = SpanBuilder::from_name(span.name)
-        .with_kind(SpanKind::Internal)
-        .with_start_time(clock.to_system_time(span.start_ns))
-        .with_attributes(span.attributes)
-        .with_status(span.status);
+    // Fields set in place: the builder is large, and each `with_*` moves it.
+    let mut builder = SpanBuilder::from_name(span.name);
+    builder.span_kind = Some(SpanKind::Internal);
+    builder.start_time = Some(clock.to_system_time(span.start_ns));
+    builder.attributes = Some(span.attributes);
+    builder.status = span.status;
     builder.trace_id = Some(span.trace_id);
     builder.span_id = Some(span.span_id);
     let mut built = tracer.build_with_context(builder, &parent);
