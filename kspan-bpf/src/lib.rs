@@ -32,6 +32,10 @@ pub mod names {
     pub const FENTRY_PROG: &str = "kspan_fentry";
     /// The exit program.
     pub const FEXIT_PROG: &str = "kspan_fexit";
+    /// The kprobe entry program.
+    pub const KPROBE_PROG: &str = "kspan_kprobe";
+    /// The kretprobe exit program.
+    pub const KRETPROBE_PROG: &str = "kspan_kretprobe";
     /// The ring buffer of finished spans.
     pub const EVENTS_MAP: &str = "kspan_events";
     /// The per-task stacks of open spans.
@@ -95,6 +99,37 @@ mod tests {
         assert_eq!(consts::KSPAN_REC_INSTANT, 2);
         assert_eq!(consts::KSPAN_CTR_EMITTED, 5);
         assert_eq!(consts::KSPAN_CAPF_FAULT, 1);
+    }
+
+    #[test]
+    fn rodata_holds_only_the_config() {
+        // The runtime writes `kspan_config` at offset 0 of .rodata: any other
+        // read-only variable would shift or share it.
+        let open = libbpf_rs::ObjectBuilder::default()
+            .open_memory(OBJECT)
+            .expect("the object parses");
+        let rodata: Vec<usize> = open
+            .maps()
+            .filter(|m| {
+                m.name()
+                    .to_string_lossy()
+                    .ends_with(names::RODATA_MAP_SUFFIX)
+            })
+            .map(|m| m.initial_value().map_or(0, <[u8]>::len))
+            .collect();
+        assert_eq!(rodata, [std::mem::size_of::<types::kspan_config>()]);
+        let progs: Vec<String> = open
+            .progs()
+            .map(|p| p.name().to_string_lossy().into_owned())
+            .collect();
+        for name in [
+            names::FENTRY_PROG,
+            names::FEXIT_PROG,
+            names::KPROBE_PROG,
+            names::KRETPROBE_PROG,
+        ] {
+            assert!(progs.iter().any(|p| p == name), "{name} in {progs:?}");
+        }
     }
 
     #[test]

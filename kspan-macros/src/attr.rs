@@ -16,7 +16,7 @@ pub(crate) mod kw {
 }
 
 /// Attach modes the macro accepts (the runtime's `Mode` mirrors these).
-pub(crate) const MODES: [&str; 2] = ["fentry", "fexit"];
+pub(crate) const MODES: [&str; 4] = ["fentry", "fexit", "kprobe", "kretprobe"];
 
 /// The parsed attribute.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ pub(crate) struct Mode {
 
 impl Mode {
     pub fn has_return(&self) -> bool {
-        self.name == "fexit"
+        matches!(self.name.as_str(), "fexit" | "kretprobe")
     }
 }
 
@@ -93,7 +93,7 @@ impl Parse for KernelSpanArgs {
                 if !MODES.contains(&name.as_str()) {
                     push(syn::Error::new(
                         value.span(),
-                        format!("unknown mode `{name}`: expected one of `fentry`, `fexit`"),
+                        format!("unknown mode `{name}`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`"),
                     ));
                 }
                 mode = Some(Mode {
@@ -290,7 +290,7 @@ mod tests {
             msgs,
             [
                 "unknown key `colour`: the keys are `mode` and `errno`",
-                "unknown mode `x`: expected one of `fentry`, `fexit`",
+                "unknown mode `x`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`",
                 "unknown key `size`: the keys are `mode` and `errno`",
             ]
         );

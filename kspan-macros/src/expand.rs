@@ -155,7 +155,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                     push(syn::Error::new(
                         pat.ident.span(),
                         format!(
-                            "`ret` needs mode = \"fexit\": mode `{}` attaches at entry only and sees no return value",
+                            "`ret` needs mode = \"fexit\" or \"kretprobe\": mode `{}` attaches at entry only and sees no return value",
                             args.mode.name
                         ),
                     ));
@@ -220,6 +220,8 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
         "{}",
         match args.mode.name.as_str() {
             "fentry" => "Fentry",
+            "kprobe" => "Kprobe",
+            "kretprobe" => "Kretprobe",
             _ => "Fexit",
         },
         span = args.mode.span
@@ -394,7 +396,7 @@ fn check_capture_args(
             if len.value() == "ret" && !mode.has_return() {
                 push(syn::Error::new(
                     len.span(),
-                    "`len = \"ret\"` needs mode = \"fexit\"",
+                    "`len = \"ret\"` needs mode = \"fexit\" or \"kretprobe\"",
                 ));
             }
         }

@@ -191,7 +191,7 @@ pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
             return Err(Error::NoReturnValue {
                 function: function.to_owned(),
                 reason: format!(
-                    "mode `{}` attaches at entry only; use mode = \"fexit\"",
+                    "mode `{}` attaches at entry only; use mode = \"fexit\" or \"kretprobe\"",
                     spec.mode
                 ),
             });
@@ -395,7 +395,9 @@ fn plan_capture(
                 }
                 (None, Some(LenSource::Ret)) => {
                     if !spec.mode.has_return() {
-                        return Err(fail("`len = \"ret\"` needs mode = \"fexit\"".to_owned()));
+                        return Err(fail(
+                            "`len = \"ret\"` needs mode = \"fexit\" or \"kretprobe\"".to_owned(),
+                        ));
                     }
                     bpf.len_src = LEN_RET;
                     bound = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));

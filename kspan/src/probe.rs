@@ -21,30 +21,46 @@ pub enum Mode {
     /// BPF trampolines at entry and exit: a full span with start and end
     /// times, arguments and the return value.
     Fexit,
+    /// A kprobe at entry only: an instant with the arguments, for kernels
+    /// without trampolines.
+    Kprobe,
+    /// A kprobe at entry and a kretprobe at exit: a full span like `fexit`
+    /// (the arguments are kept from entry), for kernels without trampolines.
+    Kretprobe,
 }
 
 impl Mode {
     /// Every mode, in the order error messages list them.
-    pub const ALL: [Mode; 2] = [Mode::Fentry, Mode::Fexit];
+    pub const ALL: [Mode; 4] = [Mode::Fentry, Mode::Fexit, Mode::Kprobe, Mode::Kretprobe];
 
     /// The mode's name as written in `mode = "..."`.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Fentry => "fentry",
             Mode::Fexit => "fexit",
+            Mode::Kprobe => "kprobe",
+            Mode::Kretprobe => "kretprobe",
         }
     }
 
     /// Whether this mode sees the return value.
     pub fn has_return(self) -> bool {
-        matches!(self, Mode::Fexit)
+        matches!(self, Mode::Fexit | Mode::Kretprobe)
+    }
+
+    /// Whether the mode attaches BPF trampolines (else kprobes).
+    pub fn is_trampoline(self) -> bool {
+        matches!(self, Mode::Fentry | Mode::Fexit)
     }
 
     pub(crate) fn bpf_value(self) -> u32 {
-        match self {
-            Mode::Fentry => 0,
-            Mode::Fexit => 1,
-        }
+        use kspan_bpf::consts as c;
+        (match self {
+            Mode::Fentry => c::KSPAN_MODE_FENTRY,
+            Mode::Fexit => c::KSPAN_MODE_FEXIT,
+            Mode::Kprobe => c::KSPAN_MODE_KPROBE,
+            Mode::Kretprobe => c::KSPAN_MODE_KRETPROBE,
+        }) as u32
     }
 }
 
@@ -56,7 +72,7 @@ impl fmt::Display for Mode {
 
 /// A mode name that is not one of [`Mode::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown mode `{0}`: expected one of `fentry`, `fexit`")]
+#[error("unknown mode `{0}`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`")]
 pub struct UnknownMode(pub String);
 
 impl FromStr for Mode {
@@ -185,9 +201,11 @@ mod tests {
         let err = "fexitt".parse::<Mode>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown mode `fexitt`: expected one of `fentry`, `fexit`"
+            "unknown mode `fexitt`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`"
         );
         assert!(Mode::Fexit.has_return() && !Mode::Fentry.has_return());
+        assert!(Mode::Kretprobe.has_return() && !Mode::Kprobe.has_return());
+        assert_eq!(Mode::Kretprobe.bpf_value(), 3);
     }
 
     #[test]

@@ -184,14 +184,23 @@ impl Loaded {
                 }
             }
         }
+        // The pair of programs of this mode; the other pair is not loaded.
+        let (entry_prog, exit_prog) = if mode.is_trampoline() {
+            (names::FENTRY_PROG, names::FEXIT_PROG)
+        } else {
+            (names::KPROBE_PROG, names::KRETPROBE_PROG)
+        };
         for mut prog in open.progs_mut() {
-            let is_exit = prog.name() == names::FEXIT_PROG;
-            if is_exit && !mode.has_return() {
+            let name = prog.name().to_string_lossy();
+            let wanted = name == entry_prog || (name == exit_prog && mode.has_return());
+            if !wanted {
                 prog.set_autoload(false);
                 continue;
             }
-            prog.set_attach_target(0, Some(function.to_owned()))
-                .map_err(|e| load_err(e, None))?;
+            if mode.is_trampoline() {
+                prog.set_attach_target(0, Some(function.to_owned()))
+                    .map_err(|e| load_err(e, None))?;
+            }
         }
 
         let object = with_captured_libbpf_log(|| open.load());
@@ -200,12 +209,17 @@ impl Loaded {
             (Err(e), log) => return Err(load_err(e, verifier_log(&log))),
         };
 
-        let attach = |prog_name: &str| -> Result<Link> {
+        let attach = |prog_name: &str, retprobe: bool| -> Result<Link> {
             let prog = object
                 .progs_mut()
                 .find(|p| p.name() == prog_name)
-                .expect("the object has both programs");
-            prog.attach_trace().map_err(|source| {
+                .expect("the object has every program");
+            let attached = if mode.is_trampoline() {
+                prog.attach_trace()
+            } else {
+                prog.attach_kprobe(retprobe, function)
+            };
+            attached.map_err(|source| {
                 let errno = errno_of(&source);
                 Error::AttachFailed {
                     function: function.to_owned(),
@@ -217,10 +231,11 @@ impl Loaded {
                 }
             })
         };
+        // Exit first: no entry is recorded whose exit is not watched.
         if mode.has_return() {
-            self.links.push(attach(names::FEXIT_PROG)?);
+            self.links.push(attach(exit_prog, true)?);
         }
-        self.links.push(attach(names::FENTRY_PROG)?);
+        self.links.push(attach(entry_prog, false)?);
         self.objects.push(object);
         Ok(())
     }
@@ -365,8 +380,14 @@ pub(crate) fn errno_name(errno: Option<i32>) -> String {
     name.to_owned()
 }
 
-/// What a refusal means for a trampoline program, and what to do.
+/// The kprobe PMU: present exactly when the kernel has CONFIG_KPROBES.
+const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
+
+/// What a refusal means, and what to do.
 pub(crate) fn refusal_reason(errno: Option<i32>, mode: Mode, step: &str) -> String {
+    if !mode.is_trampoline() {
+        return kprobe_refusal_reason(errno, mode, std::path::Path::new(KPROBE_PMU).exists());
+    }
     match errno {
         Some(libc::EPERM) => format!(
             "the kernel refused to {step} the BPF trampoline: {mode} is not permitted on this \
@@ -390,6 +411,29 @@ pub(crate) fn refusal_reason(errno: Option<i32>, mode: Mode, step: &str) -> Stri
         }
         Some(libc::ENOMEM) => "the kernel is out of memory for BPF programs".to_owned(),
         _ => format!("the kernel refused to {step} the {mode} program"),
+    }
+}
+
+/// What a refusal of a kprobe or kretprobe means, and what to do.
+fn kprobe_refusal_reason(errno: Option<i32>, mode: Mode, kernel_has_kprobes: bool) -> String {
+    if !kernel_has_kprobes {
+        return format!(
+            "this kernel has no kprobes (built without CONFIG_KPROBES: no kprobe PMU at \
+             {KPROBE_PMU}); {mode} cannot work here, use a trampoline mode (fentry/fexit) where \
+             the kernel allows it"
+        );
+    }
+    match errno {
+        Some(libc::ENOENT) | Some(libc::EINVAL) => {
+            "the function cannot be probed: it is not in /proc/kallsyms (inlined or static \
+             under another name), or it is on the kernel's kprobe blacklist"
+                .to_owned()
+        }
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            format!("the kernel refused the {mode}: kprobes are locked down here")
+        }
+        Some(libc::EBUSY) => "the function already has the most probes allowed".to_owned(),
+        _ => format!("the kernel refused the {mode}"),
     }
 }
 

@@ -133,3 +133,35 @@ async fn host_kernel_refuses_fexit_with_eperm() {
 fn libc_eperm() -> i32 {
     1
 }
+
+#[kspan::kernel_span("vfs_read", mode = "kretprobe")]
+fn vfs_read_kretprobe(count: usize, ret: isize) {}
+
+#[tokio::test]
+async fn host_kernel_has_no_kprobes() {
+    // KERNEL-LAB.md: the host kernel is built without CONFIG_KPROBES.
+    let err = kspan::Kspan::builder(&provider())
+        .probe(&vfs_read_kretprobe)
+        .start()
+        .unwrap_err();
+    match &err {
+        kspan::Error::AttachFailed {
+            function,
+            mode,
+            errno,
+            ..
+        } => {
+            assert_eq!(function, "vfs_read");
+            assert_eq!(*mode, kspan::Mode::Kretprobe);
+            assert_eq!(*errno, Some(2), "ENOENT: {err}");
+        }
+        other => panic!("expected AttachFailed, got {other}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cannot attach kretprobe to `vfs_read`"),
+        "{msg}"
+    );
+    assert!(msg.contains("this kernel has no kprobes"), "{msg}");
+    assert!(msg.contains("(ENOENT)"), "{msg}");
+}

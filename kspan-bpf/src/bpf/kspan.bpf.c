@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Generic trampoline programs of kspan. The same verified code serves every
- * traced function: user space opens this object once per function, points the
- * two programs at it (attach target), and writes the function's settings into
- * `kspan_cfg` before load. Entry pushes a frame on the task's stack, exit pops
- * it and emits one record, so a span costs one ring-buffer record, not two.
+ * Generic programs of kspan. The same verified code serves every traced
+ * function: user space opens this object once per function, loads the pair
+ * of programs of the function's mode (fentry/fexit trampolines, or
+ * kprobe/kretprobe), points them at it, and writes the function's settings
+ * into `kspan_cfg` before load. Entry pushes a frame on the task's stack, exit
+ * pops it and emits one record, so a span costs one ring-buffer record, not
+ * two; both attach kinds share the stack, so their spans nest.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -92,15 +94,43 @@ static __always_inline void kspan_new_trace_id(__u8 *trace_id)
 	words[1] = kspan_new_id();
 }
 
-static __always_inline void kspan_capture_args(__u64 *ctx, __u64 *args)
+/* Arguments of a trampoline program, from the trampoline's saved registers. */
+static __always_inline void kspan_trampoline_args(__u64 *ctx, __u64 *args)
 {
 #pragma unroll
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++) {
+		args[i] = 0;
 		if (i < kspan_cfg.nr_args)
 			bpf_get_func_arg(ctx, i, &args[i]);
-		else
-			args[i] = 0;
 	}
+}
+
+/*
+ * Arguments of a kprobe program, from the registers at the probed
+ * instruction. x86-64 only: the System V calling convention passes the first
+ * six arguments in rdi, rsi, rdx, rcx, r8, r9, and these are their word
+ * indexes in the kernel's `struct pt_regs` (r15 r14 r13 r12 bp bx r11 r10 r9
+ * r8 ax cx dx si di orig_ax ip cs flags sp ss).
+ */
+#if !defined(__TARGET_ARCH_x86)
+#error "kspan's kprobe programs read x86-64 registers; add the layout of this architecture"
+#endif
+#define KSPAN_REG_AX 10
+
+static __always_inline void kspan_kprobe_args(__u64 *regs, __u64 *args)
+{
+	/* Written out: a table would be a second variable in .rodata. */
+	args[0] = kspan_cfg.nr_args > 0 ? regs[14] : 0; /* di */
+	args[1] = kspan_cfg.nr_args > 1 ? regs[13] : 0; /* si */
+	args[2] = kspan_cfg.nr_args > 2 ? regs[12] : 0; /* dx */
+	args[3] = kspan_cfg.nr_args > 3 ? regs[11] : 0; /* cx */
+	args[4] = kspan_cfg.nr_args > 4 ? regs[9] : 0;  /* r8 */
+	args[5] = kspan_cfg.nr_args > 5 ? regs[8] : 0;  /* r9 */
+}
+
+static __always_inline int kspan_is_instant(void)
+{
+	return kspan_cfg.mode == KSPAN_MODE_FENTRY || kspan_cfg.mode == KSPAN_MODE_KPROBE;
 }
 
 static __always_inline void kspan_fill_ids(struct kspan_record *rec, __u64 pid_tgid)
@@ -197,7 +227,7 @@ static __always_inline void kspan_capture(struct kspan_record *rec, const __u64 
 }
 
 /* fentry mode: an instant span, emitted at once. */
-static __always_inline int kspan_emit_instant(__u64 *ctx, __u64 now)
+static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now)
 {
 	struct kspan_task_stack *st;
 	struct kspan_record *rec;
@@ -222,7 +252,7 @@ static __always_inline int kspan_emit_instant(__u64 *ctx, __u64 now)
 	rec->span_id = kspan_new_id();
 	rec->start_ns = now;
 	rec->end_ns = now;
-	kspan_capture_args(ctx, rec->args);
+	__builtin_memcpy(rec->args, args, sizeof(rec->args));
 	rec->ret = 0;
 	kspan_fill_ids(rec, bpf_get_current_pid_tgid());
 	rec->depth = depth;
@@ -233,8 +263,8 @@ static __always_inline int kspan_emit_instant(__u64 *ctx, __u64 now)
 	return 0;
 }
 
-SEC("fentry")
-int kspan_fentry(__u64 *ctx)
+/* Entry of a traced call: an instant, or a frame pushed for the exit. */
+static __always_inline int kspan_entry(const __u64 *args)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
@@ -244,8 +274,8 @@ int kspan_fentry(__u64 *ctx)
 	if (!kspan_wanted())
 		return 0;
 	now = bpf_ktime_get_ns();
-	if (kspan_cfg.mode == KSPAN_MODE_FENTRY)
-		return kspan_emit_instant(ctx, now);
+	if (kspan_is_instant())
+		return kspan_emit_instant(args, now);
 
 	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -265,13 +295,13 @@ int kspan_fentry(__u64 *ctx)
 	frame->start_ns = now;
 	frame->span_id = kspan_new_id();
 	frame->probe_id = kspan_cfg.probe_id;
-	kspan_capture_args(ctx, frame->args);
+	__builtin_memcpy(frame->args, args, sizeof(frame->args));
 	st->depth = depth + 1;
 	return 0;
 }
 
-SEC("fexit")
-int kspan_fexit(__u64 *ctx)
+/* Exit of a traced call: pop its frame, emit one record. */
+static __always_inline int kspan_exit(__u64 ret)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
@@ -331,8 +361,7 @@ int kspan_fexit(__u64 *ctx)
 	rec->start_ns = frame->start_ns;
 	rec->end_ns = now;
 	__builtin_memcpy(rec->args, frame->args, sizeof(rec->args));
-	rec->ret = 0;
-	bpf_get_func_ret(ctx, &rec->ret);
+	rec->ret = ret;
 	kspan_fill_ids(rec, pid_tgid);
 	rec->depth = found - 1;
 	rec->flags = KSPAN_REC_HAS_RET;
@@ -340,4 +369,37 @@ int kspan_fexit(__u64 *ctx)
 	bpf_ringbuf_submit(rec, 0);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;
+}
+
+SEC("fentry")
+int kspan_fentry(__u64 *ctx)
+{
+	__u64 args[KSPAN_MAX_ARGS];
+
+	kspan_trampoline_args(ctx, args);
+	return kspan_entry(args);
+}
+
+SEC("fexit")
+int kspan_fexit(__u64 *ctx)
+{
+	__u64 ret = 0;
+
+	bpf_get_func_ret(ctx, &ret);
+	return kspan_exit(ret);
+}
+
+SEC("kprobe")
+int kspan_kprobe(__u64 *regs)
+{
+	__u64 args[KSPAN_MAX_ARGS];
+
+	kspan_kprobe_args(regs, args);
+	return kspan_entry(args);
+}
+
+SEC("kretprobe")
+int kspan_kretprobe(__u64 *regs)
+{
+	return kspan_exit(regs[KSPAN_REG_AX]);
 }

@@ -91,6 +91,8 @@ struct kspan_capture {
 enum kspan_mode {
 	KSPAN_MODE_FENTRY = 0,
 	KSPAN_MODE_FEXIT = 1,
+	KSPAN_MODE_KPROBE = 2,
+	KSPAN_MODE_KRETPROBE = 3,
 };
 
 /* Indexes of the per-CPU counters; every drop has one. */

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! kprobe and kretprobe modes on a real kernel (run in the VM by `cargo xtask
+//! test`): the same captures as the trampoline modes, and spans that nest with
+//! trampoline spans because both share the per-task stack.
+
+use std::io::Read;
+
+use opentelemetry::trace::SpanId;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+
+#[kspan::kernel_span("vfs_read", mode = "kretprobe")]
+fn vfs_read_kretprobe(
+    #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+    count: usize,
+    ret: isize,
+) {
+}
+
+#[kspan::kernel_span("vfs_read", mode = "kprobe")]
+fn vfs_read_kprobe(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, count: usize) {
+}
+
+#[kspan::kernel_span("ksys_read", mode = "kretprobe")]
+fn ksys_read_kretprobe(count: usize, ret: isize) {}
+
+#[kspan::kernel_span("vfs_read", mode = "fexit")]
+fn vfs_read_fexit(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
+
+async fn traced(probes: &[&'static kspan::Probe], file: &str) -> Vec<SpanData> {
+    let path = std::env::temp_dir().join(file);
+    std::fs::write(&path, vec![b'k'; 700]).unwrap();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probes(probes.iter().copied())
+        .start()
+        .unwrap_or_else(|e| panic!("needs a kernel with kprobes: {e}"));
+    let mut f = std::fs::File::open(&path).unwrap();
+    let mut buf = [0u8; 512];
+    while f.read(&mut buf).unwrap() > 0 {}
+    let stats = kspan.shutdown().await.unwrap();
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    let tid = std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse::<i64>().ok())
+        .unwrap();
+    let mut spans: Vec<SpanData> = exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| attr(s, "thread.id") == Some(tid.into()))
+        .collect();
+    spans.sort_by_key(|s| s.start_time);
+    spans
+}
+
+fn attr(s: &SpanData, k: &str) -> Option<opentelemetry::Value> {
+    s.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == k)
+        .map(|kv| kv.value.clone())
+}
+
+fn reading<'a>(spans: &'a [SpanData], file: &str) -> Vec<&'a SpanData> {
+    spans
+        .iter()
+        .filter(|s| attr(s, "kernel.arg.name") == Some(file.to_owned().into()))
+        .collect()
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with kprobes (CONFIG_KPROBES); run by `cargo xtask test` in the VM"]
+async fn kretprobe_spans_carry_arguments_fields_and_the_return_value() {
+    let spans = traced(&[&vfs_read_kretprobe], "kspan-kretprobe.txt").await;
+    let reads = reading(&spans, "kspan-kretprobe.txt");
+    let rets: Vec<_> = reads
+        .iter()
+        .map(|s| attr(s, "kernel.return_value"))
+        .collect();
+    assert_eq!(
+        rets,
+        [Some(512i64.into()), Some(188i64.into()), Some(0i64.into())],
+        "{spans:#?}"
+    );
+    for s in reads {
+        assert_eq!(attr(s, "kernel.arg.count"), Some(512i64.into()));
+        assert!(s.start_time < s.end_time);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with kprobes (CONFIG_KPROBES); run by `cargo xtask test` in the VM"]
+async fn kprobe_mode_gives_instants_with_arguments() {
+    let spans = traced(&[&vfs_read_kprobe], "kspan-kprobe.txt").await;
+    let reads = reading(&spans, "kspan-kprobe.txt");
+    assert_eq!(reads.len(), 3, "{spans:#?}");
+    for s in reads {
+        assert_eq!(s.start_time, s.end_time, "an instant");
+        assert_eq!(attr(s, "kernel.arg.count"), Some(512i64.into()));
+        assert_eq!(attr(s, "kernel.return_value"), None);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with kprobes and trampolines; run by `cargo xtask test` in the VM"]
+async fn kretprobe_and_fexit_spans_nest() {
+    let spans = traced(&[&ksys_read_kretprobe, &vfs_read_fexit], "kspan-mixed.txt").await;
+    let inner = reading(&spans, "kspan-mixed.txt");
+    assert_eq!(inner.len(), 3, "{spans:#?}");
+    for i in inner {
+        let parent = spans
+            .iter()
+            .find(|s| s.span_context.span_id() == i.parent_span_id)
+            .unwrap_or_else(|| panic!("the parent of {i:?}"));
+        assert_eq!(parent.name, "ksys_read");
+        assert_ne!(i.parent_span_id, SpanId::INVALID);
+        assert_eq!(parent.span_context.trace_id(), i.span_context.trace_id());
+        assert!(parent.start_time <= i.start_time && i.end_time <= parent.end_time);
+        assert_eq!(
+            attr(parent, "kernel.return_value"),
+            attr(i, "kernel.return_value")
+        );
+    }
+}
