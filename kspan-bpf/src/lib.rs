@@ -36,6 +36,10 @@ pub mod names {
     pub const KPROBE_PROG: &str = "kspan_kprobe";
     /// The kretprobe exit program.
     pub const KRETPROBE_PROG: &str = "kspan_kretprobe";
+    /// The syscall enter tracepoint program.
+    pub const SYS_ENTER_PROG: &str = "kspan_sys_enter";
+    /// The syscall exit tracepoint program.
+    pub const SYS_EXIT_PROG: &str = "kspan_sys_exit";
     /// The ring buffer of finished spans.
     pub const EVENTS_MAP: &str = "kspan_events";
     /// The per-task stacks of open spans.

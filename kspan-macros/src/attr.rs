@@ -13,6 +13,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(user);
     syn::custom_keyword!(max);
     syn::custom_keyword!(len);
+    syn::custom_keyword!(syscall);
 }
 
 /// Attach modes the macro accepts (the runtime's `Mode` mirrors these).
@@ -38,7 +39,7 @@ pub(crate) struct Mode {
 
 impl Mode {
     pub fn has_return(&self) -> bool {
-        matches!(self.name.as_str(), "fexit" | "kretprobe")
+        matches!(self.name.as_str(), "fexit" | "kretprobe" | "syscall")
     }
 }
 
@@ -50,15 +51,28 @@ impl Parse for KernelSpanArgs {
                 "missing kernel function name: write `#[kernel_span(\"vfs_read\")]`",
             ));
         }
-        let function: LitStr = match input.parse() {
-            Ok(lit) => lit,
-            Err(_) => {
-                let tt: proc_macro2::TokenTree = input.parse()?;
-                return Err(syn::Error::new(
-                    tt.span(),
-                    "the kernel function name must be a string literal first, \
-                     e.g. `#[kernel_span(\"vfs_read\")]`",
-                ));
+        let mut syscall: Option<Mode> = None;
+        let function: LitStr = if input.peek(kw::syscall) {
+            let key = input.parse::<kw::syscall>()?;
+            input.parse::<Token![=]>()?;
+            let lit: LitStr = input.parse()?;
+            syscall = Some(Mode {
+                name: "syscall".to_owned(),
+                span: key.span,
+            });
+            lit
+        } else {
+            match input.parse() {
+                Ok(lit) => lit,
+                Err(_) => {
+                    let tt: proc_macro2::TokenTree = input.parse()?;
+                    return Err(syn::Error::new(
+                        tt.span(),
+                        "the kernel function name must be a string literal first, \
+                     e.g. `#[kernel_span(\"vfs_read\")]`, or a system call: \
+                     `#[kernel_span(syscall = \"openat\")]`",
+                    ));
+                }
             }
         };
         if function.value().is_empty() {
@@ -85,6 +99,14 @@ impl Parse for KernelSpanArgs {
                 let key = input.parse::<kw::mode>()?;
                 input.parse::<Token![=]>()?;
                 let value: LitStr = input.parse()?;
+                if syscall.is_some() {
+                    push(syn::Error::new(
+                        key.span,
+                        "a syscall source has its own mode (the syscall's enter and exit \
+                         tracepoints): remove `mode`",
+                    ));
+                    continue;
+                }
                 if mode.is_some() {
                     push(syn::Error::new(key.span, "duplicate key `mode`"));
                     continue;
@@ -130,7 +152,7 @@ impl Parse for KernelSpanArgs {
         }
         Ok(KernelSpanArgs {
             function,
-            mode: mode.unwrap_or(Mode {
+            mode: syscall.or(mode).unwrap_or(Mode {
                 name: "fexit".to_owned(),
                 span: Span::call_site(),
             }),
@@ -348,6 +370,20 @@ mod tests {
         let err = syn::parse2::<CaptureArgs>(quote!(pth = "a", max = 0, max = 5)).unwrap_err();
         let msgs: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
         assert_eq!(msgs.len(), 3, "{msgs:?}");
+    }
+
+    #[test]
+    fn syscall_sources() {
+        let a = parse(quote!(syscall = "openat", errno = false)).unwrap();
+        assert_eq!(
+            (a.function.value().as_str(), a.mode.name.as_str()),
+            ("openat", "syscall")
+        );
+        assert!(a.mode.has_return() && !a.errno);
+        let err = parse(quote!(syscall = "openat", mode = "fexit")).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("a syscall source has its own mode"));
     }
 
     #[test]

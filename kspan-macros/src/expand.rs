@@ -222,6 +222,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
             "fentry" => "Fentry",
             "kprobe" => "Kprobe",
             "kretprobe" => "Kretprobe",
+            "syscall" => "Syscall",
             _ => "Fexit",
         },
         span = args.mode.span

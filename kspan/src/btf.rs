@@ -527,6 +527,30 @@ impl Btf {
         self.funcs.keys().map(String::as_str)
     }
 
+    /// The id of the integer, enum, typedef or struct/union named `name` as C
+    /// spells it (`int`, `umode_t`, `struct open_how`), if BTF has one. A
+    /// linear scan: for the few names of syscall formats, not a hot path.
+    pub fn type_named(&self, name: &str) -> Option<u32> {
+        let (want_struct, bare) = match name.strip_prefix("struct ") {
+            Some(rest) => (Some(false), rest),
+            None => match name.strip_prefix("union ") {
+                Some(rest) => (Some(true), rest),
+                None => (None, name.strip_prefix("enum ").unwrap_or(name)),
+            },
+        };
+        self.types.iter().enumerate().find_map(|(id, ty)| {
+            let (n, ok) = match ty {
+                Type::Int { name, .. } | Type::Enum { name, .. } => (*name, want_struct.is_none()),
+                Type::Alias { name, kind, .. } => {
+                    (*name, want_struct.is_none() && *kind == KIND_TYPEDEF)
+                }
+                Type::Composite { name, union, .. } => (*name, want_struct == Some(*union)),
+                _ => return None,
+            };
+            (ok && n != 0 && self.str_at(n) == bare).then_some(id as u32)
+        })
+    }
+
     /// The signature of `name`, if BTF describes such a function.
     pub fn function(&self, name: &str) -> Option<FuncSignature> {
         let id = *self.funcs.get(name)?;

@@ -59,6 +59,32 @@ pub enum Error {
         /// Real functions with close names.
         suggestions: Vec<String>,
     },
+    /// A syscall source names a system call this kernel has no tracepoints for.
+    #[error(
+        "unknown system call `{syscall}` (probe at {location}): this kernel has no \
+         syscalls:sys_enter_{syscall} tracepoint{}",
+        suggest(suggestions)
+    )]
+    UnknownSyscall {
+        /// The syscall asked for.
+        syscall: String,
+        /// Where the probe is declared.
+        location: &'static str,
+        /// Real syscalls with close names.
+        suggestions: Vec<String>,
+    },
+    /// tracefs, needed for syscall sources, is not available.
+    #[error(
+        "syscall sources need tracefs at {}: {reason}; mount it with `mount -t tracefs \
+         tracefs {}`",
+        path.display(), path.display()
+    )]
+    Tracefs {
+        /// Where it was looked for.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// A handler parameter does not name a parameter of the kernel function.
     #[error(
         "`{function}` has no parameter `{parameter}` (probe at {location}); its \

@@ -78,6 +78,7 @@ pub mod plan;
 mod probe;
 mod registry;
 mod runtime;
+pub mod syscall;
 mod value;
 
 pub use error::{Error, Result};

@@ -101,7 +101,11 @@ impl ProbePlan {
 
 /// Plans every probe; fails on the first probe that cannot work, before
 /// anything touches the kernel.
-pub fn plan_all(btf: &Btf, probes: &[&'static Probe]) -> Result<Vec<ProbePlan>> {
+pub fn plan_all(
+    btf: &Btf,
+    probes: &[&'static Probe],
+    syscalls: &SyscallFormats,
+) -> Result<Vec<ProbePlan>> {
     if probes.is_empty() {
         return Err(Error::NoProbes);
     }
@@ -115,8 +119,15 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe]) -> Result<Vec<ProbePlan>> 
             });
         }
     }
-    probes.iter().map(|p| plan_probe(btf, p)).collect()
+    probes
+        .iter()
+        .map(|p| plan_probe_with(btf, p, syscalls))
+        .collect()
 }
+
+/// The `sys_enter_<name>` tracepoint formats of the syscall sources, by
+/// syscall name (read from tracefs by the runtime).
+pub type SyscallFormats = HashMap<&'static str, String>;
 
 /// Where a capture starts: an argument register, maybe walked through memory.
 struct Source {
@@ -129,17 +140,36 @@ struct Source {
     in_memory: bool,
 }
 
-/// Plans one probe.
+/// Plans one probe that is not a syscall source.
 pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
+    plan_probe_with(btf, probe, &SyscallFormats::new())
+}
+
+/// Plans one probe; a syscall source takes its signature from `syscalls`.
+pub fn plan_probe_with(
+    btf: &Btf,
+    probe: &'static Probe,
+    syscalls: &SyscallFormats,
+) -> Result<ProbePlan> {
     let spec = &probe.spec;
     let function = spec.function;
-    let signature = btf
-        .function(function)
-        .ok_or_else(|| Error::UnknownFunction {
-            function: function.to_owned(),
-            location: spec.location,
-            suggestions: closest_names(btf.function_names(), function, 3),
-        })?;
+    let signature = if spec.mode == Mode::Syscall {
+        syscalls
+            .get(function)
+            .and_then(|format| crate::syscall::signature(btf, function, format))
+            .ok_or_else(|| Error::UnknownSyscall {
+                syscall: function.to_owned(),
+                location: spec.location,
+                suggestions: Vec::new(),
+            })?
+    } else {
+        btf.function(function)
+            .ok_or_else(|| Error::UnknownFunction {
+                function: function.to_owned(),
+                location: spec.location,
+                suggestions: closest_names(btf.function_names(), function, 3),
+            })?
+    };
     if spec.params.len() > kspan_bpf::MAX_CAPS {
         return Err(Error::Capture {
             function: function.to_owned(),
@@ -224,6 +254,15 @@ fn capture_source(
     param: &ParamSpec,
 ) -> Result<Source> {
     let function = spec.function;
+    if let (Some(_), Mode::Syscall) = (param.path, spec.mode) {
+        return Err(Error::Capture {
+            function: function.to_owned(),
+            parameter: param.name.to_owned(),
+            reason: "field paths are not supported on syscall sources (their pointers are \
+                     user-space memory); capture the argument itself"
+                .to_owned(),
+        });
+    }
     if let Some(text) = param.path {
         let path = fieldpath::parse(text).map_err(|source| Error::PathSyntax {
             function: function.to_owned(),
@@ -842,9 +881,10 @@ mod tests {
 
     #[test]
     fn duplicates_and_empty_sets_are_refused() {
-        assert!(matches!(plan_all(&btf(), &[]), Err(Error::NoProbes)));
+        let none = SyscallFormats::new();
+        assert!(matches!(plan_all(&btf(), &[], &none), Err(Error::NoProbes)));
         assert!(matches!(
-            plan_all(&btf(), &[&count_and_ret, &read_entry]),
+            plan_all(&btf(), &[&count_and_ret, &read_entry], &none),
             Err(Error::DuplicateProbe { .. })
         ));
     }

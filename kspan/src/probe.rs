@@ -27,11 +27,21 @@ pub enum Mode {
     /// A kprobe at entry and a kretprobe at exit: a full span like `fexit`
     /// (the arguments are kept from entry), for kernels without trampolines.
     Kretprobe,
+    /// A system call's enter and exit tracepoints: a full span with the
+    /// arguments and the return value. Works where neither trampolines nor
+    /// kprobes do. Declared with `#[kernel_span(syscall = "openat")]`.
+    Syscall,
 }
 
 impl Mode {
     /// Every mode, in the order error messages list them.
-    pub const ALL: [Mode; 4] = [Mode::Fentry, Mode::Fexit, Mode::Kprobe, Mode::Kretprobe];
+    pub const ALL: [Mode; 5] = [
+        Mode::Fentry,
+        Mode::Fexit,
+        Mode::Kprobe,
+        Mode::Kretprobe,
+        Mode::Syscall,
+    ];
 
     /// The mode's name as written in `mode = "..."`.
     pub fn as_str(self) -> &'static str {
@@ -40,12 +50,13 @@ impl Mode {
             Mode::Fexit => "fexit",
             Mode::Kprobe => "kprobe",
             Mode::Kretprobe => "kretprobe",
+            Mode::Syscall => "syscall",
         }
     }
 
     /// Whether this mode sees the return value.
     pub fn has_return(self) -> bool {
-        matches!(self, Mode::Fexit | Mode::Kretprobe)
+        matches!(self, Mode::Fexit | Mode::Kretprobe | Mode::Syscall)
     }
 
     /// Whether the mode attaches BPF trampolines (else kprobes).
@@ -60,6 +71,7 @@ impl Mode {
             Mode::Fexit => c::KSPAN_MODE_FEXIT,
             Mode::Kprobe => c::KSPAN_MODE_KPROBE,
             Mode::Kretprobe => c::KSPAN_MODE_KRETPROBE,
+            Mode::Syscall => c::KSPAN_MODE_SYSCALL,
         }) as u32
     }
 }
@@ -72,7 +84,7 @@ impl fmt::Display for Mode {
 
 /// A mode name that is not one of [`Mode::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown mode `{0}`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`")]
+#[error("unknown mode `{0}`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`, `syscall`")]
 pub struct UnknownMode(pub String);
 
 impl FromStr for Mode {
@@ -201,7 +213,7 @@ mod tests {
         let err = "fexitt".parse::<Mode>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown mode `fexitt`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`"
+            "unknown mode `fexitt`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`, `syscall`"
         );
         assert!(Mode::Fexit.has_return() && !Mode::Fentry.has_return());
         assert!(Mode::Kretprobe.has_return() && !Mode::Kprobe.has_return());

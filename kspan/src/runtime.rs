@@ -30,7 +30,7 @@ use crate::caps;
 use crate::clock::ClockOffset;
 use crate::error::{Error, Result};
 use crate::export::{parse_record, process, Outcome};
-use crate::plan::{plan_all, ProbePlan};
+use crate::plan::{plan_all, ProbePlan, SyscallFormats};
 use crate::probe::{Mode, Probe};
 
 /// Where the running kernel publishes its BTF.
@@ -91,7 +91,8 @@ impl KspanBuilder {
             path: self.btf_path.clone(),
             source,
         })?;
-        let plans = plan_all(&btf, &self.probes)?;
+        let syscalls = read_syscall_formats(&self.probes)?;
+        let plans = plan_all(&btf, &self.probes, &syscalls)?;
         drop(btf);
         caps::check_tracing_caps(caps::effective())
             .map_err(|have| Error::MissingPrivileges { have })?;
@@ -185,10 +186,10 @@ impl Loaded {
             }
         }
         // The pair of programs of this mode; the other pair is not loaded.
-        let (entry_prog, exit_prog) = if mode.is_trampoline() {
-            (names::FENTRY_PROG, names::FEXIT_PROG)
-        } else {
-            (names::KPROBE_PROG, names::KRETPROBE_PROG)
+        let (entry_prog, exit_prog) = match mode {
+            Mode::Fentry | Mode::Fexit => (names::FENTRY_PROG, names::FEXIT_PROG),
+            Mode::Kprobe | Mode::Kretprobe => (names::KPROBE_PROG, names::KRETPROBE_PROG),
+            Mode::Syscall => (names::SYS_ENTER_PROG, names::SYS_EXIT_PROG),
         };
         for mut prog in open.progs_mut() {
             let name = prog.name().to_string_lossy();
@@ -214,10 +215,16 @@ impl Loaded {
                 .progs_mut()
                 .find(|p| p.name() == prog_name)
                 .expect("the object has every program");
-            let attached = if mode.is_trampoline() {
-                prog.attach_trace()
-            } else {
-                prog.attach_kprobe(retprobe, function)
+            let attached = match mode {
+                Mode::Fentry | Mode::Fexit => prog.attach_trace(),
+                Mode::Kprobe | Mode::Kretprobe => prog.attach_kprobe(retprobe, function),
+                Mode::Syscall => {
+                    let event = if retprobe { "sys_exit" } else { "sys_enter" };
+                    prog.attach_tracepoint(
+                        libbpf_rs::TracepointCategory::Syscalls,
+                        format!("{event}_{function}"),
+                    )
+                }
             };
             attached.map_err(|source| {
                 let errno = errno_of(&source);
@@ -380,13 +387,101 @@ pub(crate) fn errno_name(errno: Option<i32>) -> String {
     name.to_owned()
 }
 
+/// The `sys_enter_<name>` formats of the syscall sources among `probes`,
+/// mounting tracefs first where it is not (as bpftrace and perf do).
+fn read_syscall_formats(probes: &[&'static Probe]) -> Result<SyscallFormats> {
+    let mut formats = SyscallFormats::new();
+    let syscalls: Vec<&'static Probe> = probes
+        .iter()
+        .copied()
+        .filter(|p| p.spec.mode == Mode::Syscall)
+        .collect();
+    if syscalls.is_empty() {
+        return Ok(formats);
+    }
+    let tracefs = std::path::Path::new(crate::syscall::TRACEFS);
+    let events = tracefs.join("events/syscalls");
+    if !events.exists() {
+        mount_tracefs(tracefs)?;
+    }
+    for probe in syscalls {
+        let name = probe.spec.function;
+        let path = events.join(format!("sys_enter_{name}/format"));
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                formats.insert(name, text);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let known: Vec<String> = std::fs::read_dir(&events)
+                    .map(|dir| {
+                        dir.filter_map(|e| {
+                            e.ok()?
+                                .file_name()
+                                .to_str()?
+                                .strip_prefix("sys_enter_")
+                                .map(str::to_owned)
+                        })
+                        .collect()
+                    })
+                    .unwrap_or_default();
+                return Err(Error::UnknownSyscall {
+                    syscall: name.to_owned(),
+                    location: probe.spec.location,
+                    suggestions: crate::plan::closest_names(
+                        known.iter().map(String::as_str),
+                        name,
+                        3,
+                    ),
+                });
+            }
+            Err(e) => {
+                return Err(Error::Tracefs {
+                    path: tracefs.to_owned(),
+                    reason: format!("cannot read {}: {e}", path.display()),
+                })
+            }
+        }
+    }
+    Ok(formats)
+}
+
+fn mount_tracefs(at: &std::path::Path) -> Result<()> {
+    let fail = |reason: String| Error::Tracefs {
+        path: at.to_owned(),
+        reason,
+    };
+    let target = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())
+        .map_err(|_| fail("the path has a NUL byte".to_owned()))?;
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call;
+    // tracefs takes no mount data.
+    let rc = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(fail(format!(
+            "it is not mounted, and mounting it failed: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
 /// The kprobe PMU: present exactly when the kernel has CONFIG_KPROBES.
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// What a refusal means, and what to do.
 pub(crate) fn refusal_reason(errno: Option<i32>, mode: Mode, step: &str) -> String {
-    if !mode.is_trampoline() {
+    if matches!(mode, Mode::Kprobe | Mode::Kretprobe) {
         return kprobe_refusal_reason(errno, mode, std::path::Path::new(KPROBE_PMU).exists());
+    }
+    if mode == Mode::Syscall {
+        return format!("the kernel refused to {step} the syscall tracepoint program");
     }
     match errno {
         Some(libc::EPERM) => format!(

@@ -2,8 +2,8 @@
 /*
  * Generic programs of kspan. The same verified code serves every traced
  * function: user space opens this object once per function, loads the pair
- * of programs of the function's mode (fentry/fexit trampolines, or
- * kprobe/kretprobe), points them at it, and writes the function's settings
+ * of programs of the function's mode (fentry/fexit trampolines,
+ * kprobe/kretprobe, or a syscall's enter/exit tracepoints), points them at it, and writes the function's settings
  * into `kspan_cfg` before load. Entry pushes a frame on the task's stack, exit
  * pops it and emits one record, so a span costs one ring-buffer record, not
  * two; both attach kinds share the stack, so their spans nest.
@@ -402,4 +402,27 @@ SEC("kretprobe")
 int kspan_kretprobe(__u64 *regs)
 {
 	return kspan_exit(regs[KSPAN_REG_AX]);
+}
+
+/*
+ * Syscall sources: the syscalls:sys_enter_<name> and sys_exit_<name>
+ * tracepoints. Their records are the common header (8 bytes), the syscall
+ * number (padded to 8), then the six argument registers on entry, or the
+ * return value on exit.
+ */
+SEC("tracepoint")
+int kspan_sys_enter(__u64 *ctx)
+{
+	__u64 args[KSPAN_MAX_ARGS];
+
+#pragma unroll
+	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
+		args[i] = i < kspan_cfg.nr_args ? ctx[2 + i] : 0;
+	return kspan_entry(args);
+}
+
+SEC("tracepoint")
+int kspan_sys_exit(__u64 *ctx)
+{
+	return kspan_exit(ctx[2]);
 }

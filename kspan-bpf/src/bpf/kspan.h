@@ -93,6 +93,7 @@ enum kspan_mode {
 	KSPAN_MODE_FEXIT = 1,
 	KSPAN_MODE_KPROBE = 2,
 	KSPAN_MODE_KRETPROBE = 3,
+	KSPAN_MODE_SYSCALL = 4,
 };
 
 /* Indexes of the per-CPU counters; every drop has one. */

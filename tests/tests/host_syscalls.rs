@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Syscall sources on the host kernel, which refuses trampolines and has no
+//! kprobes but does run tracepoint programs: the whole pipeline for real,
+//! in-process and through the `syscalls` example and a real OTLP receiver.
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+
+use kspan_tests::{example, run_with_receiver};
+use opentelemetry::trace::Status;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+
+#[kspan::kernel_span(syscall = "openat")]
+fn openat(dfd: i32, #[capture(user)] filename: &str, flags: i32, ret: i64) {}
+
+#[kspan::kernel_span(syscall = "read")]
+fn read(fd: u32, count: usize, #[capture(user, len = "ret", max = 32)] buf: &[u8], ret: i64) {}
+
+#[kspan::kernel_span(syscall = "opennat")]
+fn typo(filename: u64) {}
+
+#[kspan::kernel_span(syscall = "openat")]
+fn wrong_param(path: u64) {}
+
+fn attr(s: &SpanData, k: &str) -> Option<opentelemetry::Value> {
+    s.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == k)
+        .map(|kv| kv.value.clone())
+}
+
+fn gettid() -> i64 {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+        .expect("/proc/thread-self names the thread id")
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn openat_and_read_spans_carry_what_the_test_did() {
+    let dir = std::env::temp_dir().join(format!("kspan-sys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let present = dir.join("present.txt");
+    let content: Vec<u8> = (0..100u8).map(|i| b'a' + i % 26).collect();
+    std::fs::write(&present, &content).unwrap();
+    let missing = dir.join("missing.txt");
+
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&openat)
+        .probe(&read)
+        .start()
+        .expect("syscall sources work on the host kernel");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(0o400000) // O_NOFOLLOW
+        .open(&present)
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        got.push(n);
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(got, [64, 36, 0]);
+    assert!(std::fs::File::open(&missing).is_err());
+    let stats = kspan.shutdown().await.unwrap();
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+
+    let tid = gettid();
+    let spans: Vec<SpanData> = exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| attr(s, "thread.id") == Some(tid.into()))
+        .collect();
+    let opened: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| {
+            s.name == "openat"
+                && attr(s, "kernel.arg.filename") == Some(present.display().to_string().into())
+        })
+        .collect();
+    assert_eq!(opened.len(), 1, "{spans:#?}");
+    let fd = match attr(opened[0], "kernel.return_value") {
+        Some(opentelemetry::Value::I64(fd)) => fd,
+        other => panic!("ret: {other:?}"),
+    };
+    assert!(fd >= 3);
+    assert_eq!(
+        attr(opened[0], "kernel.arg.dfd"),
+        Some((-100i64).into()),
+        "AT_FDCWD"
+    );
+    let flags = match attr(opened[0], "kernel.arg.flags") {
+        Some(opentelemetry::Value::I64(v)) => v,
+        other => panic!("flags: {other:?}"),
+    };
+    assert_eq!(
+        flags,
+        0o400000 | 0o2000000,
+        "O_NOFOLLOW | O_CLOEXEC as passed: {flags:#o}"
+    );
+    assert!(opened[0].start_time < opened[0].end_time);
+
+    let failed: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| attr(s, "kernel.arg.filename") == Some(missing.display().to_string().into()))
+        .collect();
+    assert_eq!(failed.len(), 1, "{spans:#?}");
+    assert_eq!(failed[0].status, Status::error("ENOENT"));
+    assert_eq!(attr(failed[0], "error.type"), Some("ENOENT".into()));
+
+    let reads: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.name == "read" && attr(s, "kernel.arg.fd") == Some(fd.into()))
+        .collect();
+    let rets: Vec<_> = reads
+        .iter()
+        .map(|s| attr(s, "kernel.return_value"))
+        .collect();
+    assert_eq!(
+        rets,
+        [Some(64i64.into()), Some(36i64.into()), Some(0i64.into())],
+        "{spans:#?}"
+    );
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    assert_eq!(
+        attr(reads[0], "kernel.arg.buf"),
+        Some(hex(&content[..32]).into())
+    );
+    assert_eq!(
+        attr(reads[0], "kernel.arg.buf.truncated"),
+        Some(true.into())
+    );
+    assert_eq!(
+        attr(reads[1], "kernel.arg.buf"),
+        Some(hex(&content[64..96]).into())
+    );
+    for r in &reads {
+        assert_eq!(attr(r, "kernel.arg.count"), Some(64i64.into()));
+    }
+}
+
+#[tokio::test]
+async fn unknown_syscalls_and_parameters_are_named() {
+    let provider = SdkTracerProvider::builder().build();
+    let err = kspan::Kspan::builder(&provider)
+        .probe(&typo)
+        .start()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown system call `opennat`"), "{err}");
+    assert!(err.contains("did you mean `openat`"), "{err}");
+    let err = kspan::Kspan::builder(&provider)
+        .probe(&wrong_param)
+        .start()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`openat` has no parameter `path`"), "{err}");
+    assert!(err.contains("`filename: const char *`"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_syscalls_example_exports_over_otlp_on_the_host() {
+    let dir = std::env::temp_dir().join(format!("kspan-sysex-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("data.txt");
+    std::fs::write(&file, vec![b's'; 5000]).unwrap();
+    let run = run_with_receiver(
+        &example("syscalls"),
+        &[file.to_str().unwrap(), "2", "--buf", "2048"],
+        "kspan-syscalls-test",
+    )
+    .await;
+    assert!(
+        run.output.status.success(),
+        "{}\n{}",
+        run.stdout(),
+        run.stderr()
+    );
+    let pid = i64::from(run.pid);
+    let app: Vec<_> = run.spans.iter().filter(|s| s.name == "read_file").collect();
+    assert_eq!(app.len(), 1);
+    let mut rets: Vec<i64> = run
+        .spans
+        .iter()
+        .filter(|s| s.name == "read" && s.int("kernel.arg.count") == Some(2048))
+        .filter(|s| s.int("thread.id") == Some(pid))
+        .map(|s| s.int("kernel.return_value").unwrap())
+        .collect();
+    rets.sort_unstable();
+    assert_eq!(
+        rets,
+        [0, 0, 904, 904, 2048, 2048, 2048, 2048],
+        "{:#?}",
+        run.spans
+    );
+    let opens = run
+        .spans
+        .iter()
+        .filter(|s| s.name == "openat" && s.str("kernel.arg.filename") == file.to_str())
+        .count();
+    assert_eq!(opens, 2);
+    for s in run.spans.iter().filter(|s| s.scope == "kspan") {
+        assert_eq!(s.int("process.pid"), Some(pid), "{s:?}");
+        assert_eq!(s.service_name.as_deref(), Some("kspan-syscalls-test"));
+    }
+}
