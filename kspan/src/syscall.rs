@@ -23,7 +23,7 @@ pub fn parse_enter_format(text: &str) -> Option<Vec<(String, String)>> {
             continue;
         };
         let decl = field.split(';').next()?.trim();
-        let split = decl.rfind(|c: char| c == ' ' || c == '*')?;
+        let split = decl.rfind([' ', '*'])?;
         let (ctype, name) = (decl[..=split].trim(), decl[split + 1..].trim());
         if name == "__syscall_nr" {
             after_nr = true;
