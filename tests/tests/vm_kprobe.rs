@@ -124,3 +124,32 @@ async fn kretprobe_and_fexit_spans_nest() {
         );
     }
 }
+
+#[kspan::kernel_span(syscall = "openat")]
+fn openat(#[capture(user)] filename: &str, ret: i64) {}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a stock kernel (syscall tracepoints are also tested on the host); run by `cargo xtask test` in the VM"]
+async fn syscall_sources_work_on_the_vm_kernels_too() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&openat)
+        .start()
+        .unwrap();
+    let missing = std::env::temp_dir().join("kspan-vm-missing.txt");
+    assert!(std::fs::File::open(&missing).is_err());
+    kspan.shutdown().await.unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let failed: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| attr(s, "kernel.arg.filename") == Some(missing.display().to_string().into()))
+        .collect();
+    assert_eq!(failed.len(), 1, "{spans:#?}");
+    assert_eq!(
+        failed[0].status,
+        opentelemetry::trace::Status::error("ENOENT")
+    );
+}
