@@ -17,7 +17,7 @@ pub(crate) mod kw {
 }
 
 /// Attach modes the macro accepts (the runtime's `Mode` mirrors these).
-pub(crate) const MODES: [&str; 4] = ["fentry", "fexit", "kprobe", "kretprobe"];
+pub(crate) const MODES: [&str; 5] = ["auto", "fentry", "fexit", "kprobe", "kretprobe"];
 
 /// The parsed attribute.
 #[derive(Debug)]
@@ -39,7 +39,10 @@ pub(crate) struct Mode {
 
 impl Mode {
     pub fn has_return(&self) -> bool {
-        matches!(self.name.as_str(), "fexit" | "kretprobe" | "syscall")
+        matches!(
+            self.name.as_str(),
+            "auto" | "fexit" | "kretprobe" | "syscall"
+        )
     }
 }
 
@@ -115,7 +118,9 @@ impl Parse for KernelSpanArgs {
                 if !MODES.contains(&name.as_str()) {
                     push(syn::Error::new(
                         value.span(),
-                        format!("unknown mode `{name}`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`"),
+                        format!(
+                            "unknown mode `{name}`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`"
+                        ),
                     ));
                 }
                 mode = Some(Mode {
@@ -153,7 +158,7 @@ impl Parse for KernelSpanArgs {
         Ok(KernelSpanArgs {
             function,
             mode: syscall.or(mode).unwrap_or(Mode {
-                name: "fexit".to_owned(),
+                name: "auto".to_owned(),
                 span: Span::call_site(),
             }),
             errno: errno.unwrap_or(true),
@@ -301,7 +306,7 @@ mod tests {
         assert_eq!(a.function.value(), "vfs_read");
         assert_eq!(a.mode.name, "fentry");
         let a = parse(quote!("vfs_read",)).unwrap();
-        assert_eq!(a.mode.name, "fexit", "fexit is the default");
+        assert_eq!(a.mode.name, "auto", "auto is the default");
     }
 
     #[test]
@@ -312,7 +317,7 @@ mod tests {
             msgs,
             [
                 "unknown key `colour`: the keys are `mode` and `errno`",
-                "unknown mode `x`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`",
+                "unknown mode `x`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`",
                 "unknown key `size`: the keys are `mode` and `errno`",
             ]
         );

@@ -223,7 +223,8 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
             "kprobe" => "Kprobe",
             "kretprobe" => "Kretprobe",
             "syscall" => "Syscall",
-            _ => "Fexit",
+            "fexit" => "Fexit",
+            _ => "Auto",
         },
         span = args.mode.span
     );
@@ -473,7 +474,7 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains(":: kspan :: Mode :: Fexit"),
+            out.contains(":: kspan :: Mode :: Auto"),
             "default mode: {out}"
         );
         assert!(out.contains("errno : false"), "{out}");

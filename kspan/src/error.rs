@@ -206,6 +206,17 @@ pub enum Error {
         /// The libbpf error.
         source: libbpf_rs::Error,
     },
+    /// `auto` found no mechanism that works for a function.
+    #[error(
+        "cannot trace `{function}` on this kernel: every mechanism was tried or ruled out: {}",
+        tried.iter().map(|(m, why)| format!("[{m}] {why}")).collect::<Vec<_>>().join("; ")
+    )]
+    NoMechanism {
+        /// The kernel function.
+        function: String,
+        /// Each mode, with why it did not work.
+        tried: Vec<(Mode, String)>,
+    },
     /// The program loaded but the kernel refused to attach it.
     #[error("cannot attach {mode} to `{function}`: {reason} ({errno_name})")]
     AttachFailed {

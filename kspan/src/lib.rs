@@ -68,6 +68,7 @@
 extern crate self as kspan;
 
 pub mod btf;
+pub mod capabilities;
 mod caps;
 pub mod clock;
 mod errno;
@@ -81,12 +82,13 @@ mod runtime;
 pub mod syscall;
 mod value;
 
+pub use capabilities::{Feature, KernelCapabilities};
 pub use error::{Error, Result};
 pub use export::{KernelSpan, Outcome};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
 pub use probe::{Captured, LenSource, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode};
-pub use runtime::{Kspan, KspanBuilder, Stats, KERNEL_BTF};
+pub use runtime::{AttachDecision, Kspan, KspanBuilder, Mechanism, Stats, KERNEL_BTF};
 pub use value::{Capture, FromCapture, KernelValue, Value, ValueKind, ValueType};
 
 /// What the `kernel_span` macro's expansion uses; not a public API.

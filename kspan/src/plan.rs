@@ -82,7 +82,7 @@ impl ProbePlan {
     }
 
     /// The settings the BPF programs get for this probe.
-    pub fn bpf_config(&self, probe_id: u32, target_tgid: u32) -> kspan_config {
+    pub fn bpf_config(&self, mode: Mode, probe_id: u32, target_tgid: u32) -> kspan_config {
         let mut caps = [kspan_capture::default(); kspan_bpf::MAX_CAPS];
         for (slot, c) in caps.iter_mut().zip(&self.captures) {
             *slot = c.bpf;
@@ -91,7 +91,7 @@ impl ProbePlan {
             target_tgid,
             probe_id,
             nr_args: self.nr_args,
-            mode: self.mode().bpf_value(),
+            mode: mode.bpf_value(),
             nr_caps: self.captures.len() as u32,
             record_size: self.record_size,
             caps,
@@ -724,7 +724,7 @@ mod tests {
             plan.record_size as usize,
             std::mem::size_of::<kspan_record>()
         );
-        let cfg = plan.bpf_config(3, 99);
+        let cfg = plan.bpf_config(plan.mode(), 3, 99);
         assert_eq!(
             (cfg.probe_id, cfg.target_tgid, cfg.nr_caps, cfg.mode),
             (3, 99, 1, 1)

@@ -31,16 +31,21 @@ pub enum Mode {
     /// arguments and the return value. Works where neither trampolines nor
     /// kprobes do. Declared with `#[kernel_span(syscall = "openat")]`.
     Syscall,
+    /// The default: the best full-span mechanism this kernel offers for the
+    /// function, `fexit` first, then `kretprobe`; the choice and the reason for
+    /// every rejected option are in [`Kspan::attach_plan`](crate::Kspan::attach_plan).
+    Auto,
 }
 
 impl Mode {
     /// Every mode, in the order error messages list them.
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 6] = [
         Mode::Fentry,
         Mode::Fexit,
         Mode::Kprobe,
         Mode::Kretprobe,
         Mode::Syscall,
+        Mode::Auto,
     ];
 
     /// The mode's name as written in `mode = "..."`.
@@ -51,13 +56,20 @@ impl Mode {
             Mode::Kprobe => "kprobe",
             Mode::Kretprobe => "kretprobe",
             Mode::Syscall => "syscall",
+            Mode::Auto => "auto",
         }
     }
 
     /// Whether this mode sees the return value.
     pub fn has_return(self) -> bool {
-        matches!(self, Mode::Fexit | Mode::Kretprobe | Mode::Syscall)
+        matches!(
+            self,
+            Mode::Fexit | Mode::Kretprobe | Mode::Syscall | Mode::Auto
+        )
     }
+
+    /// The mechanisms `auto` tries, best first.
+    pub const AUTO_ORDER: [Mode; 2] = [Mode::Fexit, Mode::Kretprobe];
 
     /// Whether the mode attaches BPF trampolines (else kprobes).
     pub fn is_trampoline(self) -> bool {
@@ -72,6 +84,8 @@ impl Mode {
             Mode::Kprobe => c::KSPAN_MODE_KPROBE,
             Mode::Kretprobe => c::KSPAN_MODE_KRETPROBE,
             Mode::Syscall => c::KSPAN_MODE_SYSCALL,
+            // Resolved to a concrete mode before anything is loaded.
+            Mode::Auto => c::KSPAN_MODE_FEXIT,
         }) as u32
     }
 }
@@ -84,7 +98,7 @@ impl fmt::Display for Mode {
 
 /// A mode name that is not one of [`Mode::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown mode `{0}`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`, `syscall`")]
+#[error("unknown mode `{0}`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`")]
 pub struct UnknownMode(pub String);
 
 impl FromStr for Mode {
@@ -213,7 +227,7 @@ mod tests {
         let err = "fexitt".parse::<Mode>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown mode `fexitt`: expected one of `fentry`, `fexit`, `kprobe`, `kretprobe`, `syscall`"
+            "unknown mode `fexitt`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`"
         );
         assert!(Mode::Fexit.has_return() && !Mode::Fentry.has_return());
         assert!(Mode::Kretprobe.has_return() && !Mode::Kprobe.has_return());

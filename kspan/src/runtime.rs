@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::btf::Btf;
+use crate::capabilities::{KernelCapabilities, KPROBE_PMU};
 use crate::caps;
 use crate::clock::ClockOffset;
 use crate::error::{Error, Result};
@@ -43,6 +44,7 @@ pub struct KspanBuilder {
     probes: Vec<&'static Probe>,
     btf_path: PathBuf,
     all_processes: bool,
+    disabled: Vec<Mechanism>,
 }
 
 impl KspanBuilder {
@@ -64,6 +66,64 @@ impl KspanBuilder {
     pub fn all_probes(mut self) -> Self {
         self.probes.extend(crate::registry::PROBES.iter().copied());
         self
+    }
+
+    /// Never uses `mechanism`: `auto` skips it (saying so in the attach
+    /// plan), and a probe whose mode needs it fails to start.
+    pub fn disable(mut self, mechanism: Mechanism) -> Self {
+        self.disabled.push(mechanism);
+        self
+    }
+
+    /// Attaches one probe: its own mode, or for `auto` the first mechanism
+    /// that works, recording why each earlier one was passed over.
+    fn attach_one(
+        &self,
+        loaded: &mut Loaded,
+        plan: &ProbePlan,
+        capabilities: &KernelCapabilities,
+        probe_id: u32,
+        target_tgid: u32,
+    ) -> Result<AttachDecision> {
+        let requested = plan.mode();
+        let candidates: &[Mode] = if requested == Mode::Auto {
+            &Mode::AUTO_ORDER
+        } else {
+            std::slice::from_ref(&plan.probe.spec.mode)
+        };
+        let mut rejected = Vec::new();
+        for &mode in candidates {
+            let mechanism = Mechanism::of(mode);
+            if self.disabled.contains(&mechanism) {
+                rejected.push((
+                    mode,
+                    format!("{mechanism} disabled by KspanBuilder::disable"),
+                ));
+                continue;
+            }
+            if requested == Mode::Auto {
+                if let Some(refused) = capabilities.refuses(mode) {
+                    rejected.push((mode, refused.to_string()));
+                    continue;
+                }
+            }
+            match loaded.load_and_attach(plan, mode, probe_id, target_tgid) {
+                Ok(()) => {
+                    return Ok(AttachDecision {
+                        function: plan.function(),
+                        requested,
+                        chosen: mode,
+                        rejected,
+                    })
+                }
+                Err(e) if requested == Mode::Auto => rejected.push((mode, e.to_string())),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::NoMechanism {
+            function: plan.function().to_owned(),
+            tried: rejected,
+        })
     }
 
     /// Reads BTF from `path` instead of [`KERNEL_BTF`].
@@ -103,13 +163,24 @@ impl KspanBuilder {
             std::process::id()
         };
         let mut loaded = Loaded::default();
+        let capabilities = KernelCapabilities::get();
+        let mut decisions = Vec::with_capacity(plans.len());
         for (probe_id, plan) in plans.iter().enumerate() {
-            loaded.load_and_attach(plan, probe_id as u32, target_tgid)?;
-            tracing::debug!(
-                function = plan.function(),
-                mode = plan.mode().as_str(),
-                "kspan attached"
+            let decision = self.attach_one(
+                &mut loaded,
+                plan,
+                capabilities,
+                probe_id as u32,
+                target_tgid,
+            )?;
+            tracing::info!(
+                function = decision.function,
+                requested = decision.requested.as_str(),
+                chosen = decision.chosen.as_str(),
+                rejected = %decision.rejected_summary(),
+                "kspan attach plan"
             );
+            decisions.push(decision);
         }
 
         let stats = Arc::new(Counters::default());
@@ -123,6 +194,7 @@ impl KspanBuilder {
         let consumer = Consumer::new(ring, &runtime)?;
         let task = runtime.spawn(consumer.run(stop_rx));
         Ok(Kspan {
+            decisions,
             loaded,
             provider: self.provider,
             stats,
@@ -145,9 +217,15 @@ impl Loaded {
         self.objects.first()
     }
 
-    fn load_and_attach(&mut self, plan: &ProbePlan, probe_id: u32, target_tgid: u32) -> Result<()> {
+    /// Loads and attaches `plan` as `mode`; on failure nothing of it stays.
+    fn load_and_attach(
+        &mut self,
+        plan: &ProbePlan,
+        mode: Mode,
+        probe_id: u32,
+        target_tgid: u32,
+    ) -> Result<()> {
         let function = plan.function();
-        let mode = plan.mode();
         let load_err = |source: libbpf_rs::Error, log: Option<String>| {
             let errno = errno_of(&source);
             Error::LoadFailed {
@@ -164,7 +242,7 @@ impl Loaded {
         let mut open = ObjectBuilder::default()
             .open_memory(kspan_bpf::OBJECT)
             .map_err(|e| load_err(e, None))?;
-        let config = plan.bpf_config(probe_id, target_tgid);
+        let config = plan.bpf_config(mode, probe_id, target_tgid);
         for mut map in open.maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
             if name.ends_with(names::RODATA_MAP_SUFFIX) {
@@ -187,7 +265,7 @@ impl Loaded {
         }
         // The pair of programs of this mode; the other pair is not loaded.
         let (entry_prog, exit_prog) = match mode {
-            Mode::Fentry | Mode::Fexit => (names::FENTRY_PROG, names::FEXIT_PROG),
+            Mode::Fentry | Mode::Fexit | Mode::Auto => (names::FENTRY_PROG, names::FEXIT_PROG),
             Mode::Kprobe | Mode::Kretprobe => (names::KPROBE_PROG, names::KRETPROBE_PROG),
             Mode::Syscall => (names::SYS_ENTER_PROG, names::SYS_EXIT_PROG),
         };
@@ -215,8 +293,9 @@ impl Loaded {
                 .progs_mut()
                 .find(|p| p.name() == prog_name)
                 .expect("the object has every program");
-            let attached = match mode {
-                Mode::Fentry | Mode::Fexit => prog.attach_trace(),
+            // libbpf's own lines about a refusal would repeat the error below.
+            let attached = quiet_libbpf(|| match mode {
+                Mode::Fentry | Mode::Fexit | Mode::Auto => prog.attach_trace(),
                 Mode::Kprobe | Mode::Kretprobe => prog.attach_kprobe(retprobe, function),
                 Mode::Syscall => {
                     let event = if retprobe { "sys_exit" } else { "sys_enter" };
@@ -225,7 +304,7 @@ impl Loaded {
                         format!("{event}_{function}"),
                     )
                 }
-            };
+            });
             attached.map_err(|source| {
                 let errno = errno_of(&source);
                 Error::AttachFailed {
@@ -238,11 +317,14 @@ impl Loaded {
                 }
             })
         };
-        // Exit first: no entry is recorded whose exit is not watched.
+        // Exit first: no entry is recorded whose exit is not watched. The
+        // links are kept only once both are attached.
+        let mut links = Vec::with_capacity(2);
         if mode.has_return() {
-            self.links.push(attach(exit_prog, true)?);
+            links.push(attach(exit_prog, true)?);
         }
-        self.links.push(attach(entry_prog, false)?);
+        links.push(attach(entry_prog, false)?);
+        self.links.extend(links);
         self.objects.push(object);
         Ok(())
     }
@@ -301,7 +383,7 @@ impl Loaded {
     }
 }
 
-fn write_config(data: &mut [u8], config: &kspan_config) {
+pub(crate) fn write_config(data: &mut [u8], config: &kspan_config) {
     let size = std::mem::size_of::<kspan_config>();
     assert!(
         data.len() >= size,
@@ -336,6 +418,12 @@ fn with_captured_libbpf_log<T>(f: impl FnOnce() -> T) -> (T, String) {
     (out, log)
 }
 
+/// Runs `f` with libbpf's messages captured and dropped (capability probes,
+/// whose failures are reported as results, not as libbpf's log lines).
+pub(crate) fn quiet_libbpf<T>(f: impl FnOnce() -> T) -> T {
+    with_captured_libbpf_log(f).0
+}
+
 /// The verifier's part of libbpf's output, if the verifier ran.
 fn verifier_log(libbpf_log: &str) -> Option<String> {
     let start = libbpf_log.find("-- BEGIN PROG LOAD LOG --")?;
@@ -348,7 +436,7 @@ fn verifier_log(libbpf_log: &str) -> Option<String> {
 }
 
 /// The kernel's errno inside a libbpf error.
-fn errno_of(err: &libbpf_rs::Error) -> Option<i32> {
+pub(crate) fn errno_of(err: &libbpf_rs::Error) -> Option<i32> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = source {
         if let Some(code) = e
@@ -472,9 +560,6 @@ fn mount_tracefs(at: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// The kprobe PMU: present exactly when the kernel has CONFIG_KPROBES.
-const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
-
 /// What a refusal means, and what to do.
 pub(crate) fn refusal_reason(errno: Option<i32>, mode: Mode, step: &str) -> String {
     if matches!(mode, Mode::Kprobe | Mode::Kretprobe) {
@@ -532,6 +617,65 @@ fn kprobe_refusal_reason(errno: Option<i32>, mode: Mode, kernel_has_kprobes: boo
     }
 }
 
+/// A kind of attach mechanism, for [`KspanBuilder::disable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mechanism {
+    /// BPF trampolines: fentry and fexit.
+    Trampolines,
+    /// kprobes and kretprobes.
+    Kprobes,
+    /// Tracepoints: syscall sources.
+    Tracepoints,
+}
+
+impl Mechanism {
+    fn of(mode: Mode) -> Mechanism {
+        match mode {
+            Mode::Fentry | Mode::Fexit | Mode::Auto => Mechanism::Trampolines,
+            Mode::Kprobe | Mode::Kretprobe => Mechanism::Kprobes,
+            Mode::Syscall => Mechanism::Tracepoints,
+        }
+    }
+}
+
+impl std::fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mechanism::Trampolines => "trampolines (fentry/fexit)",
+            Mechanism::Kprobes => "kprobes",
+            Mechanism::Tracepoints => "tracepoints",
+        })
+    }
+}
+
+/// How one probe was attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachDecision {
+    /// The kernel function (or syscall).
+    pub function: &'static str,
+    /// The mode the annotation asked for.
+    pub requested: Mode,
+    /// The mode in use.
+    pub chosen: Mode,
+    /// Modes tried or skipped before, each with why.
+    pub rejected: Vec<(Mode, String)>,
+}
+
+impl AttachDecision {
+    /// The rejected modes and reasons on one line (`-` for none).
+    pub fn rejected_summary(&self) -> String {
+        if self.rejected.is_empty() {
+            return "-".to_owned();
+        }
+        self.rejected
+            .iter()
+            .map(|(m, why)| format!("{m}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 /// Counters kept in user space.
 #[derive(Debug, Default)]
 struct Counters {
@@ -584,6 +728,7 @@ impl Stats {
 
 /// Running kspan. Dropping it detaches every probe.
 pub struct Kspan {
+    decisions: Vec<AttachDecision>,
     loaded: Loaded,
     provider: SdkTracerProvider,
     stats: Arc<Counters>,
@@ -608,7 +753,13 @@ impl Kspan {
             probes: Vec::new(),
             btf_path: PathBuf::from(KERNEL_BTF),
             all_processes: false,
+            disabled: Vec::new(),
         }
+    }
+
+    /// How each probe was attached, and why other mechanisms were not used.
+    pub fn attach_plan(&self) -> &[AttachDecision] {
+        &self.decisions
     }
 
     /// Current figures.

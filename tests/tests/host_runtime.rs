@@ -4,8 +4,11 @@
 
 use opentelemetry_sdk::trace::SdkTracerProvider;
 
-#[kspan::kernel_span("vfs_read")]
+#[kspan::kernel_span("vfs_read", mode = "fexit")]
 fn vfs_read(count: usize, ret: isize) {}
+
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read_auto(count: usize, ret: isize) {}
 
 #[kspan::kernel_span("vfs_raed")]
 fn typo(count: usize) {}
@@ -128,6 +131,55 @@ async fn host_kernel_refuses_fexit_with_eperm() {
         }
         other => panic!("expected LoadFailed, got {other}"),
     }
+}
+
+#[tokio::test]
+async fn auto_on_the_host_lists_every_mechanism_it_tried() {
+    // The host kernel refuses trampolines (EPERM) and has no kprobes: `auto`
+    // (the default mode) must say both.
+    let err = kspan::Kspan::builder(&provider())
+        .probe(&vfs_read_auto)
+        .start()
+        .unwrap_err();
+    match &err {
+        kspan::Error::NoMechanism { function, tried } => {
+            assert_eq!(function, "vfs_read");
+            let modes: Vec<kspan::Mode> = tried.iter().map(|(m, _)| *m).collect();
+            assert_eq!(modes, [kspan::Mode::Fexit, kspan::Mode::Kretprobe]);
+            assert!(tried[0].1.contains("EPERM"), "{err}");
+            assert!(tried[1].1.contains("CONFIG_KPROBES"), "{err}");
+        }
+        other => panic!("expected NoMechanism, got {other}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("cannot trace `vfs_read` on this kernel"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("[fexit]") && msg.contains("[kretprobe]"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn capabilities_of_the_host_kernel() {
+    let caps = kspan::KernelCapabilities::get();
+    assert!(caps.btf.is_available(), "{caps:?}");
+    assert!(caps.privileges.is_available(), "{caps:?}");
+    assert!(
+        matches!(
+            &caps.trampolines,
+            kspan::Feature::Unavailable { errno: Some(1), .. }
+        ),
+        "EPERM: {caps:?}"
+    );
+    assert!(!caps.kprobes.is_available(), "{caps:?}");
+    assert!(!caps.kprobe_multi.is_available(), "{caps:?}");
+    assert_eq!(
+        caps.trampolines.to_string(),
+        "unavailable: loading an fentry program for `vfs_read` was refused (EPERM)"
+    );
 }
 
 fn libc_eperm() -> i32 {

@@ -153,3 +153,90 @@ async fn syscall_sources_work_on_the_vm_kernels_too() {
         opentelemetry::trace::Status::error("ENOENT")
     );
 }
+
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read_auto(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
+
+async fn auto_plan(
+    disable: Option<kspan::Mechanism>,
+    file: &str,
+) -> (Vec<kspan::AttachDecision>, Vec<SpanData>) {
+    let path = std::env::temp_dir().join(file);
+    std::fs::write(&path, b"auto").unwrap();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let mut builder = kspan::Kspan::builder(&provider).probe(&vfs_read_auto);
+    if let Some(m) = disable {
+        builder = builder.disable(m);
+    }
+    let kspan = builder.start().unwrap();
+    let plan = kspan.attach_plan().to_vec();
+    std::fs::read(&path).unwrap();
+    kspan.shutdown().await.unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    (
+        plan,
+        spans
+            .into_iter()
+            .filter(|s| attr(s, "kernel.arg.name") == Some(file.to_owned().into()))
+            .collect(),
+    )
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
+async fn auto_prefers_trampolines() {
+    let (plan, spans) = auto_plan(None, "kspan-auto.txt").await;
+    assert_eq!(plan.len(), 1);
+    assert_eq!(
+        (plan[0].requested, plan[0].chosen),
+        (kspan::Mode::Auto, kspan::Mode::Fexit)
+    );
+    assert!(plan[0].rejected.is_empty(), "{plan:?}");
+    assert_eq!(spans.len(), 2, "two reads: 4 bytes, then 0");
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with kprobes; run by `cargo xtask test` in the VM"]
+async fn auto_falls_back_to_kretprobes_and_says_why() {
+    let (plan, spans) = auto_plan(
+        Some(kspan::Mechanism::Trampolines),
+        "kspan-auto-fallback.txt",
+    )
+    .await;
+    assert_eq!(plan[0].chosen, kspan::Mode::Kretprobe, "{plan:?}");
+    assert_eq!(plan[0].rejected.len(), 1);
+    assert_eq!(plan[0].rejected[0].0, kspan::Mode::Fexit);
+    assert!(
+        plan[0].rejected[0]
+            .1
+            .contains("disabled by KspanBuilder::disable"),
+        "{plan:?}"
+    );
+    let rets: Vec<_> = spans
+        .iter()
+        .map(|s| attr(s, "kernel.return_value"))
+        .collect();
+    assert_eq!(rets.len(), 2, "{spans:#?}");
+    assert!(rets.contains(&Some(4i64.into())) && rets.contains(&Some(0i64.into())));
+}
+
+#[test]
+#[ignore = "needs a stock kernel; run by `cargo xtask test` in the VM"]
+fn capabilities_of_the_stock_kernels() {
+    let caps = kspan::KernelCapabilities::get();
+    assert!(caps.btf.is_available(), "{caps:?}");
+    assert!(caps.privileges.is_available(), "{caps:?}");
+    assert!(caps.trampolines.is_available(), "{caps:?}");
+    assert!(caps.kprobes.is_available(), "{caps:?}");
+    assert!(caps.tracepoints.is_available(), "{caps:?}");
+    // KERNEL-LAB.md: Debian 12's 6.1 has no CONFIG_FPROBE, Debian 13's 6.12 has.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(
+        caps.kprobe_multi.is_available(),
+        release.starts_with("6.12"),
+        "{release}: {caps:?}"
+    );
+}
