@@ -46,6 +46,8 @@ pub mod names {
     pub const STACKS_MAP: &str = "kspan_stacks";
     /// The per-CPU drop counters.
     pub const COUNTERS_MAP: &str = "kspan_counters";
+    /// The on/off switch (0 until the consumer runs).
+    pub const CONTROL_MAP: &str = "kspan_control";
     /// The read-only settings section.
     pub const RODATA_MAP_SUFFIX: &str = ".rodata";
 }

@@ -47,8 +47,9 @@ pub enum Error {
     NoProbes,
     /// A function named by a probe is not in the kernel's BTF.
     #[error(
-        "unknown kernel function `{function}` (probe at {location}): it is not in this \
+        "unknown kernel function `{function}` (probe at {location}): {} in this \
          kernel's BTF{}",
+        if crate::denylist::is_pattern(function) { "the pattern matches no function" } else { "it is not" },
         suggest(suggestions)
     )]
     UnknownFunction {
@@ -58,6 +59,28 @@ pub enum Error {
         location: &'static str,
         /// Real functions with close names.
         suggestions: Vec<String>,
+    },
+    /// A probe names a function on kspan's deny list.
+    #[error("`{function}` (probe at {location}) is on kspan's deny list: {reason}")]
+    Denied {
+        /// The kernel function.
+        function: String,
+        /// Where the probe is declared.
+        location: &'static str,
+        /// Why it must not be traced.
+        reason: &'static str,
+    },
+    /// A function is in BTF but the kernel cannot trace it.
+    #[error(
+        "`{function}` (probe at {location}) cannot be traced: it is absent from \
+         available_filter_functions (inlined into its callers, or marked notrace); trace \
+         a caller or a callee instead"
+    )]
+    NotTraceable {
+        /// The kernel function.
+        function: String,
+        /// Where the probe is declared.
+        location: &'static str,
     },
     /// A syscall source names a system call this kernel has no tracepoints for.
     #[error(

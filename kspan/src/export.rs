@@ -334,7 +334,7 @@ pub fn process<T: Tracer>(
     attributes.push(KeyValue::new(attributes::PROCESS_PID, i64::from(rec.pid)));
 
     let mut span = KernelSpan {
-        name: Cow::Borrowed(spec.function),
+        name: Cow::Borrowed(plan.function),
         trace_id: TraceId::from_bytes(rec.trace_id),
         span_id: SpanId::from(rec.span_id),
         parent_span_id: (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),

@@ -71,6 +71,7 @@ pub mod btf;
 pub mod capabilities;
 mod caps;
 pub mod clock;
+pub mod denylist;
 mod errno;
 mod error;
 pub mod export;

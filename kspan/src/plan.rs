@@ -7,12 +7,13 @@
 //! loaded until every probe has planned, so a typo never leaves half the
 //! probes attached.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use kspan_bpf::types::{kspan_capture, kspan_config, kspan_record};
 use opentelemetry::Key;
 
 use crate::btf::{Btf, FuncSignature, KernelType, TypeClass};
+use crate::denylist;
 use crate::error::{Error, Result};
 use crate::fieldpath::{self, Step};
 use crate::probe::{LenSource, Mode, ParamSpec, Probe, ProbeSpec};
@@ -58,6 +59,8 @@ pub struct CapturePlan {
 pub struct ProbePlan {
     /// The probe.
     pub probe: &'static Probe,
+    /// The kernel function (one match of a pattern such as `vfs_*`).
+    pub function: &'static str,
     /// The kernel function's BTF signature.
     pub signature: FuncSignature,
     /// One per handler parameter other than `ret` and `span`, in order.
@@ -73,7 +76,7 @@ pub struct ProbePlan {
 impl ProbePlan {
     /// The kernel function.
     pub fn function(&self) -> &'static str {
-        self.probe.spec.function
+        self.function
     }
 
     /// The attach mode.
@@ -99,30 +102,106 @@ impl ProbePlan {
     }
 }
 
-/// Plans every probe; fails on the first probe that cannot work, before
-/// anything touches the kernel.
-pub fn plan_all(
-    btf: &Btf,
-    probes: &[&'static Probe],
-    syscalls: &SyscallFormats,
-) -> Result<Vec<ProbePlan>> {
+/// What planning needs besides BTF, read from the system by the runtime.
+#[derive(Debug, Default)]
+pub struct PlanInputs {
+    /// The `sys_enter_<name>` formats of the syscall sources.
+    pub syscalls: SyscallFormats,
+    /// The functions the kernel can trace (`available_filter_functions`),
+    /// when it could be read: a function missing there is inlined or notrace.
+    pub traceable: Option<HashSet<String>>,
+}
+
+/// The plans, and the functions a pattern matched but that are not traced.
+#[derive(Debug)]
+pub struct PlanSet {
+    /// One plan per traced function.
+    pub plans: Vec<ProbePlan>,
+    /// `(function, why)` for each match left out: deny list, notrace, inlined.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Plans every probe, expanding patterns (`vfs_*`); fails on the first probe
+/// that cannot work, before anything touches the kernel.
+pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Result<PlanSet> {
     if probes.is_empty() {
         return Err(Error::NoProbes);
     }
+    let mut set = PlanSet {
+        plans: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for &probe in probes {
+        let spec = &probe.spec;
+        if spec.mode == Mode::Syscall {
+            set.plans
+                .push(plan_probe_with(btf, probe, &inputs.syscalls)?);
+            continue;
+        }
+        if !denylist::is_pattern(spec.function) {
+            if let Some(reason) = denylist::denied(spec.function) {
+                return Err(Error::Denied {
+                    function: spec.function.to_owned(),
+                    location: spec.location,
+                    reason,
+                });
+            }
+            if let Some(traceable) = &inputs.traceable {
+                if btf.function(spec.function).is_some() && !traceable.contains(spec.function) {
+                    return Err(Error::NotTraceable {
+                        function: spec.function.to_owned(),
+                        location: spec.location,
+                    });
+                }
+            }
+            set.plans
+                .push(plan_probe_with(btf, probe, &inputs.syscalls)?);
+            continue;
+        }
+        let mut matches: Vec<&str> = btf
+            .function_names()
+            .filter(|name| denylist::glob_match(spec.function, name))
+            .collect();
+        matches.sort_unstable();
+        if matches.is_empty() {
+            return Err(Error::UnknownFunction {
+                function: spec.function.to_owned(),
+                location: spec.location,
+                suggestions: Vec::new(),
+            });
+        }
+        for name in matches {
+            if let Some(reason) = denylist::denied(name) {
+                set.skipped
+                    .push((name.to_owned(), format!("deny list: {reason}")));
+                continue;
+            }
+            if let Some(traceable) = &inputs.traceable {
+                if !traceable.contains(name) {
+                    set.skipped.push((
+                        name.to_owned(),
+                        "not traceable: inlined or notrace (absent from available_filter_functions)"
+                            .to_owned(),
+                    ));
+                    continue;
+                }
+            }
+            set.plans
+                .push(plan_function(btf, probe, intern(name), &inputs.syscalls)?);
+        }
+    }
     let mut seen: HashMap<&str, &'static str> = HashMap::new();
-    for p in probes {
-        if let Some(first) = seen.insert(p.spec.function, p.spec.location) {
+    for plan in &set.plans {
+        let location = plan.probe.spec.location;
+        if let Some(first) = seen.insert(plan.function, location) {
             return Err(Error::DuplicateProbe {
-                function: p.spec.function.to_owned(),
+                function: plan.function.to_owned(),
                 first,
-                second: p.spec.location,
+                second: location,
             });
         }
     }
-    probes
-        .iter()
-        .map(|p| plan_probe_with(btf, p, syscalls))
-        .collect()
+    Ok(set)
 }
 
 /// The `sys_enter_<name>` tracepoint formats of the syscall sources, by
@@ -151,8 +230,17 @@ pub fn plan_probe_with(
     probe: &'static Probe,
     syscalls: &SyscallFormats,
 ) -> Result<ProbePlan> {
+    plan_function(btf, probe, probe.spec.function, syscalls)
+}
+
+/// Plans `probe` on `function` (the probe's own, or one match of its pattern).
+fn plan_function(
+    btf: &Btf,
+    probe: &'static Probe,
+    function: &'static str,
+    syscalls: &SyscallFormats,
+) -> Result<ProbePlan> {
     let spec = &probe.spec;
-    let function = spec.function;
     let signature = if spec.mode == Mode::Syscall {
         syscalls
             .get(function)
@@ -239,6 +327,7 @@ pub fn plan_probe_with(
     let record_size = (header + data_used).next_multiple_of(8) as u32;
     Ok(ProbePlan {
         probe,
+        function,
         signature,
         captures,
         nr_args: nr_args as u32,
@@ -253,7 +342,7 @@ fn capture_source(
     signature: &FuncSignature,
     param: &ParamSpec,
 ) -> Result<Source> {
-    let function = spec.function;
+    let function = signature.name.as_str();
     if let (Some(_), Mode::Syscall) = (param.path, spec.mode) {
         return Err(Error::Capture {
             function: function.to_owned(),
@@ -323,7 +412,7 @@ fn plan_capture(
     data_used: &mut usize,
     nr_args: &mut usize,
 ) -> Result<CapturePlan> {
-    let function = spec.function;
+    let function = signature.name.as_str();
     let fail = |reason: String| Error::Capture {
         function: function.to_owned(),
         parameter: param.name.to_owned(),
@@ -881,12 +970,72 @@ mod tests {
 
     #[test]
     fn duplicates_and_empty_sets_are_refused() {
-        let none = SyscallFormats::new();
+        let none = PlanInputs::default();
         assert!(matches!(plan_all(&btf(), &[], &none), Err(Error::NoProbes)));
         assert!(matches!(
             plan_all(&btf(), &[&count_and_ret, &read_entry], &none),
             Err(Error::DuplicateProbe { .. })
         ));
+    }
+
+    #[kernel_span("vfs_*")]
+    fn every_vfs_file(file: u64, ret: i64) {}
+
+    #[kernel_span("vfs_*")]
+    fn every_vfs_count(count: usize) {}
+
+    #[kernel_span("nothing_*")]
+    fn matches_nothing() {}
+
+    #[kernel_span("_raw_spin_lock")]
+    fn denied_lock() {}
+
+    #[test]
+    fn patterns_expand_to_every_match_and_check_each() {
+        let set = plan_all(&btf(), &[&every_vfs_file], &PlanInputs::default()).unwrap();
+        let functions: Vec<&str> = set.plans.iter().map(|p| p.function()).collect();
+        assert_eq!(functions, ["vfs_read", "vfs_write"]);
+        assert!(set.skipped.is_empty());
+        let msg = plan_all(&btf(), &[&every_vfs_count], &PlanInputs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("`vfs_write` has no parameter `count`"),
+            "{msg}"
+        );
+        let msg = plan_all(&btf(), &[&matches_nothing], &PlanInputs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("the pattern matches no function"), "{msg}");
+    }
+
+    #[test]
+    fn the_deny_list_is_enforced_and_untraceable_matches_are_reported() {
+        let msg = plan_all(&btf(), &[&denied_lock], &PlanInputs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("`_raw_spin_lock`"), "{msg}");
+        assert!(msg.contains("deny list: locking primitives"), "{msg}");
+        let inputs = PlanInputs {
+            traceable: Some(["vfs_read".to_owned()].into_iter().collect()),
+            ..PlanInputs::default()
+        };
+        let set = plan_all(&btf(), &[&every_vfs_file], &inputs).unwrap();
+        assert_eq!(set.plans.len(), 1);
+        assert_eq!(set.skipped[0].0, "vfs_write");
+        assert!(set.skipped[0].1.contains("inlined or notrace"));
+        let msg = plan_all(
+            &btf(),
+            &[&strings_and_buffers],
+            &PlanInputs {
+                traceable: Some(Default::default()),
+                ..PlanInputs::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(msg.contains("`vfs_read` (probe at"), "{msg}");
+        assert!(msg.contains("cannot be traced"), "{msg}");
     }
 
     #[kernel_span("vfs_read")]

@@ -31,7 +31,7 @@ use crate::caps;
 use crate::clock::ClockOffset;
 use crate::error::{Error, Result};
 use crate::export::{parse_record, process, Outcome};
-use crate::plan::{plan_all, ProbePlan, SyscallFormats};
+use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan, SyscallFormats};
 use crate::probe::{Mode, Probe};
 
 /// Where the running kernel publishes its BTF.
@@ -152,7 +152,18 @@ impl KspanBuilder {
             source,
         })?;
         let syscalls = read_syscall_formats(&self.probes)?;
-        let plans = plan_all(&btf, &self.probes, &syscalls)?;
+        let inputs = PlanInputs {
+            syscalls,
+            traceable: read_traceable_functions(),
+        };
+        let PlanSet { plans, skipped } = plan_all(&btf, &self.probes, &inputs)?;
+        for (function, why) in &skipped {
+            tracing::info!(
+                function = function.as_str(),
+                reason = why.as_str(),
+                "kspan skips a match"
+            );
+        }
         drop(btf);
         caps::check_tracing_caps(caps::effective())
             .map_err(|have| Error::MissingPrivileges { have })?;
@@ -165,7 +176,12 @@ impl KspanBuilder {
         let mut loaded = Loaded::default();
         let capabilities = KernelCapabilities::get();
         let mut decisions = Vec::with_capacity(plans.len());
+        let total = plans.len();
         for (probe_id, plan) in plans.iter().enumerate() {
+            // A progress line for large sets (patterns): every tenth.
+            if total >= 20 && probe_id % (total / 10) == 0 {
+                tracing::info!(attached = probe_id, total, "kspan attaching");
+            }
             let decision = self.attach_one(
                 &mut loaded,
                 plan,
@@ -193,8 +209,11 @@ impl KspanBuilder {
         let (stop_tx, stop_rx) = watch::channel(false);
         let consumer = Consumer::new(ring, &runtime)?;
         let task = runtime.spawn(consumer.run(stop_rx));
+        // Record from now on: the consumer is running.
+        loaded.set_enabled(true)?;
         Ok(Kspan {
             decisions,
+            skipped,
             loaded,
             provider: self.provider,
             stats,
@@ -255,7 +274,10 @@ impl Loaded {
                 if let Some(shared) = first.maps().find(|m| m.name().to_string_lossy() == name) {
                     if matches!(
                         name.as_str(),
-                        names::EVENTS_MAP | names::STACKS_MAP | names::COUNTERS_MAP
+                        names::EVENTS_MAP
+                            | names::STACKS_MAP
+                            | names::COUNTERS_MAP
+                            | names::CONTROL_MAP
                     ) {
                         map.reuse_fd(shared.as_fd())
                             .map_err(|e| load_err(e, None))?;
@@ -349,6 +371,26 @@ impl Loaded {
             })?;
         builder.build().map_err(|source| Error::Map {
             map: names::EVENTS_MAP,
+            source,
+        })
+    }
+
+    /// Turns recording on or off in every program at once.
+    fn set_enabled(&self, on: bool) -> Result<()> {
+        let Some(first) = self.first() else {
+            return Ok(());
+        };
+        let map = first
+            .maps()
+            .find(|m| m.name() == names::CONTROL_MAP)
+            .expect("the object has its switch");
+        map.update(
+            &0u32.to_ne_bytes(),
+            &u32::from(on).to_ne_bytes(),
+            MapFlags::ANY,
+        )
+        .map_err(|source| Error::Map {
+            map: names::CONTROL_MAP,
             source,
         })
     }
@@ -531,6 +573,20 @@ fn read_syscall_formats(probes: &[&'static Probe]) -> Result<SyscallFormats> {
         }
     }
     Ok(formats)
+}
+
+/// The functions the kernel can trace, from tracefs, when readable (it is
+/// not where the function tracer is locked down; then nothing is ruled out
+/// here and the attach says what the kernel refuses).
+fn read_traceable_functions() -> Option<std::collections::HashSet<String>> {
+    let path = std::path::Path::new(crate::syscall::TRACEFS).join("available_filter_functions");
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(
+        text.lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 fn mount_tracefs(at: &std::path::Path) -> Result<()> {
@@ -729,6 +785,7 @@ impl Stats {
 /// Running kspan. Dropping it detaches every probe.
 pub struct Kspan {
     decisions: Vec<AttachDecision>,
+    skipped: Vec<(String, String)>,
     loaded: Loaded,
     provider: SdkTracerProvider,
     stats: Arc<Counters>,
@@ -755,6 +812,12 @@ impl Kspan {
             all_processes: false,
             disabled: Vec::new(),
         }
+    }
+
+    /// Functions a pattern matched that are not traced, each with why
+    /// (deny list, inlined or notrace).
+    pub fn skipped(&self) -> &[(String, String)] {
+        &self.skipped
     }
 
     /// How each probe was attached, and why other mechanisms were not used.

@@ -47,6 +47,18 @@ struct {
 	__type(value, __u64);
 } kspan_counters SEC(".maps");
 
+/*
+ * One switch: 0 until user space is ready to consume, so the process's own
+ * calls while it loads the other probes (libbpf reads BTF with vfs_read) do
+ * not flood the ring buffer before anyone reads it. One entry.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} kspan_control SEC(".maps");
+
 /* Keeps the record layout in the object's BTF for the Rust skeleton. */
 struct kspan_record kspan_record_layout SEC(".bss.layout");
 
@@ -74,8 +86,12 @@ static __always_inline void kspan_count(__u32 counter)
 static __always_inline int kspan_wanted(void)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 zero = 0, *enabled;
 
-	return !kspan_cfg.target_tgid || tgid == kspan_cfg.target_tgid;
+	if (kspan_cfg.target_tgid && tgid != kspan_cfg.target_tgid)
+		return 0;
+	enabled = bpf_map_lookup_elem(&kspan_control, &zero);
+	return enabled && *enabled;
 }
 
 static __always_inline __u64 kspan_new_id(void)

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Kernel functions kspan never traces, and why.
+//!
+//! Tracing some functions breaks the tracer or the kernel: the BPF and
+//! tracing machinery kspan's own programs run on (recursion), the locking,
+//! RCU and preemption primitives the trampolines and kprobes themselves call,
+//! and code that runs where a probe cannot (NMI, the scheduler's switch).
+//! The list is enforced: a probe naming one of these fails to start with the
+//! reason; a pattern (`vfs_*`) skips them and reports each one skipped.
+
+/// Groups of patterns, each with the reason.
+pub const DENY_LIST: &[(&[&str], &str)] = &[
+    (
+        &["bpf_*", "__bpf_*", "*_bpf_*", "btf_*"],
+        "the BPF machinery kspan's own programs run on: tracing it recurses into itself",
+    ),
+    (
+        &[
+            "ftrace_*",
+            "__ftrace_*",
+            "*fentry*",
+            "*kprobe*",
+            "*rethook*",
+            "*fprobe*",
+            "perf_*",
+            "trace_*",
+            "__trace_*",
+        ],
+        "the tracing infrastructure that attaches and runs probes",
+    ),
+    (
+        &["rcu_*", "__rcu_*", "*_rcu_*"],
+        "RCU, which trampolines and kprobes use on every hit",
+    ),
+    (
+        &[
+            "_raw_spin_*",
+            "*spin_lock*",
+            "*spin_unlock*",
+            "*_raw_read_*",
+            "*_raw_write_*",
+            "queued_*",
+            "native_queued_*",
+            "lock_acquire",
+            "lock_release",
+        ],
+        "locking primitives called on the tracing path: probing them deadlocks or recurses",
+    ),
+    (
+        &[
+            "preempt_*",
+            "__preempt_*",
+            "migrate_disable",
+            "migrate_enable",
+            "irq_enter*",
+            "irq_exit*",
+            "*_irqs_*",
+        ],
+        "preemption and interrupt bookkeeping done by the probes themselves",
+    ),
+    (
+        &[
+            "*nmi*",
+            "do_int3*",
+            "exc_*",
+            "asm_exc_*",
+            "do_debug",
+            "poke_int3_handler",
+        ],
+        "exception and NMI context, where a probe must not run",
+    ),
+    (
+        &[
+            "schedule",
+            "__schedule",
+            "context_switch",
+            "finish_task_switch*",
+            "__switch_to*",
+        ],
+        "the scheduler's switch: a span opened there ends on another task",
+    ),
+];
+
+/// Whether `name` matches the shell-style `pattern` (`*` any run, `?` one
+/// character).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let (mut pi, mut ni) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// Whether `text` is a pattern rather than one function name.
+pub fn is_pattern(text: &str) -> bool {
+    text.contains(['*', '?'])
+}
+
+/// Why `function` must not be traced, if it is on the list.
+pub fn denied(function: &str) -> Option<&'static str> {
+    DENY_LIST
+        .iter()
+        .find(|(patterns, _)| patterns.iter().any(|p| glob_match(p, function)))
+        .map(|(_, reason)| *reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("vfs_*", "vfs_read"));
+        assert!(glob_match("vfs_*", "vfs_"));
+        assert!(!glob_match("vfs_*", "xvfs_read"));
+        assert!(glob_match("*read*", "vfs_readv"));
+        assert!(glob_match("vfs_rea?", "vfs_read"));
+        assert!(!glob_match("vfs_rea?", "vfs_readv"));
+        assert!(glob_match("vfs_read", "vfs_read"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("a*b*c", "abx"));
+        assert!(glob_match("a*b*c", "aXbYc"));
+        assert!(is_pattern("vfs_*") && !is_pattern("vfs_read"));
+    }
+
+    #[test]
+    fn the_deny_list_holds_what_breaks_tracing() {
+        for f in [
+            "bpf_ringbuf_reserve",
+            "rcu_read_unlock_strict",
+            "_raw_spin_lock",
+            "preempt_count_add",
+            "ftrace_ops_list_func",
+            "__schedule",
+            "kprobe_ftrace_handler",
+            "default_do_nmi",
+        ] {
+            assert!(denied(f).is_some(), "{f}");
+        }
+        for f in [
+            "vfs_read",
+            "ksys_read",
+            "tcp_sendmsg",
+            "do_sys_openat2",
+            "filemap_read",
+        ] {
+            assert_eq!(denied(f), None, "{f}");
+        }
+        assert!(denied("bpf_map_lookup_elem").unwrap().contains("recurses"));
+    }
+}
