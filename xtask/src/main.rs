@@ -65,6 +65,8 @@ commands:
       --kernels K1,K2   same, comma separated
       --timeout SECS    per VM
   demo [--kernel K]     run kspan-receive -- examples/quickstart in the VM
+  bench [--kernel K] [--rounds N]
+                        attach+detach of every vfs_* function: kspan vs bpftrace
 ";
 
 fn main() -> ExitCode {
@@ -78,6 +80,7 @@ fn main() -> ExitCode {
         "vm" => vm::command(rest),
         "test" => tasks::test(rest),
         "demo" => tasks::demo(rest),
+        "bench" => tasks::bench(rest),
         "__guest-relay" => relay::guest_relay(rest),
         "__host-connect" => relay::host_connect(rest),
         "help" | "-h" | "--help" => {

@@ -272,6 +272,89 @@ pub fn demo(args: &[String]) -> Result<u8> {
     vm::run_vm(&opts, &cmd, &repo_root())
 }
 
+/// `cargo xtask bench [--kernel K] [--rounds N]`: attach + detach of every
+/// `vfs_*` function, whole process, kspan against bpftrace, side by side in
+/// one guest run; prints each figure (median of the rounds) and the ratios.
+pub fn bench(args: &[String]) -> Result<u8> {
+    let mut opts = VmOptions {
+        otlp_forward: false,
+        ..VmOptions::default()
+    };
+    let mut rounds = 3u32;
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(v) = opt_value(args, &mut i, "--kernel")? {
+            opts.kernel = KernelSpec::parse(&v)?;
+        } else if let Some(v) = opt_value(args, &mut i, "--rounds")? {
+            rounds = v
+                .parse()
+                .ok()
+                .filter(|r| *r > 0)
+                .ok_or_else(|| anyhow::anyhow!("--rounds: `{v}` is not a positive number"))?;
+        } else {
+            bail!("unknown bench option {}", args[i]);
+        }
+    }
+    crate::deps::ensure()?;
+    run(cargo().args(["build", "--release", "-p", EXAMPLES_PKG, "--example", "attach_many"]))?;
+    let target = Metadata::load()?.target_dir;
+    let example = target.join("release/examples/attach_many");
+    let ex = path_arg(&example);
+    let out = target.join("kspan-vm/bench.out");
+    let _ = std::fs::remove_file(&out);
+    let out_arg = path_arg(&out);
+    let script = format!(
+        r#"exec > {out_arg} 2>&1
+t() {{ name=$1; shift; s=$(date +%s%N); "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; e=$(date +%s%N); echo "BENCH $name $(( (e - s) / 1000000 ))"; }}
+for r in $(seq {rounds}); do
+  t bpftrace_begin bpftrace -e 'BEGIN {{ exit(); }}'
+  t bpftrace_kfunc bpftrace -e 'kfunc:vfs_* {{ }} BEGIN {{ exit(); }}'
+  t kspan_fexit {ex} fexit
+  t bpftrace_kprobe bpftrace -e 'kprobe:vfs_* {{ }} BEGIN {{ exit(); }}'
+  t kspan_kretprobe {ex} kretprobe
+done
+{ex} fexit"#
+    );
+    let status = vm::run_vm(&opts, &["sh".to_string(), "-c".to_string(), script], &repo_root())?;
+    let output = std::fs::read_to_string(&out).unwrap_or_default();
+    if status != 0 {
+        print!("{output}");
+        bail!("the benchmark failed in the guest (exit status {status})");
+    }
+    let mut figures: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for line in output.lines() {
+        if let Some(rest) = line.strip_prefix("BENCH ") {
+            let mut parts = rest.split_whitespace();
+            if let (Some(name), Some(ms)) = (parts.next(), parts.next().and_then(|m| m.parse().ok())) {
+                figures.entry(name.to_owned()).or_default().push(ms);
+            }
+        } else {
+            println!("{line}");
+        }
+    }
+    let median = |name: &str| -> Result<f64> {
+        let mut v = figures.get(name).cloned().unwrap_or_default();
+        if v.is_empty() {
+            bail!("no figure for {name}: the guest run failed (see above)");
+        }
+        v.sort_unstable();
+        Ok(v[v.len() / 2] as f64)
+    };
+    println!("attach + detach of every vfs_* function, whole process, median of {rounds} rounds ({}):", opts.kernel.name());
+    for name in ["bpftrace_begin", "bpftrace_kfunc", "kspan_fexit", "bpftrace_kprobe", "kspan_kretprobe"] {
+        println!("  {name:<16} {:>8.0} ms", median(name)?);
+    }
+    println!(
+        "  ratio  kspan fexit / bpftrace kfunc       {:.2}x (target <= 0.5x)",
+        median("kspan_fexit")? / median("bpftrace_kfunc")?
+    );
+    println!(
+        "  ratio  kspan kretprobe / bpftrace kprobe  {:.2}x (target <= 1.0x)",
+        median("kspan_kretprobe")? / median("bpftrace_kprobe")?
+    );
+    Ok(0)
+}
+
 fn path_arg(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
