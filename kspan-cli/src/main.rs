@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! `kspan`: what this kernel offers for tracing, which functions it can
+//! trace, and a ready-to-paste `#[kspan::kernel_span]` handler for one.
+//!
+//! ```text
+//! kspan doctor                      # the mechanisms, each with its status and errno
+//! kspan list 'vfs_rea*'             # kernel functions from BTF, with C signatures
+//! kspan list --syscalls 'open*'     # syscall sources, with their arguments
+//! kspan gen vfs_read                # a handler with the Rust types kspan accepts
+//! kspan gen --syscall openat
+//! ```
+//!
+//! # Why it is shaped this way
+//!
+//! * **Three questions, in the order they come up.** Before writing a probe
+//!   one asks whether tracing works here at all (`doctor`), what can be
+//!   traced (`list`), and what to write (`gen`). Each is one subcommand, so
+//!   there is no configuration and nothing to remember between runs.
+//! * **The same sources as the runtime.** `doctor` prints
+//!   [`kspan::KernelCapabilities`], the record `auto` mode decides from, so
+//!   the report and what `start` does cannot disagree. `list` and `gen` read
+//!   the kernel's BTF at [`kspan::KERNEL_BTF`] and the tracefs formats that
+//!   kspan plans against, so every name and type printed is this kernel's.
+//! * **A report is not a failure.** `doctor` exits 0 when features are
+//!   missing: that is its answer. Exit 1 is kept for "could not do what was
+//!   asked" (nothing matched, BTF unreadable, unknown function, output
+//!   closed), exit 2 for a command line that does not parse, with the usage.
+//!   Every error names the thing at fault and the fix.
+//! * **Generated code is accepted as generated.** `gen` maps kernel types to
+//!   the Rust types kspan's checker accepts (same width and signedness,
+//!   `usize`/`isize` for `size_t`/`ssize_t`, `*const u8` for pointers), and
+//!   writes what no register capture can read (structs by value, parameters
+//!   past the sixth, names a handler cannot use) as `// not captured` lines
+//!   rather than dropping it silently. The layout is rustfmt's, so pasted
+//!   code survives `cargo fmt`. `tests/generated.rs` holds pasted output and
+//!   plans it against this kernel's BTF.
+//! * **Pure code apart.** Glob matching, the type mapping and all rendering
+//!   are in [`render`], tested on hand-built signatures; this file only reads
+//!   the system and prints. Arguments are parsed by hand: three subcommands
+//!   with a flag or two do not need a parser, and the crate depends on
+//!   `kspan` and std only.
+
+mod render;
+
+use std::ffi::OsString;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use kspan::btf::Btf;
+use kspan::{Feature, KernelCapabilities, Mode};
+
+use render::{Target, MAX_ARGS};
+
+/// The usage text, for `kspan help` and after a usage error.
+const USAGE: &str = "\
+kspan: kernel calls as OpenTelemetry spans. What this kernel offers, which
+functions it can trace, and handlers to paste.
+
+Usage:
+  kspan doctor                     what this kernel offers for tracing, and which modes work
+  kspan list [PATTERN]             kernel functions in BTF matching PATTERN, with C signatures
+  kspan list --syscalls [PATTERN]  system calls usable as syscall sources, with their arguments
+  kspan gen FUNCTION [--mode MODE] a #[kspan::kernel_span] handler for a kernel function
+  kspan gen --syscall NAME         a handler for a system call (its tracepoints)
+  kspan help                       this text (also -h, --help)
+  kspan --version
+
+PATTERN is a shell glob: `*` matches any run of characters, `?` one character;
+without a wildcard it matches one name exactly. Quote it for the shell. The
+default is `*`.
+
+MODE is one of auto (the default: fexit, else kretprobe), fentry, fexit, kprobe,
+kretprobe; fentry and kprobe see no return value.
+
+Exit status: 0 done, 1 failed (nothing matched, BTF unreadable, unknown name),
+2 usage error.
+";
+
+/// Why a command did not succeed.
+#[derive(Debug)]
+enum Failure {
+    /// The command line is wrong: exit 2, with the usage.
+    Usage(String),
+    /// The command could not do what was asked: exit 1.
+    Failed(String),
+    /// Standard output was closed early (`kspan list | head`): stop quietly.
+    OutputClosed,
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            Failure::OutputClosed
+        } else {
+            Failure::Failed(format!("cannot write to standard output: {e}"))
+        }
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match args_to_strings(args).and_then(|args| run(&args)) {
+        Ok(()) | Err(Failure::OutputClosed) => ExitCode::SUCCESS,
+        Err(Failure::Usage(message)) => {
+            report(&format!("kspan: {message}\n\n{USAGE}"));
+            ExitCode::from(2)
+        }
+        Err(Failure::Failed(message)) => {
+            report(&format!("kspan: {message}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes to standard error; if even that fails there is no one to tell.
+fn report(message: &str) {
+    let _ = writeln!(io::stderr().lock(), "{}", message.trim_end());
+}
+
+fn args_to_strings(args: Vec<OsString>) -> Result<Vec<String>, Failure> {
+    args.into_iter()
+        .map(|a| {
+            a.into_string().map_err(|a| {
+                Failure::Usage(format!(
+                    "argument {a:?} is not valid UTF-8; kernel function names are ASCII"
+                ))
+            })
+        })
+        .collect()
+}
+
+fn run(args: &[String]) -> Outcome {
+    let Some((command, rest)) = args.split_first() else {
+        return print(USAGE);
+    };
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        return print(USAGE);
+    }
+    match command.as_str() {
+        "help" | "--help" | "-h" => print(USAGE),
+        "--version" | "-V" => print(&format!("kspan {}\n", env!("CARGO_PKG_VERSION"))),
+        "doctor" => {
+            if let Some(extra) = rest.first() {
+                return Err(Failure::Usage(format!(
+                    "`kspan doctor` takes no arguments; remove `{extra}`"
+                )));
+            }
+            doctor()
+        }
+        "list" => list(rest),
+        "gen" => generate(rest),
+        other => Err(Failure::Usage(format!(
+            "unknown command `{other}`: use `doctor`, `list` or `gen`"
+        ))),
+    }
+}
+
+fn print(text: &str) -> Outcome {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- doctor
+
+fn doctor() -> Outcome {
+    let release = match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+        Ok(text) => text.trim().to_owned(),
+        Err(e) => format!("unknown (cannot read /proc/sys/kernel/osrelease: {e})"),
+    };
+    let caps = KernelCapabilities::probe();
+    let features: [(&str, &Feature); 6] = [
+        ("btf", &caps.btf),
+        ("privileges", &caps.privileges),
+        ("trampolines", &caps.trampolines),
+        ("kprobes", &caps.kprobes),
+        ("kprobe_multi", &caps.kprobe_multi),
+        ("tracepoints", &caps.tracepoints),
+    ];
+    let mut text = format!("kernel {release}\n\nmechanisms:\n");
+    for (name, feature) in features {
+        text.push_str(&format!("  {name:<13} {feature}\n"));
+    }
+
+    // What each mode needs besides its mechanism: BTF to plan the probes
+    // against, and the privileges to load BPF programs.
+    let common: [(&str, &Feature); 2] = [("btf", &caps.btf), ("privileges", &caps.privileges)];
+    let verdict = |mechanism: (&str, &Feature)| -> Result<(), String> {
+        let missing: Vec<&str> = common
+            .iter()
+            .chain([&mechanism])
+            .filter(|(_, f)| !f.is_available())
+            .map(|(name, _)| *name)
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("no ({} unavailable)", missing.join(", ")))
+        }
+    };
+    let trampolines = verdict(("trampolines", &caps.trampolines));
+    let kprobes = verdict(("kprobes", &caps.kprobes));
+    // kspan mounts tracefs itself when a syscall source needs it.
+    let tracefs = Path::new(kspan::syscall::TRACEFS);
+    let unmounted = !caps.tracepoints.is_available()
+        && tracefs.is_dir()
+        && !tracefs.join("events").exists();
+    let syscalls = if unmounted {
+        verdict(("tracepoints", &Feature::Available))
+    } else {
+        verdict(("tracepoints", &caps.tracepoints))
+    };
+    let yes_no = |v: &Result<(), String>| match v {
+        Ok(()) => "yes".to_owned(),
+        Err(no) => no.clone(),
+    };
+    text.push_str("\nmodes:\n");
+    text.push_str(&format!("  fexit/fentry: {}\n", yes_no(&trampolines)));
+    text.push_str(&format!("  kprobe/kretprobe: {}\n", yes_no(&kprobes)));
+    text.push_str(&format!(
+        "  syscall sources: {}\n",
+        match &syscalls {
+            Ok(()) if unmounted => format!(
+                "yes, once tracefs is mounted (kspan mounts it at start; by hand: \
+                 `mount -t tracefs tracefs {}`)",
+                kspan::syscall::TRACEFS
+            ),
+            other => yes_no(other),
+        }
+    ));
+    let auto = if trampolines.is_ok() {
+        "would use fexit".to_owned()
+    } else if kprobes.is_ok() {
+        "would use kretprobe (no trampolines)".to_owned()
+    } else if syscalls.is_ok() {
+        "nothing works for kernel functions; use syscall sources \
+         (`kspan list --syscalls`, `kspan gen --syscall NAME`)"
+            .to_owned()
+    } else {
+        "nothing works for kernel functions, and syscall sources do not work either".to_owned()
+    };
+    text.push_str(&format!("  auto: {auto}\n"));
+    print(&text)
+}
+
+// ---------------------------------------------------------------- list
+
+fn list(args: &[String]) -> Outcome {
+    let mut syscalls = false;
+    let mut pattern: Option<&str> = None;
+    for arg in args {
+        match arg.as_str() {
+            "--syscalls" => syscalls = true,
+            flag if flag.starts_with('-') && flag.len() > 1 => {
+                return Err(Failure::Usage(format!(
+                    "unknown option `{flag}` for `kspan list`: the only option is `--syscalls`"
+                )))
+            }
+            p => {
+                if let Some(first) = pattern {
+                    return Err(Failure::Usage(format!(
+                        "`kspan list` takes one pattern, got `{first}` and `{p}`; quote a \
+                         pattern with `*` so the shell does not expand it"
+                    )));
+                }
+                pattern = Some(p);
+            }
+        }
+    }
+    let pattern = pattern.unwrap_or("*");
+    if syscalls {
+        list_syscalls(pattern)
+    } else {
+        list_functions(pattern)
+    }
+}
+
+fn list_functions(pattern: &str) -> Outcome {
+    let btf = read_btf()?;
+    let mut names: Vec<&str> = btf
+        .function_names()
+        .filter(|name| render::glob_match(pattern, name))
+        .collect();
+    if names.is_empty() {
+        return Err(no_match(
+            "kernel function",
+            pattern,
+            btf.function_names(),
+            "kspan list",
+        ));
+    }
+    names.sort_unstable();
+    let mut out = BufWriter::new(io::stdout().lock());
+    for name in &names {
+        if let Some(sig) = btf.function(name) {
+            writeln!(out, "{}", render::c_signature(&sig))?;
+        }
+    }
+    out.flush()?;
+    report(&format!(
+        "{} of {} kernel functions match `{pattern}`",
+        names.len(),
+        btf.function_count()
+    ));
+    Ok(())
+}
+
+fn list_syscalls(pattern: &str) -> Outcome {
+    let names = syscall_names()?;
+    let mut matching: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|name| render::glob_match(pattern, name))
+        .collect();
+    if matching.is_empty() {
+        return Err(no_match(
+            "system call",
+            pattern,
+            names.iter().map(String::as_str),
+            "kspan list --syscalls",
+        ));
+    }
+    matching.sort_unstable();
+    let mut out = BufWriter::new(io::stdout().lock());
+    for name in &matching {
+        let path = enter_format_path(name);
+        let line = match std::fs::read_to_string(&path) {
+            Ok(text) => match kspan::syscall::parse_enter_format(&text) {
+                Some(args) => {
+                    let args: Vec<String> = args
+                        .iter()
+                        .map(|(arg, ctype)| render::c_declaration(ctype, arg))
+                        .collect();
+                    let args = if args.is_empty() {
+                        "void".to_owned()
+                    } else {
+                        args.join(", ")
+                    };
+                    format!("long {name}({args})")
+                }
+                None => format!("long {name}(?) (cannot parse {})", path.display()),
+            },
+            Err(e) => format!("long {name}(?) (cannot read {}: {e})", path.display()),
+        };
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    report(&format!(
+        "{} of {} system calls match `{pattern}`",
+        matching.len(),
+        names.len()
+    ));
+    Ok(())
+}
+
+/// The error for a pattern that matched nothing, with close names.
+fn no_match<'a>(
+    what: &str,
+    pattern: &str,
+    names: impl Iterator<Item = &'a str>,
+    command: &str,
+) -> Failure {
+    let literal: String = pattern.chars().filter(|c| !matches!(c, '*' | '?')).collect();
+    let suggestions = render::closest_names(names, &literal, 5);
+    let mut message = format!("no {what} matches `{pattern}`");
+    if suggestions.is_empty() {
+        message.push_str(&format!(
+            "; `{command} '*{literal}*'` lists names that contain `{literal}`"
+        ));
+    } else {
+        message.push_str(&render::did_you_mean(&suggestions));
+    }
+    if !render::has_wildcard(pattern) {
+        message.push_str(" (a pattern without `*` or `?` matches one name exactly)");
+    }
+    Failure::Failed(message)
+}
+
+// ---------------------------------------------------------------- gen
+
+fn generate(args: &[String]) -> Outcome {
+    let mut mode: Option<Mode> = None;
+    let mut syscall = false;
+    let mut name: Option<&str> = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let arg = arg.as_str();
+        if arg == "--mode" || arg.starts_with("--mode=") {
+            let value = match arg.strip_prefix("--mode=") {
+                Some(value) => value,
+                None => rest.next().map(String::as_str).ok_or_else(|| {
+                    Failure::Usage(
+                        "`--mode` needs a value: auto, fentry, fexit, kprobe or kretprobe"
+                            .to_owned(),
+                    )
+                })?,
+            };
+            if mode.is_some() {
+                return Err(Failure::Usage("`--mode` is given twice".to_owned()));
+            }
+            mode = Some(render::parse_mode(value).map_err(Failure::Usage)?);
+        } else if arg == "--syscall" {
+            syscall = true;
+        } else if arg.starts_with('-') && arg.len() > 1 {
+            return Err(Failure::Usage(format!(
+                "unknown option `{arg}` for `kspan gen`: the options are `--mode MODE` and \
+                 `--syscall`"
+            )));
+        } else if let Some(first) = name {
+            return Err(Failure::Usage(format!(
+                "`kspan gen` takes one name, got `{first}` and `{arg}`"
+            )));
+        } else {
+            name = Some(arg);
+        }
+    }
+    let Some(name) = name else {
+        return Err(Failure::Usage(if syscall {
+            "`kspan gen --syscall` needs a system call name, e.g. `kspan gen --syscall openat`"
+                .to_owned()
+        } else {
+            "`kspan gen` needs a kernel function name, e.g. `kspan gen vfs_read`".to_owned()
+        }));
+    };
+    if render::has_wildcard(name) {
+        return Err(Failure::Usage(format!(
+            "`kspan gen` takes one name, not a pattern (`{name}`); find names with `kspan list{} \
+             '{name}'`",
+            if syscall { " --syscalls" } else { "" }
+        )));
+    }
+    if syscall {
+        if mode.is_some() {
+            return Err(Failure::Usage(
+                "a syscall source has its own mode (the syscall's tracepoints): remove `--mode`"
+                    .to_owned(),
+            ));
+        }
+        generate_syscall(name)
+    } else {
+        generate_function(name, mode.unwrap_or(Mode::Auto))
+    }
+}
+
+fn generate_function(name: &str, mode: Mode) -> Outcome {
+    let btf = read_btf()?;
+    let Some(sig) = btf.function(name) else {
+        let mut message = format!(
+            "unknown kernel function `{name}`: the kernel's BTF ({}) describes no function of \
+             that name{}",
+            kspan::KERNEL_BTF,
+            render::did_you_mean(&render::closest_names(btf.function_names(), name, 3))
+        );
+        if enter_format_path(name).exists() {
+            message.push_str(&format!(
+                "; `{name}` is a system call: `kspan gen --syscall {name}`"
+            ));
+        }
+        message.push_str(&format!(
+            "; `kspan list '*{name}*'` lists the functions whose names contain it"
+        ));
+        return Err(Failure::Failed(message));
+    };
+    if sig.params.len() > MAX_ARGS {
+        report(&format!(
+            "note: `{name}` has {} parameters; kspan captures the first {MAX_ARGS}",
+            sig.params.len()
+        ));
+    }
+    print(&render::render_handler(&sig, Target::Function(mode)))
+}
+
+fn generate_syscall(name: &str) -> Outcome {
+    let path = enter_format_path(name);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let names = syscall_names()?;
+            let mut suggestions = render::closest_names(names.iter().map(String::as_str), name, 3);
+            for prefix in ["sys_enter_", "__x64_sys_", "__arm64_sys_", "__se_sys_", "sys_"] {
+                if let Some(bare) = name.strip_prefix(prefix) {
+                    if names.iter().any(|n| n == bare) && !suggestions.iter().any(|s| s == bare) {
+                        suggestions.insert(0, bare.to_owned());
+                    }
+                }
+            }
+            return Err(Failure::Failed(format!(
+                "unknown system call `{name}`: there is no tracepoint format {}{}; `kspan list \
+                 --syscalls` lists them",
+                path.display(),
+                render::did_you_mean(&suggestions)
+            )));
+        }
+        Err(e) => {
+            return Err(Failure::Failed(format!(
+                "cannot read {}: {e}{}",
+                path.display(),
+                if e.kind() == io::ErrorKind::PermissionDenied {
+                    "; run as root"
+                } else {
+                    ""
+                }
+            )))
+        }
+    };
+    let btf = read_btf()?;
+    let sig = kspan::syscall::signature(&btf, name, &text).ok_or_else(|| {
+        Failure::Failed(format!(
+            "cannot parse {}: it is not a `sys_enter_*` tracepoint format (no `__syscall_nr` \
+             field)",
+            path.display()
+        ))
+    })?;
+    print(&render::render_handler(&sig, Target::Syscall))
+}
+
+// ---------------------------------------------------------------- sources
+
+fn read_btf() -> Result<Btf, Failure> {
+    let path = kspan::KERNEL_BTF;
+    let data = std::fs::read(path).map_err(|e| {
+        Failure::Failed(match e.kind() {
+            io::ErrorKind::NotFound => format!(
+                "cannot read the kernel's BTF at {path}: it does not exist; the kernel must be \
+                 built with CONFIG_DEBUG_INFO_BTF=y"
+            ),
+            io::ErrorKind::PermissionDenied => {
+                format!("cannot read the kernel's BTF at {path}: permission denied; run as root")
+            }
+            _ => format!("cannot read the kernel's BTF at {path}: {e}"),
+        })
+    })?;
+    Btf::parse(&data).map_err(|e| {
+        Failure::Failed(format!(
+            "cannot parse the kernel's BTF at {path}: {e}; kspan cannot use this kernel's BTF"
+        ))
+    })
+}
+
+/// tracefs's syscall events directory.
+fn syscall_events() -> PathBuf {
+    Path::new(kspan::syscall::TRACEFS).join("events/syscalls")
+}
+
+/// The format file of syscall `name`'s enter tracepoint.
+fn enter_format_path(name: &str) -> PathBuf {
+    syscall_events().join(format!("sys_enter_{name}/format"))
+}
+
+/// The system calls that have tracepoints, unsorted.
+fn syscall_names() -> Result<Vec<String>, Failure> {
+    let tracefs = kspan::syscall::TRACEFS;
+    let events = syscall_events();
+    let dir = match std::fs::read_dir(&events) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let mount = format!("mount it with `mount -t tracefs tracefs {tracefs}`");
+            return Err(Failure::Failed(
+                if e.kind() == io::ErrorKind::PermissionDenied {
+                    format!("cannot read {}: permission denied; run as root", events.display())
+                } else if !Path::new(tracefs).is_dir() {
+                    format!("this kernel has no tracefs ({tracefs} does not exist), so no syscall sources")
+                } else if !Path::new(tracefs).join("events").is_dir() {
+                    format!("tracefs is not mounted at {tracefs}: {mount}")
+                } else if e.kind() == io::ErrorKind::NotFound {
+                    format!(
+                        "{} does not exist: the kernel has no syscall tracepoints (it needs \
+                         CONFIG_FTRACE_SYSCALLS=y)",
+                        events.display()
+                    )
+                } else {
+                    format!("cannot read {}: {e}", events.display())
+                },
+            ));
+        }
+    };
+    Ok(dir
+        .filter_map(|entry| {
+            entry
+                .ok()?
+                .file_name()
+                .to_str()?
+                .strip_prefix("sys_enter_")
+                .map(str::to_owned)
+        })
+        .collect())
+}
