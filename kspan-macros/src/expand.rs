@@ -276,7 +276,9 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
             }
         }
     });
-    let registration = format_ident!("__KSPAN_REGISTERED_{}", ident.to_string().to_uppercase());
+    // The function's own spelling: upper-casing it would make `seq_printf`
+    // and `SEQ_printf` collide.
+    let registration = format_ident!("__kspan_registered_{}", ident);
 
     Ok(quote! {
         #(#attrs)*
@@ -303,6 +305,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
         #[::kspan::__private::linkme::distributed_slice(::kspan::__private::PROBES)]
         #[linkme(crate = ::kspan::__private::linkme)]
         #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
         static #registration: &'static ::kspan::Probe = &#ident;
     })
 }
@@ -457,7 +460,7 @@ mod tests {
             out.contains("distributed_slice (:: kspan :: __private :: PROBES)"),
             "{out}"
         );
-        assert!(out.contains("static __KSPAN_REGISTERED_VFS_READ"), "{out}");
+        assert!(out.contains("static __kspan_registered_vfs_read"), "{out}");
         assert!(!out.contains("compile_error"), "{out}");
     }
 
