@@ -127,6 +127,21 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
     if probes.is_empty() {
         return Err(Error::NoProbes);
     }
+    // Two probes naming one function are refused before anything else is
+    // checked; matches of patterns are checked once expanded, below.
+    let mut named: HashMap<&str, &'static str> = HashMap::new();
+    for p in probes
+        .iter()
+        .filter(|p| !denylist::is_pattern(p.spec.function))
+    {
+        if let Some(first) = named.insert(p.spec.function, p.spec.location) {
+            return Err(Error::DuplicateProbe {
+                function: p.spec.function.to_owned(),
+                first,
+                second: p.spec.location,
+            });
+        }
+    }
     let mut set = PlanSet {
         plans: Vec::new(),
         skipped: Vec::new(),

@@ -217,3 +217,16 @@ async fn host_kernel_has_no_kprobes() {
     assert!(msg.contains("this kernel has no kprobes"), "{msg}");
     assert!(msg.contains("(ENOENT)"), "{msg}");
 }
+
+#[allow(non_snake_case)]
+#[kspan::kernel_span("SEQ_printf", mode = "kprobe")]
+fn SEQ_printf() {}
+
+#[kspan::kernel_span("seq_printf", mode = "kprobe")]
+fn seq_printf() {}
+
+#[test]
+fn probes_whose_names_differ_only_in_case_coexist() {
+    // Their registrations once collided (both upper-cased); compiling is the test.
+    assert_ne!(SEQ_printf.spec.function, seq_printf.spec.function);
+}
