@@ -296,7 +296,14 @@ pub fn bench(args: &[String]) -> Result<u8> {
         }
     }
     crate::deps::ensure()?;
-    run(cargo().args(["build", "--release", "-p", EXAMPLES_PKG, "--example", "attach_many"]))?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        EXAMPLES_PKG,
+        "--example",
+        "attach_many",
+    ]))?;
     let target = Metadata::load()?.target_dir;
     let example = target.join("release/examples/attach_many");
     let ex = path_arg(&example);
@@ -315,7 +322,11 @@ for r in $(seq {rounds}); do
 done
 {ex} fexit"#
     );
-    let status = vm::run_vm(&opts, &["sh".to_string(), "-c".to_string(), script], &repo_root())?;
+    let status = vm::run_vm(
+        &opts,
+        &["sh".to_string(), "-c".to_string(), script],
+        &repo_root(),
+    )?;
     let output = std::fs::read_to_string(&out).unwrap_or_default();
     if status != 0 {
         print!("{output}");
@@ -325,7 +336,9 @@ done
     for line in output.lines() {
         if let Some(rest) = line.strip_prefix("BENCH ") {
             let mut parts = rest.split_whitespace();
-            if let (Some(name), Some(ms)) = (parts.next(), parts.next().and_then(|m| m.parse().ok())) {
+            if let (Some(name), Some(ms)) =
+                (parts.next(), parts.next().and_then(|m| m.parse().ok()))
+            {
                 figures.entry(name.to_owned()).or_default().push(ms);
             }
         } else {
@@ -340,8 +353,17 @@ done
         v.sort_unstable();
         Ok(v[v.len() / 2] as f64)
     };
-    println!("attach + detach of every vfs_* function, whole process, median of {rounds} rounds ({}):", opts.kernel.name());
-    for name in ["bpftrace_begin", "bpftrace_kfunc", "kspan_fexit", "bpftrace_kprobe", "kspan_kretprobe"] {
+    println!(
+        "attach + detach of every vfs_* function, whole process, median of {rounds} rounds ({}):",
+        opts.kernel.name()
+    );
+    for name in [
+        "bpftrace_begin",
+        "bpftrace_kfunc",
+        "kspan_fexit",
+        "bpftrace_kprobe",
+        "kspan_kretprobe",
+    ] {
         println!("  {name:<16} {:>8.0} ms", median(name)?);
     }
     println!(
