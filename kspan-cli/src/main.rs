@@ -20,12 +20,15 @@
 //!   [`kspan::KernelCapabilities`], the record `auto` mode decides from, so
 //!   the report and what `start` does cannot disagree. `list` and `gen` read
 //!   the kernel's BTF at [`kspan::KERNEL_BTF`] and the tracefs formats that
-//!   kspan plans against, so every name and type printed is this kernel's.
+//!   kspan plans against, so every name and type printed is this kernel's;
+//!   and what `start` would refuse (kspan's deny list, functions missing
+//!   from `available_filter_functions`) `list` leaves out and `gen` refuses.
 //! * **A report is not a failure.** `doctor` exits 0 when features are
 //!   missing: that is its answer. Exit 1 is kept for "could not do what was
-//!   asked" (nothing matched, BTF unreadable, unknown function, output
-//!   closed), exit 2 for a command line that does not parse, with the usage.
-//!   Every error names the thing at fault and the fix.
+//!   asked" (nothing matched, BTF unreadable, unknown function), exit 2 for
+//!   a command line that does not parse, with the usage. Every error names
+//!   the thing at fault and the fix. A closed output (`kspan list | head`)
+//!   ends the command quietly.
 //! * **Generated code is accepted as generated.** `gen` maps kernel types to
 //!   the Rust types kspan's checker accepts (same width and signedness,
 //!   `usize`/`isize` for `size_t`/`ssize_t`, `*const u8` for pointers), and
@@ -42,6 +45,7 @@
 
 mod render;
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -50,7 +54,7 @@ use std::process::ExitCode;
 use kspan::btf::Btf;
 use kspan::{Feature, KernelCapabilities, Mode};
 
-use render::{Target, MAX_ARGS};
+use render::{NotTraced, Target};
 
 /// The usage text, for `kspan help` and after a usage error.
 const USAGE: &str = "\
@@ -59,7 +63,8 @@ functions it can trace, and handlers to paste.
 
 Usage:
   kspan doctor                     what this kernel offers for tracing, and which modes work
-  kspan list [PATTERN]             kernel functions in BTF matching PATTERN, with C signatures
+  kspan list [PATTERN] [--all]     kernel functions kspan can trace matching PATTERN, with C
+                                   signatures (--all: also those it will not, with the reason)
   kspan list --syscalls [PATTERN]  system calls usable as syscall sources, with their arguments
   kspan gen FUNCTION [--mode MODE] a #[kspan::kernel_span] handler for a kernel function
   kspan gen --syscall NAME         a handler for a system call (its tracepoints)
@@ -206,9 +211,8 @@ fn doctor() -> Outcome {
     let kprobes = verdict(("kprobes", &caps.kprobes));
     // kspan mounts tracefs itself when a syscall source needs it.
     let tracefs = Path::new(kspan::syscall::TRACEFS);
-    let unmounted = !caps.tracepoints.is_available()
-        && tracefs.is_dir()
-        && !tracefs.join("events").exists();
+    let unmounted =
+        !caps.tracepoints.is_available() && tracefs.is_dir() && !tracefs.join("events").exists();
     let syscalls = if unmounted {
         verdict(("tracepoints", &Feature::Available))
     } else {
@@ -251,13 +255,16 @@ fn doctor() -> Outcome {
 
 fn list(args: &[String]) -> Outcome {
     let mut syscalls = false;
+    let mut all = false;
     let mut pattern: Option<&str> = None;
     for arg in args {
         match arg.as_str() {
             "--syscalls" => syscalls = true,
+            "--all" => all = true,
             flag if flag.starts_with('-') && flag.len() > 1 => {
                 return Err(Failure::Usage(format!(
-                    "unknown option `{flag}` for `kspan list`: the only option is `--syscalls`"
+                    "unknown option `{flag}` for `kspan list`: the options are `--syscalls` \
+                     and `--all`"
                 )))
             }
             p => {
@@ -272,15 +279,20 @@ fn list(args: &[String]) -> Outcome {
         }
     }
     let pattern = pattern.unwrap_or("*");
-    if syscalls {
-        list_syscalls(pattern)
-    } else {
-        list_functions(pattern)
+    match (syscalls, all) {
+        (true, true) => Err(Failure::Usage(
+            "`--all` is for kernel functions; every system call with tracepoints is listed \
+             already"
+                .to_owned(),
+        )),
+        (true, false) => list_syscalls(pattern),
+        (false, _) => list_functions(pattern, all),
     }
 }
 
-fn list_functions(pattern: &str) -> Outcome {
+fn list_functions(pattern: &str, all: bool) -> Outcome {
     let btf = read_btf()?;
+    let traceable = read_traceable();
     let mut names: Vec<&str> = btf
         .function_names()
         .filter(|name| render::glob_match(pattern, name))
@@ -294,18 +306,66 @@ fn list_functions(pattern: &str) -> Outcome {
         ));
     }
     names.sort_unstable();
+    let (mut denied, mut untraceable) = (0usize, 0usize);
+    let mut listed = 0usize;
     let mut out = BufWriter::new(io::stdout().lock());
     for name in &names {
-        if let Some(sig) = btf.function(name) {
-            writeln!(out, "{}", render::c_signature(&sig))?;
+        let Some(sig) = btf.function(name) else {
+            continue;
+        };
+        let why_not = render::not_traced(name, traceable.as_ref().ok());
+        match why_not {
+            Some(NotTraced::Denied(_)) => denied += 1,
+            Some(NotTraced::Untraceable) => untraceable += 1,
+            None => {}
         }
+        match why_not {
+            None => writeln!(out, "{}", render::c_signature(&sig))?,
+            Some(why) if all => {
+                writeln!(out, "{}  // not traced: {why}", render::c_signature(&sig))?
+            }
+            Some(_) => continue,
+        }
+        listed += 1;
     }
     out.flush()?;
-    report(&format!(
+
+    let mut summary = format!(
         "{} of {} kernel functions match `{pattern}`",
         names.len(),
         btf.function_count()
-    ));
+    );
+    let left_out = denied + untraceable;
+    if left_out > 0 {
+        let mut why: Vec<String> = Vec::new();
+        if denied > 0 {
+            why.push(format!("{denied} on its deny list"));
+        }
+        if untraceable > 0 {
+            why.push(format!("{untraceable} inlined or notrace"));
+        }
+        summary.push_str(&format!(
+            "; {left_out} of them kspan will not trace ({}){}",
+            why.join(", "),
+            if all {
+                ": marked `// not traced`"
+            } else {
+                ": left out, `--all` lists them"
+            }
+        ));
+    }
+    if let Err(why) = &traceable {
+        summary.push_str(&format!(
+            "\nnote: {why}; inlined and notrace functions are listed too"
+        ));
+    }
+    report(&summary);
+    if listed == 0 {
+        return Err(Failure::Failed(format!(
+            "every kernel function matching `{pattern}` is one kspan will not trace; `kspan \
+             list --all '{pattern}'` shows them with the reason"
+        )));
+    }
     Ok(())
 }
 
@@ -364,19 +424,21 @@ fn no_match<'a>(
     names: impl Iterator<Item = &'a str>,
     command: &str,
 ) -> Failure {
-    let literal: String = pattern.chars().filter(|c| !matches!(c, '*' | '?')).collect();
+    let literal: String = pattern
+        .chars()
+        .filter(|c| !matches!(c, '*' | '?'))
+        .collect();
     let suggestions = render::closest_names(names, &literal, 5);
     let mut message = format!("no {what} matches `{pattern}`");
+    if !render::has_wildcard(pattern) {
+        message.push_str(" (a pattern without `*` or `?` matches one name exactly)");
+    }
     if suggestions.is_empty() {
         message.push_str(&format!(
             "; `{command} '*{literal}*'` lists names that contain `{literal}`"
         ));
-    } else {
-        message.push_str(&render::did_you_mean(&suggestions));
     }
-    if !render::has_wildcard(pattern) {
-        message.push_str(" (a pattern without `*` or `?` matches one name exactly)");
-    }
+    message.push_str(&render::did_you_mean(&suggestions));
     Failure::Failed(message)
 }
 
@@ -451,9 +513,8 @@ fn generate_function(name: &str, mode: Mode) -> Outcome {
     let Some(sig) = btf.function(name) else {
         let mut message = format!(
             "unknown kernel function `{name}`: the kernel's BTF ({}) describes no function of \
-             that name{}",
+             that name",
             kspan::KERNEL_BTF,
-            render::did_you_mean(&render::closest_names(btf.function_names(), name, 3))
         );
         if enter_format_path(name).exists() {
             message.push_str(&format!(
@@ -461,15 +522,16 @@ fn generate_function(name: &str, mode: Mode) -> Outcome {
             ));
         }
         message.push_str(&format!(
-            "; `kspan list '*{name}*'` lists the functions whose names contain it"
+            "; `kspan list '*{name}*'` lists the functions whose names contain it{}",
+            render::did_you_mean(&render::closest_names(btf.function_names(), name, 3))
         ));
         return Err(Failure::Failed(message));
     };
-    if sig.params.len() > MAX_ARGS {
-        report(&format!(
-            "note: `{name}` has {} parameters; kspan captures the first {MAX_ARGS}",
-            sig.params.len()
-        ));
+    if let Some(why) = render::not_traced(name, read_traceable().as_ref().ok()) {
+        return Err(Failure::Failed(format!(
+            "`{name}` is {why}; kspan refuses a probe on it at start: trace a caller or a \
+             callee instead (`kspan list '{name}*'` lists the functions it traces)"
+        )));
     }
     print(&render::render_handler(&sig, Target::Function(mode)))
 }
@@ -481,7 +543,13 @@ fn generate_syscall(name: &str) -> Outcome {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let names = syscall_names()?;
             let mut suggestions = render::closest_names(names.iter().map(String::as_str), name, 3);
-            for prefix in ["sys_enter_", "__x64_sys_", "__arm64_sys_", "__se_sys_", "sys_"] {
+            for prefix in [
+                "sys_enter_",
+                "__x64_sys_",
+                "__arm64_sys_",
+                "__se_sys_",
+                "sys_",
+            ] {
                 if let Some(bare) = name.strip_prefix(prefix) {
                     if names.iter().any(|n| n == bare) && !suggestions.iter().any(|s| s == bare) {
                         suggestions.insert(0, bare.to_owned());
@@ -489,8 +557,8 @@ fn generate_syscall(name: &str) -> Outcome {
                 }
             }
             return Err(Failure::Failed(format!(
-                "unknown system call `{name}`: there is no tracepoint format {}{}; `kspan list \
-                 --syscalls` lists them",
+                "unknown system call `{name}`: there is no tracepoint format {}; `kspan list \
+                 --syscalls` lists the system calls{}",
                 path.display(),
                 render::did_you_mean(&suggestions)
             )));
@@ -541,6 +609,24 @@ fn read_btf() -> Result<Btf, Failure> {
     })
 }
 
+/// The functions the kernel can trace (`available_filter_functions`), as
+/// the runtime reads them; why not when unreadable (on a kernel whose
+/// function tracer is locked down, even for root).
+fn read_traceable() -> Result<HashSet<String>, String> {
+    let path = Path::new(kspan::syscall::TRACEFS).join("available_filter_functions");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        // `Operation not permitted (os error 1)`: the kind is enough.
+        let e = e.to_string();
+        let e = e.split(" (os error").next().unwrap_or_default();
+        format!("cannot read {} ({e})", path.display())
+    })?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect())
+}
+
 /// tracefs's syscall events directory.
 fn syscall_events() -> PathBuf {
     Path::new(kspan::syscall::TRACEFS).join("events/syscalls")
@@ -561,7 +647,10 @@ fn syscall_names() -> Result<Vec<String>, Failure> {
             let mount = format!("mount it with `mount -t tracefs tracefs {tracefs}`");
             return Err(Failure::Failed(
                 if e.kind() == io::ErrorKind::PermissionDenied {
-                    format!("cannot read {}: permission denied; run as root", events.display())
+                    format!(
+                        "cannot read {}: permission denied; run as root",
+                        events.display()
+                    )
                 } else if !Path::new(tracefs).is_dir() {
                     format!("this kernel has no tracefs ({tracefs} does not exist), so no syscall sources")
                 } else if !Path::new(tracefs).join("events").is_dir() {

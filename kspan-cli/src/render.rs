@@ -92,7 +92,8 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 }
 
 /// Rust's keywords (strict and reserved, through edition 2024): a parameter
-/// or function with one of these names is written as a raw identifier.
+/// with one of these names is written as a raw identifier (`r#type`), a
+/// handler function gets a `_` appended (`yield_`).
 const KEYWORDS: [&str; 52] = [
     "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern",
     "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub",
@@ -150,6 +151,29 @@ pub fn handler_name(function: &str) -> String {
         name.push('_');
     }
     name
+}
+
+/// [`handler_name`], made different from every parameter's name: a
+/// parameter cannot shadow the probe `static` the macro makes of the handler
+/// (`fn rseq(rseq: ...)` does not compile), so that becomes `rseq_probe`.
+fn unshadowed_name(function: &str, params: &[HandlerParam]) -> String {
+    let mut name = handler_name(function);
+    while params.iter().any(|p| p.name == name) {
+        name.push_str("_probe");
+    }
+    name
+}
+
+/// Whether rustc's `non_snake_case` lint accepts `name`: no uppercase
+/// letter, and no `__` once leading and trailing underscores are trimmed.
+pub fn is_snake_case(name: &str) -> bool {
+    let mut previous_underscore = false;
+    name.trim_matches('_').chars().all(|c| {
+        let double_underscore = c == '_' && previous_underscore;
+        let ok = !c.is_uppercase() && !double_underscore;
+        previous_underscore = c == '_';
+        ok
+    })
 }
 
 /// A C type without leading `const` and `volatile` qualifiers.
@@ -260,6 +284,8 @@ pub enum Target {
 
 /// One parameter of a generated handler.
 struct HandlerParam {
+    /// The Rust name without `r#`.
+    name: String,
     /// `name: Type`, with its `#[capture(...)]` if any.
     text: String,
     /// The C type, for the trailing comment of a long parameter list.
@@ -328,7 +354,11 @@ pub fn render_handler(sig: &FuncSignature, target: Target) -> String {
                 }
             },
         };
-        params.push(HandlerParam { text, c_type });
+        params.push(HandlerParam {
+            name: name.clone(),
+            text,
+            c_type,
+        });
     }
 
     let has_return = match target {
@@ -343,6 +373,7 @@ pub fn render_handler(sig: &FuncSignature, target: Target) -> String {
         };
         match ret {
             Ok(ty) => params.push(HandlerParam {
+                name: "ret".to_owned(),
                 text: format!("ret: {ty}"),
                 c_type: sig.ret.c_name.trim_end().to_owned(),
             }),
@@ -374,7 +405,15 @@ pub fn render_handler(sig: &FuncSignature, target: Target) -> String {
         out.push('\n');
     }
     out.push_str(&attribute);
-    out.push_str(&function_item(&handler_name(&sig.name), &params));
+    if params.iter().any(|p| !is_snake_case(&p.name)) {
+        // Kernel names such as `windowBits` or `skb__nullable` are kept: the
+        // macro matches them to the kernel's parameters.
+        out.push_str("#[allow(non_snake_case)]\n");
+    }
+    out.push_str(&function_item(
+        &unshadowed_name(&sig.name, &params),
+        &params,
+    ));
     out
 }
 
@@ -389,8 +428,10 @@ const ATTR_FN_LIKE_WIDTH: usize = 70;
 fn attribute(args: &[String]) -> String {
     let inline = format!("#[kspan::kernel_span({})]\n", args.join(", "));
     let args_width = args.iter().map(String::len).sum::<usize>() + 2 * args.len().saturating_sub(1);
-    let fits = inline.len() - 1 <= MAX_WIDTH && (args.len() == 1 || args_width <= ATTR_FN_LIKE_WIDTH);
-    let tall_fits = args.iter().all(|a| 4 + a.len() + 1 <= MAX_WIDTH);
+    let fits =
+        inline.len() - 1 <= MAX_WIDTH && (args.len() == 1 || args_width <= ATTR_FN_LIKE_WIDTH);
+    // `    arg,`: indented, with its comma.
+    let tall_fits = args.iter().all(|a| 4 + a.len() < MAX_WIDTH);
     if fits || !tall_fits {
         return inline;
     }
@@ -441,6 +482,45 @@ fn function_item(name: &str, params: &[HandlerParam]) -> String {
     }
     out.push_str(") {\n}\n");
     out
+}
+
+/// Why kspan will not trace a kernel function that BTF describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotTraced {
+    /// It is on kspan's deny list, for this reason.
+    Denied(&'static str),
+    /// It is missing from the kernel's `available_filter_functions`:
+    /// inlined into its callers, or marked notrace.
+    Untraceable,
+}
+
+impl std::fmt::Display for NotTraced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotTraced::Denied(reason) => write!(f, "on kspan's deny list: {reason}"),
+            NotTraced::Untraceable => f.write_str(
+                "not traceable: absent from available_filter_functions (inlined into its \
+                 callers, or marked notrace)",
+            ),
+        }
+    }
+}
+
+/// Why kspan will not trace kernel function `name`, if it will not: it is
+/// on kspan's deny list ([`kspan::denylist::denied`]), or it is missing from
+/// `traceable` (the kernel's `available_filter_functions`, when readable).
+/// `Kspan::start` refuses such a probe for the same reasons.
+pub fn not_traced(
+    name: &str,
+    traceable: Option<&std::collections::HashSet<String>>,
+) -> Option<NotTraced> {
+    if let Some(reason) = kspan::denylist::denied(name) {
+        return Some(NotTraced::Denied(reason));
+    }
+    match traceable {
+        Some(set) if !set.contains(name) => Some(NotTraced::Untraceable),
+        _ => None,
+    }
 }
 
 /// Levenshtein distance between `a` and `b`, in characters.
@@ -566,8 +646,61 @@ mod tests {
         assert!(glob_match("a*b*c", "aXbYbZc"));
         assert!(!glob_match("a*b*c", "aXbYbZ"));
         assert!(glob_match("**a**", "xax"));
-        assert!(glob_match("*ab", "aab"), "the star must give back characters");
+        assert!(
+            glob_match("*ab", "aab"),
+            "the star must give back characters"
+        );
         assert!(glob_match("*a?c*", "aabcab"));
+    }
+
+    #[test]
+    fn globs_mean_what_pattern_probes_mean() {
+        // `#[kernel_span("vfs_*")]` expands with the library's matcher: a
+        // listing must show exactly what such a probe would trace.
+        let names = [
+            "",
+            "a",
+            "ab",
+            "aab",
+            "vfs_read",
+            "vfs_",
+            "do_vfs_read",
+            "aXbYbZc",
+        ];
+        let patterns = [
+            "*", "", "?", "a*", "*b", "*a?b*", "vfs_*", "*vfs_*", "v?s_*d", "a*b*c", "**", "?*?",
+        ];
+        for p in patterns {
+            for n in names {
+                assert_eq!(
+                    glob_match(p, n),
+                    kspan::denylist::glob_match(p, n),
+                    "`{p}` on `{n}`"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn functions_kspan_refuses() {
+        let traceable: std::collections::HashSet<String> =
+            ["vfs_read".to_owned()].into_iter().collect();
+        assert_eq!(not_traced("vfs_read", Some(&traceable)), None);
+        assert_eq!(not_traced("vfs_read", None), None);
+        let inlined = not_traced("vfs_inlined", Some(&traceable)).unwrap();
+        assert_eq!(inlined, NotTraced::Untraceable);
+        assert!(inlined.to_string().starts_with("not traceable"));
+        assert_eq!(
+            not_traced("vfs_inlined", None),
+            None,
+            "unknown: not ruled out"
+        );
+        let denied = not_traced("rcu_read_unlock_strict", Some(&traceable)).unwrap();
+        assert!(matches!(denied, NotTraced::Denied(_)));
+        assert!(
+            denied.to_string().starts_with("on kspan's deny list: RCU"),
+            "{denied}"
+        );
     }
 
     #[test]
@@ -591,7 +724,9 @@ mod tests {
             assert!(is_keyword(k), "{k}");
             assert_eq!(rust_ident(k).unwrap(), format!("r#{k}"));
         }
-        for plain in ["file", "count", "union", "raw", "safe", "__user", "_x", "types"] {
+        for plain in [
+            "file", "count", "union", "raw", "safe", "__user", "_x", "types",
+        ] {
             assert_eq!(rust_ident(plain).unwrap(), plain);
         }
     }
@@ -610,6 +745,31 @@ mod tests {
         assert_eq!(handler_name("yield"), "yield_");
         assert_eq!(handler_name("_"), "__");
         assert_eq!(handler_name("vfs_read"), "vfs_read");
+    }
+
+    #[test]
+    fn snake_case_as_rustc_sees_it() {
+        for ok in ["count", "__data", "buf_", "_", "", "a_b_c", "x86"] {
+            assert!(is_snake_case(ok), "{ok}");
+        }
+        for not in ["windowBits", "PREV", "S", "skb__nullable", "a__b"] {
+            assert!(!is_snake_case(not), "{not}");
+        }
+        let s = sig(
+            "zlib_inflateInit2",
+            int("int", 4, true),
+            &[
+                ("strm", ptr("z_streamp")),
+                ("windowBits", int("int", 4, true)),
+            ],
+        );
+        assert_eq!(
+            render_handler(&s, Target::Function(Mode::Fentry)),
+            "/// int zlib_inflateInit2(z_streamp strm, int windowBits)\n\
+             #[kspan::kernel_span(\"zlib_inflateInit2\", mode = \"fentry\")]\n\
+             #[allow(non_snake_case)]\n\
+             fn zlib_inflateInit2(strm: *const u8, windowBits: i32) {}\n"
+        );
     }
 
     #[test]
@@ -650,8 +810,14 @@ mod tests {
         assert_eq!(rust_type(&e(4), false).unwrap(), "u32");
         assert_eq!(rust_type(&e(8), false).unwrap(), "u64");
         assert_eq!(rust_type(&e(1), false).unwrap(), "u8");
-        assert_eq!(rust_type(&ty("bool", TypeClass::Bool), false).unwrap(), "bool");
-        assert_eq!(rust_type(&ptr("struct file *"), false).unwrap(), "*const u8");
+        assert_eq!(
+            rust_type(&ty("bool", TypeClass::Bool), false).unwrap(),
+            "bool"
+        );
+        assert_eq!(
+            rust_type(&ptr("struct file *"), false).unwrap(),
+            "*const u8"
+        );
         assert_eq!(rust_type(&char_ptr("char *"), false).unwrap(), "*const u8");
         assert_eq!(
             rust_type(&ty("struct foo", TypeClass::Aggregate), false).unwrap_err(),
@@ -685,10 +851,17 @@ mod tests {
             "struct task_struct *get_task(void)"
         );
         assert_eq!(
-            c_signature(&sig("f", ty("void", TypeClass::Void), &[("", int("int", 4, true))])),
+            c_signature(&sig(
+                "f",
+                ty("void", TypeClass::Void),
+                &[("", int("int", 4, true))]
+            )),
             "void f(int)"
         );
-        assert_eq!(c_declaration("const char * ", "filename"), "const char *filename");
+        assert_eq!(
+            c_declaration("const char * ", "filename"),
+            "const char *filename"
+        );
     }
 
     #[test]
@@ -711,7 +884,9 @@ mod tests {
         ] {
             let text = render_handler(&vfs_read(), Target::Function(mode));
             assert!(
-                text.contains(&format!("#[kspan::kernel_span(\"vfs_read\", mode = \"{mode}\")]")),
+                text.contains(&format!(
+                    "#[kspan::kernel_span(\"vfs_read\", mode = \"{mode}\")]"
+                )),
                 "{text}"
             );
             assert_eq!(text.contains("ret: isize"), has_ret, "{text}");
@@ -747,7 +922,16 @@ mod tests {
                 ("ret", int("int", 4, true)),
                 ("", int("int", 4, true)),
                 ("flag", ty("bool", TypeClass::Bool)),
-                ("kind", ty("enum k", TypeClass::Enum { bytes: 4, signed: true })),
+                (
+                    "kind",
+                    ty(
+                        "enum k",
+                        TypeClass::Enum {
+                            bytes: 4,
+                            signed: true,
+                        },
+                    ),
+                ),
                 ("seventh", int("long int", 8, true)),
                 ("eighth", ptr("void *")),
             ],
@@ -782,7 +966,7 @@ mod tests {
         );
         assert_eq!(
             render_handler(&s, Target::Syscall),
-            "/// long int openat(int dfd, const char *filename, int flags, umode_t mode)\n\
+            "/// long openat(int dfd, const char *filename, int flags, umode_t mode)\n\
              #[kspan::kernel_span(syscall = \"openat\")]\n\
              fn openat(dfd: i32, #[capture(user)] filename: &str, flags: i32, mode: u16, ret: i64) {}\n"
         );
@@ -805,6 +989,7 @@ mod tests {
     #[test]
     fn long_parameter_lists_are_laid_out_as_rustfmt_does() {
         let p = |text: &str, c: &str| HandlerParam {
+            name: text.split(':').next().unwrap_or_default().to_owned(),
             text: text.to_owned(),
             c_type: c.to_owned(),
         };
@@ -829,11 +1014,11 @@ mod tests {
         assert_eq!(
             function_item("tcp_sendmsg", &tall),
             "fn tcp_sendmsg(\n    \
-             sk: *const u8,                      // struct sock *\n    \
-             msg: *const u8,                     // struct msghdr *\n    \
-             size: usize,                        // size_t\n    \
-             aaaaaaaaaaaaaaaaaaaaaaaaaa: u8,     // u8\n    \
-             ret: i32,                           // int\n\
+             sk: *const u8,                  // struct sock *\n    \
+             msg: *const u8,                 // struct msghdr *\n    \
+             size: usize,                    // size_t\n    \
+             aaaaaaaaaaaaaaaaaaaaaaaaaa: u8, // u8\n    \
+             ret: i32,                       // int\n\
              ) {\n}\n"
         );
     }
@@ -843,6 +1028,10 @@ mod tests {
         let names = ["vfs_read", "vfs_readv", "vfs_write", "ksys_read", "x"];
         assert_eq!(
             closest_names(names.iter().copied(), "vfs_raed", 3),
+            ["vfs_read"]
+        );
+        assert_eq!(
+            closest_names(names.iter().copied(), "vfs_reed", 3),
             ["vfs_read", "vfs_readv"]
         );
         assert!(closest_names(names.iter().copied(), "completely_else", 3).is_empty());
@@ -862,39 +1051,5 @@ mod tests {
         assert!(parse_mode("syscall").unwrap_err().contains("--syscall"));
         let err = parse_mode("fexti").unwrap_err();
         assert!(err.contains("`fexti`") && err.contains("`fexit`"), "{err}");
-    }
-}
-
-#[cfg(test)]
-mod scratch_dump {
-    #[test]
-    #[ignore]
-    fn dump_all() {
-        use std::fmt::Write;
-        let data = std::fs::read(kspan::KERNEL_BTF).unwrap();
-        let btf = kspan::btf::Btf::parse(&data).unwrap();
-        let mut names: Vec<&str> = btf.function_names().collect();
-        names.sort();
-        let modes = [kspan::Mode::Auto, kspan::Mode::Fentry, kspan::Mode::Kretprobe, kspan::Mode::Kprobe, kspan::Mode::Fexit];
-        let mut out = String::new();
-        for (i, n) in names.iter().enumerate() {
-            let sig = btf.function(n).unwrap();
-            let m = modes[i % modes.len()];
-            writeln!(out, "{}", super::render_handler(&sig, super::Target::Function(m))).unwrap();
-        }
-        std::fs::write("/tmp/gen_all.rs", out.trim_end().to_owned() + "\n").unwrap();
-        let mut out = String::new();
-        let mut sys: Vec<String> = std::fs::read_dir("/sys/kernel/tracing/events/syscalls").unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("sys_enter_").map(str::to_owned)).collect();
-        sys.sort();
-        let mut map = String::new();
-        for s in &sys {
-            let text = std::fs::read_to_string(format!("/sys/kernel/tracing/events/syscalls/sys_enter_{s}/format")).unwrap();
-            let sig = kspan::syscall::signature(&btf, s, &text).unwrap();
-            writeln!(out, "{}", super::render_handler(&sig, super::Target::Syscall)).unwrap();
-            writeln!(map, "{s}").unwrap();
-        }
-        std::fs::write("/tmp/gen_sys.rs", out.trim_end().to_owned() + "\n").unwrap();
-        std::fs::write("/tmp/sys_names.txt", map).unwrap();
     }
 }

@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The `kspan` binary run on this machine: its kernel's BTF, tracefs and
+//! capabilities, as a user would see them.
+
+use std::process::Command;
+
+/// What one run of `kspan` gave.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn kspan(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_kspan"))
+        .args(args)
+        .output()
+        .expect("the kspan binary runs");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
+    }
+}
+
+const VFS_READ: &str = "ssize_t vfs_read(struct file *file, char *buf, size_t count, loff_t *pos)";
+
+/// Whether tracefs's syscall events are where kspan looks for them.
+fn tracefs_mounted() -> bool {
+    std::path::Path::new(kspan::syscall::TRACEFS)
+        .join("events/syscalls")
+        .is_dir()
+}
+
+#[test]
+fn list_prints_c_signatures_sorted_with_a_count() {
+    let run = kspan(&["list", "vfs_rea*"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines.contains(&VFS_READ), "{}", run.stdout);
+    assert!(lines
+        .iter()
+        .all(|l| l.contains(" vfs_rea") || l.contains("*vfs_rea")));
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| {
+            l.split('(')
+                .next()
+                .unwrap()
+                .rsplit([' ', '*'])
+                .next()
+                .unwrap()
+        })
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted);
+    assert!(
+        run.stderr.contains(&format!("{} of ", lines.len()))
+            && run.stderr.contains("kernel functions match `vfs_rea*`"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_pattern_without_wildcards_matches_exactly() {
+    let run = kspan(&["list", "vfs_read"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, format!("{VFS_READ}\n"));
+}
+
+#[test]
+fn no_match_suggests_close_names() {
+    let run = kspan(&["list", "vfs_raed"]);
+    assert_eq!(run.code, Some(1));
+    assert!(run.stdout.is_empty());
+    assert!(
+        run.stderr.contains("no kernel function matches `vfs_raed`")
+            && run.stderr.contains("did you mean `vfs_read`"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn gen_vfs_read() {
+    let run = kspan(&["gen", "vfs_read"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "/// {VFS_READ}\n#[kspan::kernel_span(\"vfs_read\")]\nfn vfs_read(file: *const u8, \
+             buf: *const u8, count: usize, pos: *const u8, ret: isize) {{}}\n"
+        )
+    );
+}
+
+#[test]
+fn gen_modes() {
+    let run = kspan(&["gen", "vfs_read", "--mode", "fentry"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run
+        .stdout
+        .contains("#[kspan::kernel_span(\"vfs_read\", mode = \"fentry\")]\nfn vfs_read(file: *const u8, buf: *const u8, count: usize, pos: *const u8) {}\n"));
+    let run = kspan(&["gen", "--mode=kretprobe", "vfs_read"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stdout.contains("mode = \"kretprobe\""));
+    assert!(run.stdout.contains("ret: isize"));
+
+    let run = kspan(&["gen", "vfs_read", "--mode", "fexti"]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("unknown mode `fexti`") && run.stderr.contains("`fexit`"),
+        "{}",
+        run.stderr
+    );
+    let run = kspan(&["gen", "vfs_read", "--mode"]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("`--mode` needs a value"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn gen_unknown_function() {
+    let run = kspan(&["gen", "nosuchfn"]);
+    assert_eq!(run.code, Some(1));
+    assert!(run.stdout.is_empty());
+    assert!(
+        run.stderr.contains("unknown kernel function `nosuchfn`"),
+        "{}",
+        run.stderr
+    );
+    let run = kspan(&["gen", "vfs_raed"]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr.contains("did you mean `vfs_read`"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn gen_usage_errors() {
+    for (args, expected) in [
+        (&["gen"][..], "needs a kernel function name"),
+        (&["gen", "vfs_*"][..], "not a pattern"),
+        (&["gen", "vfs_read", "ksys_read"][..], "takes one name"),
+        (
+            &["gen", "vfs_read", "--bogus"][..],
+            "unknown option `--bogus`",
+        ),
+        (
+            &["gen", "--syscall", "openat", "--mode", "fexit"][..],
+            "remove `--mode`",
+        ),
+        (
+            &["gen", "vfs_read", "--mode", "syscall"][..],
+            "--syscall NAME",
+        ),
+    ] {
+        let run = kspan(args);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(expected), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains("Usage:"), "{args:?}: {}", run.stderr);
+    }
+}
+
+#[test]
+fn gen_syscall() {
+    let run = kspan(&["gen", "--syscall", "openat"]);
+    if !tracefs_mounted() {
+        assert_eq!(run.code, Some(1));
+        assert!(
+            run.stderr
+                .contains("mount -t tracefs tracefs /sys/kernel/tracing"),
+            "{}",
+            run.stderr
+        );
+        return;
+    }
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run
+        .stdout
+        .contains("#[kspan::kernel_span(syscall = \"openat\")]\nfn openat(dfd: i32, #[capture(user)] filename: &str, flags: i32, mode: u16, ret: i64) {}\n"),
+        "{}", run.stdout);
+
+    // A syscall given as a kernel function is pointed to `--syscall`.
+    let run = kspan(&["gen", "openat"]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr.contains("`kspan gen --syscall openat`"),
+        "{}",
+        run.stderr
+    );
+
+    let run = kspan(&["gen", "--syscall", "sys_enter_openat"]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr
+            .contains("unknown system call `sys_enter_openat`")
+            && run.stderr.contains("did you mean `openat`"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn list_syscalls() {
+    let run = kspan(&["list", "--syscalls", "openat*"]);
+    if !tracefs_mounted() {
+        assert_eq!(run.code, Some(1));
+        assert!(
+            run.stderr
+                .contains("mount -t tracefs tracefs /sys/kernel/tracing"),
+            "{}",
+            run.stderr
+        );
+        return;
+    }
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l == "long openat(int dfd, const char *filename, int flags, umode_t mode)"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.lines().all(|l| l.starts_with("long openat")));
+    assert!(run.stderr.contains("system calls match `openat*`"));
+}
+
+#[test]
+fn doctor_reports_every_mechanism_as_the_library_sees_it() {
+    let run = kspan(&["doctor"]);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "a report, even of missing features: {}",
+        run.stderr
+    );
+    println!("{}", run.stdout);
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert!(run
+        .stdout
+        .starts_with(&format!("kernel {}\n", release.trim())));
+
+    let caps = kspan::KernelCapabilities::probe();
+    for (name, feature) in [
+        ("btf", &caps.btf),
+        ("privileges", &caps.privileges),
+        ("trampolines", &caps.trampolines),
+        ("kprobes", &caps.kprobes),
+        ("kprobe_multi", &caps.kprobe_multi),
+        ("tracepoints", &caps.tracepoints),
+    ] {
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no `{name}` line in:\n{}", run.stdout));
+        assert!(line.ends_with(&format!(" {feature}")), "{line}");
+        if let kspan::Feature::Unavailable { errno: Some(_), .. } = feature {
+            // The errno by name, e.g. `(EPERM)` for this project's host kernel.
+            assert!(line.ends_with(')') && line.contains("(E"), "{line}");
+        }
+    }
+    let fexit = if caps.trampolines.is_available() && caps.privileges.is_available() {
+        "  fexit/fentry: yes\n"
+    } else {
+        "  fexit/fentry: no ("
+    };
+    assert!(run.stdout.contains(fexit), "{}", run.stdout);
+    let kprobes = if caps.kprobes.is_available() && caps.privileges.is_available() {
+        "  kprobe/kretprobe: yes\n"
+    } else {
+        "  kprobe/kretprobe: no ("
+    };
+    assert!(run.stdout.contains(kprobes), "{}", run.stdout);
+    assert!(run.stdout.contains("  syscall sources: "));
+    let auto = if fexit.ends_with("yes\n") {
+        "  auto: would use fexit\n"
+    } else if kprobes.ends_with("yes\n") {
+        "  auto: would use kretprobe"
+    } else {
+        "  auto: nothing works for kernel functions"
+    };
+    assert!(run.stdout.contains(auto), "{}", run.stdout);
+    assert!(run.stdout.ends_with('\n'));
+
+    let run = kspan(&["doctor", "--verbose"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("takes no arguments"), "{}", run.stderr);
+}
+
+#[test]
+fn usage() {
+    for args in [
+        &[][..],
+        &["help"][..],
+        &["--help"][..],
+        &["-h"][..],
+        &["gen", "--help"][..],
+    ] {
+        let run = kspan(args);
+        assert_eq!(run.code, Some(0), "{args:?}");
+        assert!(run.stdout.contains("Usage:"), "{args:?}");
+        assert!(run.stdout.contains("kspan gen FUNCTION [--mode MODE]"));
+    }
+    let run = kspan(&["bogus"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stdout.is_empty());
+    assert!(
+        run.stderr.contains("unknown command `bogus`") && run.stderr.contains("Usage:"),
+        "{}",
+        run.stderr
+    );
+    let run = kspan(&["list", "a*", "b*"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("takes one pattern"), "{}", run.stderr);
+}
+
+#[test]
+fn a_closed_output_is_not_an_error() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kspan"))
+        .arg("list")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The read end is dropped: the next writes fail with EPIPE.
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn functions_kspan_will_not_trace_are_left_out_or_marked() {
+    // Every `rcu_*` function is on kspan's deny list.
+    let run = kspan(&["list", "rcu_*"]);
+    assert_eq!(run.code, Some(1), "{}", run.stdout);
+    assert!(run.stdout.is_empty());
+    assert!(
+        run.stderr.contains("on its deny list") && run.stderr.contains("`--all`"),
+        "{}",
+        run.stderr
+    );
+
+    let run = kspan(&["list", "--all", "rcu_*"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let first = run.stdout.lines().next().expect("rcu_* functions in BTF");
+    assert!(
+        run.stdout
+            .lines()
+            .all(|l| l.contains("  // not traced: on kspan's deny list: RCU")),
+        "{}",
+        run.stdout
+    );
+    let name = first
+        .split('(')
+        .next()
+        .unwrap()
+        .rsplit([' ', '*'])
+        .next()
+        .unwrap();
+    let run = kspan(&["gen", name]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr
+            .contains(&format!("`{name}` is on kspan's deny list: RCU")),
+        "{}",
+        run.stderr
+    );
+}
