@@ -57,39 +57,9 @@ pub fn has_wildcard(pattern: &str) -> bool {
     pattern.contains(['*', '?'])
 }
 
-/// Shell-style glob matching of a whole name: `*` matches any run of
-/// characters (the empty one included), `?` exactly one character, anything
-/// else itself. A pattern without wildcards matches only the exact name.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    let (mut pi, mut ni) = (0, 0);
-    // The last `*` seen and the name position it was tried at: on a
-    // mismatch, that star absorbs one more character. Linear backtracking
-    // is enough because a later star can always take over an earlier one.
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        match p.get(pi) {
-            Some('*') => {
-                star = Some((pi, ni));
-                pi += 1;
-            }
-            Some(&c) if c == '?' || c == n[ni] => {
-                pi += 1;
-                ni += 1;
-            }
-            _ => match star {
-                Some((sp, sn)) => {
-                    pi = sp + 1;
-                    ni = sn + 1;
-                    star = Some((sp, sn + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
+/// Shell-style glob matching of a whole name: the library's, so that
+/// `kspan list` and `#[kernel_span("vfs_*")]` match the same functions.
+pub use kspan::denylist::glob_match;
 
 /// Rust's keywords (strict and reserved, through edition 2024): a parameter
 /// with one of these names is written as a raw identifier (`r#type`), a
@@ -523,47 +493,8 @@ pub fn not_traced(
     }
 }
 
-/// Levenshtein distance between `a` and `b`, in characters.
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
-
-/// Up to `n` of `names` closest to `wanted` by edit distance, nearest first
-/// (ties by name); only plausible ones: at most a third of `wanted`'s length
-/// away (2 for short names).
-pub fn closest_names<'a>(
-    names: impl Iterator<Item = &'a str>,
-    wanted: &str,
-    n: usize,
-) -> Vec<String> {
-    let wanted_len = wanted.chars().count();
-    let limit = (wanted_len / 3).max(2);
-    let mut scored: Vec<(usize, &str)> = names
-        .filter(|name| name.chars().count().abs_diff(wanted_len) <= limit)
-        .filter_map(|name| {
-            let d = edit_distance(wanted, name);
-            (d <= limit).then_some((d, name))
-        })
-        .collect();
-    scored.sort_unstable();
-    scored.dedup();
-    scored
-        .into_iter()
-        .take(n)
-        .map(|(_, s)| s.to_owned())
-        .collect()
-}
+/// Suggestions by edit distance: the library's, as in its own errors.
+pub use kspan::plan::{closest_names, edit_distance};
 
 /// ``; did you mean `a`, `b`?`` for a non-empty list, else nothing.
 pub fn did_you_mean(suggestions: &[String]) -> String {

@@ -756,7 +756,7 @@ fn rust_types_for(kernel: &KernelType) -> String {
 }
 
 /// Levenshtein distance, for suggestions.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
@@ -772,7 +772,7 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Up to `n` names closest to `wanted`, nearest first; only plausible ones.
-pub(crate) fn closest_names<'a>(
+pub fn closest_names<'a>(
     names: impl Iterator<Item = &'a str>,
     wanted: &str,
     n: usize,
