@@ -375,6 +375,16 @@ impl Loaded {
         })
     }
 
+    /// Detaches in reverse order of attach: each probe's entry program before
+    /// its exit program, so a call entered before the entry went away still
+    /// finds its exit. (Exits first would strand frames on busy threads while
+    /// the detach waits for RCU, and fill their stacks.)
+    fn detach_all(&mut self) {
+        while let Some(link) = self.links.pop() {
+            drop(link);
+        }
+    }
+
     /// Turns recording on or off in every program at once.
     fn set_enabled(&self, on: bool) -> Result<()> {
         let Some(first) = self.first() else {
@@ -848,7 +858,7 @@ impl Kspan {
     /// flushes the tracer provider and returns the final figures.
     pub async fn shutdown(mut self) -> Result<Stats> {
         // No new records once the links are gone.
-        self.loaded.links.clear();
+        self.loaded.detach_all();
         let _ = self.stop.send(true);
         if let Some(task) = self.task.take() {
             task.await.map_err(|e| Error::Consumer(e.to_string()))?;
@@ -868,7 +878,7 @@ impl Kspan {
 
 impl Drop for Kspan {
     fn drop(&mut self) {
-        self.loaded.links.clear();
+        self.loaded.detach_all();
         if let Some(task) = self.task.take() {
             task.abort();
         }
