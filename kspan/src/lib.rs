@@ -117,9 +117,18 @@ pub mod __private {
 /// `#[kernel_span("function", mode = "...", errno = bool)]`
 ///
 /// * `"function"`: the kernel function, a string literal, first.
-/// * `mode = "fexit"` (the default): a span from entry to exit with the
-///   captures and the return value. `mode = "fentry"`: an instant at entry,
-///   with the captures only.
+/// * `mode = "auto"` (the default): a span from entry to exit through the
+///   best mechanism the kernel offers, `fexit` then `kretprobe`, with the choice
+///   and the reasons in [`Kspan::attach_plan`]. `mode = "fexit"` /
+///   `"kretprobe"`: that mechanism only. `mode = "fentry"` / `"kprobe"`: an
+///   instant at entry, with the captures only.
+/// * `syscall = "openat"` instead of the function name: a syscall source, from
+///   the syscall's enter and exit tracepoints, typed from its tracefs format;
+///   works where neither trampolines nor kprobes do. Pointers are user memory.
+/// * A function name with `*` or `?` (`"vfs_*"`) traces every matching function
+///   the kernel can trace; the captures must exist in every match. Functions on
+///   kspan's deny list ([`denylist`]) and inlined or notrace matches are skipped
+///   and reported ([`Kspan::skipped`]).
 /// * `errno = false`: by default a function returning a signed `int` or
 ///   `long` that returns `-1..=-4095` gets status error and an `error.type`
 ///   attribute with the errno's name (`ENOENT`); this turns that off.
@@ -247,6 +256,14 @@ pub mod __private {
 /// One kernel function has one probe per runtime: a second probe on it is
 /// refused at start with an error naming both annotations (merge the
 /// handlers). Separate runtimes may trace the same function.
+///
+/// # Names
+///
+/// The probe is a `static` named like the function, so a handler parameter
+/// cannot have the name of another `static` in scope (another probe of the
+/// same module included): Rust forbids parameters shadowing statics. Rename
+/// the probe function (`fn rseq_probe(rseq: ...)` with
+/// `#[kernel_span("rseq")]`) when that happens.
 ///
 /// # Compile errors
 ///
