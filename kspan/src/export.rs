@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! From a ring-buffer record to an OpenTelemetry span.
 //!
-//! Decoding is pure ([`parse_record`], [`KernelSpan::from_record`]); building
+//! Decoding is pure ([`parse_record`], the captures of a record); building
 //! goes through the application's own tracer with the kernel's ids and times,
 //! so the span passes the application's sampler, processors and exporter like
 //! any span the application makes itself.
