@@ -281,3 +281,22 @@ pub async fn run_with_receiver(program: &Path, args: &[&str], service: &str) -> 
         spans: receiver.spans(),
     }
 }
+
+/// The value of attribute `key` of an exported span (in-process tests).
+pub fn span_attr(
+    span: &opentelemetry_sdk::trace::SpanData,
+    key: &str,
+) -> Option<opentelemetry::Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.clone())
+}
+
+/// The kernel's id of the calling thread (what kspan's `thread.id` holds).
+pub fn gettid() -> i64 {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+        .expect("/proc/thread-self names the thread id")
+}

@@ -3,6 +3,7 @@
 //! kprobes but does run tracepoint programs: the whole pipeline for real,
 //! in-process and through the `syscalls` example and a real OTLP receiver.
 
+use kspan_tests::{gettid, span_attr};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 
@@ -21,20 +22,6 @@ fn typo(filename: u64) {}
 
 #[kspan::kernel_span(syscall = "openat")]
 fn wrong_param(path: u64) {}
-
-fn attr(s: &SpanData, k: &str) -> Option<opentelemetry::Value> {
-    s.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == k)
-        .map(|kv| kv.value.clone())
-}
-
-fn gettid() -> i64 {
-    std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
-        .expect("/proc/thread-self names the thread id")
-}
 
 #[tokio::test(flavor = "current_thread")]
 async fn openat_and_read_spans_carry_what_the_test_did() {
@@ -78,27 +65,27 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
         .collect();
     let opened: Vec<&SpanData> = spans
         .iter()
         .filter(|s| {
             s.name == "openat"
-                && attr(s, "kernel.arg.filename") == Some(present.display().to_string().into())
+                && span_attr(s, "kernel.arg.filename") == Some(present.display().to_string().into())
         })
         .collect();
     assert_eq!(opened.len(), 1, "{spans:#?}");
-    let fd = match attr(opened[0], "kernel.return_value") {
+    let fd = match span_attr(opened[0], "kernel.return_value") {
         Some(opentelemetry::Value::I64(fd)) => fd,
         other => panic!("ret: {other:?}"),
     };
     assert!(fd >= 3);
     assert_eq!(
-        attr(opened[0], "kernel.arg.dfd"),
+        span_attr(opened[0], "kernel.arg.dfd"),
         Some((-100i64).into()),
         "AT_FDCWD"
     );
-    let flags = match attr(opened[0], "kernel.arg.flags") {
+    let flags = match span_attr(opened[0], "kernel.arg.flags") {
         Some(opentelemetry::Value::I64(v)) => v,
         other => panic!("flags: {other:?}"),
     };
@@ -111,19 +98,21 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
 
     let failed: Vec<&SpanData> = spans
         .iter()
-        .filter(|s| attr(s, "kernel.arg.filename") == Some(missing.display().to_string().into()))
+        .filter(|s| {
+            span_attr(s, "kernel.arg.filename") == Some(missing.display().to_string().into())
+        })
         .collect();
     assert_eq!(failed.len(), 1, "{spans:#?}");
     assert_eq!(failed[0].status, Status::error("ENOENT"));
-    assert_eq!(attr(failed[0], "error.type"), Some("ENOENT".into()));
+    assert_eq!(span_attr(failed[0], "error.type"), Some("ENOENT".into()));
 
     let reads: Vec<&SpanData> = spans
         .iter()
-        .filter(|s| s.name == "read" && attr(s, "kernel.arg.fd") == Some(fd.into()))
+        .filter(|s| s.name == "read" && span_attr(s, "kernel.arg.fd") == Some(fd.into()))
         .collect();
     let rets: Vec<_> = reads
         .iter()
-        .map(|s| attr(s, "kernel.return_value"))
+        .map(|s| span_attr(s, "kernel.return_value"))
         .collect();
     assert_eq!(
         rets,
@@ -132,19 +121,19 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
     );
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     assert_eq!(
-        attr(reads[0], "kernel.arg.buf"),
+        span_attr(reads[0], "kernel.arg.buf"),
         Some(hex(&content[..32]).into())
     );
     assert_eq!(
-        attr(reads[0], "kernel.arg.buf.truncated"),
+        span_attr(reads[0], "kernel.arg.buf.truncated"),
         Some(true.into())
     );
     assert_eq!(
-        attr(reads[1], "kernel.arg.buf"),
+        span_attr(reads[1], "kernel.arg.buf"),
         Some(hex(&content[64..96]).into())
     );
     for r in &reads {
-        assert_eq!(attr(r, "kernel.arg.count"), Some(64i64.into()));
+        assert_eq!(span_attr(r, "kernel.arg.count"), Some(64i64.into()));
     }
 }
 

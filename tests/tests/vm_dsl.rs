@@ -4,6 +4,7 @@
 //! fields, enums by name, bounded strings. Every value is compared with what
 //! the test itself did.
 
+use kspan_tests::{gettid, span_attr};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -79,22 +80,8 @@ async fn traced(probes: &[&'static kspan::Probe], work: impl FnOnce()) -> Vec<Sp
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
         .collect()
-}
-
-fn attr(s: &SpanData, k: &str) -> Option<opentelemetry::Value> {
-    s.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == k)
-        .map(|kv| kv.value.clone())
-}
-
-fn gettid() -> i64 {
-    std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
-        .expect("/proc/thread-self names the thread id")
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -117,12 +104,12 @@ async fn vfs_read_captures_the_file_name_through_pointers() {
     let spans = traced(&[&vfs_read_name], || read_all(&path)).await;
     let reads: Vec<&SpanData> = spans
         .iter()
-        .filter(|s| attr(s, "kernel.arg.name") == Some("dsl-name.txt".into()))
+        .filter(|s| span_attr(s, "kernel.arg.name") == Some("dsl-name.txt".into()))
         .collect();
     // 700 bytes in 512-byte reads: 512, 188, 0.
     let rets: Vec<_> = reads
         .iter()
-        .map(|s| attr(s, "kernel.return_value"))
+        .map(|s| span_attr(s, "kernel.return_value"))
         .collect();
     assert_eq!(
         rets,
@@ -130,8 +117,8 @@ async fn vfs_read_captures_the_file_name_through_pointers() {
         "{spans:#?}"
     );
     for s in &reads {
-        assert_eq!(attr(s, "kernel.arg.count"), Some(512i64.into()));
-        assert_eq!(attr(s, "kernel.arg.name.truncated"), None);
+        assert_eq!(span_attr(s, "kernel.arg.count"), Some(512i64.into()));
+        assert_eq!(span_attr(s, "kernel.arg.name.truncated"), None);
     }
 }
 
@@ -144,7 +131,7 @@ async fn a_string_longer_than_its_bound_is_cut_and_marked() {
     let spans = traced(&[&vfs_read_short_name], || read_all(&path)).await;
     let cut: Vec<&SpanData> = spans
         .iter()
-        .filter(|s| attr(s, "kernel.arg.name") == Some(long[..16].to_owned().into()))
+        .filter(|s| span_attr(s, "kernel.arg.name") == Some(long[..16].to_owned().into()))
         .collect();
     assert_eq!(
         cut.len(),
@@ -152,7 +139,7 @@ async fn a_string_longer_than_its_bound_is_cut_and_marked() {
         "two reads of the file (5 bytes, then 0): {spans:#?}"
     );
     for s in cut {
-        assert_eq!(attr(s, "kernel.arg.name.truncated"), Some(true.into()));
+        assert_eq!(span_attr(s, "kernel.arg.name.truncated"), Some(true.into()));
     }
 }
 
@@ -175,12 +162,12 @@ async fn openat_captures_the_user_file_name_flags_and_errno() {
     let by_name = |p: &PathBuf| {
         spans
             .iter()
-            .filter(|s| attr(s, "kernel.arg.filename") == Some(p.display().to_string().into()))
+            .filter(|s| span_attr(s, "kernel.arg.filename") == Some(p.display().to_string().into()))
             .collect::<Vec<_>>()
     };
     let ok = by_name(&present);
     assert_eq!(ok.len(), 1, "{spans:#?}");
-    let flags = match attr(ok[0], "kernel.arg.flags") {
+    let flags = match span_attr(ok[0], "kernel.arg.flags") {
         Some(opentelemetry::Value::I64(v)) => v,
         other => panic!("flags: {other:?}"),
     };
@@ -193,14 +180,17 @@ async fn openat_captures_the_user_file_name_flags_and_errno() {
     );
     assert_eq!(ok[0].status, Status::Unset);
     assert!(
-        matches!(attr(ok[0], "kernel.return_value"), Some(opentelemetry::Value::I64(fd)) if fd >= 3)
+        matches!(span_attr(ok[0], "kernel.return_value"), Some(opentelemetry::Value::I64(fd)) if fd >= 3)
     );
 
     let failed = by_name(&missing);
     assert_eq!(failed.len(), 1, "{spans:#?}");
     assert_eq!(failed[0].status, Status::error("ENOENT"));
-    assert_eq!(attr(failed[0], "error.type"), Some("ENOENT".into()));
-    assert_eq!(attr(failed[0], "kernel.return_value"), Some((-2i64).into()));
+    assert_eq!(span_attr(failed[0], "error.type"), Some("ENOENT".into()));
+    assert_eq!(
+        span_attr(failed[0], "kernel.return_value"),
+        Some((-2i64).into())
+    );
 }
 
 fn libc_o_nofollow() -> i32 {
@@ -223,9 +213,9 @@ async fn tcp_sendmsg_captures_size_port_and_socket_state_by_name() {
     .await;
     assert_eq!(spans.len(), 1, "one send on this thread: {spans:#?}");
     let s = &spans[0];
-    assert_eq!(attr(s, "kernel.arg.size"), Some(1234i64.into()));
-    assert_eq!(attr(s, "kernel.return_value"), Some(1234i64.into()));
-    let dport = match attr(s, "kernel.arg.dport") {
+    assert_eq!(span_attr(s, "kernel.arg.size"), Some(1234i64.into()));
+    assert_eq!(span_attr(s, "kernel.return_value"), Some(1234i64.into()));
+    let dport = match span_attr(s, "kernel.arg.dport") {
         Some(opentelemetry::Value::I64(v)) => v as u16,
         other => panic!("dport: {other:?}"),
     };
@@ -234,5 +224,8 @@ async fn tcp_sendmsg_captures_size_port_and_socket_state_by_name() {
         port,
         "skc_dport is in network byte order"
     );
-    assert_eq!(attr(s, "kernel.arg.state"), Some("SS_CONNECTED".into()));
+    assert_eq!(
+        span_attr(s, "kernel.arg.state"),
+        Some("SS_CONNECTED".into())
+    );
 }

@@ -2,6 +2,7 @@
 //! kspan used in-process on a real kernel (run in the VM by `cargo xtask
 //! test`): fentry mode, the figures, and detaching on drop.
 
+use kspan_tests::gettid;
 use std::io::Read;
 
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
@@ -45,13 +46,6 @@ fn this_thread_spans(
             attr("thread.id") == Some(tid.into()) && attr("kernel.arg.count") == Some(count.into())
         })
         .collect()
-}
-
-fn gettid() -> i64 {
-    std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
-        .expect("/proc/thread-self names the thread id")
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -3,6 +3,7 @@
 //! test`): the same captures as the trampoline modes, and spans that nest with
 //! trampoline spans because both share the per-task stack.
 
+use kspan_tests::span_attr;
 use std::io::Read;
 
 use opentelemetry::trace::SpanId;
@@ -50,23 +51,16 @@ async fn traced(probes: &[&'static kspan::Probe], file: &str) -> Vec<SpanData> {
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
         .collect();
     spans.sort_by_key(|s| s.start_time);
     spans
 }
 
-fn attr(s: &SpanData, k: &str) -> Option<opentelemetry::Value> {
-    s.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == k)
-        .map(|kv| kv.value.clone())
-}
-
 fn reading<'a>(spans: &'a [SpanData], file: &str) -> Vec<&'a SpanData> {
     spans
         .iter()
-        .filter(|s| attr(s, "kernel.arg.name") == Some(file.to_owned().into()))
+        .filter(|s| span_attr(s, "kernel.arg.name") == Some(file.to_owned().into()))
         .collect()
 }
 
@@ -77,7 +71,7 @@ async fn kretprobe_spans_carry_arguments_fields_and_the_return_value() {
     let reads = reading(&spans, "kspan-kretprobe.txt");
     let rets: Vec<_> = reads
         .iter()
-        .map(|s| attr(s, "kernel.return_value"))
+        .map(|s| span_attr(s, "kernel.return_value"))
         .collect();
     assert_eq!(
         rets,
@@ -85,7 +79,7 @@ async fn kretprobe_spans_carry_arguments_fields_and_the_return_value() {
         "{spans:#?}"
     );
     for s in reads {
-        assert_eq!(attr(s, "kernel.arg.count"), Some(512i64.into()));
+        assert_eq!(span_attr(s, "kernel.arg.count"), Some(512i64.into()));
         assert!(s.start_time < s.end_time);
     }
 }
@@ -98,8 +92,8 @@ async fn kprobe_mode_gives_instants_with_arguments() {
     assert_eq!(reads.len(), 3, "{spans:#?}");
     for s in reads {
         assert_eq!(s.start_time, s.end_time, "an instant");
-        assert_eq!(attr(s, "kernel.arg.count"), Some(512i64.into()));
-        assert_eq!(attr(s, "kernel.return_value"), None);
+        assert_eq!(span_attr(s, "kernel.arg.count"), Some(512i64.into()));
+        assert_eq!(span_attr(s, "kernel.return_value"), None);
     }
 }
 
@@ -119,8 +113,8 @@ async fn kretprobe_and_fexit_spans_nest() {
         assert_eq!(parent.span_context.trace_id(), i.span_context.trace_id());
         assert!(parent.start_time <= i.start_time && i.end_time <= parent.end_time);
         assert_eq!(
-            attr(parent, "kernel.return_value"),
-            attr(i, "kernel.return_value")
+            span_attr(parent, "kernel.return_value"),
+            span_attr(i, "kernel.return_value")
         );
     }
 }
@@ -145,7 +139,9 @@ async fn syscall_sources_work_on_the_vm_kernels_too() {
     let spans = exporter.get_finished_spans().unwrap();
     let failed: Vec<&SpanData> = spans
         .iter()
-        .filter(|s| attr(s, "kernel.arg.filename") == Some(missing.display().to_string().into()))
+        .filter(|s| {
+            span_attr(s, "kernel.arg.filename") == Some(missing.display().to_string().into())
+        })
         .collect();
     assert_eq!(failed.len(), 1, "{spans:#?}");
     assert_eq!(
@@ -180,7 +176,7 @@ async fn auto_plan(
         plan,
         spans
             .into_iter()
-            .filter(|s| attr(s, "kernel.arg.name") == Some(file.to_owned().into()))
+            .filter(|s| span_attr(s, "kernel.arg.name") == Some(file.to_owned().into()))
             .collect(),
     )
 }
@@ -217,7 +213,7 @@ async fn auto_falls_back_to_kretprobes_and_says_why() {
     );
     let rets: Vec<_> = spans
         .iter()
-        .map(|s| attr(s, "kernel.return_value"))
+        .map(|s| span_attr(s, "kernel.return_value"))
         .collect();
     assert_eq!(rets.len(), 2, "{spans:#?}");
     assert!(rets.contains(&Some(4i64.into())) && rets.contains(&Some(0i64.into())));
