@@ -300,3 +300,39 @@ pub fn gettid() -> i64 {
         .and_then(|p| p.file_name()?.to_str()?.parse().ok())
         .expect("/proc/thread-self names the thread id")
 }
+
+/// Starts kspan in this process with `probes` and an in-memory exporter,
+/// runs `work` on this thread, shuts kspan down (asserting that nothing was
+/// lost) and returns the spans made on this thread, in start order. Panics
+/// with `needs` (the kernel feature) when kspan cannot start.
+pub async fn traced_on_this_thread(
+    probes: &[&'static kspan::Probe],
+    needs: &str,
+    work: impl FnOnce(),
+) -> Vec<opentelemetry_sdk::trace::SpanData> {
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probes(probes.iter().copied())
+        .start()
+        .unwrap_or_else(|e| panic!("{needs}: {e}"));
+    work();
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    let tid = gettid();
+    let mut spans: Vec<_> = exporter
+        .get_finished_spans()
+        .expect("the in-memory exporter keeps spans")
+        .into_iter()
+        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
+        .collect();
+    spans.sort_by_key(|s| s.start_time);
+    spans
+}
+
+/// Lower-case hex of `bytes`, as kspan exports byte captures.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -3,7 +3,7 @@
 //! kprobes but does run tracepoint programs: the whole pipeline for real,
 //! in-process and through the `syscalls` example and a real OTLP receiver.
 
-use kspan_tests::{gettid, span_attr};
+use kspan_tests::{gettid, hex, span_attr};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 
@@ -119,7 +119,6 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
         [Some(64i64.into()), Some(36i64.into()), Some(0i64.into())],
         "{spans:#?}"
     );
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     assert_eq!(
         span_attr(reads[0], "kernel.arg.buf"),
         Some(hex(&content[..32]).into())

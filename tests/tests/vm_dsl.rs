@@ -4,13 +4,13 @@
 //! fields, enums by name, bounded strings. Every value is compared with what
 //! the test itself did.
 
-use kspan_tests::{gettid, span_attr};
+use kspan_tests::{hex, span_attr};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use opentelemetry::trace::Status;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::SpanData;
 
 const NEEDS: &str = "needs a kernel with BPF trampolines (fentry/fexit)";
 
@@ -61,27 +61,8 @@ fn tcp_sendmsg(
 ) {
 }
 
-/// Starts kspan with `probes`, runs `work` on this thread, shuts kspan down
-/// and returns the spans made on this thread.
 async fn traced(probes: &[&'static kspan::Probe], work: impl FnOnce()) -> Vec<SpanData> {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let kspan = kspan::Kspan::builder(&provider)
-        .probes(probes.iter().copied())
-        .start()
-        .unwrap_or_else(|e| panic!("{NEEDS}: {e}"));
-    work();
-    let stats = kspan.shutdown().await.unwrap();
-    assert_eq!(stats.lost(), 0, "{stats:?}");
-    let tid = gettid();
-    exporter
-        .get_finished_spans()
-        .unwrap()
-        .into_iter()
-        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
-        .collect()
+    kspan_tests::traced_on_this_thread(probes, NEEDS, work).await
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -100,7 +81,8 @@ fn read_all(path: &PathBuf) {
 #[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
 async fn vfs_read_captures_the_file_name_through_pointers() {
     let path = scratch("dsl-name.txt");
-    std::fs::write(&path, vec![b'x'; 700]).unwrap();
+    let content: Vec<u8> = (0..700u32).map(|i| b'a' + (i % 26) as u8).collect();
+    std::fs::write(&path, &content).unwrap();
     let spans = traced(&[&vfs_read_name], || read_all(&path)).await;
     let reads: Vec<&SpanData> = spans
         .iter()
@@ -116,10 +98,32 @@ async fn vfs_read_captures_the_file_name_through_pointers() {
         [Some(512i64.into()), Some(188i64.into()), Some(0i64.into())],
         "{spans:#?}"
     );
-    for s in &reads {
+    for (s, (offset, got)) in reads.iter().zip([(0usize, 512usize), (512, 188), (700, 0)]) {
         assert_eq!(span_attr(s, "kernel.arg.count"), Some(512i64.into()));
         assert_eq!(span_attr(s, "kernel.arg.name.truncated"), None);
+        // The user buffer, read at exit with the return value as its length,
+        // capped at 64 bytes and marked when cut.
+        let kept = got.min(64);
+        assert_eq!(
+            span_attr(s, "kernel.arg.buf"),
+            Some(hex(&content[offset..offset + kept]).into())
+        );
+        assert_eq!(
+            span_attr(s, "kernel.arg.buf.truncated"),
+            (got > 64).then_some(true.into())
+        );
+        assert_eq!(
+            span_attr(s, "test.handler.buf_len"),
+            Some((kept as i64).into())
+        );
+        assert_eq!(span_attr(s, "test.handler.iname_ok"), Some(true.into()));
+        let iname = match span_attr(s, "kernel.arg.iname") {
+            Some(opentelemetry::Value::String(v)) => v.to_string(),
+            other => panic!("iname: {other:?}"),
+        };
+        assert!(iname.starts_with(&hex(b"dsl-name.txt\0")), "{iname}");
     }
+    assert_eq!(reads[2].name, "vfs_read eof", "renamed by the handler");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -30,31 +30,12 @@ fn vfs_read_fexit(#[capture(path = "file->f_path.dentry->d_name.name")] name: &s
 async fn traced(probes: &[&'static kspan::Probe], file: &str) -> Vec<SpanData> {
     let path = std::env::temp_dir().join(file);
     std::fs::write(&path, vec![b'k'; 700]).unwrap();
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let kspan = kspan::Kspan::builder(&provider)
-        .probes(probes.iter().copied())
-        .start()
-        .unwrap_or_else(|e| panic!("needs a kernel with kprobes: {e}"));
-    let mut f = std::fs::File::open(&path).unwrap();
-    let mut buf = [0u8; 512];
-    while f.read(&mut buf).unwrap() > 0 {}
-    let stats = kspan.shutdown().await.unwrap();
-    assert_eq!(stats.lost(), 0, "{stats:?}");
-    let tid = std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name()?.to_str()?.parse::<i64>().ok())
-        .unwrap();
-    let mut spans: Vec<SpanData> = exporter
-        .get_finished_spans()
-        .unwrap()
-        .into_iter()
-        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
-        .collect();
-    spans.sort_by_key(|s| s.start_time);
-    spans
+    kspan_tests::traced_on_this_thread(probes, "needs a kernel with kprobes", || {
+        let mut f = std::fs::File::open(&path).unwrap();
+        let mut buf = [0u8; 512];
+        while f.read(&mut buf).unwrap() > 0 {}
+    })
+    .await
 }
 
 fn reading<'a>(spans: &'a [SpanData], file: &str) -> Vec<&'a SpanData> {
