@@ -7,17 +7,19 @@
 //!
 //! `cargo bench -p kspan --bench span_build` prints both figures and their
 //! ratio. Both run through the same SDK pipeline (a simple processor and an
-//! exporter that keeps nothing), interleaved in rounds so that drift hits both
-//! alike; each figure is the median of the rounds. Needs the kernel's BTF
+//! exporter that keeps nothing), in many short rounds in rotating order, the
+//! ratio taken within each round and summarised by its median and quartiles.
+//! Needs the kernel's BTF
 //! (`/sys/kernel/btf/vmlinux`) to plan the probe, nothing else.
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kspan::btf::Btf;
 use kspan::clock::ClockOffset;
-use kspan::export::{parse_record, process};
+use kspan::export::parse_record;
 use kspan::plan::plan_probe;
+use kspan::SpanFactory;
 use opentelemetry::trace::{Span as _, Tracer, TracerProvider as _};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
@@ -82,12 +84,6 @@ fn record(plan: &kspan::plan::ProbePlan) -> Vec<u8> {
     bytes
 }
 
-/// Median ns per call of `f` over `rounds` rounds of `per_round` calls.
-fn per_call(samples: &mut [Duration], per_round: u32) -> f64 {
-    samples.sort();
-    samples[samples.len() / 2].as_nanos() as f64 / f64::from(per_round)
-}
-
 fn main() {
     let btf_blob =
         std::fs::read(kspan::KERNEL_BTF).expect("the kernel's BTF at /sys/kernel/btf/vmlinux");
@@ -98,18 +94,12 @@ fn main() {
         .with_simple_exporter(DiscardExporter)
         .build();
     let tracer = provider.tracer("kspan-bench");
-    let clock = ClockOffset::measure();
+    let factory = SpanFactory::new(tracer.clone(), ClockOffset::measure());
 
     // Check once that the record decodes into the span the bench claims.
     let view = parse_record(&bytes).expect("a whole record");
-    assert_eq!(
-        process(&plan, &view, &tracer, &clock),
-        kspan::Outcome::Exported
-    );
+    assert_eq!(factory.process(&plan, &view), kspan::Outcome::Exported);
 
-    let (rounds, per_round) = (41, 20_000u32);
-    let mut empty = Vec::with_capacity(rounds);
-    let mut same_attributes = Vec::with_capacity(rounds);
     // The SDK's own cost for a span carrying the same attributes, built by hand:
     // the floor any exporter of these values pays.
     let view = parse_record(&bytes).expect("a whole record");
@@ -118,54 +108,76 @@ fn main() {
         let p = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
             .build();
-        process(&plan, &view, &p.tracer("probe"), &clock);
+        SpanFactory::new(p.tracer("probe"), ClockOffset::measure()).process(&plan, &view);
         exporter.get_finished_spans().expect("one span")[0]
             .attributes
             .clone()
     };
-    let mut kernel = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let t = Instant::now();
-        for _ in 0..per_round {
-            let mut span = tracer.start("empty");
-            span.end();
+
+    let empty_span = || {
+        let mut span = tracer.start("empty");
+        span.end();
+    };
+    let by_hand = || {
+        let mut span = tracer
+            .span_builder("do_sys_openat2")
+            .with_attributes(reference.clone())
+            .start(&tracer);
+        span.end();
+    };
+    let kspan_record = || {
+        let view = parse_record(black_box(&bytes)).expect("a whole record");
+        black_box(factory.process(&plan, &view));
+    };
+    let cases: [&dyn Fn(); 3] = [&empty_span, &by_hand, &kspan_record];
+
+    // Many short rounds, the three cases one after the other in an order that
+    // rotates, so that drift of the machine (frequency, neighbours) hits each
+    // case alike; ratios are taken within a round (paired) and summarised by
+    // their median and quartiles.
+    let (rounds, per_round) = (201usize, 5_000u32);
+    let mut times = [Vec::new(), Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        for k in 0..3 {
+            let case = (round + k) % 3;
+            let t = Instant::now();
+            for _ in 0..per_round {
+                cases[case]();
+            }
+            times[case].push(t.elapsed().as_nanos() as f64 / f64::from(per_round));
         }
-        empty.push(t.elapsed());
-        let t = Instant::now();
-        for _ in 0..per_round {
-            let attributes = reference.clone();
-            let mut span = tracer
-                .span_builder("do_sys_openat2")
-                .with_attributes(attributes)
-                .start(&tracer);
-            span.end();
-        }
-        same_attributes.push(t.elapsed());
-        let t = Instant::now();
-        for _ in 0..per_round {
-            let view = parse_record(black_box(&bytes)).expect("a whole record");
-            black_box(process(&plan, &view, &tracer, &clock));
-        }
-        kernel.push(t.elapsed());
     }
-    let empty = per_call(&mut empty, per_round);
-    let kernel = per_call(&mut kernel, per_round);
-    let floor = per_call(&mut same_attributes, per_round);
-    println!("span_build: {rounds} rounds x {per_round} calls, medians");
-    println!("  baseline  empty span start+end          {empty:8.1} ns/span");
+    let ratios = |case: usize| -> Vec<f64> {
+        times[case]
+            .iter()
+            .zip(&times[0])
+            .map(|(t, empty)| t / empty)
+            .collect()
+    };
+    let (floor_ratio, kspan_ratio) = (quartiles(ratios(1)), quartiles(ratios(2)));
+    let [empty, floor, kernel] = times.map(|t| quartiles(t)[1]);
+    println!("span_build: {rounds} rounds x {per_round} calls; medians, ratios paired per round");
+    println!("  baseline  empty span start+end                          {empty:7.1} ns/span");
     println!(
-        "  floor     span with the same {} attributes, built by hand {floor:8.1} ns/span ({:.2}x)",
+        "  floor     span with the same {} attributes, by hand       {floor:7.1} ns/span  {:.2}x  (quartiles {:.2}..{:.2})",
         reference.len(),
-        floor / empty
-    );
-    println!("  kspan     decode + handler + span         {kernel:8.1} ns/record (3 scalars, a 64-byte string, ret)");
-    println!(
-        "  ratio     {:.2}x the empty span (target <= 1.5x)",
-        kernel / empty
+        floor_ratio[1],
+        floor_ratio[0],
+        floor_ratio[2]
     );
     println!(
-        "  of which  {:.2}x is the SDK's cost of the attributes, {:.2}x kspan's decode, handler and building",
-        (floor - empty) / empty,
-        (kernel - floor) / empty
+        "  kspan     decode + handler + span, one record          {kernel:7.1} ns/record {:.2}x  (quartiles {:.2}..{:.2})",
+        kspan_ratio[1], kspan_ratio[0], kspan_ratio[2]
     );
+    println!(
+        "  ratio     {:.2}x the empty span (target <= 1.5x); the record: 3 scalars, a 64-byte string, ret",
+        kspan_ratio[1]
+    );
+}
+
+/// First quartile, median, third quartile.
+fn quartiles(mut v: Vec<f64>) -> [f64; 3] {
+    v.sort_by(f64::total_cmp);
+    let at = |q: usize| v[(v.len() - 1) * q / 4];
+    [at(1), at(2), at(3)]
 }

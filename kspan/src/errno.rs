@@ -5,6 +5,8 @@
 //! errno.h, and the kernel-internal ones of include/linux/errno.h), the same on
 //! every architecture kspan runs on (x86-64 uses the generic table).
 
+use std::borrow::Cow;
+
 /// Largest value the kernel's `-errno` convention uses (`MAX_ERRNO`).
 pub const MAX_ERRNO: i64 = 4095;
 
@@ -170,16 +172,16 @@ const INTERNAL: [&str; 20] = [
 ];
 
 /// The symbolic name of errno `n` (positive), or `errno N` for numbers
-/// without one.
-pub fn name(n: i64) -> String {
+/// without one. Named errnos are borrowed: no allocation per failed call.
+pub fn name(n: i64) -> Cow<'static, str> {
     let named = usize::try_from(n).ok().and_then(|i| match i {
         1..=133 => Some(NAMES[i]),
         512..=531 => Some(INTERNAL[i - 512]),
         _ => None,
     });
     match named {
-        Some(s) if !s.is_empty() => s.to_owned(),
-        _ => format!("errno {n}"),
+        Some(s) if !s.is_empty() => Cow::Borrowed(s),
+        _ => Cow::Owned(format!("errno {n}")),
     }
 }
 

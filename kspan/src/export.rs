@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use kspan_bpf::types::kspan_record;
 use opentelemetry::trace::{
@@ -45,6 +45,9 @@ pub mod attributes {
     /// The thread that made the call (semantic conventions: `thread.id`).
     pub const THREAD_ID: &str = "thread.id";
     /// The process that made the call (semantic conventions: `process.pid`).
+    /// Set only when other processes are traced too
+    /// ([`KspanBuilder::trace_all_processes`](crate::KspanBuilder::trace_all_processes)):
+    /// the application's own spans are told apart by its resource.
     pub const PROCESS_PID: &str = "process.pid";
 }
 
@@ -62,11 +65,32 @@ pub struct DecodeError {
 /// area of strings and buffers after it.
 #[derive(Debug, Clone)]
 pub struct RecordView<'a> {
-    /// The header: borrowed in place when aligned (ring-buffer records are
-    /// 8-byte aligned), copied otherwise.
-    pub header: Cow<'a, kspan_record>,
+    /// The header.
+    pub header: RecordHeader<'a>,
     /// The data area.
     pub data: &'a [u8],
+}
+
+/// A record's header: borrowed in place when aligned (ring-buffer records
+/// are 8-byte aligned), copied to the heap otherwise, so that the view stays
+/// small to pass around either way.
+#[derive(Debug, Clone)]
+pub enum RecordHeader<'a> {
+    /// Read in place.
+    InPlace(&'a kspan_record),
+    /// Copied from unaligned bytes.
+    Copied(Box<kspan_record>),
+}
+
+impl std::ops::Deref for RecordHeader<'_> {
+    type Target = kspan_record;
+
+    fn deref(&self) -> &kspan_record {
+        match self {
+            RecordHeader::InPlace(header) => header,
+            RecordHeader::Copied(header) => header,
+        }
+    }
 }
 
 /// Reads a record from ring-buffer bytes.
@@ -84,10 +108,10 @@ pub fn parse_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
         // size_of::<kspan_record>() bytes that live as long as the returned
         // borrow, and the type is plain old data (integers and byte arrays,
         // every bit pattern valid).
-        Cow::Borrowed(unsafe { &*ptr })
+        RecordHeader::InPlace(unsafe { &*ptr })
     } else {
         // SAFETY: as above, and read_unaligned copes with any alignment.
-        Cow::Owned(unsafe { std::ptr::read_unaligned(ptr) })
+        RecordHeader::Copied(Box::new(unsafe { std::ptr::read_unaligned(ptr) }))
     };
     Ok(RecordView {
         header,
@@ -96,6 +120,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
 }
 
 /// Decodes capture `i` of `view` as `plan` says (pure).
+#[inline(always)]
 fn decode_capture<'a>(plan: &CapturePlan, i: usize, view: &RecordView<'a>) -> Capture<'a> {
     let rec = &view.header;
     if rec.cap_flags[i] & kspan_bpf::consts::KSPAN_CAPF_FAULT as u8 != 0 {
@@ -135,36 +160,24 @@ fn decode_capture<'a>(plan: &CapturePlan, i: usize, view: &RecordView<'a>) -> Ca
     }
 }
 
-fn suffixed(key: &Key, suffix: &str) -> Key {
-    Key::new(format!("{}.{suffix}", key.as_str()))
-}
-
 /// The attributes of one capture.
+#[inline(always)]
 fn capture_attributes(plan: &CapturePlan, capture: &Capture<'_>, out: &mut Vec<KeyValue>) {
-    let key = plan.attribute.clone();
     match capture {
-        Capture::Scalar(raw) => {
-            let value = Value::decode(*raw, plan.spec.ty);
-            let named = plan.enum_names.as_ref().and_then(|names| {
-                let v = match value {
-                    Value::Int(v) => v,
-                    Value::Uint(v) => v as i64,
-                    _ => return None,
-                };
-                names
-                    .iter()
-                    .find(|(n, _)| *n == v)
-                    .map(|(_, name)| name.clone())
-            });
-            match named {
-                Some(name) => out.push(KeyValue::new(key, name)),
-                None => out.push(KeyValue::new(key, value.to_otel())),
-            }
-        }
+        Capture::Scalar(raw) => out.push(KeyValue::new(
+            Key::from_static_str(plan.attribute),
+            scalar_attribute(plan, *raw),
+        )),
         Capture::Str { text, truncated } => {
-            out.push(KeyValue::new(key.clone(), text.to_string()));
+            out.push(KeyValue::new(
+                Key::from_static_str(plan.attribute),
+                String::from(&**text),
+            ));
             if *truncated {
-                out.push(KeyValue::new(suffixed(&key, "truncated"), true));
+                out.push(KeyValue::new(
+                    Key::from_static_str(plan.truncated_attribute),
+                    true,
+                ));
             }
         }
         Capture::Bytes { data, truncated } => {
@@ -172,66 +185,91 @@ fn capture_attributes(plan: &CapturePlan, capture: &Capture<'_>, out: &mut Vec<K
             for b in *data {
                 let _ = write!(hex, "{b:02x}");
             }
-            out.push(KeyValue::new(key.clone(), hex));
+            out.push(KeyValue::new(Key::from_static_str(plan.attribute), hex));
             if *truncated {
-                out.push(KeyValue::new(suffixed(&key, "truncated"), true));
+                out.push(KeyValue::new(
+                    Key::from_static_str(plan.truncated_attribute),
+                    true,
+                ));
             }
         }
-        Capture::Fault => out.push(KeyValue::new(suffixed(&key, "fault"), true)),
+        Capture::Fault => out.push(KeyValue::new(
+            Key::from_static_str(plan.fault_attribute),
+            true,
+        )),
     }
+}
+
+/// A scalar capture as an attribute value: an enum by its enumerator's name
+/// (when the value has one), anything else as [`Value::to_otel`] says.
+#[inline(always)]
+fn scalar_attribute(plan: &CapturePlan, raw: u64) -> opentelemetry::Value {
+    let value = Value::decode(raw, plan.spec.ty);
+    if let Some(names) = &plan.enum_names {
+        let number = match value {
+            Value::Int(v) => Some(v),
+            // Enumerators are kept as i64 bit patterns, enum64 ones too.
+            Value::Uint(v) => Some(v as i64),
+            Value::Bool(_) | Value::Pointer(_) => None,
+        };
+        if let Some((_, name)) = number.and_then(|n| names.iter().find(|(v, _)| *v == n)) {
+            return opentelemetry::Value::String(name.clone());
+        }
+    }
+    value.to_otel()
 }
 
 /// One kernel span, decoded: what the handler sees and may change before it
 /// is exported.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// It holds the OpenTelemetry span builder itself, so that what the handler
+/// changes is what is exported, with no copy in between.
+#[derive(Debug, Clone)]
 pub struct KernelSpan {
-    name: Cow<'static, str>,
-    trace_id: TraceId,
-    span_id: SpanId,
+    /// Name, attributes (always `Some`), status, ids and start time.
+    builder: SpanBuilder,
     parent_span_id: Option<SpanId>,
-    start_ns: u64,
-    end_ns: u64,
-    attributes: Vec<KeyValue>,
-    status: Status,
+    end_time: SystemTime,
     discarded: bool,
 }
 
 impl KernelSpan {
     /// The span's name (the kernel function unless renamed).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.builder.name
     }
 
     /// Renames the span.
     pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
-        self.name = name.into();
+        self.builder.name = name.into();
+    }
+
+    fn attributes_mut(&mut self) -> &mut Vec<KeyValue> {
+        self.builder.attributes.get_or_insert_with(Vec::new)
     }
 
     /// Sets an attribute, replacing one with the same key.
     pub fn set_attribute(&mut self, attribute: KeyValue) {
-        match self
-            .attributes
-            .iter_mut()
-            .find(|kv| kv.key == attribute.key)
-        {
+        let attributes = self.attributes_mut();
+        match attributes.iter_mut().find(|kv| kv.key == attribute.key) {
             Some(existing) => *existing = attribute,
-            None => self.attributes.push(attribute),
+            None => attributes.push(attribute),
         }
     }
 
     /// Removes the attribute `key`, if present.
     pub fn remove_attribute(&mut self, key: &str) {
-        self.attributes.retain(|kv| kv.key.as_str() != key);
+        self.attributes_mut().retain(|kv| kv.key.as_str() != key);
     }
 
     /// The attributes so far.
     pub fn attributes(&self) -> &[KeyValue] {
-        &self.attributes
+        self.builder.attributes.as_deref().unwrap_or(&[])
     }
 
     /// The value of attribute `key`.
     pub fn attribute(&self, key: &str) -> Option<&opentelemetry::Value> {
-        self.attributes
+        self.attributes()
             .iter()
             .find(|kv| kv.key.as_str() == key)
             .map(|kv| &kv.value)
@@ -239,12 +277,12 @@ impl KernelSpan {
 
     /// Sets the status (errno returns have set it to an error already).
     pub fn set_status(&mut self, status: Status) {
-        self.status = status;
+        self.builder.status = status;
     }
 
     /// The status.
     pub fn status(&self) -> &Status {
-        &self.status
+        &self.builder.status
     }
 
     /// Drops the span: it is not exported (and counted as discarded).
@@ -259,12 +297,12 @@ impl KernelSpan {
 
     /// The trace id.
     pub fn trace_id(&self) -> TraceId {
-        self.trace_id
+        self.builder.trace_id.unwrap_or(TraceId::INVALID)
     }
 
     /// The span id.
     pub fn span_id(&self) -> SpanId {
-        self.span_id
+        self.builder.span_id.unwrap_or(SpanId::INVALID)
     }
 
     /// The enclosing kernel span, if any.
@@ -274,7 +312,10 @@ impl KernelSpan {
 
     /// Duration from entry to exit (zero in fentry mode).
     pub fn duration(&self) -> Duration {
-        Duration::from_nanos(self.end_ns - self.start_ns)
+        self.builder
+            .start_time
+            .and_then(|start| self.end_time.duration_since(start).ok())
+            .unwrap_or_default()
     }
 }
 
@@ -290,97 +331,123 @@ pub enum Outcome {
     HandlerPanicked,
 }
 
-/// Decodes `view` with `plan`, runs the handler and exports the span through
-/// `tracer` unless the handler discards it.
-pub fn process<T: Tracer>(
-    plan: &ProbePlan,
-    view: &RecordView<'_>,
-    tracer: &T,
-    clock: &ClockOffset,
-) -> Outcome {
-    let rec = &view.header;
-    let spec = &plan.probe.spec;
-    // On the stack: no allocation for the captures themselves.
-    let mut slots: [Capture<'_>; kspan_bpf::MAX_CAPS] = std::array::from_fn(|_| Capture::Fault);
-    for (i, (slot, c)) in slots.iter_mut().zip(&plan.captures).enumerate() {
-        *slot = decode_capture(c, i, view);
-    }
-    let captures = &slots[..plan.captures.len()];
-    let ret = (rec.flags & kspan_bpf::REC_HAS_RET != 0)
-        .then(|| crate::plan::normalize(rec.ret, plan.signature.ret.class));
-
-    let mut attributes = Vec::with_capacity(6 + captures.len());
-    for (c, capture) in plan.captures.iter().zip(captures) {
-        capture_attributes(c, capture, &mut attributes);
-    }
-    let mut status = Status::Unset;
-    if let Some(raw) = ret {
-        if let Some(ty) = spec.ret {
-            attributes.push(KeyValue::new(
-                attributes::RETURN_VALUE,
-                Value::decode(raw, ty).to_otel(),
-            ));
-        }
-        if plan.errno_status {
-            // `raw` is normalized: a signed int return is sign-extended.
-            if let Some(errno) = errno::from_return(raw as i64) {
-                let name = errno::name(errno);
-                attributes.push(KeyValue::new(attributes::ERROR_TYPE, name.clone()));
-                status = Status::error(name);
-            }
-        }
-    }
-    attributes.push(KeyValue::new(attributes::THREAD_ID, i64::from(rec.tid)));
-    attributes.push(KeyValue::new(attributes::PROCESS_PID, i64::from(rec.pid)));
-
-    let mut span = KernelSpan {
-        name: Cow::Borrowed(plan.function),
-        trace_id: TraceId::from_bytes(rec.trace_id),
-        span_id: SpanId::from(rec.span_id),
-        parent_span_id: (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
-        start_ns: rec.start_ns,
-        end_ns: rec.end_ns.max(rec.start_ns),
-        attributes,
-        status,
-        discarded: false,
-    };
-    let captured = Captured::new(captures, ret);
-    let handler = plan.probe.handler;
-    let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&captured, &mut span))) {
-        Ok(()) if span.discarded => return Outcome::Discarded,
-        Ok(()) => Outcome::Exported,
-        Err(_) => {
-            // Exported with what the handler did before it panicked, and marked.
-            span.set_attribute(KeyValue::new(attributes::HANDLER_PANICKED, true));
-            Outcome::HandlerPanicked
-        }
-    };
-    export(span, tracer, clock);
-    outcome
+/// Turns records into spans through one tracer: what every span of a kspan
+/// instance shares (the tracer, the kernel-to-wall clock conversion, whether
+/// spans name their process).
+#[derive(Debug)]
+pub struct SpanFactory<T> {
+    tracer: T,
+    clock: ClockOffset,
+    process_pid: bool,
 }
 
-/// Builds and ends `span` through `tracer` with the kernel's ids and times.
-fn export<T: Tracer>(span: KernelSpan, tracer: &T, clock: &ClockOffset) {
-    let parent = match span.parent_span_id {
-        Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
-            span.trace_id,
-            parent,
-            TraceFlags::SAMPLED,
-            false,
-            TraceState::NONE,
-        )),
-        None => Context::new(),
-    };
-    // Fields set in place: the builder is large, and each `with_*` moves it.
-    let mut builder = SpanBuilder::from_name(span.name);
-    builder.span_kind = Some(SpanKind::Internal);
-    builder.start_time = Some(clock.to_system_time(span.start_ns));
-    builder.attributes = Some(span.attributes);
-    builder.status = span.status;
-    builder.trace_id = Some(span.trace_id);
-    builder.span_id = Some(span.span_id);
-    let mut built = tracer.build_with_context(builder, &parent);
-    opentelemetry::trace::Span::end_with_timestamp(&mut built, clock.to_system_time(span.end_ns));
+impl<T: Tracer> SpanFactory<T> {
+    /// Spans through `tracer`, with kernel times converted by `clock`, not
+    /// naming their process.
+    pub fn new(tracer: T, clock: ClockOffset) -> Self {
+        SpanFactory {
+            tracer,
+            clock,
+            process_pid: false,
+        }
+    }
+
+    /// Whether each span carries `process.pid`: wanted when other processes
+    /// are traced too; spans of the application's own process are already
+    /// told apart by the application's resource.
+    pub fn with_process_pid(mut self, on: bool) -> Self {
+        self.process_pid = on;
+        self
+    }
+
+    /// Decodes `view` with `plan`, runs the handler and exports the span
+    /// unless the handler discards it.
+    pub fn process(&self, plan: &ProbePlan, view: &RecordView<'_>) -> Outcome {
+        let rec = &view.header;
+        let spec = &plan.probe.spec;
+        // On the stack: no allocation for the captures themselves.
+        let mut slots: [Capture<'_>; kspan_bpf::MAX_CAPS] = std::array::from_fn(|_| Capture::Fault);
+        for (i, (slot, c)) in slots.iter_mut().zip(&plan.captures).enumerate() {
+            *slot = decode_capture(c, i, view);
+        }
+        let captures = &slots[..plan.captures.len()];
+        let ret = (rec.flags & kspan_bpf::REC_HAS_RET != 0)
+            .then(|| crate::plan::normalize(rec.ret, plan.signature.ret.class));
+
+        // Room for what kspan adds (return value, error type, thread, process)
+        // and a truncation mark or two, so that the handler's first additions
+        // do not reallocate either.
+        let mut attributes = Vec::with_capacity(captures.len() + 6);
+        for (c, capture) in plan.captures.iter().zip(captures) {
+            capture_attributes(c, capture, &mut attributes);
+        }
+        let mut status = Status::Unset;
+        if let Some(raw) = ret {
+            if let Some(ty) = spec.ret {
+                attributes.push(KeyValue::new(
+                    attributes::RETURN_VALUE,
+                    Value::decode(raw, ty).to_otel(),
+                ));
+            }
+            if plan.errno_status {
+                // `raw` is normalized: a signed int return is sign-extended.
+                if let Some(errno) = errno::from_return(raw as i64) {
+                    let name = errno::name(errno);
+                    attributes.push(KeyValue::new(attributes::ERROR_TYPE, name.clone()));
+                    status = Status::Error { description: name };
+                }
+            }
+        }
+        attributes.push(KeyValue::new(attributes::THREAD_ID, i64::from(rec.tid)));
+        if self.process_pid {
+            attributes.push(KeyValue::new(attributes::PROCESS_PID, i64::from(rec.pid)));
+        }
+
+        // Fields set in place: the builder is large, and each `with_*` moves it.
+        let mut builder = SpanBuilder::from_name(plan.function);
+        builder.span_kind = Some(SpanKind::Internal);
+        builder.start_time = Some(self.clock.to_system_time(rec.start_ns));
+        builder.attributes = Some(attributes);
+        builder.status = status;
+        builder.trace_id = Some(TraceId::from_bytes(rec.trace_id));
+        builder.span_id = Some(SpanId::from(rec.span_id));
+        let mut span = KernelSpan {
+            builder,
+            parent_span_id: (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
+            end_time: self.clock.to_system_time(rec.end_ns.max(rec.start_ns)),
+            discarded: false,
+        };
+        let captured = Captured::new(captures, ret);
+        let handler = plan.probe.handler;
+        let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&captured, &mut span))) {
+            Ok(()) if span.discarded => return Outcome::Discarded,
+            Ok(()) => Outcome::Exported,
+            Err(_) => {
+                // Exported with what the handler did before it panicked, and marked.
+                span.set_attribute(KeyValue::new(attributes::HANDLER_PANICKED, true));
+                Outcome::HandlerPanicked
+            }
+        };
+        self.export(span);
+        outcome
+    }
+
+    /// Builds and ends `span` through the tracer with the kernel's ids and
+    /// times.
+    fn export(&self, span: KernelSpan) {
+        let parent = match span.parent_span_id {
+            Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
+                span.trace_id(),
+                parent,
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::NONE,
+            )),
+            None => Context::new(),
+        };
+        let mut built = self.tracer.build_with_context(span.builder, &parent);
+        opentelemetry::trace::Span::end_with_timestamp(&mut built, span.end_time);
+    }
 }
 
 #[cfg(test)]
@@ -441,17 +508,24 @@ mod tests {
     }
 
     fn run(records: &[Vec<u8>]) -> (Vec<SpanData>, Vec<Outcome>) {
+        run_with(records, false)
+    }
+
+    fn run_with(records: &[Vec<u8>], process_pid: bool) -> (Vec<SpanData>, Vec<Outcome>) {
         let btf = Btf::parse(&sample()).unwrap();
         let plan = plan_probe(&btf, &vfs_read).unwrap();
         let exporter = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
             .build();
-        let tracer = provider.tracer("kspan-test");
-        let clock = ClockOffset::from_offset_ns(1_000_000_000);
+        let factory = SpanFactory::new(
+            provider.tracer("kspan-test"),
+            ClockOffset::from_offset_ns(1_000_000_000),
+        )
+        .with_process_pid(process_pid);
         let outcomes = records
             .iter()
-            .map(|r| process(&plan, &parse_record(r).unwrap(), &tracer, &clock))
+            .map(|r| factory.process(&plan, &parse_record(r).unwrap()))
             .collect();
         (exporter.get_finished_spans().unwrap(), outcomes)
     }
@@ -477,6 +551,24 @@ mod tests {
                 expected: std::mem::size_of::<kspan_record>()
             }
         );
+    }
+
+    #[test]
+    fn unaligned_records_are_copied_and_read_alike() {
+        let bytes = record(9, 0, 5, b"abc");
+        // The same record one byte into a buffer: its header cannot be
+        // borrowed in place.
+        let mut shifted = vec![0u8; bytes.len() + 1];
+        shifted[1..].copy_from_slice(&bytes);
+        let (aligned, unaligned) = (
+            parse_record(&bytes).unwrap(),
+            parse_record(&shifted[1..]).unwrap(),
+        );
+        assert!(matches!(aligned.header, RecordHeader::InPlace(_)));
+        assert!(matches!(unaligned.header, RecordHeader::Copied(_)));
+        assert_eq!(unaligned.header.span_id, 9);
+        assert_eq!(unaligned.header.ret, aligned.header.ret);
+        assert_eq!(unaligned.data, aligned.data);
     }
 
     #[test]
@@ -517,14 +609,21 @@ mod tests {
         );
         assert_eq!(attr(outer, "kernel.return_value"), Some(4096i64.into()));
         assert_eq!(attr(outer, "thread.id"), Some(43i64.into()));
-        assert_eq!(attr(outer, "process.pid"), Some(42i64.into()));
+        assert_eq!(attr(outer, "process.pid"), None, "the resource's business");
         assert_eq!(
             outer.attributes.len(),
-            6,
-            "count, buf, seen.buf, ret, thread, pid: {:?}",
+            5,
+            "count, buf, seen.buf, ret, thread: {:?}",
             outer.attributes
         );
         assert_eq!(outer.status, Status::Unset);
+    }
+
+    #[test]
+    fn spans_name_their_process_when_asked() {
+        let (spans, _) = run_with(&[record(1, 0, 7, b"")], true);
+        assert_eq!(attr(&spans[0], "process.pid"), Some(42i64.into()));
+        assert_eq!(attr(&spans[0], "thread.id"), Some(43i64.into()));
     }
 
     #[test]

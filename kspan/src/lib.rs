@@ -49,7 +49,7 @@
 //! | `kernel.arg.<name>` | each captured parameter |
 //! | `kernel.return_value` | the return value (fexit) |
 //! | `thread.id` | the calling thread (kernel pid) |
-//! | `process.pid` | the calling process (kernel tgid) |
+//! | `process.pid` | the calling process (kernel tgid), with `trace_all_processes` only |
 //!
 //! Integers are OTLP integers (an unsigned value above `i64::MAX` becomes its
 //! decimal string), `bool`s are booleans, pointers are `0x…` hex strings.
@@ -85,7 +85,7 @@ mod value;
 
 pub use capabilities::{Feature, KernelCapabilities};
 pub use error::{Error, Result};
-pub use export::{KernelSpan, Outcome};
+pub use export::{KernelSpan, Outcome, SpanFactory};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
 pub use probe::{Captured, LenSource, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode};

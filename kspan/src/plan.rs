@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 use kspan_bpf::types::{kspan_capture, kspan_config, kspan_record};
-use opentelemetry::Key;
+use opentelemetry::StringValue;
 
 use crate::btf::{Btf, FuncSignature, KernelType, TypeClass};
 use crate::denylist;
@@ -46,10 +46,16 @@ pub struct CapturePlan {
     pub kernel_type: KernelType,
     /// What the BPF program does (`kspan_capture` in `kspan.h`).
     pub bpf: kspan_capture,
-    /// The attribute key (`kernel.arg.<name>`), made once.
-    pub attribute: Key,
-    /// Enumerator names when the kernel type is an enum.
-    pub enum_names: Option<Vec<(i64, String)>>,
+    /// The attribute key (`kernel.arg.<name>`), made once: a static string,
+    /// so that a span's key costs a copy, not a clone.
+    pub attribute: &'static str,
+    /// `kernel.arg.<name>.truncated`, made once.
+    pub truncated_attribute: &'static str,
+    /// `kernel.arg.<name>.fault`, made once.
+    pub fault_attribute: &'static str,
+    /// Enumerator values and names when the kernel type is an enum (names
+    /// interned: an attribute value costs no allocation per span).
+    pub enum_names: Option<Vec<(i64, StringValue)>>,
     /// Bound of a string or buffer, in bytes.
     pub bound: usize,
 }
@@ -601,16 +607,14 @@ fn plan_capture(
         enum_names: btf.enumerators(target.id).map(|names| {
             names
                 .into_iter()
-                .map(|(name, value)| (value, name))
+                .map(|(name, value)| (value, StringValue::from(intern(&name))))
                 .collect()
         }),
         kernel_type: target,
         bpf,
-        attribute: Key::from_static_str(intern(&format!(
-            "{}{}",
-            crate::export::attributes::ARG_PREFIX,
-            param.name
-        ))),
+        attribute: arg_attribute(param.name, ""),
+        truncated_attribute: arg_attribute(param.name, ".truncated"),
+        fault_attribute: arg_attribute(param.name, ".fault"),
         bound,
     })
 }
@@ -618,14 +622,25 @@ fn plan_capture(
 /// A `'static` copy of `name`, made once per distinct name: attribute keys
 /// are then static, and cloning one per span costs nothing. The set is
 /// bounded by the probe parameter names of the program.
+/// `kernel.arg.<name><suffix>`, interned.
+fn arg_attribute(name: &str, suffix: &str) -> &'static str {
+    intern(&format!(
+        "{}{name}{suffix}",
+        crate::export::attributes::ARG_PREFIX
+    ))
+}
+
 fn intern(name: &str) -> &'static str {
-    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    // Leaked once per distinct name (function, attribute key, enumerator):
+    // bounded by the kernel's BTF, and shared by every plan of the process.
+    static NAMES: std::sync::Mutex<Option<HashSet<&'static str>>> = std::sync::Mutex::new(None);
     let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(found) = names.iter().find(|n| **n == name) {
+    let names = names.get_or_insert_with(HashSet::new);
+    if let Some(found) = names.get(name) {
         return found;
     }
     let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    names.push(leaked);
+    names.insert(leaked);
     leaked
 }
 
@@ -818,7 +833,7 @@ mod tests {
         assert_eq!(plan.captures.len(), 1);
         assert_eq!(plan.captures[0].bpf.arg, 2);
         assert_eq!(plan.captures[0].bpf.kind, KIND_REG);
-        assert_eq!(plan.captures[0].attribute.as_str(), "kernel.arg.count");
+        assert_eq!(plan.captures[0].attribute, "kernel.arg.count");
         assert_eq!(plan.nr_args, 3);
         assert!(
             plan.errno_status,
@@ -848,7 +863,7 @@ mod tests {
         let plan = plan_probe(&btf(), &bool_and_enum).unwrap();
         assert_eq!(plan.nr_args, 2);
         let names = plan.captures[1].enum_names.as_ref().unwrap();
-        assert_eq!(names[1], (1, "PIDTYPE_TGID".to_owned()));
+        assert_eq!(names[1], (1, StringValue::from("PIDTYPE_TGID")));
         assert!(!plan.errno_status);
     }
 

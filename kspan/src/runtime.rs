@@ -30,7 +30,7 @@ use crate::capabilities::{KernelCapabilities, KPROBE_PMU};
 use crate::caps;
 use crate::clock::ClockOffset;
 use crate::error::{Error, Result};
-use crate::export::{parse_record, process, Outcome};
+use crate::export::{parse_record, Outcome, SpanFactory};
 use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan, SyscallFormats};
 use crate::probe::{Mode, Probe};
 
@@ -202,8 +202,8 @@ impl KspanBuilder {
         let stats = Arc::new(Counters::default());
         let ring = loaded.ring_buffer(Processor {
             plans,
-            tracer: self.provider.tracer("kspan"),
-            clock: ClockOffset::measure(),
+            factory: SpanFactory::new(self.provider.tracer("kspan"), ClockOffset::measure())
+                .with_process_pid(self.all_processes),
             stats: stats.clone(),
         })?;
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -951,8 +951,7 @@ impl Consumer {
 /// Turns records into spans, inside the ring buffer's callback.
 struct Processor {
     plans: Vec<ProbePlan>,
-    tracer: SdkTracer,
-    clock: ClockOffset,
+    factory: SpanFactory<SdkTracer>,
     stats: Arc<Counters>,
 }
 
@@ -969,7 +968,7 @@ impl Processor {
             self.stats.unknown_probe.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let counter = match process(plan, &view, &self.tracer, &self.clock) {
+        let counter = match self.factory.process(plan, &view) {
             Outcome::Exported => &self.stats.spans,
             Outcome::Discarded => &self.stats.discarded,
             Outcome::HandlerPanicked => {

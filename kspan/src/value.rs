@@ -242,6 +242,7 @@ pub enum Value {
 
 impl Value {
     /// Decodes `raw` as the Rust type `ty` describes (truncated and sign-extended).
+    #[inline]
     pub fn decode(raw: u64, ty: ValueType) -> Value {
         match ty.kind {
             ValueKind::Int { bytes, signed } => {
@@ -275,17 +276,25 @@ impl Value {
     /// The OpenTelemetry attribute value: integers as integers (an unsigned
     /// value above `i64::MAX` as its decimal string, since OTLP integers are
     /// signed), booleans as booleans, addresses as `0x`-prefixed hex strings.
+    #[inline]
     pub fn to_otel(self) -> opentelemetry::Value {
+        // Inlined, so that the common cases build the value in place; the
+        // string-formatting ones are out of line.
         match self {
-            Value::Int(v) => v.into(),
+            Value::Int(v) => opentelemetry::Value::I64(v),
             Value::Uint(v) => match i64::try_from(v) {
-                Ok(v) => v.into(),
-                Err(_) => v.to_string().into(),
+                Ok(v) => opentelemetry::Value::I64(v),
+                Err(_) => formatted(format_args!("{v}")),
             },
-            Value::Bool(v) => v.into(),
-            Value::Pointer(v) => format!("{v:#x}").into(),
+            Value::Bool(v) => opentelemetry::Value::Bool(v),
+            Value::Pointer(v) => formatted(format_args!("{v:#x}")),
         }
     }
+}
+
+#[inline(never)]
+fn formatted(args: fmt::Arguments<'_>) -> opentelemetry::Value {
+    opentelemetry::Value::from(args.to_string())
 }
 
 #[cfg(test)]

@@ -197,7 +197,69 @@ async fn the_syscalls_example_exports_over_otlp_on_the_host() {
         .count();
     assert_eq!(opens, 2);
     for s in run.spans.iter().filter(|s| s.scope == "kspan") {
-        assert_eq!(s.int("process.pid"), Some(pid), "{s:?}");
+        assert_eq!(
+            s.int("process.pid"),
+            None,
+            "the application's own process is its resource's business: {s:?}"
+        );
         assert_eq!(s.service_name.as_deref(), Some("kspan-syscalls-test"));
     }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn all_processes_spans_name_the_process_that_made_the_call() {
+    let dir = std::env::temp_dir().join(format!("kspan-sysall-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("child.txt");
+    std::fs::write(&file, b"read by another process").unwrap();
+
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&openat)
+        .trace_all_processes(true)
+        .start()
+        .expect("syscall sources work on the host kernel");
+    let child = std::process::Command::new("cat")
+        .arg(&file)
+        .output()
+        .expect("cat runs");
+    assert!(child.status.success());
+    let mut mine = std::fs::File::open(&file).unwrap();
+    let mut text = String::new();
+    mine.read_to_string(&mut text).unwrap();
+    let stats = kspan.shutdown().await.unwrap();
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+
+    let opens: Vec<SpanData> = exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| {
+            s.name == "openat"
+                && span_attr(s, "kernel.arg.filename") == Some(file.display().to_string().into())
+        })
+        .collect();
+    let pids: Vec<Option<opentelemetry::Value>> =
+        opens.iter().map(|s| span_attr(s, "process.pid")).collect();
+    assert_eq!(opens.len(), 2, "cat's open and this process's: {opens:#?}");
+    assert!(
+        pids.contains(&Some(i64::from(std::process::id()).into())),
+        "this process's open names it: {pids:?}"
+    );
+    let other = opens
+        .iter()
+        .find(|s| span_attr(s, "thread.id") != Some(gettid().into()))
+        .expect("cat's open");
+    let Some(opentelemetry::Value::I64(cat)) = span_attr(other, "process.pid") else {
+        panic!("cat's span names its process: {other:?}");
+    };
+    assert_ne!(cat, i64::from(std::process::id()));
+    assert_eq!(
+        span_attr(other, "thread.id"),
+        Some(cat.into()),
+        "cat is single-threaded: its thread is its process"
+    );
 }

@@ -6,7 +6,10 @@
 
 use std::path::PathBuf;
 
-use kspan_tests::{example, run_with_receiver, ReceivedSpan, Run};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use kspan_tests::{example, gettid, run_with_receiver, ReceivedSpan, Run};
 
 const FILE_SIZE: usize = 10_000;
 const BUF: usize = 4096;
@@ -35,8 +38,39 @@ fn expected_rets() -> Vec<i64> {
     rets
 }
 
+/// Another process's reads while the example runs: a thread of this test
+/// process reading a file in a loop.
+struct ForeignReads {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(i64, u64)>,
+}
+
+impl ForeignReads {
+    fn start(path: PathBuf) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                std::fs::read(&path).unwrap();
+                reads += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            (gettid(), reads)
+        });
+        ForeignReads { stop, thread }
+    }
+
+    /// The reading thread's id and how many times it read the file.
+    fn stop(self) -> (i64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 async fn run_example(name: &str, service: &str) -> (Run, ReceivedSpan) {
     let path = test_file(name);
+    let foreign = ForeignReads::start(path.clone());
     let run = run_with_receiver(
         &example(name),
         &[
@@ -48,6 +82,11 @@ async fn run_example(name: &str, service: &str) -> (Run, ReceivedSpan) {
         service,
     )
     .await;
+    let (foreign_tid, foreign_reads) = foreign.stop();
+    assert!(
+        foreign_reads > 0,
+        "the other process read while the example ran"
+    );
     assert!(
         run.output.status.success(),
         "{name} failed: {}\nstdout:\n{}\nstderr:\n{}",
@@ -58,6 +97,7 @@ async fn run_example(name: &str, service: &str) -> (Run, ReceivedSpan) {
     let app: Vec<&ReceivedSpan> = run.spans.iter().filter(|s| s.name == "read_file").collect();
     assert_eq!(app.len(), 1, "one application span: {:#?}", run.spans);
     let app = app[0].clone();
+    assert_only_this_process(&run, foreign_tid);
     (run, app)
 }
 
@@ -87,14 +127,17 @@ fn assert_ids_valid_and_unique(spans: &[ReceivedSpan]) {
     }
 }
 
-fn assert_only_this_process(run: &Run) {
-    let pid = i64::from(run.pid);
+/// No kernel span of the other process's reads (kspan traces the process
+/// that starts it, by default), and no `process.pid` on the spans of the
+/// process's own calls.
+fn assert_only_this_process(run: &Run, foreign_tid: i64) {
     for s in run.spans.iter().filter(|s| s.scope == "kspan") {
-        assert_eq!(
-            s.int("process.pid"),
-            Some(pid),
+        assert_ne!(
+            s.int("thread.id"),
+            Some(foreign_tid),
             "a span from another process: {s:?}"
         );
+        assert_eq!(s.int("process.pid"), None, "{s:?}");
     }
 }
 
@@ -126,7 +169,6 @@ async fn quickstart_vfs_read_spans_match_the_reads() {
     }
     assert_eq!(app.service_name.as_deref(), Some("kspan-quickstart-test"));
     assert_ids_valid_and_unique(&run.spans);
-    assert_only_this_process(&run);
     assert!(run.stdout().contains("lost 0"), "{}", run.stdout());
 }
 
@@ -163,5 +205,4 @@ async fn nested_ksys_read_contains_vfs_read() {
         );
     }
     assert_ids_valid_and_unique(&run.spans);
-    assert_only_this_process(&run);
 }
