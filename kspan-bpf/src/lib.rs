@@ -36,6 +36,10 @@ pub mod names {
     pub const KPROBE_PROG: &str = "kspan_kprobe";
     /// The kretprobe exit program.
     pub const KRETPROBE_PROG: &str = "kspan_kretprobe";
+    /// The kprobe entry program for kprobe.multi links.
+    pub const KPROBE_MULTI_PROG: &str = "kspan_kprobe_multi";
+    /// The kretprobe exit program for kprobe.multi links.
+    pub const KRETPROBE_MULTI_PROG: &str = "kspan_kretprobe_multi";
     /// The syscall enter tracepoint program.
     pub const SYS_ENTER_PROG: &str = "kspan_sys_enter";
     /// The syscall exit tracepoint program.
@@ -86,8 +90,8 @@ mod tests {
             std::mem::size_of::<types::kspan_record>(),
             16 + 32 + 48 + 8 + 12 + 4 + 64 + 8
         );
-        // 6 * 4 + MAX_CAPS * (12 + 8 * MAX_STEPS)
-        assert_eq!(std::mem::size_of::<types::kspan_config>(), 24 + 8 * 76);
+        // 8 * 4 + MAX_CAPS * (12 + 8 * MAX_STEPS)
+        assert_eq!(std::mem::size_of::<types::kspan_config>(), 32 + 8 * 76);
         assert_eq!(
             types::kspan_config::default().caps[0].steps.len(),
             MAX_STEPS

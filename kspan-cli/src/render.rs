@@ -537,6 +537,7 @@ mod tests {
     fn sig(name: &str, ret: KernelType, params: &[(&str, KernelType)]) -> FuncSignature {
         FuncSignature {
             name: name.to_owned(),
+            btf_id: 0,
             params: params
                 .iter()
                 .map(|(n, t)| ((*n).to_owned(), t.clone()))

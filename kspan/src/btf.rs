@@ -173,6 +173,10 @@ impl fmt::Debug for Btf {
 pub struct FuncSignature {
     /// The function's name.
     pub name: String,
+    /// Its `FUNC` type id in the kernel's BTF (what a trampoline program is
+    /// loaded against); 0 for signatures that do not come from BTF (syscall
+    /// tracepoints).
+    pub btf_id: u32,
     /// Parameters in order: name and type (the type's BTF id is
     /// [`KernelType::id`], where a field path starts).
     pub params: Vec<(String, KernelType)>,
@@ -568,6 +572,7 @@ impl Btf {
             .collect();
         Some(FuncSignature {
             name: name.to_owned(),
+            btf_id: id,
             params,
             ret: self.kernel_type(*ret),
         })

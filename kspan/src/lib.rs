@@ -26,10 +26,16 @@
 //!   task local storage; one generic fexit program pops it and emits a single
 //!   ring-buffer record per finished span. Nesting and recursion fall out of
 //!   the stack; a missed exit is detected and counted instead of corrupting it.
-//! * **One verified program, many functions.** The BPF object is compiled once
-//!   (`kspan-bpf`) and opened once per traced function, with the function's
-//!   settings written into `.rodata` before load and the maps of the first copy
-//!   shared by all. No code is generated per function.
+//! * **One compiled program, many functions.** The BPF object is compiled
+//!   once (`kspan-bpf`); each function's settings are constants in a frozen
+//!   read-only map, so the verifier specialises the program to them. libbpf
+//!   loads the first function of each program; the others are loaded from its
+//!   final instructions with a map of their own settings (no ELF, no second
+//!   parse of the kernel's BTF), verified in parallel ahead of their attaches.
+//!   kprobe programs go further: one per distinct settings serves every
+//!   function, the probe id in each link's cookie, with one kprobe.multi link
+//!   per direction where the kernel has fprobe. The maps of the first object
+//!   are shared by all. No code is generated per function.
 //! * **Plan before touching the kernel.** Every probe is resolved against the
 //!   running kernel's BTF (function exists, parameter names to positions, Rust
 //!   types against kernel types) by pure code in [`plan`]; a typo fails with
@@ -71,6 +77,7 @@ pub mod btf;
 pub mod capabilities;
 mod caps;
 pub mod clock;
+mod copies;
 pub mod denylist;
 mod errno;
 mod error;

@@ -103,6 +103,8 @@ impl ProbePlan {
             mode: mode.bpf_value(),
             nr_caps: self.captures.len() as u32,
             record_size: self.record_size,
+            probe_id_from_cookie: 0,
+            reserved: 0,
             caps,
         }
     }

@@ -102,6 +102,7 @@ pub fn signature(btf: &Btf, name: &str, enter_format: &str) -> Option<FuncSignat
         });
     Some(FuncSignature {
         name: name.to_owned(),
+        btf_id: 0,
         params: args
             .iter()
             .map(|(n, t)| (n.clone(), arg_type(btf, t)))

@@ -131,6 +131,85 @@ async fn syscall_sources_work_on_the_vm_kernels_too() {
     );
 }
 
+#[kspan::kernel_span("ksys_read", mode = "kretprobe")]
+fn ksys_read_shared(count: usize, ret: isize) {}
+
+#[kspan::kernel_span("vfs_read", mode = "kretprobe")]
+fn vfs_read_shared(count: usize, ret: isize) {}
+
+/// `ksys_read` and `vfs_read` have the same settings here (`count` is the
+/// third parameter of both): one program pair serves both, each link's
+/// cookie saying which function fired; on a kernel with kprobe.multi, one
+/// link per direction attaches both.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with kprobes; run by `cargo xtask test` in the VM"]
+async fn kprobes_of_the_same_settings_share_programs_and_keep_their_names() {
+    let path = std::env::temp_dir().join("kspan-shared.txt");
+    std::fs::write(&path, vec![b's'; 300]).unwrap();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&ksys_read_shared)
+        .probe(&vfs_read_shared)
+        .start()
+        .unwrap();
+    let plan = kspan.attach_plan().to_vec();
+    let caps = kspan::KernelCapabilities::get();
+    for decision in &plan {
+        assert_eq!(decision.chosen, kspan::Mode::Kretprobe, "{plan:?}");
+        assert_eq!(
+            decision.multi,
+            caps.kprobe_multi.is_available(),
+            "kprobe.multi exactly where the kernel has it: {plan:?}"
+        );
+    }
+    let mut f = std::fs::File::open(&path).unwrap();
+    let mut buf = [0u8; 256];
+    let mut rets = Vec::new();
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        rets.push(n as i64);
+        if n == 0 {
+            break;
+        }
+    }
+    let stats = kspan.shutdown().await.unwrap();
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    let tid = kspan_tests::gettid();
+    let spans: Vec<SpanData> = exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "kernel.arg.count") == Some(256i64.into()))
+        .collect();
+    let inner: Vec<&SpanData> = spans.iter().filter(|s| s.name == "vfs_read").collect();
+    let outer: Vec<&SpanData> = spans.iter().filter(|s| s.name == "ksys_read").collect();
+    assert_eq!((inner.len(), outer.len()), (3, 3), "{spans:#?}");
+    for i in inner {
+        let parent = outer
+            .iter()
+            .find(|o| o.span_context.span_id() == i.parent_span_id)
+            .unwrap_or_else(|| panic!("vfs_read inside a ksys_read span: {spans:#?}"));
+        assert_eq!(
+            span_attr(parent, "kernel.return_value"),
+            span_attr(i, "kernel.return_value")
+        );
+    }
+    let mut got: Vec<i64> = outer
+        .iter()
+        .map(|s| match span_attr(s, "kernel.return_value") {
+            Some(opentelemetry::Value::I64(v)) => v,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    got.sort_unstable();
+    rets.sort_unstable();
+    assert_eq!(got, rets, "one ksys_read span per read, its return value");
+}
+
 #[kspan::kernel_span("vfs_read")]
 fn vfs_read_auto(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
 

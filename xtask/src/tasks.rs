@@ -303,24 +303,33 @@ pub fn bench(args: &[String]) -> Result<u8> {
         EXAMPLES_PKG,
         "--example",
         "attach_many",
+        "--example",
+        "read_loop",
     ]))?;
     let target = Metadata::load()?.target_dir;
     let example = target.join("release/examples/attach_many");
     let ex = path_arg(&example);
+    let read_loop = path_arg(&target.join("release/examples/read_loop"));
     let out = target.join("kspan-vm/bench.out");
     let _ = std::fs::remove_file(&out);
     let out_arg = path_arg(&out);
     let script = format!(
         r#"exec > {out_arg} 2>&1
-t() {{ name=$1; shift; s=$(date +%s%N); "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; e=$(date +%s%N); echo "BENCH $name $(( (e - s) / 1000000 ))"; }}
+t() {{ name=$1; shift; s=$(date +%s%N); "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; e=$(date +%s%N); echo "BENCH $name $(( (e - s) / 1000000 ))"; grep '^attach_many:' /tmp/bench.out || true; }}
+p() {{ name=$1; shift; "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; grep '^READ-LOOP' /tmp/bench.out | sed "s/^READ-LOOP/PERCALL $name/"; }}
 for r in $(seq {rounds}); do
   t bpftrace_begin bpftrace -e 'BEGIN {{ exit(); }}'
   t bpftrace_kfunc bpftrace -e 'kfunc:vfs_* {{ }} BEGIN {{ exit(); }}'
   t kspan_fexit {ex} fexit
   t bpftrace_kprobe bpftrace -e 'kprobe:vfs_* {{ }} BEGIN {{ exit(); }}'
   t kspan_kretprobe {ex} kretprobe
-done
-{ex} fexit"#
+  t kspan_kretprobe_1000 {ex} kretprobe-1000
+  p none {read_loop} none {calls}
+  p bpftrace_latency bpftrace -e 'kfunc:vfs_read /pid == cpid/ {{ @s[tid] = nsecs; }} kretfunc:vfs_read /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}' -c '{read_loop} none {calls}'
+  p kspan_fexit {read_loop} fexit {calls}
+  p kspan_kretprobe {read_loop} kretprobe {calls}
+done"#,
+        calls = 200_000
     );
     let status = vm::run_vm(
         &opts,
@@ -333,8 +342,18 @@ done
         bail!("the benchmark failed in the guest (exit status {status})");
     }
     let mut figures: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    let mut per_call: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for line in output.lines() {
-        if let Some(rest) = line.strip_prefix("BENCH ") {
+        if let Some(rest) = line.strip_prefix("PERCALL ") {
+            // PERCALL <name> ns_per_call <ns> calls <n> lost <n>
+            let parts: Vec<&str> = rest.split_whitespace().collect();
+            if let (Some(name), Some(ns)) =
+                (parts.first(), parts.get(2).and_then(|v| v.parse().ok()))
+            {
+                per_call.entry((*name).to_owned()).or_default().push(ns);
+            }
+            println!("{line}");
+        } else if let Some(rest) = line.strip_prefix("BENCH ") {
             let mut parts = rest.split_whitespace();
             if let (Some(name), Some(ms)) =
                 (parts.next(), parts.next().and_then(|m| m.parse().ok()))
@@ -373,6 +392,38 @@ done
     println!(
         "  ratio  kspan kretprobe / bpftrace kprobe  {:.2}x (target <= 1.0x)",
         median("kspan_kretprobe")? / median("bpftrace_kprobe")?
+    );
+    println!(
+        "  kspan kretprobe, about 1,000 functions (tcp_*, security_*, blk_*, sock_*): {:.0} ms",
+        median("kspan_kretprobe_1000")?
+    );
+    let ns = |name: &str| -> Result<f64> {
+        let mut v = per_call.get(name).cloned().unwrap_or_default();
+        if v.is_empty() {
+            bail!("no per-call figure for {name}: the guest run failed (see above)");
+        }
+        v.sort_by(f64::total_cmp);
+        Ok(v[v.len() / 2])
+    };
+    let base = ns("none")?;
+    println!("per traced vfs_read call (a 1-byte read of /dev/zero), median of {rounds} rounds:");
+    println!("  untraced                      {base:>8.0} ns/call");
+    let mut added = std::collections::BTreeMap::new();
+    for name in ["bpftrace_latency", "kspan_fexit", "kspan_kretprobe"] {
+        let traced = ns(name)?;
+        added.insert(name, traced - base);
+        println!(
+            "  {name:<29} {traced:>8.0} ns/call, {:>6.0} ns added",
+            traced - base
+        );
+    }
+    println!(
+        "  ratio  kspan fexit added / bpftrace latency script added  {:.2}x (target <= 1.0x)",
+        added["kspan_fexit"] / added["bpftrace_latency"]
+    );
+    println!(
+        "  ratio  kspan fexit added / kspan kretprobe added          {:.2}x (target <= 0.8x)",
+        added["kspan_fexit"] / added["kspan_kretprobe"]
     );
     Ok(0)
 }

@@ -144,14 +144,25 @@ static __always_inline void kspan_kprobe_args(__u64 *regs, __u64 *args)
 	args[5] = kspan_cfg.nr_args > 5 ? regs[8] : 0;  /* r9 */
 }
 
+/*
+ * The probe this call belongs to: the setting, or the attach cookie when one
+ * program serves many functions (the branch not taken is never verified).
+ */
+static __always_inline __u32 kspan_probe_id(void *ctx)
+{
+	if (kspan_cfg.probe_id_from_cookie)
+		return (__u32)bpf_get_attach_cookie(ctx);
+	return kspan_cfg.probe_id;
+}
+
 static __always_inline int kspan_is_instant(void)
 {
 	return kspan_cfg.mode == KSPAN_MODE_FENTRY || kspan_cfg.mode == KSPAN_MODE_KPROBE;
 }
 
-static __always_inline void kspan_fill_ids(struct kspan_record *rec, __u64 pid_tgid)
+static __always_inline void kspan_fill_ids(struct kspan_record *rec, __u64 pid_tgid, __u32 probe_id)
 {
-	rec->probe_id = kspan_cfg.probe_id;
+	rec->probe_id = probe_id;
 	rec->pid = pid_tgid >> 32;
 	rec->tid = (__u32)pid_tgid;
 }
@@ -243,7 +254,7 @@ static __always_inline void kspan_capture(struct kspan_record *rec, const __u64 
 }
 
 /* fentry mode: an instant span, emitted at once. */
-static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now)
+static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u32 probe_id)
 {
 	struct kspan_task_stack *st;
 	struct kspan_record *rec;
@@ -270,7 +281,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now)
 	rec->end_ns = now;
 	__builtin_memcpy(rec->args, args, sizeof(rec->args));
 	rec->ret = 0;
-	kspan_fill_ids(rec, bpf_get_current_pid_tgid());
+	kspan_fill_ids(rec, bpf_get_current_pid_tgid(), probe_id);
 	rec->depth = depth;
 	rec->flags = KSPAN_REC_INSTANT;
 	kspan_capture(rec, rec->args, 0);
@@ -280,7 +291,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now)
 }
 
 /* Entry of a traced call: an instant, or a frame pushed for the exit. */
-static __always_inline int kspan_entry(const __u64 *args)
+static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
@@ -291,7 +302,7 @@ static __always_inline int kspan_entry(const __u64 *args)
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (kspan_is_instant())
-		return kspan_emit_instant(args, now);
+		return kspan_emit_instant(args, now, probe_id);
 
 	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -310,14 +321,14 @@ static __always_inline int kspan_entry(const __u64 *args)
 	frame = kspan_frame_at(st, depth);
 	frame->start_ns = now;
 	frame->span_id = kspan_new_id();
-	frame->probe_id = kspan_cfg.probe_id;
+	frame->probe_id = probe_id;
 	__builtin_memcpy(frame->args, args, sizeof(frame->args));
 	st->depth = depth + 1;
 	return 0;
 }
 
 /* Exit of a traced call: pop its frame, emit one record. */
-static __always_inline int kspan_exit(__u64 ret)
+static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
@@ -350,7 +361,7 @@ static __always_inline int kspan_exit(__u64 ret)
 	for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
 		if (found || depth == 0)
 			break;
-		if (kspan_frame_at(st, depth - 1)->probe_id == kspan_cfg.probe_id)
+		if (kspan_frame_at(st, depth - 1)->probe_id == probe_id)
 			found = depth;
 		else
 			depth -= 1;
@@ -378,7 +389,7 @@ static __always_inline int kspan_exit(__u64 ret)
 	rec->end_ns = now;
 	__builtin_memcpy(rec->args, frame->args, sizeof(rec->args));
 	rec->ret = ret;
-	kspan_fill_ids(rec, pid_tgid);
+	kspan_fill_ids(rec, pid_tgid, probe_id);
 	rec->depth = found - 1;
 	rec->flags = KSPAN_REC_HAS_RET;
 	kspan_capture(rec, rec->args, rec->ret);
@@ -393,7 +404,7 @@ int kspan_fentry(__u64 *ctx)
 	__u64 args[KSPAN_MAX_ARGS];
 
 	kspan_trampoline_args(ctx, args);
-	return kspan_entry(args);
+	return kspan_entry(args, kspan_cfg.probe_id);
 }
 
 SEC("fexit")
@@ -402,22 +413,49 @@ int kspan_fexit(__u64 *ctx)
 	__u64 ret = 0;
 
 	bpf_get_func_ret(ctx, &ret);
-	return kspan_exit(ret);
+	return kspan_exit(ret, kspan_cfg.probe_id);
+}
+
+static __always_inline int kspan_on_kprobe(__u64 *regs)
+{
+	__u64 args[KSPAN_MAX_ARGS];
+
+	kspan_kprobe_args(regs, args);
+	return kspan_entry(args, kspan_probe_id(regs));
+}
+
+static __always_inline int kspan_on_kretprobe(__u64 *regs)
+{
+	return kspan_exit(regs[KSPAN_REG_AX], kspan_probe_id(regs));
 }
 
 SEC("kprobe")
 int kspan_kprobe(__u64 *regs)
 {
-	__u64 args[KSPAN_MAX_ARGS];
-
-	kspan_kprobe_args(regs, args);
-	return kspan_entry(args);
+	return kspan_on_kprobe(regs);
 }
 
 SEC("kretprobe")
 int kspan_kretprobe(__u64 *regs)
 {
-	return kspan_exit(regs[KSPAN_REG_AX]);
+	return kspan_on_kretprobe(regs);
+}
+
+/*
+ * The same two, attached to many functions by one kprobe.multi link each
+ * (fprobe, Linux 5.18+ built with CONFIG_FPROBE); the probe id is the
+ * cookie of each function.
+ */
+SEC("kprobe.multi")
+int kspan_kprobe_multi(__u64 *regs)
+{
+	return kspan_on_kprobe(regs);
+}
+
+SEC("kretprobe.multi")
+int kspan_kretprobe_multi(__u64 *regs)
+{
+	return kspan_on_kretprobe(regs);
 }
 
 /*
@@ -434,11 +472,11 @@ int kspan_sys_enter(__u64 *ctx)
 #pragma unroll
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
 		args[i] = i < kspan_cfg.nr_args ? ctx[2 + i] : 0;
-	return kspan_entry(args);
+	return kspan_entry(args, kspan_cfg.probe_id);
 }
 
 SEC("tracepoint")
 int kspan_sys_exit(__u64 *ctx)
 {
-	return kspan_exit(ctx[2]);
+	return kspan_exit(ctx[2], kspan_cfg.probe_id);
 }

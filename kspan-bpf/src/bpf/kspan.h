@@ -131,6 +131,12 @@ struct kspan_config {
 	__u32 nr_caps;
 	/* Bytes reserved per record: the header and the data area in use. */
 	__u32 record_size;
+	/*
+	 * 1: the probe id is the attach cookie, not `probe_id`: one program
+	 * serves every function of the same settings (kprobes, kprobe.multi).
+	 */
+	__u32 probe_id_from_cookie;
+	__u32 reserved;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
 

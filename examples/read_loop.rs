@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Reads one byte from `/dev/zero` N times and prints the time per `read`:
+//! the workload of `cargo xtask bench`'s per-call figures. Each `read` is
+//! one `vfs_read` call.
+//!
+//! `read_loop none|fexit|kretprobe [N]`: `none` traces nothing (the
+//! baseline, and the command bpftrace runs under its latency script); the
+//! others trace `vfs_read` with kspan, capturing two arguments and the return
+//! value, with the consumer running (spans go to a pipeline with no exporter).
+
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+/// `vfs_read` through a BPF trampoline.
+#[kspan::kernel_span("vfs_read", mode = "fexit")]
+fn read_fexit(file: *const u8, count: usize, ret: isize) {}
+
+/// `vfs_read` through kprobes.
+#[kspan::kernel_span("vfs_read", mode = "kretprobe")]
+fn read_kretprobe(file: *const u8, count: usize, ret: isize) {}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 1)]
+async fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let probe: Option<&'static kspan::Probe> = match args.next().as_deref() {
+        Some("none") => None,
+        Some("fexit") => Some(&read_fexit),
+        Some("kretprobe") => Some(&read_kretprobe),
+        other => {
+            eprintln!("read_loop: mode {other:?}: expected `none`, `fexit` or `kretprobe`");
+            return ExitCode::from(2);
+        }
+    };
+    let calls: u32 = match args.next().map(|n| n.parse()) {
+        None => 200_000,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            eprintln!("read_loop: N must be a positive number of calls");
+            return ExitCode::from(2);
+        }
+    };
+    let provider = SdkTracerProvider::builder().build();
+    let kspan = match probe {
+        Some(probe) => match kspan::Kspan::builder(&provider).probe(probe).start() {
+            Ok(kspan) => Some(kspan),
+            Err(e) => {
+                eprintln!("read_loop: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    // The loop runs on a blocking thread, so that the consumer has the
+    // runtime's worker to itself.
+    let timed = tokio::task::spawn_blocking(move || -> std::io::Result<f64> {
+        let mut zero = std::fs::File::open("/dev/zero")?;
+        let mut byte = [0u8; 1];
+        let started = Instant::now();
+        for _ in 0..calls {
+            zero.read_exact(&mut byte)?;
+        }
+        Ok(started.elapsed().as_nanos() as f64 / f64::from(calls))
+    })
+    .await;
+    let ns_per_call = match timed {
+        Ok(Ok(ns)) => ns,
+        Ok(Err(e)) => {
+            eprintln!("read_loop: reading /dev/zero: {e}");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("read_loop: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let lost = match kspan {
+        Some(kspan) => match kspan.shutdown().await {
+            Ok(stats) => stats.lost(),
+            Err(e) => {
+                eprintln!("read_loop: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => 0,
+    };
+    println!("READ-LOOP ns_per_call {ns_per_call:.1} calls {calls} lost {lost}");
+    ExitCode::SUCCESS
+}
