@@ -947,11 +947,8 @@ impl Loaded {
         let links = self.entry_links.len() + self.exit_links.len();
         detach_in_parallel(std::mem::take(&mut self.entry_links));
         detach_in_parallel(std::mem::take(&mut self.exit_links));
-        self.shared.clear();
-        self.prepared.clear();
-        self.copies.clear();
-        self.templates.clear();
-        self.objects.clear();
+        // The objects stay: their maps hold the last records and the
+        // counters that `shutdown` reads after this.
         tracing::debug!(links, elapsed = ?started.elapsed(), "kspan detached");
     }
 
@@ -1373,6 +1370,11 @@ impl Stats {
 }
 
 /// Running kspan. Dropping it detaches every probe.
+///
+/// Spans reach the application's pipeline in batches: the kernel wakes the
+/// consumer once 256 KiB of records wait, and the consumer also collects
+/// whatever is there every 50 ms, so a span is handed to the tracer at most
+/// about 50 ms after its call returned. [`Kspan::shutdown`] collects the rest.
 pub struct Kspan {
     decisions: Vec<AttachDecision>,
     skipped: Vec<(String, String)>,
@@ -1499,9 +1501,15 @@ impl Consumer {
 
     async fn run(self, mut stop: watch::Receiver<bool>) {
         let fd = &self.fd;
+        // The kernel wakes the consumer only once KSPAN_WAKEUP_BYTES wait
+        // (a wakeup per record would tax every traced call); the timer
+        // collects a quieter trickle.
+        let mut tick = tokio::time::interval(CONSUMER_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.changed() => break,
+                _ = tick.tick() => self.drain(),
                 ready = fd.readable() => {
                     let mut guard = match ready {
                         Ok(guard) => guard,
@@ -1527,6 +1535,10 @@ impl Consumer {
         }
     }
 }
+
+/// How long a record may wait in the ring buffer when fewer than
+/// `KSPAN_WAKEUP_BYTES` are waiting (documented with `Kspan`).
+const CONSUMER_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Turns records into spans, inside the ring buffer's callback.
 struct Processor {

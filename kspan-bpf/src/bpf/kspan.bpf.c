@@ -75,6 +75,15 @@ static __always_inline struct kspan_frame *kspan_frame_at(struct kspan_task_stac
 	return &st->frames[slot & KSPAN_DEPTH_MASK];
 }
 
+/* Submits a record, waking the consumer only once a batch is waiting. */
+static __always_inline void kspan_submit(void *rec)
+{
+	__u64 waiting = bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA);
+
+	bpf_ringbuf_submit(rec, waiting >= KSPAN_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
+							      : BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline void kspan_count(__u32 counter)
 {
 	__u64 *value = bpf_map_lookup_elem(&kspan_counters, &counter);
@@ -285,7 +294,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	rec->depth = depth;
 	rec->flags = KSPAN_REC_INSTANT;
 	kspan_capture(rec, rec->args, 0);
-	bpf_ringbuf_submit(rec, 0);
+	kspan_submit(rec);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;
 }
@@ -393,7 +402,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	rec->depth = found - 1;
 	rec->flags = KSPAN_REC_HAS_RET;
 	kspan_capture(rec, rec->args, rec->ret);
-	bpf_ringbuf_submit(rec, 0);
+	kspan_submit(rec);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;
 }

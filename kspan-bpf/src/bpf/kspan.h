@@ -32,6 +32,13 @@
  * page and lets a probe carry, say, a 255-byte path and a 512-byte buffer.
  */
 #define KSPAN_MAX_DATA 1024
+/*
+ * Records waiting in the ring buffer before the consumer is woken: a wakeup
+ * per record costs an irq_work round trip on every traced call. 256 KiB is a
+ * sixteenth of the ring (about 1,300 records of scalars); below it, the
+ * consumer's timer (50 ms) collects them.
+ */
+#define KSPAN_WAKEUP_BYTES (256 * 1024)
 
 /* How a capture is read once its path has been walked. */
 enum kspan_cap_kind {
