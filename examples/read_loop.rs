@@ -3,10 +3,16 @@
 //! the workload of `cargo xtask bench`'s per-call figures. Each `read` is
 //! one `vfs_read` call.
 //!
-//! `read_loop none|fexit|kretprobe [N]`: `none` traces nothing (the
-//! baseline, and the command bpftrace runs under its latency script); the
-//! others trace `vfs_read` with kspan, capturing two arguments and the return
-//! value, with the consumer running (spans go to a pipeline with no exporter).
+//! `read_loop none|fexit|kretprobe [N] [PAUSE_NS]`: `none` traces nothing
+//! (the baseline, and the command bpftrace runs under its latency script);
+//! the others trace `vfs_read` with kspan, capturing two arguments and the
+//! return value, with the consumer running (spans go to a pipeline with no
+//! exporter). `PAUSE_NS` (default 0) spins between reads, so that the rate of
+//! spans stays within what the consumer builds: under emulation a bare loop
+//! makes spans faster than one emulated CPU turns them into OpenTelemetry
+//! spans, and records dropped at a full ring buffer would make the traced
+//! calls look cheaper than they are. The pause is in the untraced baseline
+//! too, so it cancels out of the added cost; `lost` must be 0.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -42,6 +48,14 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let pause = match args.next().map(|n| n.parse::<u64>()) {
+        None => std::time::Duration::ZERO,
+        Some(Ok(ns)) => std::time::Duration::from_nanos(ns),
+        Some(Err(_)) => {
+            eprintln!("read_loop: PAUSE_NS must be a whole number of nanoseconds");
+            return ExitCode::from(2);
+        }
+    };
     let provider = SdkTracerProvider::builder().build();
     let kspan = match probe {
         Some(probe) => match kspan::Kspan::builder(&provider).probe(probe).start() {
@@ -61,6 +75,10 @@ async fn main() -> ExitCode {
         let started = Instant::now();
         for _ in 0..calls {
             zero.read_exact(&mut byte)?;
+            let paused = Instant::now();
+            while paused.elapsed() < pause {
+                std::hint::spin_loop();
+            }
         }
         Ok(started.elapsed().as_nanos() as f64 / f64::from(calls))
     })

@@ -1520,8 +1520,10 @@ impl Consumer {
                             break;
                         }
                     };
-                    self.drain();
+                    // Readiness is edge-triggered: cleared before draining,
+                    // so that a wakeup sent while draining is not lost.
                     guard.clear_ready();
+                    self.drain();
                 }
             }
         }

@@ -75,13 +75,19 @@ static __always_inline struct kspan_frame *kspan_frame_at(struct kspan_task_stac
 	return &st->frames[slot & KSPAN_DEPTH_MASK];
 }
 
-/* Submits a record, waking the consumer only once a batch is waiting. */
-static __always_inline void kspan_submit(void *rec)
+/*
+ * Submits a record of `size` bytes, waking the consumer only when this record
+ * takes what is waiting across KSPAN_WAKEUP_BYTES: once per batch, not once
+ * per record (and not on every record while a woken consumer catches up).
+ */
+static __always_inline void kspan_submit(void *rec, __u64 size)
 {
 	__u64 waiting = bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA);
+	__u64 flags = BPF_RB_NO_WAKEUP;
 
-	bpf_ringbuf_submit(rec, waiting >= KSPAN_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
-							      : BPF_RB_NO_WAKEUP);
+	if (waiting >= KSPAN_WAKEUP_BYTES && waiting < KSPAN_WAKEUP_BYTES + size)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(rec, flags);
 }
 
 static __always_inline void kspan_count(__u32 counter)
@@ -294,7 +300,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	rec->depth = depth;
 	rec->flags = KSPAN_REC_INSTANT;
 	kspan_capture(rec, rec->args, 0);
-	kspan_submit(rec);
+	kspan_submit(rec, kspan_cfg.record_size);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;
 }
@@ -402,7 +408,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	rec->depth = found - 1;
 	rec->flags = KSPAN_REC_HAS_RET;
 	kspan_capture(rec, rec->args, rec->ret);
-	kspan_submit(rec);
+	kspan_submit(rec, kspan_cfg.record_size);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;
 }
