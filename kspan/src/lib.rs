@@ -77,6 +77,7 @@ pub mod btf;
 pub mod capabilities;
 mod caps;
 pub mod clock;
+pub mod context;
 mod copies;
 pub mod denylist;
 mod errno;
