@@ -788,6 +788,27 @@ pub fn resolve(
     })
 }
 
+/// Byte offset of the member reached by `path` (member names, through
+/// nested structs, anonymous members searched as C does) from the start of
+/// type `type_name` as C spells it: e.g. `struct task_struct` and
+/// `["thread", "fsbase"]`.
+/// `None` if a segment is missing or lands in a bitfield.
+pub fn member_offset(btf: &Btf, type_name: &str, path: &[&str]) -> Option<u32> {
+    let mut id = btf.type_named(type_name)?;
+    let mut bits = 0u64;
+    for segment in path {
+        let container = btf.composite(id)?;
+        let mut budget = MAX_VISITS;
+        let (offset, member) = find_member(btf, &container, segment, 0, &mut budget)?;
+        if member.bitfield_bits != 0 {
+            return None;
+        }
+        bits += offset;
+        id = member.type_id;
+    }
+    u32::try_from(bits / 8).ok().filter(|_| bits % 8 == 0)
+}
+
 /// Finds `name` in `container`, looking into anonymous struct and union
 /// members as C does: the member and its bit offset from the container.
 fn find_member(
@@ -1539,5 +1560,24 @@ mod tests {
             e.problem(),
             Some(SegmentProblem::ArrowOnNonPointer { use_dot: false, .. })
         ));
+    }
+
+    #[test]
+    fn member_offsets_on_this_machines_kernel() {
+        let Ok(blob) = std::fs::read(crate::KERNEL_BTF) else {
+            panic!("this test needs the kernel's BTF at {}", crate::KERNEL_BTF);
+        };
+        let btf = Btf::parse(&blob).unwrap();
+        let fsbase = member_offset(&btf, "struct task_struct", &["thread", "fsbase"]).unwrap();
+        let thread = member_offset(&btf, "struct task_struct", &["thread"]).unwrap();
+        assert!(
+            fsbase >= thread && fsbase < thread + 256,
+            "{thread} {fsbase}"
+        );
+        assert_eq!(
+            member_offset(&btf, "struct task_struct", &["thread", "no_such"]),
+            None
+        );
+        assert_eq!(member_offset(&btf, "struct no_such_struct", &["x"]), None);
     }
 }

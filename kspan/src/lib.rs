@@ -97,7 +97,7 @@ pub use export::{KernelSpan, Outcome, SpanFactory};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
 pub use probe::{Captured, LenSource, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode};
-pub use runtime::{AttachDecision, Kspan, KspanBuilder, Mechanism, Stats, KERNEL_BTF};
+pub use runtime::{AttachDecision, Kspan, KspanBuilder, Mechanism, Orphans, Stats, KERNEL_BTF};
 pub use value::{Capture, FromCapture, KernelValue, Value, ValueKind, ValueType};
 
 /// What the `kernel_span` macro's expansion uses; not a public API.

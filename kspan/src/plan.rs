@@ -77,6 +77,24 @@ pub struct ProbePlan {
     pub record_size: u32,
     /// Whether a negative return value is an errno that fails the span.
     pub errno_status: bool,
+    /// How the programs find the application's span (set by the runtime).
+    pub thread_context: ThreadContextSettings,
+}
+
+/// How the BPF programs read the application's thread context (OTEP 4947)
+/// and what they do without one; the same for every probe of a runtime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadContextSettings {
+    /// Byte offset of `thread.fsbase` in `task_struct`; 0: do not read.
+    pub task_fsbase_offset: u32,
+    /// Offset of `otel_thread_ctx_v1` from the fs base.
+    pub slot_offset: i64,
+    /// The process whose threads publish (this one).
+    pub tgid: u32,
+    /// `enum kspan_orphans`.
+    pub orphans: u32,
+    /// Record calls under unsampled application spans too.
+    pub keep_unsampled: bool,
 }
 
 impl ProbePlan {
@@ -104,7 +122,12 @@ impl ProbePlan {
             nr_caps: self.captures.len() as u32,
             record_size: self.record_size,
             probe_id_from_cookie: 0,
+            task_fsbase_offset: self.thread_context.task_fsbase_offset,
+            ctx_tgid: self.thread_context.tgid,
+            orphans: self.thread_context.orphans,
+            keep_unsampled: u32::from(self.thread_context.keep_unsampled),
             reserved: 0,
+            thread_ctx_offset: self.thread_context.slot_offset,
             caps,
         }
     }
@@ -356,6 +379,7 @@ fn plan_function(
         nr_args: nr_args as u32,
         record_size,
         errno_status: spec.errno && spec.mode.has_return() && ret_is_errno,
+        thread_context: ThreadContextSettings::default(),
     })
 }
 

@@ -33,7 +33,9 @@ use crate::clock::ClockOffset;
 use crate::copies::{self, ProgramTemplate};
 use crate::error::{Error, Result};
 use crate::export::{parse_record, Outcome, SpanFactory};
-use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan, SyscallFormats};
+use crate::plan::{
+    plan_all, PlanInputs, PlanSet, ProbePlan, SyscallFormats, ThreadContextSettings,
+};
 use crate::probe::{Mode, Probe};
 
 /// Where the running kernel publishes its BTF.
@@ -47,6 +49,21 @@ pub struct KspanBuilder {
     btf_path: PathBuf,
     all_processes: bool,
     disabled: Vec<Mechanism>,
+    orphans: Orphans,
+    keep_unsampled: bool,
+    thread_context: bool,
+}
+
+/// What happens to a kernel call made with no application span active on
+/// its thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Orphans {
+    /// Its span starts a trace of its own (the default).
+    #[default]
+    NewTrace,
+    /// It is not recorded (counted in [`Stats::orphans_dropped`]).
+    Drop,
 }
 
 impl KspanBuilder {
@@ -129,6 +146,46 @@ impl KspanBuilder {
         })
     }
 
+    /// How the BPF programs find the application's span (OTEP 4947): where
+    /// `fsbase` is in `task_struct`, where the slot is from it, which process
+    /// publishes, and the policies. Without either offset (another
+    /// architecture, a kernel whose BTF lacks the member, or
+    /// [`Self::thread_context`] off) nothing is read and every outermost call
+    /// follows the orphan policy.
+    fn thread_context_settings(&self, btf: &Btf) -> ThreadContextSettings {
+        let mut settings = ThreadContextSettings {
+            orphans: match self.orphans {
+                Orphans::NewTrace => kspan_bpf::consts::KSPAN_ORPHANS_NEW_TRACE,
+                Orphans::Drop => kspan_bpf::consts::KSPAN_ORPHANS_DROP,
+            } as u32,
+            keep_unsampled: self.keep_unsampled,
+            ..ThreadContextSettings::default()
+        };
+        if !self.thread_context {
+            return settings;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let fsbase =
+                crate::fieldpath::member_offset(btf, "struct task_struct", &["thread", "fsbase"]);
+            match (fsbase, crate::context::slot_offset()) {
+                (Some(fsbase), Ok(slot)) => {
+                    settings.task_fsbase_offset = fsbase;
+                    settings.slot_offset = slot;
+                    settings.tgid = std::process::id();
+                }
+                (fsbase, slot) => tracing::warn!(
+                    fsbase_in_btf = fsbase.is_some(),
+                    slot = ?slot.err(),
+                    "kspan cannot read the application's thread context: kernel spans start traces of their own"
+                ),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = btf;
+        settings
+    }
+
     /// Where the kernel has kprobe.multi: attaches the functions of explicit
     /// `kprobe`/`kretprobe` probes in batches, one link per direction for
     /// every function of the same settings, and returns their decisions by
@@ -189,6 +246,30 @@ impl KspanBuilder {
         self
     }
 
+    /// What happens to kernel calls made with no application span active on
+    /// their thread: [`Orphans::NewTrace`] (the default) or [`Orphans::Drop`].
+    pub fn orphans(mut self, orphans: Orphans) -> Self {
+        self.orphans = orphans;
+        self
+    }
+
+    /// Records kernel calls made under an application span that is not
+    /// sampled too (the default drops them in the kernel, counted in
+    /// [`Stats::unsampled`]).
+    pub fn keep_unsampled(mut self, keep: bool) -> Self {
+        self.keep_unsampled = keep;
+        self
+    }
+
+    /// Whether kernel spans are parented under the application span active
+    /// on their thread (OTEP 4947 thread context, published by
+    /// [`crate::context::ThreadContextLayer`] or [`crate::context::attach`]);
+    /// on by default. Off: every outermost call starts a trace of its own.
+    pub fn thread_context(mut self, on: bool) -> Self {
+        self.thread_context = on;
+        self
+    }
+
     /// Traces calls made by every process, not only this one (the default is
     /// this process only).
     pub fn trace_all_processes(mut self, all: bool) -> Self {
@@ -214,7 +295,11 @@ impl KspanBuilder {
             syscalls,
             traceable: read_traceable_functions(),
         };
-        let PlanSet { plans, skipped } = plan_all(&btf, &self.probes, &inputs)?;
+        let PlanSet { mut plans, skipped } = plan_all(&btf, &self.probes, &inputs)?;
+        let context = self.thread_context_settings(&btf);
+        for plan in &mut plans {
+            plan.thread_context = context;
+        }
         for (function, why) in &skipped {
             tracing::info!(
                 function = function.as_str(),
@@ -1355,6 +1440,12 @@ pub struct Stats {
     pub handler_panics: u64,
     /// Spans the handlers discarded on purpose (not a loss).
     pub discarded_by_handler: u64,
+    /// Calls not recorded because the application span they were made under
+    /// is not sampled: a sampling decision, taken in the kernel (not a loss).
+    pub unsampled: u64,
+    /// Calls made with no application span active, not recorded because of
+    /// [`Orphans::Drop`] (not a loss).
+    pub orphans_dropped: u64,
 }
 
 impl Stats {
@@ -1403,6 +1494,9 @@ impl Kspan {
             btf_path: PathBuf::from(KERNEL_BTF),
             all_processes: false,
             disabled: Vec::new(),
+            orphans: Orphans::NewTrace,
+            keep_unsampled: false,
+            thread_context: true,
         }
     }
 
@@ -1433,6 +1527,8 @@ impl Kspan {
             unknown_probe: s.unknown_probe.load(Ordering::Relaxed),
             handler_panics: s.handler_panics.load(Ordering::Relaxed),
             discarded_by_handler: s.discarded.load(Ordering::Relaxed),
+            unsampled: k[kspan_bpf::consts::KSPAN_CTR_UNSAMPLED as usize],
+            orphans_dropped: k[kspan_bpf::consts::KSPAN_CTR_ORPHAN as usize],
         })
     }
 

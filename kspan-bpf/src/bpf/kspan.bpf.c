@@ -125,6 +125,58 @@ static __always_inline void kspan_new_trace_id(__u8 *trace_id)
 	words[1] = kspan_new_id();
 }
 
+/*
+ * The application's span on this thread (OTEP 4947, x86-64): the slot
+ * `otel_thread_ctx_v1` sits at a fixed offset from the thread pointer (fs
+ * base); it holds NULL or a record whose `valid` byte is 1 when it may be
+ * read. The reads are of user memory and may fault: any failure is "no
+ * application span". Returns 1 and fills `ctx` when there is one.
+ */
+static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx)
+{
+	__u64 task, fsbase = 0, slot = 0;
+
+	if (!kspan_cfg.task_fsbase_offset)
+		return 0;
+	if ((__u32)(bpf_get_current_pid_tgid() >> 32) != kspan_cfg.ctx_tgid)
+		return 0;
+	task = bpf_get_current_task();
+	if (bpf_probe_read_kernel(&fsbase, sizeof(fsbase),
+				  (void *)(task + kspan_cfg.task_fsbase_offset)) || !fsbase)
+		return 0;
+	if (bpf_probe_read_user(&slot, sizeof(slot),
+				(void *)(fsbase + kspan_cfg.thread_ctx_offset)) || !slot)
+		return 0;
+	if (bpf_probe_read_user(ctx, sizeof(*ctx), (void *)slot))
+		return 0;
+	return ctx->valid == 1;
+}
+
+/*
+ * At the outermost call of a task: which trace the call's span joins and
+ * under which parent, or whether it is recorded at all. Returns the counter
+ * of the reason it is not recorded, or -1 when it is (trace id and parent
+ * filled in).
+ */
+static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent)
+{
+	struct kspan_thread_ctx ctx = {};
+
+	if (kspan_app_context(&ctx)) {
+		if (!(ctx.trace_flags & 1) && !kspan_cfg.keep_unsampled)
+			return KSPAN_CTR_UNSAMPLED;
+		__builtin_memcpy(trace_id, ctx.trace_id, sizeof(ctx.trace_id));
+		/* W3C bytes are big-endian; the record carries the id as a number. */
+		*parent = __builtin_bswap64(*(__u64 *)ctx.span_id);
+		return -1;
+	}
+	if (kspan_cfg.orphans == KSPAN_ORPHANS_DROP)
+		return KSPAN_CTR_ORPHAN;
+	kspan_new_trace_id(trace_id);
+	*parent = 0;
+	return -1;
+}
+
 /* Arguments of a trampoline program, from the trampoline's saved registers. */
 static __always_inline void kspan_trampoline_args(__u64 *ctx, __u64 *args)
 {
@@ -275,20 +327,34 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	struct kspan_record *rec;
 	__u32 depth = 0;
 
+	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
+	if (st && st->depth > 0 && st->depth <= KSPAN_MAX_DEPTH) {
+		__u32 suppressed = kspan_frame_at(st, st->depth - 1)->suppressed;
+
+		if (suppressed) {
+			/* Inside a call that is not recorded. */
+			kspan_count(suppressed - 1);
+			return 0;
+		}
+	}
 	rec = bpf_ringbuf_reserve(&kspan_events, kspan_cfg.record_size, 0);
 	if (!rec) {
 		kspan_count(KSPAN_CTR_RINGBUF_FULL);
 		return 0;
 	}
-	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
 	if (st)
 		depth = st->depth;
 	if (st && depth > 0 && depth <= KSPAN_MAX_DEPTH) {
 		__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
 		rec->parent_span_id = kspan_frame_at(st, depth - 1)->span_id;
 	} else {
-		kspan_new_trace_id(rec->trace_id);
-		rec->parent_span_id = 0;
+		int skip = kspan_outermost(rec->trace_id, &rec->parent_span_id);
+
+		if (skip >= 0) {
+			bpf_ringbuf_discard(rec, BPF_RB_NO_WAKEUP);
+			kspan_count(skip);
+			return 0;
+		}
 		depth = 0;
 	}
 	rec->span_id = kspan_new_id();
@@ -311,7 +377,7 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
 	__u64 now;
-	__u32 depth;
+	__u32 depth, suppressed;
 
 	if (!kspan_wanted())
 		return 0;
@@ -331,9 +397,18 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 		kspan_count(KSPAN_CTR_STACK_DEPTH);
 		return 0;
 	}
-	if (depth == 0)
-		kspan_new_trace_id(st->trace_id);
+	if (depth == 0) {
+		int skip = kspan_outermost(st->trace_id, &st->app_span_id);
+
+		suppressed = skip >= 0 ? skip + 1 : 0;
+	} else {
+		/* A call inside one that is not recorded is not recorded either. */
+		suppressed = kspan_frame_at(st, depth - 1)->suppressed;
+	}
+	if (suppressed)
+		kspan_count(suppressed - 1);
 	frame = kspan_frame_at(st, depth);
+	frame->suppressed = suppressed;
 	frame->start_ns = now;
 	frame->span_id = kspan_new_id();
 	frame->probe_id = probe_id;
@@ -364,6 +439,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 		st->overflow -= 1;
 		return 0;
 	}
+
 	/*
 	 * Find the innermost frame of this probe. Frames above it belong to calls
 	 * whose exit never came (a missed fexit): they are discarded and counted.
@@ -389,6 +465,9 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 		kspan_count(KSPAN_CTR_LOST_EXIT);
 	st->depth = found - 1;
 	frame = kspan_frame_at(st, found - 1);
+	if (frame->suppressed)
+		/* Counted at its entry. */
+		return 0;
 
 	rec = bpf_ringbuf_reserve(&kspan_events, kspan_cfg.record_size, 0);
 	if (!rec) {
@@ -399,7 +478,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
 	rec->span_id = frame->span_id;
 	rec->parent_span_id =
-		found >= 2 ? kspan_frame_at(st, found - 2)->span_id : 0;
+		found >= 2 ? kspan_frame_at(st, found - 2)->span_id : st->app_span_id;
 	rec->start_ns = frame->start_ns;
 	rec->end_ns = now;
 	__builtin_memcpy(rec->args, frame->args, sizeof(rec->args));

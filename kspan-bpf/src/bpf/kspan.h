@@ -103,6 +103,23 @@ enum kspan_mode {
 	KSPAN_MODE_SYSCALL = 4,
 };
 
+/* What happens to a call made with no application span active. */
+enum kspan_orphans {
+	/* Its span starts a trace of its own (the default). */
+	KSPAN_ORPHANS_NEW_TRACE = 0,
+	/* It is not recorded (counted). */
+	KSPAN_ORPHANS_DROP = 1,
+};
+
+/* The fixed part of an OTEP 4947 thread-local context record (28 bytes). */
+struct kspan_thread_ctx {
+	__u8 trace_id[16];
+	__u8 span_id[8];
+	__u8 valid;
+	__u8 trace_flags;
+	__u16 attrs_data_size;
+};
+
 /* Indexes of the per-CPU counters; every drop has one. */
 enum kspan_counter {
 	/* A record was lost because the ring buffer was full. */
@@ -117,7 +134,11 @@ enum kspan_counter {
 	KSPAN_CTR_NO_STORAGE = 4,
 	/* Records handed to the ring buffer. */
 	KSPAN_CTR_EMITTED = 5,
-	KSPAN_CTR_COUNT = 6,
+	/* Calls under an unsampled application span: a sampling decision. */
+	KSPAN_CTR_UNSAMPLED = 6,
+	/* Calls with no application span, dropped by the orphan policy. */
+	KSPAN_CTR_ORPHAN = 7,
+	KSPAN_CTR_COUNT = 8,
 };
 
 /* Record flags. */
@@ -143,7 +164,21 @@ struct kspan_config {
 	 * serves every function of the same settings (kprobes, kprobe.multi).
 	 */
 	__u32 probe_id_from_cookie;
+	/*
+	 * The application's thread context (OTEP 4947), read at the outermost
+	 * call of a task of process `ctx_tgid`: the slot is at
+	 * `task->thread.fsbase + thread_ctx_offset` (x86-64; `task_fsbase_offset`
+	 * is where fsbase sits in task_struct, from the kernel's BTF). 0: do not
+	 * read.
+	 */
+	__u32 task_fsbase_offset;
+	__u32 ctx_tgid;
+	/* enum kspan_orphans: calls with no application span active. */
+	__u32 orphans;
+	/* 1: keep calls under an unsampled application span (default: drop). */
+	__u32 keep_unsampled;
 	__u32 reserved;
+	__s64 thread_ctx_offset;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
 
@@ -153,13 +188,20 @@ struct kspan_frame {
 	__u64 span_id;
 	__u64 args[KSPAN_MAX_ARGS];
 	__u32 probe_id;
-	__u32 pad;
+	/*
+	 * 0: the call is recorded. Otherwise it is not (its outermost call was
+	 * under an unsampled application span, or an orphan the policy drops):
+	 * the KSPAN_CTR_* it is counted under, plus one. Nested calls inherit it.
+	 */
+	__u32 suppressed;
 };
 
 /* Per-task stack of open kernel spans (task local storage). */
 struct kspan_task_stack {
 	/* Trace id shared by the spans of one outermost call. */
 	__u8 trace_id[16];
+	/* The application span the outermost call was made under, or 0. */
+	__u64 app_span_id;
 	/* Number of valid frames. */
 	__u32 depth;
 	/* Entries not pushed because the stack was full; their exits are skipped. */
