@@ -86,6 +86,9 @@ pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with(otel_layer)
+        // After the OpenTelemetry layer: publishes the span it made current
+        // (OTEP 4947), so kernel spans become its children.
+        .with(kspan::context::ThreadContextLayer)
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .try_init()?;
     Ok(provider)

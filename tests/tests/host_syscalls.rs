@@ -176,6 +176,27 @@ async fn the_syscalls_example_exports_over_otlp_on_the_host() {
     let pid = i64::from(run.pid);
     let app: Vec<_> = run.spans.iter().filter(|s| s.name == "read_file").collect();
     assert_eq!(app.len(), 1);
+    let app = app[0];
+    // The reads were made inside the application span: the BPF programs read
+    // it from the thread context the example publishes (OTEP 4947).
+    let reads: Vec<_> = run
+        .spans
+        .iter()
+        .filter(|s| s.name == "read" && s.int("kernel.arg.count") == Some(2048))
+        .filter(|s| s.int("thread.id") == Some(pid))
+        .collect();
+    assert!(!reads.is_empty());
+    for r in &reads {
+        assert_eq!(
+            (&r.parent_span_id, &r.trace_id),
+            (&app.span_id, &app.trace_id),
+            "a child of the application span: {r:?}"
+        );
+        assert!(
+            app.start_ns <= r.start_ns && r.end_ns <= app.end_ns,
+            "{r:?}"
+        );
+    }
     let mut rets: Vec<i64> = run
         .spans
         .iter()
@@ -204,6 +225,24 @@ async fn the_syscalls_example_exports_over_otlp_on_the_host() {
         );
         assert_eq!(s.service_name.as_deref(), Some("kspan-syscalls-test"));
     }
+}
+
+#[test]
+fn the_examples_export_the_thread_context_slot() {
+    // What other OTEP 4947 readers look for: a TLS symbol in .dynsym.
+    let out = std::process::Command::new("readelf")
+        .args(["--dyn-syms", "--wide"])
+        .arg(example("quickstart"))
+        .output()
+        .expect("readelf (binutils) runs");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.ends_with(" otel_thread_ctx_v1"))
+        .unwrap_or_else(|| panic!("otel_thread_ctx_v1 in .dynsym:\n{text}"));
+    assert!(line.contains(" TLS "), "{line}");
+    assert!(line.contains(" GLOBAL "), "{line}");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -163,6 +163,11 @@ async fn quickstart_vfs_read_spans_match_the_reads() {
         run.stdout()
     );
     for s in &reads {
+        assert_eq!(
+            (&s.parent_span_id, &s.trace_id),
+            (&app.span_id, &app.trace_id),
+            "a child of the application span, over OTLP: {s:?}"
+        );
         assert_eq!(s.int("kernel.arg.count"), Some(BUF as i64), "{s:?}");
         assert!(s.start_ns < s.end_ns, "start before end: {s:?}");
         assert_eq!(s.service_name.as_deref(), Some("kspan-quickstart-test"));
@@ -187,9 +192,10 @@ async fn nested_ksys_read_contains_vfs_read() {
             "vfs_read is the child of its ksys_read"
         );
         assert_eq!(i.trace_id, o.trace_id);
-        assert!(
-            o.parent_span_id.is_empty(),
-            "ksys_read is a root kernel span: {o:?}"
+        assert_eq!(
+            (&o.parent_span_id, &o.trace_id),
+            (&app.span_id, &app.trace_id),
+            "ksys_read is a child of the application span, in its trace: {o:?}"
         );
         assert!(
             o.start_ns <= i.start_ns && i.end_ns <= o.end_ns,
