@@ -273,6 +273,19 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_unhooked_before_it_is_freed() {
+        std::thread::spawn(|| {
+            let record = ThreadRecord::new();
+            record.publish(&span(5, 6, true));
+            assert_eq!(current_record().unwrap().span_id, 6u64.to_be_bytes());
+            drop(record);
+            assert_eq!(current_record(), None, "the slot no longer points at it");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
     fn threads_have_their_own_records_at_one_offset() {
         let here = slot_offset().unwrap();
         let there = std::thread::spawn(|| {
