@@ -248,6 +248,8 @@ impl KspanBuilder {
 
     /// What happens to kernel calls made with no application span active on
     /// their thread: [`Orphans::NewTrace`] (the default) or [`Orphans::Drop`].
+    /// Calls of other processes ([`Self::trace_all_processes`]) have no
+    /// application span kspan can read, so `Drop` drops them all.
     pub fn orphans(mut self, orphans: Orphans) -> Self {
         self.orphans = orphans;
         self
