@@ -36,6 +36,13 @@
 //!   function, the probe id in each link's cookie, with one kprobe.multi link
 //!   per direction where the kernel has fprobe. The maps of the first object
 //!   are shared by all. No code is generated per function.
+//! * **Kernel spans join the application's traces.** The application
+//!   publishes its active span per thread in the OpenTelemetry thread-context
+//!   record (OTEP 4947; [`context::ThreadContextLayer`] for `tracing`,
+//!   [`context::attach`] for the context API), with no system call; the BPF
+//!   programs read it at a task's outermost traced call, so the kernel span
+//!   becomes a child of the application span, in its trace, and calls under
+//!   an unsampled span are dropped in the kernel before they cost a record.
 //! * **Plan before touching the kernel.** Every probe is resolved against the
 //!   running kernel's BTF (function exists, parameter names to positions, Rust
 //!   types against kernel types) by pure code in [`plan`]; a typo fails with
