@@ -732,14 +732,10 @@ impl Loaded {
             self.templates.get(exit_prog),
         ) {
             (Some(entry_t), exit_t) if exit_t.is_some() || !exit_wanted => {
-                let mut value = vec![0u8; self.rodata_size];
-                write_config(&mut value, config);
-                let rodata = copies::rodata_map(&value).map_err(|e| e.to_string())?;
-                let entry = entry_t.load(&rodata, 0).map_err(|e| e.to_string())?;
-                let exit = match exit_t.filter(|_| exit_wanted) {
-                    Some(t) => Some(t.load(&rodata, 0).map_err(|e| e.to_string())?),
-                    None => None,
-                };
+                let exit_t = exit_t.filter(|_| exit_wanted);
+                let (rodata, entry, exit) =
+                    load_programs(self.rodata_size, config, 0, entry_t, exit_t)
+                        .map_err(|e| e.to_string())?;
                 self.copies.push(rodata);
                 Some(SharedPrograms { entry, exit })
             }
