@@ -336,3 +336,54 @@ pub async fn traced_on_this_thread(
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// `GET path` from an HTTP/1.1 server on `addr`, with `Connection: close`;
+/// returns the status code and the body (a `content-length` body, a chunked
+/// one, or everything up to the close).
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    use std::io::{Error, ErrorKind, Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let bad = |why: &str| Error::new(ErrorKind::InvalidData, format!("GET {path}: {why}"));
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of the response head"))?;
+    let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
+    let mut body = response[split + 4..].to_vec();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status code"))?;
+    if head.contains("\r\ntransfer-encoding: chunked") {
+        let mut plain = Vec::new();
+        let mut rest = body.as_slice();
+        loop {
+            let line_end = rest
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .ok_or_else(|| bad("a chunk has no size line"))?;
+            let size_text = String::from_utf8_lossy(&rest[..line_end]);
+            let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+                .map_err(|_| bad("a chunk size is not hex"))?;
+            rest = &rest[line_end + 2..];
+            if size == 0 {
+                break;
+            }
+            if rest.len() < size + 2 {
+                return Err(bad("a chunk is cut short"));
+            }
+            plain.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        body = plain;
+    }
+    Ok((status, body))
+}
