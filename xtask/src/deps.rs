@@ -7,15 +7,18 @@ use anyhow::{bail, Context, Result};
 use crate::util::{is_root, run, which};
 
 /// Debian packages needed on the host: the BPF toolchain (clang, llvm,
-/// libelf, zlib, pkg-config), the VM (QEMU, busybox-static, cpio, kmod for
-/// `modinfo`, xz and zstd for compressed modules and kernel images) and
-/// bpftrace (a benchmark baseline).
+/// libelf, zlib, pkg-config), protoc (the embedded Jaeger's OTLP protocol
+/// code is generated at build time), the VM (QEMU, busybox-static, cpio, kmod
+/// for `modinfo`, xz and zstd for compressed modules and kernel images),
+/// bpftrace (a benchmark baseline) and curl (`cargo xtask jaeger` asks the
+/// UI's API with it).
 pub const PACKAGES: &[&str] = &[
     "clang",
     "llvm",
     "libelf-dev",
     "zlib1g-dev",
     "pkg-config",
+    "protobuf-compiler",
     "qemu-system-x86",
     "busybox-static",
     "cpio",
@@ -23,6 +26,7 @@ pub const PACKAGES: &[&str] = &[
     "xz-utils",
     "zstd",
     "bpftrace",
+    "curl",
 ];
 
 fn installed(pkg: &str) -> Result<bool> {
@@ -38,14 +42,20 @@ fn installed(pkg: &str) -> Result<bool> {
 
 /// Installs the missing [`PACKAGES`], or fails with the command to run.
 pub fn ensure() -> Result<()> {
+    ensure_packages(PACKAGES)
+}
+
+/// Installs those of `packages` that are missing, or fails with the command
+/// to run.
+pub fn ensure_packages(packages: &[&str]) -> Result<()> {
     let mut missing = Vec::new();
-    for pkg in PACKAGES {
+    for pkg in packages {
         if !installed(pkg)? {
             missing.push(*pkg);
         }
     }
     if missing.is_empty() {
-        eprintln!("deps: all {} packages present", PACKAGES.len());
+        eprintln!("deps: all {} packages present", packages.len());
         return Ok(());
     }
     let list = missing.join(" ");

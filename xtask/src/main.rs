@@ -20,6 +20,9 @@
 //!   test command: host build and tests, then the `#[ignore]`d tests of the
 //!   `kspan-tests` package inside one VM per kernel.
 //! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
+//! * `jaeger [--kernel K] [--ui ADDR] [--screenshot PNG]`: the file service
+//!   in the VM, exporting to the embedded Jaeger (`kspan-jaeger`) on the host;
+//!   the UI stays up until Ctrl-C, or Chromium takes a picture of one trace.
 //!
 //! # Shape
 //!
@@ -32,11 +35,13 @@
 //! * [`relay`]: the TCP relays that carry OTLP traffic from the guest's
 //!   loopback to a receiver on the host's loopback (hidden subcommands
 //!   `__guest-relay` and `__host-connect`).
-//! * [`tasks`]: `test` and `demo`.
+//! * [`tasks`]: `test`, `demo` and `bench`.
+//! * [`jaeger`]: `jaeger`.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
 mod cpio;
 mod deps;
+mod jaeger;
 mod kernel;
 mod relay;
 mod tasks;
@@ -65,6 +70,10 @@ commands:
       --kernels K1,K2   same, comma separated
       --timeout SECS    per VM
   demo [--kernel K]     run kspan-receive -- examples/quickstart in the VM
+  jaeger [--kernel K] [--ui ADDR] [--screenshot PNG]
+                        the file service in the VM, its traces in the embedded
+                        Jaeger UI on the host (default 127.0.0.1:16686) until
+                        Ctrl-C, or a headless-Chromium picture of one trace
   bench [--kernel K] [--rounds N]
                         attach+detach of every vfs_* function: kspan vs bpftrace
 ";
@@ -80,6 +89,7 @@ fn main() -> ExitCode {
         "vm" => vm::command(rest),
         "test" => tasks::test(rest),
         "demo" => tasks::demo(rest),
+        "jaeger" => jaeger::command(rest),
         "bench" => tasks::bench(rest),
         "__guest-relay" => relay::guest_relay(rest),
         "__host-connect" => relay::host_connect(rest),

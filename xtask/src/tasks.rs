@@ -11,9 +11,9 @@ use crate::util::{cargo, display, opt_value, repo_root, run, sh_quote, Metadata}
 use crate::vm::{self, VmOptions};
 
 /// The package holding the tests that need a real kernel (run in the VM).
-const TESTS_PKG: &str = "kspan-tests";
+pub const TESTS_PKG: &str = "kspan-tests";
 /// The package holding the examples.
-const EXAMPLES_PKG: &str = "kspan-examples";
+pub const EXAMPLES_PKG: &str = "kspan-examples";
 
 /// One line of the final summary.
 struct Stage {

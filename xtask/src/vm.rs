@@ -40,6 +40,9 @@ pub struct VmOptions {
     pub otlp_forward: bool,
     /// Also print the console before the command starts (kernel, init).
     pub verbose: bool,
+    /// Variables set for the command besides the caller's `OTEL_*`,
+    /// `KSPAN_*`, `RUST_LOG` (these win over the caller's).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for VmOptions {
@@ -51,6 +54,7 @@ impl Default for VmOptions {
             smp: 2,
             otlp_forward: true,
             verbose: false,
+            env: Vec::new(),
         }
     }
 }
@@ -123,7 +127,7 @@ fn cache_dir() -> PathBuf {
 }
 
 /// The caller's environment variables that the guest command gets.
-fn passed_env() -> Vec<(String, String)> {
+fn passed_env(extra: &[(String, String)]) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| {
             k.starts_with("OTEL_")
@@ -132,7 +136,9 @@ fn passed_env() -> Vec<(String, String)> {
                 || k == "RUST_BACKTRACE"
                 || k == "PATH"
         })
+        .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
         .collect();
+    env.extend(extra.iter().cloned());
     if !env.iter().any(|(k, _)| k == "PATH") {
         env.push((
             "PATH".into(),
@@ -364,7 +370,7 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
 
     // OTLP forwarding: a loopback endpoint of the caller becomes reachable
     // from the guest's loopback through a relay and QEMU's guestfwd.
-    let env = passed_env();
+    let env = passed_env(&opts.env);
     let forwards = if opts.otlp_forward {
         relay::loopback_endpoints(&env)
     } else {

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Threads that come and go (run in the VM by `cargo xtask test`): kernel
+//! spans of short-lived threads and of a thread pool land under the span the
+//! thread had entered, and a thread started after another one exited (glibc
+//! hands it the dead thread's stack and TLS block) does not inherit the dead
+//! thread's published span. A test binary of its own: it installs a global
+//! subscriber, which threads it did not make use too.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+
+use kspan_tests::span_attr;
+use opentelemetry::trace::{SpanId, TraceContextExt as _, TraceId, TracerProvider as _};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::layer::SubscriberExt;
+
+#[kspan::kernel_span("vfs_read", mode = "fexit")]
+fn vfs_read(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
+
+/// Short-lived threads per phase, and jobs for the pool.
+const THREADS: usize = 30;
+const JOBS: usize = 60;
+const POOL: usize = 4;
+
+/// The OpenTelemetry ids of the current tracing span.
+fn ids() -> (TraceId, SpanId) {
+    let cx = tracing::Span::current().context();
+    let sc = cx.span().span_context().clone();
+    (sc.trace_id(), sc.span_id())
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
+async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")))
+            .with(kspan::context::ThreadContextLayer),
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("kspan-threads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: String| {
+        let path = dir.join(&name);
+        std::fs::write(&path, vec![b'x'; 100]).unwrap();
+        (name, path)
+    };
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&vfs_read)
+        .start()
+        .expect("needs a kernel with BPF trampolines");
+
+    // Which span each file's reads belong to (None: no span at all).
+    let mut expected: HashMap<String, Option<(TraceId, SpanId)>> = HashMap::new();
+
+    // Threads that exit with their span still entered and published: the
+    // guard is leaked, so nothing unpublishes it before the thread's TLS
+    // goes away. Each is followed by a thread with no span at all, which
+    // glibc starts on the stack and TLS block the first one left.
+    for i in 0..THREADS {
+        let (name, path) = file(format!("exiting-{i}.txt"));
+        let ids = std::thread::spawn(move || {
+            let span = tracing::info_span!("exiting", i);
+            std::mem::forget(span.enter());
+            std::fs::read(&path).unwrap();
+            ids()
+        })
+        .join()
+        .unwrap();
+        expected.insert(name, Some(ids));
+
+        let (name, path) = file(format!("after-{i}.txt"));
+        std::thread::spawn(move || std::fs::read(path).unwrap())
+            .join()
+            .unwrap();
+        expected.insert(name, None);
+    }
+
+    // A pool of long-lived threads, each job in its own span.
+    let (jobs_tx, jobs_rx) = mpsc::channel::<(String, std::path::PathBuf)>();
+    let jobs_rx = std::sync::Arc::new(std::sync::Mutex::new(jobs_rx));
+    let (done_tx, done_rx) = mpsc::channel();
+    let pool: Vec<_> = (0..POOL)
+        .map(|_| {
+            let (jobs_rx, done_tx) = (jobs_rx.clone(), done_tx.clone());
+            std::thread::spawn(move || loop {
+                let job = jobs_rx.lock().unwrap().recv();
+                let Ok((name, path)) = job else { return };
+                let ids = tracing::info_span!("job").in_scope(|| {
+                    std::fs::read(path).unwrap();
+                    ids()
+                });
+                done_tx.send((name, ids)).unwrap();
+            })
+        })
+        .collect();
+    for j in 0..JOBS {
+        jobs_tx.send(file(format!("job-{j}.txt"))).unwrap();
+    }
+    drop(jobs_tx);
+    for t in pool {
+        t.join().unwrap();
+    }
+    drop(done_tx);
+    for (name, ids) in done_rx {
+        expected.insert(name, Some(ids));
+    }
+    assert_eq!(expected.len(), 2 * THREADS + JOBS);
+
+    let stats = kspan.shutdown().await.unwrap();
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    let spans = exporter.get_finished_spans().unwrap();
+    let app_traces: Vec<TraceId> = expected.values().flatten().map(|(t, _)| *t).collect();
+
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut wrong = Vec::new();
+    for k in spans.iter().filter(|s| s.name == "vfs_read") {
+        let Some(name) = span_attr(k, "kernel.arg.name") else {
+            continue;
+        };
+        let name = name.as_str();
+        let Some((key, want)) = expected.get_key_value(name.as_ref()) else {
+            continue; // a read of the runtime or the loader, not of the test
+        };
+        *seen.entry(key).or_default() += 1;
+        let got = (k.span_context.trace_id(), k.parent_span_id);
+        let right = match want {
+            Some(ids) => got == *ids,
+            // An orphan starts a trace of its own, unrelated to any span.
+            None => got.1 == SpanId::INVALID && !app_traces.contains(&got.0),
+        };
+        if !right {
+            wrong.push((key.clone(), got, *want));
+        }
+    }
+    assert!(wrong.is_empty(), "misattributed: {wrong:#?}");
+    for name in expected.keys() {
+        // `std::fs::read` of a 100-byte file: a read, then one that ends it.
+        assert!(
+            seen.get(name.as_str()).copied().unwrap_or(0) >= 2,
+            "{name}: {seen:?}"
+        );
+    }
+}
