@@ -36,7 +36,7 @@
 //!   loopback to a receiver on the host's loopback (hidden subcommands
 //!   `__guest-relay` and `__host-connect`).
 //! * [`tasks`]: `test`, `demo` and `bench`.
-//! * [`jaeger`]: `jaeger`.
+//! * [`jaeger`]: the `jaeger` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
 mod cpio;
