@@ -12,11 +12,14 @@
 //! does not matter, only the compiler's). No system call, no allocation after
 //! a thread's first update, no attributes.
 //!
-//! What is published is always OpenTelemetry's current context of the thread:
+//! What is published is OpenTelemetry's current context of the thread:
 //! [`ThreadContextLayer`] republishes it after `tracing` enters or exits a
 //! span (tracing-opentelemetry attaches the span's context on enter), and
 //! [`attach`] does the same for code that uses the OpenTelemetry context API
-//! directly.
+//! directly. When that context holds no span, the layer falls back to the
+//! OpenTelemetry span of the innermost entered `tracing` span: with
+//! tracing-opentelemetry's context activation turned off nothing attaches
+//! it, and the span would otherwise be missed.
 //!
 //! The slot is defined in C (`csrc/thread_ctx.c`) because stable Rust cannot
 //! give a thread-local an exported symbol name; it is initial-exec TLS, so it
@@ -172,12 +175,39 @@ impl<S> Layer<S> for ThreadContextLayer
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn on_enter(&self, _id: &span::Id, _ctx: LayerContext<'_, S>) {
-        publish_current();
+    fn on_enter(&self, _id: &span::Id, ctx: LayerContext<'_, S>) {
+        publish_current_or_entered(&ctx);
     }
 
-    fn on_exit(&self, _id: &span::Id, _ctx: LayerContext<'_, S>) {
-        publish_current();
+    fn on_exit(&self, _id: &span::Id, ctx: LayerContext<'_, S>) {
+        publish_current_or_entered(&ctx);
+    }
+}
+
+/// Publishes OpenTelemetry's current span; when there is none, the span of
+/// the innermost entered `tracing` span (its OpenTelemetry span is started
+/// if it was not yet), or "none".
+fn publish_current_or_entered<S>(ctx: &LayerContext<'_, S>)
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    // The common case, context activation on: one thread-local read.
+    let published = Context::map_current(|cx| {
+        let span = cx.span();
+        let sc = span.span_context();
+        sc.is_valid().then(|| publish(sc)).is_some()
+    });
+    if published {
+        return;
+    }
+    let entered = ctx.lookup_current().and_then(|span| {
+        tracing::dispatcher::get_default(|dispatch| {
+            tracing_opentelemetry::get_otel_context(&mut span.extensions_mut(), dispatch)
+        })
+    });
+    match entered {
+        Some(cx) => publish(cx.span().span_context()),
+        None => publish(&SpanContext::empty_context()),
     }
 }
 
@@ -302,5 +332,63 @@ mod tests {
         assert_eq!(there.1.span_id, 2u64.to_be_bytes());
         publish(&span(3, 4, false));
         assert_eq!(current_record().unwrap().span_id, 4u64.to_be_bytes());
+    }
+
+    /// The layer under tracing-opentelemetry, with context activation on or
+    /// off: inside nested spans the record holds the innermost one, and
+    /// after the last exit it says "none".
+    fn layer_publishes_entered_spans(activation: bool) {
+        use opentelemetry::trace::TracerProvider as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(
+                tracing_opentelemetry::layer()
+                    .with_tracer(provider.tracer("test"))
+                    .with_context_activation(activation),
+            )
+            .with(ThreadContextLayer);
+        std::thread::spawn(move || {
+            tracing::subscriber::with_default(subscriber, || {
+                let ids = |span: &tracing::Span| {
+                    let cx = span.context();
+                    let sc = cx.span().span_context().clone();
+                    (sc.trace_id().to_bytes(), sc.span_id().to_bytes())
+                };
+                let published = || {
+                    let r = current_record().expect("published");
+                    (r.valid, r.trace_id, r.span_id)
+                };
+                let outer = tracing::info_span!("outer");
+                let inner = tracing::info_span!(parent: &outer, "inner");
+                {
+                    let _o = outer.enter();
+                    let (trace, id) = ids(&outer);
+                    assert_eq!(published(), (1, trace, id), "outer entered");
+                    {
+                        let _i = inner.enter();
+                        let (inner_trace, inner_id) = ids(&inner);
+                        assert_eq!(inner_trace, trace, "one trace");
+                        assert_eq!(published(), (1, trace, inner_id), "inner entered");
+                    }
+                    assert_eq!(published(), (1, trace, id), "back in outer");
+                }
+                assert_eq!(published().0, 0, "no span entered");
+            });
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn the_layer_publishes_entered_spans_with_context_activation() {
+        layer_publishes_entered_spans(true);
+    }
+
+    #[test]
+    fn the_layer_publishes_entered_spans_without_context_activation() {
+        layer_publishes_entered_spans(false);
     }
 }
