@@ -387,3 +387,27 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
     }
     Ok((status, body))
 }
+
+/// Makes the process's global subscriber the OpenTelemetry layer (a tracer
+/// of a new provider with a simple in-memory exporter) and kspan's
+/// thread-context layer: what a multi-threaded application sets up, so that
+/// threads the test did not make publish their spans too. Once per process.
+pub fn install_global_context_subscriber() -> (
+    opentelemetry_sdk::trace::SdkTracerProvider,
+    opentelemetry_sdk::trace::InMemorySpanExporter,
+) {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")))
+            .with(kspan::context::ThreadContextLayer),
+    )
+    .expect("the first global subscriber of this test process");
+    (provider, exporter)
+}

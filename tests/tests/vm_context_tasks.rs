@@ -9,10 +9,7 @@ use std::collections::HashMap;
 use std::io::Read;
 
 use kspan_tests::span_attr;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use tracing::Instrument;
-use tracing_subscriber::layer::SubscriberExt;
 
 #[kspan::kernel_span("vfs_read", mode = "fexit")]
 fn vfs_read(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
@@ -22,16 +19,7 @@ const TASKS: usize = 120;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
 async fn concurrent_tasks_get_their_own_kernel_spans() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")))
-            .with(kspan::context::ThreadContextLayer),
-    )
-    .unwrap();
+    let (provider, exporter) = kspan_tests::install_global_context_subscriber();
     let dir = std::env::temp_dir().join(format!("kspan-tasks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for i in 0..TASKS {

@@ -10,10 +10,8 @@ use std::collections::HashMap;
 use std::sync::mpsc;
 
 use kspan_tests::span_attr;
-use opentelemetry::trace::{SpanId, TraceContextExt as _, TraceId, TracerProvider as _};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use opentelemetry::trace::{SpanId, TraceContextExt as _, TraceId};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-use tracing_subscriber::layer::SubscriberExt;
 
 #[kspan::kernel_span("vfs_read", mode = "fexit")]
 fn vfs_read(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
@@ -33,16 +31,7 @@ fn ids() -> (TraceId, SpanId) {
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
 async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")))
-            .with(kspan::context::ThreadContextLayer),
-    )
-    .unwrap();
+    let (provider, exporter) = kspan_tests::install_global_context_subscriber();
     let dir = std::env::temp_dir().join(format!("kspan-threads-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = |name: String| {

@@ -66,13 +66,10 @@ pub fn command(args: &[String]) -> Result<u8> {
         "build",
         "-p",
         crate::tasks::EXAMPLES_PKG,
-        "--example",
-        "file_service",
-    ]))?;
-    run(cargo().args([
-        "build",
         "-p",
         crate::tasks::TESTS_PKG,
+        "--example",
+        "file_service",
         "--bin",
         "kspan-jaeger",
     ]))?;
