@@ -20,11 +20,18 @@
 //!
 //! It prints `file_service: listening on http://ADDR` once kspan is attached
 //! and the socket is bound (`--listen 127.0.0.1:0` picks a free port), and
-//! runs until it has answered `N` requests, or until interrupted. It then
-//! detaches, flushes, and prints what kspan exported, lost and dropped.
+//! runs until it has accepted `N` connections and answered them, or until
+//! interrupted (a second interrupt stops waiting for open connections; a
+//! client gets 10 s to send its request). It then detaches, flushes, and
+//! prints what kspan exported, lost and dropped.
+//!
+//! Files are served from below `--root` only: no `..`, no symbolic link
+//! leading out (403), nothing but regular files (404 for a directory or a
+//! FIFO). Methods other than GET get 405, malformed requests 400.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use kspan_examples::{init_telemetry, BoxError};
 use opentelemetry::trace::TraceContextExt as _;
@@ -125,29 +132,51 @@ async fn run() -> Result<(), BoxError> {
     );
 
     let mut tasks = tokio::task::JoinSet::new();
-    let mut answered = 0u64;
-    loop {
-        if args.requests.is_some_and(|n| answered >= n) {
-            break;
-        }
+    let mut accepted = 0u64;
+    // One signal future for the whole run: a SIGINT between two loop passes
+    // is not lost, and a second one ends the wait for open connections.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    let mut stopping = false;
+    while args.requests.is_none_or(|n| accepted < n) {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = accepted?;
-                answered += 1;
-                tasks.spawn(serve(stream, args.root.clone()));
+            conn = listener.accept() => match conn {
+                Ok((stream, _)) => {
+                    accepted += 1;
+                    tasks.spawn(serve(stream, args.root.clone()));
+                }
+                // A failed accept (a connection reset before it was taken,
+                // out of descriptors) ends that connection, not the service.
+                Err(err) => eprintln!("file_service: accept failed: {err}"),
+            },
+            _ = &mut interrupted => {
+                stopping = true;
+                break;
             }
-            _ = tokio::signal::ctrl_c() => break,
         }
     }
-    while let Some(done) = tasks.join_next().await {
-        if let Err(err) = done? {
-            eprintln!("file_service: a connection failed: {err}");
+    loop {
+        tokio::select! {
+            done = tasks.join_next() => match done {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(err))) => eprintln!("file_service: a connection failed: {err}"),
+                Some(Err(join)) => eprintln!("file_service: a connection task failed: {join}"),
+            },
+            // Connections time out on their own (READ_TIMEOUT); a second
+            // interrupt does not wait for them.
+            _ = tokio::signal::ctrl_c(), if stopping => tasks.abort_all(),
+            _ = &mut interrupted, if !stopping => {
+                stopping = true;
+                tasks.abort_all();
+            }
         }
     }
 
+    // Reached on every way out of the loops, so no span is left unflushed.
     let stats = kspan.shutdown().await?;
     println!(
-        "file_service: answered {answered} requests; kspan exported {} spans, lost {}, \
+        "file_service: accepted {accepted} connections; kspan exported {} spans, lost {}, \
          dropped {} calls made outside any request",
         stats.spans_exported,
         stats.lost(),
@@ -171,44 +200,59 @@ async fn serve(stream: TcpStream, root: PathBuf) -> std::io::Result<()> {
     answer(stream, root).instrument(span).await
 }
 
+/// How long a client may take to send its request head.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The methods OpenTelemetry's HTTP conventions name; others are `_OTHER`.
+const KNOWN_METHODS: &[&str] = &[
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
 async fn answer(mut stream: TcpStream, root: PathBuf) -> std::io::Result<()> {
     let span = tracing::Span::current();
-    let (status, body) = match read_head(&mut stream).await? {
-        Some(head) => match parse_request_line(&head) {
-            Ok((method, path)) => {
-                span.record("http.request.method", method);
-                span.record("url.path", path);
-                // The route, not the path, names the span: one name for every
-                // file keeps the operation list of a trace viewer short.
-                span.record("http.route", "/{name}");
-                // Through the OpenTelemetry span itself: tracing-opentelemetry
-                // applies a later `otel.name` only to spans not started yet,
-                // and this one started when the task first entered it.
-                span.context()
-                    .span()
-                    .update_name(format!("{method} /{{name}}"));
-                if method != "GET" {
-                    (405, b"only GET is served\n".to_vec())
-                } else {
-                    match file_under(&root, path) {
-                        Some(file) => read_file(file).await,
-                        None => (400, b"the path must name a file under the root\n".to_vec()),
-                    }
-                }
-            }
-            Err(why) => (400, format!("{why}\n").into_bytes()),
+    let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
+        Ok(head) => head?,
+        Err(_) => Err(Status::RequestTimeout),
+    };
+    let (status, body) = match head.and_then(|head| {
+        let (method, target) = parse_request_line(&head)?;
+        // The query is not part of the file's name.
+        let path = target.split_once('?').map_or(target, |(p, _)| p);
+        let known = KNOWN_METHODS.contains(&method);
+        span.record("http.request.method", if known { method } else { "_OTHER" });
+        span.record("url.path", path);
+        span.record("http.route", "/{name}");
+        if known {
+            // The route, not the path, names the span: one name for every
+            // file keeps a trace viewer's operation list short. Through the
+            // OpenTelemetry span itself: tracing-opentelemetry applies a
+            // later `otel.name` only to spans not started yet, and this one
+            // started when the task first entered it.
+            span.context()
+                .span()
+                .update_name(format!("{method} /{{name}}"));
+        }
+        if method != "GET" {
+            return Err(Status::MethodNotAllowed);
+        }
+        file_under(&root, path).ok_or(Status::BadRequest(
+            "the path must name a file under the root",
+        ))
+    }) {
+        Ok(file) => match read_file(file, root).await {
+            Ok(bytes) => (200, bytes),
+            Err(status) => status.response(),
         },
-        None => (
-            400,
-            b"the request head is incomplete or too long\n".to_vec(),
-        ),
+        Err(status) => status.response(),
     };
     span.record("http.response.status_code", i64::from(status));
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
         _ => "Internal Server Error",
     };
     let mut response = format!(
@@ -221,23 +265,70 @@ async fn answer(mut stream: TcpStream, root: PathBuf) -> std::io::Result<()> {
     stream.shutdown().await
 }
 
-/// The request head up to its blank line, or `None` when the peer closed
-/// early or sent more than [`MAX_HEAD`] bytes.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+/// Why a request gets no file.
+#[derive(Debug, PartialEq)]
+enum Status {
+    /// 400: the request is malformed; why.
+    BadRequest(&'static str),
+    /// 403: outside the root through a link, or unreadable.
+    Forbidden,
+    /// 404: no such regular file.
+    NotFound,
+    /// 405: not a GET.
+    MethodNotAllowed,
+    /// 408: the head did not arrive within [`READ_TIMEOUT`].
+    RequestTimeout,
+    /// 500: anything else, with the error.
+    Internal(String),
+}
+
+impl Status {
+    /// The status code and a one-line body saying why.
+    fn response(self) -> (u16, Vec<u8>) {
+        let (code, why) = match self {
+            Status::BadRequest(why) => (400, why.to_string()),
+            Status::Forbidden => (403, "the file may not be read".into()),
+            Status::NotFound => (404, "no such file".into()),
+            Status::MethodNotAllowed => (405, "only GET is served".into()),
+            Status::RequestTimeout => (408, "the request head did not come in time".into()),
+            Status::Internal(why) => (500, why),
+        };
+        (code, format!("{why}\n").into_bytes())
+    }
+}
+
+/// The request head up to its blank line (`\r\n\r\n`, or bare `\n\n`).
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Result<String, Status>> {
     let mut head = Vec::new();
     let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+    loop {
+        if let Some(end) = head_end(&head) {
+            head.truncate(end);
+            return Ok(Ok(String::from_utf8_lossy(&head).into_owned()));
+        }
+        if head.len() > MAX_HEAD {
+            return Ok(Err(Status::BadRequest("the request head is over 8 KiB")));
+        }
         let n = stream.read(&mut chunk).await?;
-        if n == 0 || head.len() + n > MAX_HEAD {
-            return Ok(None);
+        if n == 0 {
+            return Ok(Err(Status::BadRequest("the request head is incomplete")));
         }
         head.extend_from_slice(&chunk[..n]);
     }
-    Ok(Some(String::from_utf8_lossy(&head).into_owned()))
+}
+
+/// Where the head's blank line starts, if it has one.
+fn head_end(bytes: &[u8]) -> Option<usize> {
+    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n");
+    let lf = bytes.windows(2).position(|w| w == b"\n\n");
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// `METHOD PATH HTTP/1.x` from the head's first line.
-fn parse_request_line(head: &str) -> Result<(&str, &str), &'static str> {
+fn parse_request_line(head: &str) -> Result<(&str, &str), Status> {
     let line = head.lines().next().unwrap_or_default();
     let mut parts = line.split(' ');
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
@@ -246,12 +337,15 @@ fn parse_request_line(head: &str) -> Result<(&str, &str), &'static str> {
         {
             Ok((method, path))
         }
-        _ => Err("the request line is not `METHOD /PATH HTTP/1.x`"),
+        _ => Err(Status::BadRequest(
+            "the request line is not `METHOD /PATH HTTP/1.x`",
+        )),
     }
 }
 
-/// `root/path` when `path` names something below `root` (no `..`, no
-/// absolute components after the leading slash).
+/// `root/path` when `path` names something below `root` by its words (no
+/// `..`, nothing absolute after the leading slashes). Symbolic links are
+/// checked when the file is opened ([`read_file`]).
 fn file_under(root: &Path, path: &str) -> Option<PathBuf> {
     let relative = Path::new(path.trim_start_matches('/'));
     let plain = relative
@@ -260,21 +354,46 @@ fn file_under(root: &Path, path: &str) -> Option<PathBuf> {
     (plain && relative.components().next().is_some()).then(|| root.join(relative))
 }
 
-/// Reads the file on a blocking thread that enters the request's span, so
-/// its `openat` and `read` calls are the request's children too.
-async fn read_file(path: PathBuf) -> (u16, Vec<u8>) {
+/// Reads a regular file under `root` on a blocking thread that enters the
+/// request's span, so its `openat` and `read` calls are the request's
+/// children too. The file is checked after it is open, so that nothing can
+/// swap it between check and read: a link leading out of the root is
+/// forbidden; anything but a regular file (a directory, a FIFO, which
+/// `O_NONBLOCK` keeps the open from waiting on) is not found.
+async fn read_file(path: PathBuf, root: PathBuf) -> Result<Vec<u8>, Status> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+
     let span = tracing::Span::current();
-    let read = tokio::task::spawn_blocking(move || span.in_scope(|| std::fs::read(path))).await;
+    let read = tokio::task::spawn_blocking(move || {
+        span.in_scope(|| {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)?;
+            if !file.metadata()?.is_file() {
+                return Ok(Err(Status::NotFound));
+            }
+            let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+            if !real.starts_with(root.canonicalize()?) {
+                return Ok(Err(Status::Forbidden));
+            }
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map(|_| Ok(bytes))
+        })
+    })
+    .await;
     match read {
-        Ok(Ok(bytes)) => (200, bytes),
-        Ok(Err(err)) if err.kind() == std::io::ErrorKind::NotFound => {
-            (404, b"no such file\n".to_vec())
-        }
-        Ok(Err(err)) => (500, format!("{err}\n").into_bytes()),
-        Err(join) => (
-            500,
-            format!("the reading thread failed: {join}\n").into_bytes(),
-        ),
+        Ok(Ok(result)) => result,
+        Ok(Err(err)) => Err(match err.kind() {
+            std::io::ErrorKind::NotFound => Status::NotFound,
+            std::io::ErrorKind::PermissionDenied => Status::Forbidden,
+            _ => Status::Internal(err.to_string()),
+        }),
+        Err(join) => Err(Status::Internal(format!(
+            "the reading thread failed: {join}"
+        ))),
     }
 }
 
@@ -288,6 +407,9 @@ mod tests {
             parse_request_line("GET /a.txt HTTP/1.1\r\nhost: x\r\n\r\n"),
             Ok(("GET", "/a.txt"))
         );
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nh: x\r\n\r\nrest"), Some(20));
+        assert_eq!(head_end(b"GET / HTTP/1.1\nh: x\n\n"), Some(19));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nh: x\r\n"), None);
         assert!(parse_request_line("GET a.txt HTTP/1.1\r\n").is_err());
         assert!(parse_request_line("GET /a HTTP/1.1 extra\r\n").is_err());
         assert!(parse_request_line("\r\n").is_err());

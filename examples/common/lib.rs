@@ -13,6 +13,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer as _;
 
 /// The whole of an example service: telemetry up, kspan started with
 /// `probes`, the file read inside an application span `read_file`, kspan shut
@@ -80,7 +81,14 @@ pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError
         // The default detectors read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
         .with_resource(Resource::builder().build())
         .build();
-    let otel_layer = tracing_opentelemetry::layer().with_tracer(provider.tracer(scope));
+    // The exporter's own libraries have spans too (h2's connection span at
+    // debug level): made OpenTelemetry spans, the exporter's sends would
+    // become their children and be exported by more sends.
+    let otel_layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(scope))
+        .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+            !is_exporter_internal(meta.target())
+        }));
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -92,6 +100,18 @@ pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .try_init()?;
     Ok(provider)
+}
+
+/// Whether `target` belongs to the OTLP exporter's stack (gRPC, HTTP/2,
+/// OpenTelemetry itself).
+fn is_exporter_internal(target: &str) -> bool {
+    ["h2", "hyper", "tonic", "tower", "opentelemetry"]
+        .iter()
+        .any(|crate_name| {
+            target
+                .strip_prefix(crate_name)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', ':']))
+        })
 }
 
 /// `[PATH] [TIMES] [--buf BYTES]`, with defaults.
@@ -169,6 +189,22 @@ mod tests {
 
     fn parse(s: &[&str]) -> Result<ReadArgs, String> {
         ReadArgs::parse(s.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn exporter_targets() {
+        for t in [
+            "h2",
+            "h2::proto",
+            "hyper_util::client",
+            "tonic",
+            "opentelemetry_sdk",
+        ] {
+            assert!(is_exporter_internal(t), "{t}");
+        }
+        for t in ["file_service", "kspan_examples", "h2o", "towers"] {
+            assert!(!is_exporter_internal(t), "{t}");
+        }
     }
 
     #[test]

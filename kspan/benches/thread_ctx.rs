@@ -7,11 +7,15 @@
 //! [`ThreadContextLayer`]. One span is entered and exited in a loop under
 //! each, in many short rounds in rotating order; the two added costs are
 //! differences of medians, and their ratio is the figure (target <= 0.25x).
+//!
+//! Two more subscribers give the same figure for context activation off:
+//! tracing-opentelemetry without it, and with kspan's [`EnteredSpanLayer`]
+//! after it.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use kspan::context::ThreadContextLayer;
+use kspan::context::{EnteredSpanLayer, ThreadContextLayer};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Dispatch;
@@ -59,18 +63,41 @@ fn main() {
         assert_eq!(kspan::context::current_record().map(|r| r.valid), Some(0));
     });
 
-    let cases = [&registry, &otel, &kspan];
+    let otel_off = || {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("bench"))
+            .with_context_activation(false)
+    };
+    let off = Dispatch::new(tracing_subscriber::registry().with(otel_off()));
+    let entered = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(otel_off())
+            .with(EnteredSpanLayer::new()),
+    );
+    tracing::dispatcher::with_default(&entered, || {
+        let span = tracing::info_span!("check");
+        let _entered = span.enter();
+        let record = kspan::context::current_record().expect("published");
+        assert_eq!(
+            record.valid, 1,
+            "EnteredSpanLayer publishes without activation"
+        );
+    });
+
+    let cases = [&registry, &otel, &kspan, &off, &entered];
     let (rounds, calls) = (101usize, 20_000u32);
-    let mut times = [Vec::new(), Vec::new(), Vec::new()];
+    let mut times: [Vec<f64>; 5] = Default::default();
     for round in 0..rounds {
-        for k in 0..3 {
-            let case = (round + k) % 3;
+        for k in 0..cases.len() {
+            let case = (round + k) % cases.len();
             times[case].push(enter_exit(cases[case], calls));
         }
     }
-    let [registry, otel, kspan] = times.map(median);
+    let [registry, otel, kspan, off, entered] = times.map(median);
     let otel_added = otel - registry;
     let kspan_added = kspan - otel;
+    let off_added = off - registry;
+    let entered_added = entered - off;
     println!("thread_ctx: {rounds} rounds x {calls} enter/exit pairs; medians");
     println!("  registry alone                                  {registry:7.1} ns/pair");
     println!(
@@ -82,5 +109,16 @@ fn main() {
     println!(
         "  ratio     kspan's added cost / the OpenTelemetry layer's: {:.2}x (target <= 0.25x)",
         kspan_added / otel_added
+    );
+    println!("context activation off:");
+    println!(
+        "  + tracing-opentelemetry layer                   {off:7.1} ns/pair ({off_added:+.1})"
+    );
+    println!(
+        "  + kspan EnteredSpanLayer                        {entered:7.1} ns/pair ({entered_added:+.1})"
+    );
+    println!(
+        "  ratio     kspan's added cost / the OpenTelemetry layer's: {:.2}x",
+        entered_added / off_added
     );
 }

@@ -14,12 +14,13 @@
 //!
 //! What is published is OpenTelemetry's current context of the thread:
 //! [`ThreadContextLayer`] republishes it after `tracing` enters or exits a
-//! span (tracing-opentelemetry attaches the span's context on enter), and
-//! [`attach`] does the same for code that uses the OpenTelemetry context API
-//! directly. When that context holds no span, the layer falls back to the
-//! OpenTelemetry span of the innermost entered `tracing` span: with
-//! tracing-opentelemetry's context activation turned off nothing attaches
-//! it, and the span would otherwise be missed.
+//! span (tracing-opentelemetry attaches the span's context on enter, unless
+//! its context activation is turned off), and [`attach`] does the same for
+//! code that uses the OpenTelemetry context API directly. With context
+//! activation off, [`EnteredSpanLayer`] publishes the OpenTelemetry span of
+//! the innermost entered `tracing` span instead; it is a separate layer
+//! because it looks the span up on every enter, which the common case
+//! should not pay for.
 //!
 //! The slot is defined in C (`csrc/thread_ctx.c`) because stable Rust cannot
 //! give a thread-local an exported symbol name; it is initial-exec TLS, so it
@@ -29,12 +30,15 @@
 //! `-C link-arg=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1` (kspan's
 //! examples do, in their build script).
 
+use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::sync::atomic::{compiler_fence, Ordering};
+use std::sync::OnceLock;
 
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::Context;
-use tracing::span;
+use tracing::dispatcher::WeakDispatch;
+use tracing::{span, Dispatch};
 use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
@@ -168,6 +172,8 @@ pub fn slot_offset() -> std::io::Result<i64> {
 /// thread after every span enter and exit. Add it after (outside) the
 /// tracing-opentelemetry layer, whose enter attaches the span's context:
 /// `registry().with(tracing_opentelemetry::layer()...).with(ThreadContextLayer)`.
+/// It relies on that layer's context activation (on by default); with it
+/// turned off, use [`EnteredSpanLayer`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadContextLayer;
 
@@ -175,39 +181,126 @@ impl<S> Layer<S> for ThreadContextLayer
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn on_enter(&self, _id: &span::Id, ctx: LayerContext<'_, S>) {
-        publish_current_or_entered(&ctx);
+    fn on_enter(&self, _id: &span::Id, _ctx: LayerContext<'_, S>) {
+        publish_current();
     }
 
-    fn on_exit(&self, _id: &span::Id, ctx: LayerContext<'_, S>) {
-        publish_current_or_entered(&ctx);
+    fn on_exit(&self, _id: &span::Id, _ctx: LayerContext<'_, S>) {
+        publish_current();
     }
 }
 
-/// Publishes OpenTelemetry's current span; when there is none, the span of
-/// the innermost entered `tracing` span (its OpenTelemetry span is started
-/// if it was not yet), or "none".
-fn publish_current_or_entered<S>(ctx: &LayerContext<'_, S>)
+/// A `tracing` layer for tracing-opentelemetry with context activation
+/// turned off (`with_context_activation(false)`), where entering a span does
+/// not make its context current. After every span enter and exit it
+/// publishes the OpenTelemetry span of the innermost entered `tracing` span
+/// (starting it if tracing-opentelemetry has not yet; the nearest ancestor's
+/// when the OpenTelemetry layer filtered the span out), and OpenTelemetry's
+/// current context when no span is entered. Each span is resolved once; an
+/// enter then costs a span lookup under the shared lock, an exit none.
+///
+/// It finds the spans through the subscriber it is registered with, so it
+/// works for global and scoped subscribers alike, on any thread. It needs
+/// the same tracing-opentelemetry version as kspan (0.32): the span data of
+/// another version is not recognised, and the record then says "none".
+#[derive(Debug, Default)]
+pub struct EnteredSpanLayer {
+    dispatch: OnceLock<WeakDispatch>,
+}
+
+impl EnteredSpanLayer {
+    /// A layer not yet registered with a subscriber.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The OpenTelemetry span context that span `id` stands for: its own
+    /// OpenTelemetry span, or its nearest ancestor's when it has none (the
+    /// OpenTelemetry layer filtered it out), or `None`. Resolved once per
+    /// span and kept in its extensions; later calls take only the shared
+    /// lock.
+    fn resolve<S>(&self, id: &span::Id, ctx: &LayerContext<'_, S>) -> Option<SpanContext>
+    where
+        S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let span = ctx.span(id)?;
+        if let Some(ResolvedSpan(sc)) = span.extensions().get::<ResolvedSpan>() {
+            return sc.clone();
+        }
+        let own = {
+            let dispatch = self.dispatch.get()?.upgrade()?;
+            let mut extensions = span.extensions_mut();
+            tracing_opentelemetry::get_otel_context(&mut extensions, &dispatch)
+                .map(|cx| cx.span().span_context().clone())
+                .filter(SpanContext::is_valid)
+        };
+        let sc = own.or_else(|| self.resolve(&span.parent()?.id(), ctx));
+        span.extensions_mut().insert(ResolvedSpan(sc.clone()));
+        sc
+    }
+
+    /// The key of this layer's entries in [`ENTERED`].
+    fn key(&self) -> usize {
+        self as *const Self as usize
+    }
+}
+
+thread_local! {
+    /// Spans entered on this thread through an [`EnteredSpanLayer`], innermost
+    /// last, with what each stands for: an exit publishes the new innermost
+    /// without looking anything up.
+    static ENTERED: RefCell<Vec<(usize, span::Id, Option<SpanContext>)>> =
+        const { RefCell::new(Vec::new()) };
+
+    /// Set while this thread resolves a span: starting an OpenTelemetry span
+    /// runs samplers and processors, which may enter spans of their own;
+    /// those must not take the span's lock again.
+    static RESOLVING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A `tracing` span's OpenTelemetry span context as [`EnteredSpanLayer`]
+/// resolved it, kept in the span's extensions.
+struct ResolvedSpan(Option<SpanContext>);
+
+/// Publishes `sc`, or OpenTelemetry's current context when it is `None`.
+fn publish_or_current(sc: Option<&SpanContext>) {
+    match sc {
+        Some(sc) => publish(sc),
+        None => publish_current(),
+    }
+}
+
+impl<S> Layer<S> for EnteredSpanLayer
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
-    // The common case, context activation on: one thread-local read.
-    let published = Context::map_current(|cx| {
-        let span = cx.span();
-        let sc = span.span_context();
-        sc.is_valid().then(|| publish(sc)).is_some()
-    });
-    if published {
-        return;
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        // A layer belongs to one subscriber; a second registration keeps
+        // the first.
+        let _ = self.dispatch.set(subscriber.downgrade());
     }
-    let entered = ctx.lookup_current().and_then(|span| {
-        tracing::dispatcher::get_default(|dispatch| {
-            tracing_opentelemetry::get_otel_context(&mut span.extensions_mut(), dispatch)
-        })
-    });
-    match entered {
-        Some(cx) => publish(cx.span().span_context()),
-        None => publish(&SpanContext::empty_context()),
+
+    fn on_enter(&self, id: &span::Id, ctx: LayerContext<'_, S>) {
+        if RESOLVING.with(|r| r.replace(true)) {
+            return;
+        }
+        let sc = self.resolve(id, &ctx);
+        RESOLVING.with(|r| r.set(false));
+        publish_or_current(sc.as_ref());
+        ENTERED.with(|e| e.borrow_mut().push((self.key(), id.clone(), sc)));
+    }
+
+    fn on_exit(&self, id: &span::Id, _ctx: LayerContext<'_, S>) {
+        // Spans may exit out of order: the latest entry of this span goes.
+        let innermost = ENTERED.with(|e| {
+            let mut entered = e.borrow_mut();
+            let key = self.key();
+            if let Some(at) = entered.iter().rposition(|(k, i, _)| *k == key && i == id) {
+                entered.remove(at);
+            }
+            entered.last().map(|(_, _, sc)| sc.clone())
+        });
+        publish_or_current(innermost.flatten().as_ref());
     }
 }
 
@@ -334,46 +427,56 @@ mod tests {
         assert_eq!(current_record().unwrap().span_id, 4u64.to_be_bytes());
     }
 
-    /// The layer under tracing-opentelemetry, with context activation on or
-    /// off: inside nested spans the record holds the innermost one, and
-    /// after the last exit it says "none".
-    fn layer_publishes_entered_spans(activation: bool) {
-        use opentelemetry::trace::TracerProvider as _;
-        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-        use tracing_subscriber::layer::SubscriberExt as _;
+    /// `(valid, trace id, span id)` of the calling thread's record.
+    fn published() -> (u8, [u8; 16], [u8; 8]) {
+        let r = current_record().expect("published");
+        (r.valid, r.trace_id, r.span_id)
+    }
 
-        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-        let subscriber = tracing_subscriber::registry()
-            .with(
-                tracing_opentelemetry::layer()
-                    .with_tracer(provider.tracer("test"))
-                    .with_context_activation(activation),
-            )
-            .with(ThreadContextLayer);
+    /// `(1, trace id, span id)` of a `tracing` span's OpenTelemetry span.
+    fn ids_of(span: &tracing::Span) -> (u8, [u8; 16], [u8; 8]) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let cx = span.context();
+        let sc = cx.span().span_context().clone();
+        (1, sc.trace_id().to_bytes(), sc.span_id().to_bytes())
+    }
+
+    /// A subscriber with tracing-opentelemetry (context activation as
+    /// given, spans below INFO not made OpenTelemetry spans) and, after
+    /// it, `layer`.
+    macro_rules! subscriber {
+        ($activation:expr, $layer:expr) => {{
+            use opentelemetry::trace::TracerProvider as _;
+            use tracing_subscriber::layer::SubscriberExt as _;
+
+            let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+            tracing_subscriber::registry()
+                .with(
+                    tracing_opentelemetry::layer()
+                        .with_tracer(provider.tracer("test"))
+                        .with_context_activation($activation)
+                        .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+                )
+                .with($layer)
+        }};
+    }
+
+    /// Nested spans: the record holds the innermost, then the outer again,
+    /// then "none".
+    fn nested_spans_are_published(subscriber: impl tracing::Subscriber + Send + Sync + 'static) {
         std::thread::spawn(move || {
             tracing::subscriber::with_default(subscriber, || {
-                let ids = |span: &tracing::Span| {
-                    let cx = span.context();
-                    let sc = cx.span().span_context().clone();
-                    (sc.trace_id().to_bytes(), sc.span_id().to_bytes())
-                };
-                let published = || {
-                    let r = current_record().expect("published");
-                    (r.valid, r.trace_id, r.span_id)
-                };
                 let outer = tracing::info_span!("outer");
                 let inner = tracing::info_span!(parent: &outer, "inner");
                 {
                     let _o = outer.enter();
-                    let (trace, id) = ids(&outer);
-                    assert_eq!(published(), (1, trace, id), "outer entered");
+                    assert_eq!(published(), ids_of(&outer), "outer entered");
                     {
                         let _i = inner.enter();
-                        let (inner_trace, inner_id) = ids(&inner);
-                        assert_eq!(inner_trace, trace, "one trace");
-                        assert_eq!(published(), (1, trace, inner_id), "inner entered");
+                        assert_eq!(published(), ids_of(&inner), "inner entered");
+                        assert_eq!(ids_of(&inner).1, ids_of(&outer).1, "one trace");
                     }
-                    assert_eq!(published(), (1, trace, id), "back in outer");
+                    assert_eq!(published(), ids_of(&outer), "back in outer");
                 }
                 assert_eq!(published().0, 0, "no span entered");
             });
@@ -383,12 +486,51 @@ mod tests {
     }
 
     #[test]
-    fn the_layer_publishes_entered_spans_with_context_activation() {
-        layer_publishes_entered_spans(true);
+    fn thread_context_layer_publishes_entered_spans_with_context_activation() {
+        nested_spans_are_published(subscriber!(true, ThreadContextLayer));
     }
 
     #[test]
-    fn the_layer_publishes_entered_spans_without_context_activation() {
-        layer_publishes_entered_spans(false);
+    fn entered_span_layer_publishes_entered_spans_without_context_activation() {
+        nested_spans_are_published(subscriber!(false, EnteredSpanLayer::new()));
+    }
+
+    #[test]
+    fn thread_context_layer_sees_nothing_without_context_activation() {
+        let subscriber = subscriber!(false, ThreadContextLayer);
+        std::thread::spawn(move || {
+            tracing::subscriber::with_default(subscriber, || {
+                let _e = tracing::info_span!("span").entered();
+                assert_eq!(published().0, 0, "nothing made the span current");
+            });
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn entered_span_layer_finds_spans_entered_on_other_threads_and_skips_filtered_ones() {
+        let subscriber = subscriber!(false, EnteredSpanLayer::new());
+        std::thread::spawn(move || {
+            // A scoped subscriber: only this thread has it as its default.
+            tracing::subscriber::with_default(subscriber, || {
+                let request = tracing::info_span!("request");
+                // Below INFO: no OpenTelemetry span; its parent is published.
+                let detail = tracing::debug_span!(parent: &request, "detail");
+                assert!(!detail.is_disabled(), "kspan's layer takes every span");
+                let request_ids = ids_of(&request);
+                // Entered on a thread with no default subscriber at all.
+                std::thread::spawn(move || {
+                    let _r = request.enter();
+                    assert_eq!(published(), request_ids, "entered on the worker");
+                    let _d = detail.enter();
+                    assert_eq!(published(), request_ids, "inside an unexported span");
+                })
+                .join()
+                .unwrap();
+            });
+        })
+        .join()
+        .unwrap();
     }
 }
