@@ -214,6 +214,10 @@ async fn answer(mut stream: TcpStream, root: PathBuf) -> std::io::Result<()> {
         Ok(head) => head?,
         Err(_) => Err(Status::RequestTimeout),
     };
+    // A head that was not read to its end leaves input behind, and closing
+    // with unread input resets the connection, maybe before the client
+    // read the answer: that input is drained after answering.
+    let unread_input = head.is_err();
     let (status, body) = match head.and_then(|head| {
         let (method, target) = parse_request_line(&head)?;
         // The query is not part of the file's name.
@@ -262,7 +266,13 @@ async fn answer(mut stream: TcpStream, root: PathBuf) -> std::io::Result<()> {
     .into_bytes();
     response.extend_from_slice(&body);
     stream.write_all(&response).await?;
-    stream.shutdown().await
+    stream.shutdown().await?;
+    if unread_input {
+        let mut sink = [0u8; 4096];
+        let drain = async { while stream.read(&mut sink).await.is_ok_and(|n| n > 0) {} };
+        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+    }
+    Ok(())
 }
 
 /// Why a request gets no file.
@@ -426,6 +436,89 @@ mod tests {
             file_under(root, "//etc/passwd"),
             Some("/srv/etc/passwd".into())
         );
+    }
+
+    #[tokio::test]
+    async fn only_regular_files_under_the_root_are_read() {
+        let base = std::env::temp_dir().join(format!("file-service-{}", std::process::id()));
+        let root = base.join("root");
+        std::fs::create_dir_all(root.join("dir")).unwrap();
+        std::fs::write(root.join("a.txt"), b"hello").unwrap();
+        std::fs::write(base.join("secret"), b"no").unwrap();
+        std::os::unix::fs::symlink(base.join("secret"), root.join("out")).unwrap();
+        std::os::unix::fs::symlink("a.txt", root.join("in")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+
+        let read = |name: &str| read_file(root.join(name), root.clone());
+        assert_eq!(read("a.txt").await, Ok(b"hello".to_vec()));
+        assert_eq!(
+            read("in").await,
+            Ok(b"hello".to_vec()),
+            "a link inside the root"
+        );
+        assert_eq!(
+            read("out").await,
+            Err(Status::Forbidden),
+            "a link out of it"
+        );
+        assert_eq!(read("dir").await, Err(Status::NotFound));
+        assert_eq!(read("fifo").await, Err(Status::NotFound), "not waited on");
+        assert_eq!(read("missing").await, Err(Status::NotFound));
+        std::fs::remove_dir_all(base).unwrap();
+    }
+
+    /// The status line `answer` gives `request` over a loopback connection.
+    async fn status_line(root: &Path, request: &[u8]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let served = tokio::spawn(answer(server, root.to_path_buf()));
+        client.write_all(request).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut response = Vec::new();
+        client.read_to_end(&mut response).await.unwrap();
+        served.await.unwrap().unwrap();
+        let response = String::from_utf8_lossy(&response).into_owned();
+        response.lines().next().unwrap_or_default().to_string()
+    }
+
+    #[tokio::test]
+    async fn requests_get_the_status_they_deserve() {
+        let root = std::env::temp_dir().join(format!("file-service-http-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a.txt"), b"hello").unwrap();
+        for (request, status) in [
+            (
+                &b"GET /a.txt HTTP/1.1\r\nhost: x\r\n\r\n"[..],
+                "HTTP/1.1 200 OK",
+            ),
+            (b"GET /a.txt?v=1 HTTP/1.1\n\n", "HTTP/1.1 200 OK"),
+            (b"GET /b.txt HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found"),
+            (
+                b"GET /../a.txt HTTP/1.1\r\n\r\n",
+                "HTTP/1.1 400 Bad Request",
+            ),
+            (
+                b"POST /a.txt HTTP/1.1\r\n\r\n",
+                "HTTP/1.1 405 Method Not Allowed",
+            ),
+            (b"hello\r\n\r\n", "HTTP/1.1 400 Bad Request"),
+        ] {
+            assert_eq!(
+                status_line(&root, request).await,
+                status,
+                "{}",
+                String::from_utf8_lossy(request)
+            );
+        }
+        let mut long = b"GET /a.txt HTTP/1.1\r\nx: ".to_vec();
+        long.resize(MAX_HEAD + 2048, b'x');
+        assert_eq!(status_line(&root, &long).await, "HTTP/1.1 400 Bad Request");
+        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Threads that come and go (run in the VM by `cargo xtask test`): kernel
 //! spans of short-lived threads and of a thread pool land under the span the
-//! thread had entered, and a thread started after another one exited (glibc
-//! hands it the dead thread's stack and TLS block) does not inherit the dead
-//! thread's published span. A test binary of its own: it installs a global
-//! subscriber, which threads it did not make use too.
+//! thread had entered, and a thread started after another one exited with
+//! its span still published does not inherit that span: its calls are
+//! orphans. (glibc gives the new thread the dead one's cached stack but
+//! initialises its TLS afresh, so this checks that kspan's reader follows
+//! each task's own slot, not that the record was unhooked at exit; that is
+//! a unit test in `kspan::context`.) A test binary of its own: it installs a
+//! global subscriber, which threads it did not make use too.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -50,7 +53,7 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
     // Threads that exit with their span still entered and published: the
     // guard is leaked, so nothing unpublishes it before the thread's TLS
     // goes away. Each is followed by a thread with no span at all, which
-    // glibc starts on the stack and TLS block the first one left.
+    // glibc starts on the stack the first one left.
     for i in 0..THREADS {
         let (name, path) = file(format!("exiting-{i}.txt"));
         let ids = std::thread::spawn(move || {
@@ -135,4 +138,5 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
             "{name}: {seen:?}"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use kspan_tests::{example, http_get};
 use serde_json::Value;
@@ -26,26 +28,42 @@ impl Drop for Running {
     }
 }
 
-/// Starts `cmd` with stdout piped and returns it with the part of its first
-/// stdout line after `marker`.
-fn start(mut cmd: Command, marker: &str) -> (Running, String) {
+/// Starts `cmd` with its stdout read line by line on a thread; returns it,
+/// the lines, and the part of its first line after `marker`.
+fn start(mut cmd: Command, marker: &str) -> (Running, mpsc::Receiver<String>, String) {
     let mut child = Running(
         cmd.stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}")),
     );
-    let mut line = String::new();
-    BufReader::new(child.0.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let line = next_line(&lines, &format!("{cmd:?}"));
     let found = line
         .split_once(marker)
         .unwrap_or_else(|| panic!("{cmd:?} printed {line:?}, without `{marker}`"))
         .1
         .trim()
         .to_string();
-    (child, found)
+    (child, lines, found)
 }
+
+/// The next line of `what`'s output, waiting at most [`LINE_TIMEOUT`].
+fn next_line(lines: &mpsc::Receiver<String>, what: &str) -> String {
+    lines
+        .recv_timeout(LINE_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{what} printed no line within {LINE_TIMEOUT:?}: {e}"))
+}
+
+/// Long enough for kspan to attach four functions under emulation.
+const LINE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A span of the Jaeger API's JSON, with what the checks need.
 #[derive(Debug)]
@@ -126,7 +144,7 @@ fn each_request_is_a_trace_of_its_kernel_calls_in_the_jaeger_api() {
 
     let mut jaeger = Command::new(env!("CARGO_BIN_EXE_kspan-jaeger"));
     jaeger.args(["--otlp", "127.0.0.1:0", "--ui", "127.0.0.1:0"]);
-    let (_jaeger, addrs) = start(jaeger, "OTLP/gRPC on ");
+    let (_jaeger, _jaeger_lines, addrs) = start(jaeger, "OTLP/gRPC on ");
     let (otlp, ui) = addrs
         .split_once(", Jaeger UI on http://")
         .unwrap_or_else(|| panic!("kspan-jaeger printed {addrs:?}"));
@@ -138,7 +156,7 @@ fn each_request_is_a_trace_of_its_kernel_calls_in_the_jaeger_api() {
         .args(["--requests", &files.len().to_string()])
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}"))
         .env("OTEL_SERVICE_NAME", SERVICE);
-    let (mut service, addr) = start(service, "listening on http://");
+    let (mut service, service_lines, addr) = start(service, "listening on http://");
 
     let mut response_len = HashMap::new();
     for (name, size) in files {
@@ -152,12 +170,13 @@ fn each_request_is_a_trace_of_its_kernel_calls_in_the_jaeger_api() {
         response_len.insert(format!("/{name}"), body.len());
     }
     // It exits after the requests, having detached and flushed.
-    let mut summary = String::new();
-    BufReader::new(service.0.stdout.as_mut().unwrap())
-        .read_line(&mut summary)
-        .unwrap();
+    let summary = next_line(&service_lines, "file_service");
     assert!(service.0.wait().unwrap().success(), "{summary}");
     assert!(summary.contains(", lost 0,"), "{summary}");
+    let exported: usize = summary
+        .split_once("kspan exported ")
+        .and_then(|(_, rest)| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no span count in {summary:?}"));
 
     // What the UI lists: the service, its operation, one trace per request.
     assert_eq!(
@@ -178,11 +197,17 @@ fn each_request_is_a_trace_of_its_kernel_calls_in_the_jaeger_api() {
     );
 
     let mut seen = Vec::new();
+    let mut kernel_spans = 0;
     for trace in traces {
         let trace_id = trace["traceID"].as_str().unwrap().to_string();
         // The trace page's own request gives the same trace.
         let by_id = api(&ui, &format!("/api/traces/{trace_id}"));
-        assert_eq!(by_id["data"][0]["spans"], trace["spans"]);
+        let sorted = |spans: &Value| {
+            let mut spans = spans.as_array().expect("spans").clone();
+            spans.sort_by_key(|s| s["spanID"].as_str().unwrap_or_default().to_string());
+            spans
+        };
+        assert_eq!(sorted(&by_id["data"][0]["spans"]), sorted(&trace["spans"]));
 
         let spans: Vec<JaegerSpan> = trace["spans"]
             .as_array()
@@ -203,6 +228,7 @@ fn each_request_is_a_trace_of_its_kernel_calls_in_the_jaeger_api() {
         let status = if size.is_some() { 200 } else { 404 };
         assert_eq!(request.int("http.response.status_code"), status);
 
+        kernel_spans += spans.len() - 1;
         let mut by_name: HashMap<&str, Vec<&JaegerSpan>> = HashMap::new();
         for span in spans.iter().filter(|s| s.parent.is_some()) {
             // Every kernel span is a direct child of the request span, and
@@ -273,6 +299,13 @@ fn each_request_is_a_trace_of_its_kernel_calls_in_the_jaeger_api() {
             response_len[&path]
         );
     }
+    // Every kernel span kspan exported is in these traces: none went to a
+    // trace of its own or under a parent the UI never received (it lists
+    // only traces whose root arrived).
+    assert_eq!(
+        kernel_spans, exported,
+        "kernel spans in the traces vs exported"
+    );
     seen.sort();
     let mut asked: Vec<String> = files.iter().map(|(n, _)| format!("/{n}")).collect();
     asked.sort();
@@ -290,4 +323,5 @@ fn each_request_is_a_trace_of_its_kernel_calls_in_the_jaeger_api() {
             "GET {page}: {status} {body:.300}"
         );
     }
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -75,7 +75,7 @@ pub fn command(args: &[String]) -> Result<u8> {
     ]))?;
     let debug = Metadata::load()?.target_dir.join("debug");
 
-    let (_jaeger, otlp, ui) = start_jaeger(&debug.join("kspan-jaeger"), &ui)?;
+    let (jaeger, otlp, ui) = start_jaeger(&debug.join("kspan-jaeger"), &ui)?;
     eprintln!("xtask: the embedded Jaeger UI is at http://{ui}/");
     opts.env = vec![
         (
@@ -102,7 +102,7 @@ pub fn command(args: &[String]) -> Result<u8> {
                 "xtask: the traces are at http://{ui}/search?service={SERVICE}; Ctrl-C stops"
             );
             // Until the collector is killed (Ctrl-C reaches both of us).
-            let mut jaeger = _jaeger;
+            let mut jaeger = jaeger;
             jaeger.0.wait()?;
         }
     }
@@ -119,8 +119,12 @@ fn start_jaeger(exe: &Path, ui: &str) -> Result<(Running, String, String)> {
             .spawn()
             .with_context(|| format!("running {}", exe.display()))?,
     );
+    let mut stdout = BufReader::new(child.0.stdout.take().expect("piped stdout"));
     let mut line = String::new();
-    BufReader::new(child.0.stdout.take().expect("piped stdout")).read_line(&mut line)?;
+    stdout.read_line(&mut line)?;
+    // Whatever it prints later goes on to our stderr; a closed pipe would
+    // make its next print fail.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::stderr()));
     let addrs = line
         .trim()
         .strip_prefix("kspan-jaeger: OTLP/gRPC on ")
@@ -195,6 +199,10 @@ fn trace_of(ui: &str, path: &str) -> Result<String> {
 fn take_screenshot(url: &str, png: &Path) -> Result<()> {
     let chromium = which("chromium").ok_or_else(|| anyhow!("chromium not found"))?;
     let profile = std::env::temp_dir().join(format!("kspan-chromium-{}", std::process::id()));
+    // So that an old picture cannot pass for a new one.
+    if png.exists() {
+        std::fs::remove_file(png).with_context(|| format!("removing the old {}", png.display()))?;
+    }
     let out = Command::new(chromium)
         .args([
             "--headless",
@@ -240,7 +248,9 @@ mod tests {
     fn guest_script_waits_for_the_service_and_asks_for_every_file() {
         let s = guest_script(Path::new("/t/file_service"), Path::new("/repo"));
         assert!(s.contains("'/t/file_service' --root '/repo' --listen 127.0.0.1:8080 --requests 4"));
-        assert!(s.find("until grep -q 'listening on'") < s.find("busybox wget"));
+        let waits = s.find("until grep -q 'listening on'").expect("the wait");
+        let asks = s.find("busybox wget").expect("the client");
+        assert!(waits < asks);
         for f in REQUESTS {
             assert!(s.contains(&format!("http://127.0.0.1:8080/{f}")));
         }
