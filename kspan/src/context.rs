@@ -127,7 +127,7 @@ thread_local! {
 /// Publishes OpenTelemetry's current context of the calling thread.
 #[inline]
 pub fn publish_current() {
-    Context::map_current(|cx| publish(&cx.span().span_context().clone()));
+    Context::map_current(|cx| publish(cx.span().span_context()));
 }
 
 /// Publishes `span` as the calling thread's active span (an invalid span

@@ -301,6 +301,19 @@ pub fn gettid() -> i64 {
         .expect("/proc/thread-self names the thread id")
 }
 
+/// A tracer provider with the SDK's default sampler that hands every
+/// finished span, synchronously, to the returned in-memory exporter.
+pub fn in_memory_provider() -> (
+    opentelemetry_sdk::trace::SdkTracerProvider,
+    opentelemetry_sdk::trace::InMemorySpanExporter,
+) {
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    (provider, exporter)
+}
+
 /// Starts kspan in this process with `probes` and an in-memory exporter,
 /// runs `work` on this thread, shuts kspan down (asserting that nothing was
 /// lost) and returns the spans made on this thread, in start order. Panics
@@ -310,10 +323,7 @@ pub async fn traced_on_this_thread(
     needs: &str,
     work: impl FnOnce(),
 ) -> Vec<opentelemetry_sdk::trace::SpanData> {
-    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
         .probes(probes.iter().copied())
         .start()
@@ -399,10 +409,7 @@ pub fn install_global_context_subscriber() -> (
     use opentelemetry::trace::TracerProvider as _;
     use tracing_subscriber::layer::SubscriberExt as _;
 
-    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = in_memory_provider();
     tracing::subscriber::set_global_default(
         tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")))

@@ -9,7 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use kspan_tests::{example, run_with_receiver};
 use opentelemetry::trace::Status;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 
 #[kspan::kernel_span(syscall = "openat")]
 fn openat(dfd: i32, #[capture(user)] filename: &str, flags: i32, ret: i64) {}
@@ -32,10 +32,7 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
     std::fs::write(&present, &content).unwrap();
     let missing = dir.join("missing.txt");
 
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&openat)
         .probe(&read)
@@ -252,10 +249,7 @@ async fn all_processes_spans_name_the_process_that_made_the_call() {
     let file = dir.join("child.txt");
     std::fs::write(&file, b"read by another process").unwrap();
 
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&openat)
         .trace_all_processes(true)

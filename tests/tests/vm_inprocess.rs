@@ -5,7 +5,7 @@
 use kspan_tests::gettid;
 use std::io::Read;
 
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use opentelemetry_sdk::trace::InMemorySpanExporter;
 
 #[kspan::kernel_span("vfs_read", mode = "fentry")]
 fn vfs_read_entry(count: usize, file: *const u8) {}
@@ -51,10 +51,7 @@ fn this_thread_spans(
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
 async fn fentry_mode_gives_instants_with_arguments() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&vfs_read_entry)
         .start()
@@ -84,10 +81,7 @@ async fn fentry_mode_gives_instants_with_arguments() {
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
 async fn dropping_the_handle_detaches() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&vfs_read_exit)
         .start()

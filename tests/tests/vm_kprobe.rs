@@ -7,7 +7,7 @@ use kspan_tests::span_attr;
 use std::io::Read;
 
 use opentelemetry::trace::SpanId;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::SpanData;
 
 #[kspan::kernel_span("vfs_read", mode = "kretprobe")]
 fn vfs_read_kretprobe(
@@ -106,10 +106,7 @@ fn openat(#[capture(user)] filename: &str, ret: i64) {}
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a stock kernel (syscall tracepoints are also tested on the host); run by `cargo xtask test` in the VM"]
 async fn syscall_sources_work_on_the_vm_kernels_too() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&openat)
         .start()
@@ -146,10 +143,7 @@ fn vfs_read_shared(count: usize, ret: isize) {}
 async fn kprobes_of_the_same_settings_share_programs_and_keep_their_names() {
     let path = std::env::temp_dir().join("kspan-shared.txt");
     std::fs::write(&path, vec![b's'; 300]).unwrap();
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&ksys_read_shared)
         .probe(&vfs_read_shared)
@@ -219,10 +213,7 @@ async fn auto_plan(
 ) -> (Vec<kspan::AttachDecision>, Vec<SpanData>) {
     let path = std::env::temp_dir().join(file);
     std::fs::write(&path, b"auto").unwrap();
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
     let mut builder = kspan::Kspan::builder(&provider).probe(&vfs_read_auto);
     if let Some(m) = disable {
         builder = builder.disable(m);

@@ -5,18 +5,13 @@
 
 use std::time::Instant;
 
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-
 #[kspan::kernel_span("vfs_*")]
 fn every_vfs() {}
 
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
 async fn a_pattern_attaches_every_traceable_match() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
     let started = Instant::now();
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&every_vfs)

@@ -325,15 +325,28 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 {
 	struct kspan_task_stack *st;
 	struct kspan_record *rec;
+	__u8 trace_id[16];
+	__u64 parent;
 	__u32 depth = 0;
 
+	/* Where the instant belongs, decided before anything is reserved. */
 	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
 	if (st && st->depth > 0 && st->depth <= KSPAN_MAX_DEPTH) {
-		__u32 suppressed = kspan_frame_at(st, st->depth - 1)->suppressed;
+		struct kspan_frame *top = kspan_frame_at(st, st->depth - 1);
 
-		if (suppressed) {
+		if (top->suppressed) {
 			/* Inside a call that is not recorded. */
-			kspan_count(suppressed - 1);
+			kspan_count(top->suppressed - 1);
+			return 0;
+		}
+		depth = st->depth;
+		__builtin_memcpy(trace_id, st->trace_id, sizeof(trace_id));
+		parent = top->span_id;
+	} else {
+		int skip = kspan_outermost(trace_id, &parent);
+
+		if (skip >= 0) {
+			kspan_count(skip);
 			return 0;
 		}
 	}
@@ -342,21 +355,8 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 		kspan_count(KSPAN_CTR_RINGBUF_FULL);
 		return 0;
 	}
-	if (st)
-		depth = st->depth;
-	if (st && depth > 0 && depth <= KSPAN_MAX_DEPTH) {
-		__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
-		rec->parent_span_id = kspan_frame_at(st, depth - 1)->span_id;
-	} else {
-		int skip = kspan_outermost(rec->trace_id, &rec->parent_span_id);
-
-		if (skip >= 0) {
-			bpf_ringbuf_discard(rec, BPF_RB_NO_WAKEUP);
-			kspan_count(skip);
-			return 0;
-		}
-		depth = 0;
-	}
+	__builtin_memcpy(rec->trace_id, trace_id, sizeof(rec->trace_id));
+	rec->parent_span_id = parent;
 	rec->span_id = kspan_new_id();
 	rec->start_ns = now;
 	rec->end_ns = now;
