@@ -52,7 +52,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let provider = SdkTracerProvider::builder().build();
+    let provider = SdkTracerProvider::builder()
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
     let kspan = match kspan::Kspan::builder(&provider)
         .probes(probes.iter().copied())
         .start()

@@ -56,7 +56,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let provider = SdkTracerProvider::builder().build();
+    let provider = SdkTracerProvider::builder()
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
     let kspan = match probe {
         Some(probe) => match kspan::Kspan::builder(&provider).probe(probe).start() {
             Ok(kspan) => Some(kspan),

@@ -77,6 +77,8 @@ pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError
         .with_tonic()
         .build()?;
     let provider = SdkTracerProvider::builder()
+        // Kernel spans keep the ids the kernel gave them.
+        .with_id_generator(kspan::KernelSpanIds::default())
         .with_batch_exporter(exporter)
         // The default detectors read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
         .with_resource(Resource::builder().build())
@@ -94,11 +96,11 @@ pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with(otel_layer)
-        // After the OpenTelemetry layer: publishes the span it made current
-        // (OTEP 4947), so kernel spans become its children.
-        .with(kspan::context::ThreadContextLayer)
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .try_init()?;
+    // kspan's context observer publishes each thread's current span (OTEP
+    // 4947), so kernel spans become children of the application's spans.
+    kspan::context::register_observer()?;
     Ok(provider)
 }
 
@@ -112,6 +114,14 @@ fn is_exporter_internal(target: &str) -> bool {
                 .strip_prefix(crate_name)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', ':']))
         })
+}
+
+/// The kernel's id of the calling thread (what kspan's `thread.id` holds).
+pub fn gettid() -> i64 {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+        .unwrap_or(-1)
 }
 
 /// `[PATH] [TIMES] [--buf BYTES]`, with defaults.

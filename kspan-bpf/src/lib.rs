@@ -9,6 +9,10 @@
 //! settings as constants, which keeps the programs small, and the record layout
 //! (`src/bpf/kspan.h`) exists once: the types below are generated from the
 //! object's BTF by libbpf-cargo's skeleton builder.
+//!
+//! The object is compiled by `cargo xtask bpf` and shipped as
+//! `src/bpf/kspan.bpf.o` (the test command fails when it is older than its
+//! sources), so that building a crate that depends on kspan needs no clang.
 
 #[allow(
     missing_docs,
@@ -23,8 +27,9 @@ mod skel {
 
 pub use skel::types;
 
-/// The compiled BPF object (ELF), opened once per traced function.
-pub const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kspan.bpf.o"));
+/// The compiled BPF object (ELF), built from `bpf/kspan.bpf.c` by
+/// `cargo xtask bpf` and shipped with the crate.
+pub const OBJECT: &[u8] = include_bytes!("bpf/kspan.bpf.o");
 
 /// Names of the programs and maps inside [`OBJECT`].
 pub mod names {

@@ -12,15 +12,23 @@
 //! does not matter, only the compiler's). No system call, no allocation after
 //! a thread's first update, no attributes.
 //!
-//! What is published is OpenTelemetry's current context of the thread:
-//! [`ThreadContextLayer`] republishes it after `tracing` enters or exits a
-//! span (tracing-opentelemetry attaches the span's context on enter, unless
-//! its context activation is turned off), and [`attach`] does the same for
-//! code that uses the OpenTelemetry context API directly. With context
-//! activation off, [`EnteredSpanLayer`] publishes the OpenTelemetry span of
-//! the innermost entered `tracing` span instead; it is a separate layer
-//! because it looks the span up on every enter, which the common case
-//! should not pay for.
+//! What is published is OpenTelemetry's current context of the thread, and
+//! the SDK's own hook for this is the context observer
+//! (`opentelemetry::context::ContextObserver`, made for OTEP 4947
+//! publishers): [`ThreadContextObserver`] sees every context switch, from
+//! the OpenTelemetry API (`tracer.in_span`, `Context::attach`) and from
+//! tracing-opentelemetry's context activation alike, and its view of each
+//! context is the record itself, prepared once when the context is made, so
+//! a switch is a 26-byte copy. The process has one observer;
+//! [`register_observer`] installs kspan's and reports another one already
+//! there instead of losing it.
+//!
+//! What the observer cannot see are `tracing` spans when
+//! tracing-opentelemetry's context activation is off (nothing is attached):
+//! [`EnteredSpanLayer`] publishes the OpenTelemetry span of the innermost
+//! entered `tracing` span then. [`ThreadContextLayer`] republishes the
+//! current context after each `tracing` enter and exit, for a process whose
+//! observer is someone else's.
 //!
 //! The slot is defined in C (`csrc/thread_ctx.c`) because stable Rust cannot
 //! give a thread-local an exported symbol name; it is initial-exec TLS, so it
@@ -30,11 +38,13 @@
 //! `-C link-arg=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1` (kspan's
 //! examples do, in their build script).
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::sync::atomic::{compiler_fence, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
+use opentelemetry::context::{ContextObserver, GlobalContextObserver, ObserverContextView};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::Context;
 use tracing::dispatcher::WeakDispatch;
@@ -88,8 +98,9 @@ impl ThreadRecord {
         ThreadRecord { record }
     }
 
-    /// Writes `span` (or "none" for an invalid span context).
-    fn publish(&self, span: &SpanContext) {
+    /// Writes `prepared` (its `valid` 0 means "no active span").
+    #[inline]
+    fn publish(&self, prepared: &ThreadContextRecord) {
         let record = self.record.as_ptr();
         // SAFETY: the record is this thread's own, alive while `self` is;
         // only this thread writes it. Volatile stores and compiler fences
@@ -97,10 +108,10 @@ impl ThreadRecord {
         unsafe {
             std::ptr::write_volatile(&raw mut (*record).valid, 0);
             compiler_fence(Ordering::SeqCst);
-            if span.is_valid() {
-                (*record).trace_id = span.trace_id().to_bytes();
-                (*record).span_id = span.span_id().to_bytes();
-                (*record).trace_flags = span.trace_flags().to_u8();
+            if prepared.valid == 1 {
+                (*record).trace_id = prepared.trace_id;
+                (*record).span_id = prepared.span_id;
+                (*record).trace_flags = prepared.trace_flags;
                 compiler_fence(Ordering::SeqCst);
                 std::ptr::write_volatile(&raw mut (*record).valid, 1);
             }
@@ -134,8 +145,119 @@ pub fn publish_current() {
 /// context marks the record invalid: no active span).
 #[inline]
 pub fn publish(span: &SpanContext) {
+    publish_record(&ThreadContextRecord::of(span));
+}
+
+/// Publishes a prepared record on the calling thread.
+#[inline]
+fn publish_record(prepared: &ThreadContextRecord) {
     // `try_with`: during thread teardown the record may be gone already.
-    let _ = RECORD.try_with(|r| r.publish(span));
+    let _ = RECORD.try_with(|r| r.publish(prepared));
+}
+
+impl ThreadContextRecord {
+    /// The record for `span`: valid with its ids when the span context is
+    /// valid, "no active span" otherwise.
+    pub fn of(span: &SpanContext) -> Self {
+        if !span.is_valid() {
+            return ThreadContextRecord::default();
+        }
+        ThreadContextRecord {
+            trace_id: span.trace_id().to_bytes(),
+            span_id: span.span_id().to_bytes(),
+            valid: 1,
+            trace_flags: span.trace_flags().to_u8(),
+            attrs_data_size: 0,
+        }
+    }
+}
+
+/// kspan's [`ContextObserver`]: publishes the context each switch makes
+/// current. Its view of a context ([`ObserverContextView`]) is the record,
+/// prepared when the context is made; a context made before the observer
+/// was registered has none and is read on the spot.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ThreadContextObserver;
+
+/// [`ThreadContextObserver`]'s view of a context: its record.
+#[derive(Debug)]
+struct PreparedRecord(ThreadContextRecord);
+
+impl ObserverContextView for PreparedRecord {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl ThreadContextObserver {
+    /// Publishes `cx`. Only getters of `cx` are used: the SDK calls
+    /// observers while it holds the thread's context stack.
+    #[inline]
+    fn publish(cx: &Context) {
+        match cx
+            .observer_view()
+            .as_ref()
+            .and_then(|view| view.as_any().downcast_ref::<PreparedRecord>())
+        {
+            Some(PreparedRecord(record)) => publish_record(record),
+            None => publish(cx.span().span_context()),
+        }
+    }
+}
+
+impl ContextObserver for ThreadContextObserver {
+    fn on_context_enter(&self, _from: &Context, to: &Context) {
+        Self::publish(to);
+    }
+
+    fn on_context_exit(&self, _from: &Context, to: &Context) {
+        Self::publish(to);
+    }
+
+    fn make_view(&self, cx: &Context) -> Option<Arc<dyn ObserverContextView>> {
+        Some(Arc::new(PreparedRecord(ThreadContextRecord::of(
+            cx.span().span_context(),
+        ))))
+    }
+}
+
+/// The process's context observer is another one than kspan's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "another OpenTelemetry context observer is already registered in this process \
+     (`opentelemetry::context::GlobalContextObserver::set`, one per process), so kspan's \
+     cannot see context switches to publish the thread context; remove that registration, \
+     or keep it and publish from `tracing` instead: add `kspan::context::ThreadContextLayer` \
+     after the tracing-opentelemetry layer and call `KspanBuilder::context_observer(false)`"
+)]
+pub struct ObserverTaken;
+
+/// Whose observer a context made now gets a view from: `Some(true)` kspan's,
+/// `Some(false)` another's, `None` no view (no observer, or one without
+/// views).
+fn current_observer_is_ours() -> Option<bool> {
+    /// A value to make a fresh context with (a context made by
+    /// `with_value` asks the observer for its view).
+    struct Probe;
+    let cx = Context::new().with_value(Probe);
+    let view = cx.observer_view().as_ref()?;
+    Some(view.as_any().is::<PreparedRecord>())
+}
+
+/// Registers [`ThreadContextObserver`] as the process's context observer;
+/// `Ok` when it is (now or already). Call it early (first thing in `main`)
+/// to have contexts prepared from the start;
+/// [`KspanBuilder::start`](crate::KspanBuilder::start) calls it too.
+pub fn register_observer() -> Result<(), ObserverTaken> {
+    match current_observer_is_ours() {
+        Some(true) => return Ok(()),
+        Some(false) => return Err(ObserverTaken),
+        None => GlobalContextObserver::set(Arc::new(ThreadContextObserver)),
+    }
+    match current_observer_is_ours() {
+        Some(true) => Ok(()),
+        _ => Err(ObserverTaken),
+    }
 }
 
 /// The calling thread's published record, as a reader would see it (`None`
@@ -169,8 +291,10 @@ pub fn slot_offset() -> std::io::Result<i64> {
 }
 
 /// A `tracing` layer that publishes the active OpenTelemetry span of each
-/// thread after every span enter and exit. Add it after (outside) the
-/// tracing-opentelemetry layer, whose enter attaches the span's context:
+/// thread after every span enter and exit, for a process whose context
+/// observer is not kspan's ([`ObserverTaken`]); with kspan's observer it
+/// adds nothing. Add it after (outside) the tracing-opentelemetry layer,
+/// whose enter attaches the span's context:
 /// `registry().with(tracing_opentelemetry::layer()...).with(ThreadContextLayer)`.
 /// It relies on that layer's context activation (on by default); with it
 /// turned off, use [`EnteredSpanLayer`].
@@ -201,7 +325,7 @@ where
 ///
 /// It finds the spans through the subscriber it is registered with, so it
 /// works for global and scoped subscribers alike, on any thread. It needs
-/// the same tracing-opentelemetry version as kspan (0.32): the span data of
+/// the same tracing-opentelemetry version as kspan (0.34): the span data of
 /// another version is not recognised, and the record then says "none".
 #[derive(Debug, Default)]
 pub struct EnteredSpanLayer {
@@ -229,8 +353,8 @@ impl EnteredSpanLayer {
         }
         let own = {
             let dispatch = self.dispatch.get()?.upgrade()?;
-            let mut extensions = span.extensions_mut();
-            tracing_opentelemetry::get_otel_context(&mut extensions, &dispatch)
+            // It takes the span's extensions itself: none may be held here.
+            tracing_opentelemetry::get_otel_context(id, &dispatch)
                 .map(|cx| cx.span().span_context().clone())
                 .filter(SpanContext::is_valid)
         };
@@ -304,29 +428,6 @@ where
     }
 }
 
-/// Attaches `cx` as the current OpenTelemetry context (as
-/// [`Context::attach`]) and publishes its span; dropping the guard restores
-/// the previous context and publishes that. For code that uses the
-/// OpenTelemetry context API directly rather than `tracing`.
-pub fn attach(cx: Context) -> ThreadContextGuard {
-    let guard = cx.attach();
-    publish_current();
-    ThreadContextGuard { guard: Some(guard) }
-}
-
-/// Restores the previous context when dropped (see [`attach`]).
-#[derive(Debug)]
-pub struct ThreadContextGuard {
-    guard: Option<opentelemetry::ContextGuard>,
-}
-
-impl Drop for ThreadContextGuard {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        publish_current();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,43 +464,10 @@ mod tests {
     }
 
     #[test]
-    fn the_guard_publishes_and_restores() {
-        std::thread::spawn(|| {
-            assert_eq!(
-                current_record(),
-                None,
-                "nothing before the first publication"
-            );
-            let outer = Context::new().with_remote_span_context(span(0xabc, 0x11, true));
-            let g1 = attach(outer);
-            let r = current_record().unwrap();
-            assert_eq!(r.valid, 1);
-            assert_eq!(
-                r.trace_id,
-                0xabc_u128.to_be_bytes(),
-                "W3C (big-endian) bytes"
-            );
-            assert_eq!(r.span_id, 0x11_u64.to_be_bytes());
-            assert_eq!(r.trace_flags, 1);
-            {
-                let inner = Context::new().with_remote_span_context(span(0xabc, 0x22, false));
-                let _g2 = attach(inner);
-                let r = current_record().unwrap();
-                assert_eq!((r.span_id, r.trace_flags), (0x22_u64.to_be_bytes(), 0));
-            }
-            assert_eq!(current_record().unwrap().span_id, 0x11_u64.to_be_bytes());
-            drop(g1);
-            assert_eq!(current_record().unwrap().valid, 0, "no active span");
-        })
-        .join()
-        .unwrap();
-    }
-
-    #[test]
     fn a_record_is_unhooked_before_it_is_freed() {
         std::thread::spawn(|| {
             let record = ThreadRecord::new();
-            record.publish(&span(5, 6, true));
+            record.publish(&ThreadContextRecord::of(&span(5, 6, true)));
             assert_eq!(current_record().unwrap().span_id, 6u64.to_be_bytes());
             drop(record);
             assert_eq!(current_record(), None, "the slot no longer points at it");

@@ -264,6 +264,20 @@ pub enum Error {
         /// The libbpf error.
         source: libbpf_rs::Error,
     },
+    /// The tracer provider given to kspan does not take span ids from
+    /// [`KernelSpanIds`](crate::KernelSpanIds), so kernel spans could not
+    /// keep the ids their children name.
+    #[error(
+        "the tracer provider given to `Kspan::builder` has no `kspan::KernelSpanIds` id \
+         generator, which kernel spans need to keep the ids the kernel gave them (their \
+         children name them as parents); add \
+         `.with_id_generator(kspan::KernelSpanIds::default())` to its \
+         `SdkTracerProvider::builder()` (or `KernelSpanIds::wrap(your_generator)`)"
+    )]
+    NoKernelSpanIds,
+    /// Another OpenTelemetry context observer is registered.
+    #[error(transparent)]
+    ContextObserver(#[from] crate::context::ObserverTaken),
     /// `start` was called outside a tokio runtime.
     #[error("kspan must be started from within a tokio runtime (its consumer is a tokio task)")]
     NoTokioRuntime,

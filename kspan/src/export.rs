@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 
 use kspan_bpf::types::kspan_record;
 use opentelemetry::trace::{
-    SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
-    TraceState, Tracer,
+    Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
+    TraceId, TraceState, Tracer,
 };
 use opentelemetry::{Context, Key, KeyValue};
 
@@ -223,13 +223,18 @@ fn scalar_attribute(plan: &CapturePlan, raw: u64) -> opentelemetry::Value {
 /// is exported.
 ///
 /// It holds the OpenTelemetry span builder itself, so that what the handler
-/// changes is what is exported, with no copy in between.
+/// changes is what is exported, with no copy in between; the ids, the end
+/// time and the status are applied when the span is built (the SDK takes
+/// them from its id generator and the started span, not from the builder).
 #[derive(Debug, Clone)]
 pub struct KernelSpan {
-    /// Name, attributes (always `Some`), status, ids and start time.
+    /// Name, attributes (always `Some`) and start time.
     builder: SpanBuilder,
+    trace_id: TraceId,
+    span_id: SpanId,
     parent_span_id: Option<SpanId>,
     end_time: SystemTime,
+    status: Status,
     discarded: bool,
 }
 
@@ -277,12 +282,12 @@ impl KernelSpan {
 
     /// Sets the status (errno returns have set it to an error already).
     pub fn set_status(&mut self, status: Status) {
-        self.builder.status = status;
+        self.status = status;
     }
 
     /// The status.
     pub fn status(&self) -> &Status {
-        &self.builder.status
+        &self.status
     }
 
     /// Drops the span: it is not exported (and counted as discarded).
@@ -297,12 +302,12 @@ impl KernelSpan {
 
     /// The trace id.
     pub fn trace_id(&self) -> TraceId {
-        self.builder.trace_id.unwrap_or(TraceId::INVALID)
+        self.trace_id
     }
 
     /// The span id.
     pub fn span_id(&self) -> SpanId {
-        self.builder.span_id.unwrap_or(SpanId::INVALID)
+        self.span_id
     }
 
     /// The enclosing kernel span, if any.
@@ -408,13 +413,13 @@ impl<T: Tracer> SpanFactory<T> {
         builder.span_kind = Some(SpanKind::Internal);
         builder.start_time = Some(self.clock.to_system_time(rec.start_ns));
         builder.attributes = Some(attributes);
-        builder.status = status;
-        builder.trace_id = Some(TraceId::from_bytes(rec.trace_id));
-        builder.span_id = Some(SpanId::from(rec.span_id));
         let mut span = KernelSpan {
             builder,
+            trace_id: TraceId::from_bytes(rec.trace_id),
+            span_id: SpanId::from(rec.span_id),
             parent_span_id: (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
             end_time: self.clock.to_system_time(rec.end_ns.max(rec.start_ns)),
+            status,
             discarded: false,
         };
         let captured = Captured::new(captures, ret);
@@ -432,12 +437,14 @@ impl<T: Tracer> SpanFactory<T> {
         outcome
     }
 
-    /// Builds and ends `span` through the tracer with the kernel's ids and
-    /// times.
+    /// Builds and ends `span` through the tracer with the kernel's ids
+    /// (handed to the provider's [`KernelSpanIds`](crate::KernelSpanIds)),
+    /// end time and status. A parent is a sampled local span: a kernel span
+    /// whose parent was not sampled never leaves the kernel.
     fn export(&self, span: KernelSpan) {
         let parent = match span.parent_span_id {
             Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
-                span.trace_id(),
+                span.trace_id,
                 parent,
                 TraceFlags::SAMPLED,
                 false,
@@ -445,8 +452,21 @@ impl<T: Tracer> SpanFactory<T> {
             )),
             None => Context::new(),
         };
-        let mut built = self.tracer.build_with_context(span.builder, &parent);
-        opentelemetry::trace::Span::end_with_timestamp(&mut built, span.end_time);
+        let KernelSpan {
+            builder,
+            trace_id,
+            span_id,
+            end_time,
+            status,
+            ..
+        } = span;
+        let mut built = crate::ids::with_kernel_ids(trace_id, span_id, || {
+            self.tracer.build_with_context(builder, &parent)
+        });
+        if status != Status::Unset {
+            built.set_status(status);
+        }
+        built.end_with_timestamp(end_time);
     }
 }
 
@@ -517,6 +537,7 @@ mod tests {
         let exporter = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
+            .with_id_generator(crate::KernelSpanIds::default())
             .build();
         let factory = SpanFactory::new(
             provider.tracer("kspan-test"),

@@ -7,7 +7,10 @@
 //! #[kspan::kernel_span("vfs_read", mode = "fexit")]
 //! fn vfs_read(count: usize, ret: isize) {}
 //!
-//! # async fn run(provider: opentelemetry_sdk::trace::SdkTracerProvider) -> kspan::Result<()> {
+//! # async fn run() -> kspan::Result<()> {
+//! let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+//!     .with_id_generator(kspan::KernelSpanIds::default()) // kernel spans keep the kernel's ids
+//!     .build();
 //! let kspan = kspan::Kspan::builder(&provider).probe(&vfs_read).start()?;
 //! // ... the service reads files ...
 //! let stats = kspan.shutdown().await?;
@@ -36,21 +39,40 @@
 //!   function, the probe id in each link's cookie, with one kprobe.multi link
 //!   per direction where the kernel has fprobe. The maps of the first object
 //!   are shared by all. No code is generated per function.
-//! * **Kernel spans join the application's traces.** The application
-//!   publishes its active span per thread in the OpenTelemetry thread-context
-//!   record (OTEP 4947; [`context::ThreadContextLayer`] for `tracing`,
-//!   [`context::attach`] for the context API), with no system call; the BPF
-//!   programs read it at a task's outermost traced call, so the kernel span
-//!   becomes a child of the application span, in its trace, and calls under
-//!   an unsampled span are dropped in the kernel before they cost a record.
+//! * **Kernel spans join the application's traces.** The application's
+//!   current span per thread is published in the OpenTelemetry
+//!   thread-context record (OTEP 4947) by kspan's OpenTelemetry context
+//!   observer ([`context::register_observer`]), the SDK's own hook for
+//!   publishing the current context to an outside reader: it sees every
+//!   context switch, from the OpenTelemetry API and from
+//!   tracing-opentelemetry alike, and prepares each context's record once,
+//!   when the context is made. The BPF programs read the record at a task's
+//!   outermost traced call, with no system call, so the kernel span becomes
+//!   a child of the application span, in its trace, and calls under an
+//!   unsampled span are dropped in the kernel before they cost a record.
+//!   `tracing` layers ([`context::EnteredSpanLayer`]) cover only what the
+//!   observer cannot see.
 //! * **Plan before touching the kernel.** Every probe is resolved against the
 //!   running kernel's BTF (function exists, parameter names to positions, Rust
 //!   types against kernel types) by pure code in [`plan`]; a typo fails with
 //!   an error naming the function, the parameter and the fix, before anything
 //!   is loaded.
-//! * **The application's pipeline is reused.** Spans are built with the
-//!   kernel's ids and times through the application's [`SdkTracerProvider`],
-//!   so its resource, sampler, processors and exporter apply.
+//! * **The application's pipeline is reused, through its id generator.**
+//!   Kernel spans are started through the application's
+//!   [`SdkTracerProvider`], so its resource, sampler, span limits,
+//!   processors and exporter apply to them. The kernel gives each span its
+//!   id, and a child's record arrives before its parent's, so the parent
+//!   must be exported under the id the child already names; the SDK takes
+//!   span ids only from the provider's `IdGenerator` (it dropped the
+//!   builder's id fields in 0.32). So the application installs
+//!   [`KernelSpanIds`], which wraps its own generator and hands out the
+//!   kernel's ids only while kspan starts a kernel span on that thread.
+//!   The other route, handing finished span data to the application's
+//!   processors, would need the processors, resource and limits to be given
+//!   to kspan a second time (the provider does not expose them) and would
+//!   skip the sampler; one line on the provider keeps a single pipeline.
+//!   [`KspanBuilder::start`] fails, naming that line, when the provider
+//!   lacks it. End times and statuses are set on the started span.
 //! * **Nothing is lost silently.** Every drop (ring buffer full, stack too
 //!   deep, lost exit) has a per-CPU counter, reported by [`Kspan::stats`] and
 //!   at [`Kspan::shutdown`].
@@ -91,6 +113,7 @@ mod errno;
 mod error;
 pub mod export;
 pub mod fieldpath;
+mod ids;
 pub mod plan;
 mod probe;
 mod registry;
@@ -101,6 +124,7 @@ mod value;
 pub use capabilities::{Feature, KernelCapabilities};
 pub use error::{Error, Result};
 pub use export::{KernelSpan, Outcome, SpanFactory};
+pub use ids::KernelSpanIds;
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
 pub use probe::{Captured, LenSource, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode};

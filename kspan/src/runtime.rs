@@ -52,6 +52,7 @@ pub struct KspanBuilder {
     orphans: Orphans,
     keep_unsampled: bool,
     thread_context: bool,
+    context_observer: bool,
 }
 
 /// What happens to a kernel call made with no application span active on
@@ -264,11 +265,21 @@ impl KspanBuilder {
     }
 
     /// Whether kernel spans are parented under the application span active
-    /// on their thread (OTEP 4947 thread context, published by
-    /// [`crate::context::ThreadContextLayer`] or [`crate::context::attach`]);
-    /// on by default. Off: every outermost call starts a trace of its own.
+    /// on their thread (OTEP 4947 thread context, published by kspan's
+    /// context observer, see [`Self::context_observer`]); on by default.
+    /// Off: every outermost call starts a trace of its own.
     pub fn thread_context(mut self, on: bool) -> Self {
         self.thread_context = on;
+        self
+    }
+
+    /// Whether [`Self::start`] registers kspan's OpenTelemetry context
+    /// observer ([`crate::context::register_observer`]), which publishes
+    /// every context switch; on by default, and `start` fails when the
+    /// process already has another observer. Off: the thread context comes
+    /// only from the `tracing` layers of [`crate::context`].
+    pub fn context_observer(mut self, on: bool) -> Self {
+        self.context_observer = on;
         self
     }
 
@@ -283,6 +294,14 @@ impl KspanBuilder {
     /// current tokio runtime.
     pub fn start(self) -> Result<Kspan> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoTokioRuntime)?;
+        // The SDK renders its configuration, id generator included, only
+        // through `Debug`.
+        if !crate::ids::provider_has_kernel_ids(&format!("{:?}", self.provider)) {
+            return Err(Error::NoKernelSpanIds);
+        }
+        if self.thread_context && self.context_observer {
+            crate::context::register_observer()?;
+        }
         let started = std::time::Instant::now();
         let data = std::fs::read(&self.btf_path).map_err(|source| Error::NoKernelBtf {
             path: self.btf_path.clone(),
@@ -1510,6 +1529,7 @@ impl Kspan {
             orphans: Orphans::NewTrace,
             keep_unsampled: false,
             thread_context: true,
+            context_observer: true,
         }
     }
 

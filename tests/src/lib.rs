@@ -310,6 +310,7 @@ pub fn in_memory_provider() -> (
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
+        .with_id_generator(kspan::KernelSpanIds::default())
         .build();
     (provider, exporter)
 }
@@ -399,9 +400,11 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
 }
 
 /// Makes the process's global subscriber the OpenTelemetry layer (a tracer
-/// of a new provider with a simple in-memory exporter) and kspan's
-/// thread-context layer: what a multi-threaded application sets up, so that
-/// threads the test did not make publish their spans too. Once per process.
+/// of a new provider with a simple in-memory exporter) and registers
+/// kspan's context observer: what a multi-threaded application sets up, so
+/// that threads the test did not make publish their spans too (through the
+/// contexts tracing-opentelemetry attaches; no kspan layer). Once per
+/// process.
 pub fn install_global_context_subscriber() -> (
     opentelemetry_sdk::trace::SdkTracerProvider,
     opentelemetry_sdk::trace::InMemorySpanExporter,
@@ -412,9 +415,9 @@ pub fn install_global_context_subscriber() -> (
     let (provider, exporter) = in_memory_provider();
     tracing::subscriber::set_global_default(
         tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")))
-            .with(kspan::context::ThreadContextLayer),
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app"))),
     )
     .expect("the first global subscriber of this test process");
+    kspan::context::register_observer().expect("no other context observer in this process");
     (provider, exporter)
 }

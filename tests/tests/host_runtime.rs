@@ -20,7 +20,9 @@ fn wrong_name(size: usize) {}
 fn wrong_type(count: i32) {}
 
 fn provider() -> SdkTracerProvider {
-    SdkTracerProvider::builder().build()
+    SdkTracerProvider::builder()
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build()
 }
 
 fn start_err(builder: kspan::KspanBuilder) -> String {
@@ -229,4 +231,31 @@ fn seq_printf() {}
 fn probes_whose_names_differ_only_in_case_coexist() {
     // Their registrations once collided (both upper-cased); compiling is the test.
     assert_ne!(SEQ_printf.spec.function, seq_printf.spec.function);
+}
+
+#[tokio::test]
+async fn a_provider_without_kernel_span_ids_names_the_line_to_add() {
+    let provider = SdkTracerProvider::builder().build();
+    let err = start_err(kspan::Kspan::builder(&provider).probe(&vfs_read));
+    assert!(
+        err.contains("has no `kspan::KernelSpanIds` id generator"),
+        "{err}"
+    );
+    assert!(
+        err.contains("add `.with_id_generator(kspan::KernelSpanIds::default())`"),
+        "{err}"
+    );
+    // A generator of the application's own, wrapped, is accepted: start
+    // then fails further on, at what the host kernel lacks, not here.
+    let provider = SdkTracerProvider::builder()
+        .with_id_generator(kspan::KernelSpanIds::wrap(
+            opentelemetry_sdk::trace::RandomIdGenerator::default(),
+        ))
+        .build();
+    let err = start_err(
+        kspan::Kspan::builder(&provider)
+            .probe(&vfs_read)
+            .btf_path("/nonexistent/vmlinux"),
+    );
+    assert!(err.contains("cannot read the kernel's BTF"), "{err}");
 }

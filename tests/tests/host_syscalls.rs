@@ -135,7 +135,9 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
 
 #[tokio::test]
 async fn unknown_syscalls_and_parameters_are_named() {
-    let provider = SdkTracerProvider::builder().build();
+    let provider = SdkTracerProvider::builder()
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
     let err = kspan::Kspan::builder(&provider)
         .probe(&typo)
         .start()

@@ -51,10 +51,12 @@ async fn traced(
     let provider = SdkTracerProvider::builder()
         .with_sampler(sampler)
         .with_simple_exporter(exporter.clone())
+        .with_id_generator(kspan::KernelSpanIds::default())
         .build();
+    // No kspan layer: kspan's context observer sees the contexts
+    // tracing-opentelemetry attaches on enter.
     let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")))
-        .with(kspan::context::ThreadContextLayer);
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")));
     let kspan = builder(
         kspan::Kspan::builder(&provider)
             .probe(&ksys_read)

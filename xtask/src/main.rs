@@ -9,6 +9,9 @@
 //! * `deps`: installs the Debian packages that the build and the VM need
 //!   (clang, llvm, libelf, QEMU, busybox-static, bpftrace, ...) when some are
 //!   missing; a fast no-op otherwise.
+//! * `bpf [--check]`: compiles the BPF C into `kspan-bpf/src/bpf/kspan.bpf.o`,
+//!   the object kspan-bpf ships so that dependents build without clang;
+//!   `--check` fails when the committed object is stale.
 //! * `vm [--kernel K] [--timeout SECS] [--mem SIZE] [--no-otlp-forward] -- CMD...`:
 //!   runs `CMD` as root inside a QEMU guest (software emulation) booting a
 //!   stock Debian kernel (`debian12`, `debian13`, or a path). The guest sees
@@ -26,6 +29,7 @@
 //!
 //! # Shape
 //!
+//! * [`bpf`]: the shipped BPF object and its staleness check.
 //! * [`deps`]: package checks and installation through `apt-get`.
 //! * [`kernel`]: fetching and caching Debian kernel packages under
 //!   `target/kspan-vm/kernels/`, and ordering the modules the guest needs.
@@ -39,6 +43,7 @@
 //! * [`jaeger`]: the `jaeger` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
+mod bpf;
 mod cpio;
 mod deps;
 mod jaeger;
@@ -55,6 +60,8 @@ usage: cargo xtask <command> [options]
 
 commands:
   deps                  install missing system packages (apt-get, as root)
+  bpf [--check]         compile kspan-bpf/src/bpf/kspan.bpf.c into the object
+                        kspan-bpf ships (--check: fail if the committed one is stale)
   vm [opts] -- CMD...   run CMD inside a QEMU VM booting a stock Debian kernel
       --kernel K        debian12 (default), debian13, or a path to a vmlinuz
                         file or an unpacked kernel package directory
@@ -86,6 +93,7 @@ fn main() -> ExitCode {
     };
     let result = match cmd.as_str() {
         "deps" => deps::ensure().map(|()| 0),
+        "bpf" => bpf::command(rest),
         "vm" => vm::command(rest),
         "test" => tasks::test(rest),
         "demo" => tasks::demo(rest),

@@ -111,6 +111,7 @@ pub fn test(args: &[String]) -> Result<u8> {
             ]))?;
             Ok(String::new())
         });
+        ok &= stage(&mut stages, "bpf object", crate::bpf::check);
         let built = stage(&mut stages, "host build", || {
             run(cargo().args(["build", "--workspace", "--all-targets"]))?;
             Ok(String::new())

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! A service on the OpenTelemetry API alone, no `tracing`: README's set-up
+//! with a kernel function (`vfs_read`, fexit) where README's uses a syscall
+//! source. The file is read inside `read_file` (`tracer.in_span`) on the
+//! main thread, then inside `worker_read` on a thread of its own that
+//! attaches `read_file`'s context (`Context::attach`); kspan's context
+//! observer publishes both, so every `vfs_read` is a child of the span it
+//! was made in.
+//!
+//! `otel_api [PATH] [TIMES] [--buf BYTES]`; prints what it read and the
+//! worker's thread id.
+
+use std::process::ExitCode;
+
+use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+use kspan_examples::{read_file, BoxError, ReadArgs};
+
+#[kspan::kernel_span("vfs_read", mode = "fexit")]
+fn vfs_read(count: usize, ret: isize) {}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("otel_api: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), BoxError> {
+    let args = ReadArgs::parse(std::env::args().skip(1))?;
+    kspan::context::register_observer()?;
+    let provider = SdkTracerProvider::builder()
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .with_batch_exporter(
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .build()?,
+        )
+        .build();
+    let kspan = kspan::Kspan::builder(&provider).probe(&vfs_read).start()?;
+    let tracer = provider.tracer("otel-api");
+
+    let (main_reads, worker) = tracer.in_span("read_file", |cx| {
+        let main_reads = read_file(&args)?;
+        let tracer = tracer.clone();
+        let args = args.clone();
+        let worker = std::thread::spawn(move || {
+            let _attached = cx.attach();
+            tracer.in_span("worker_read", |_| {
+                read_file(&args).map(|reads| (reads, kspan_examples::gettid()))
+            })
+        });
+        let worker = worker.join().map_err(|_| "the worker thread panicked")??;
+        Ok::<_, BoxError>((main_reads, worker))
+    })?;
+    let ((worker_calls, worker_bytes), worker_tid) = worker;
+
+    let stats = kspan.shutdown().await?;
+    println!(
+        "otel_api: main {} read calls, {} bytes; worker {worker_tid}: {worker_calls} read calls, \
+         {worker_bytes} bytes; kspan exported {} spans, lost {}",
+        main_reads.0,
+        main_reads.1,
+        stats.spans_exported,
+        stats.lost()
+    );
+    provider.shutdown()?;
+    Ok(())
+}

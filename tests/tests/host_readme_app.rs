@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! README's service, as a new user writes it: the `Cargo.toml` lines and
+//! `src/main.rs` of "Using kspan in a service", copied into a crate of its
+//! own outside the workspace, built with a `clang` on `PATH` that fails the
+//! build if anything runs it, then run on the host (syscall sources) against
+//! a real OTLP/gRPC receiver: its `read` calls arrive as children of its
+//! `load_config` span, made with the OpenTelemetry API alone.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kspan_tests::{run_with_receiver, target_dir, ReceivedSpan};
+
+/// The fenced block after the marker `<!-- readme-app: NAME -->`.
+fn readme_block(readme: &str, name: &str) -> String {
+    let marker = format!("<!-- readme-app: {name} -->");
+    let after = readme
+        .split_once(&marker)
+        .unwrap_or_else(|| panic!("README.md has no `{marker}`"))
+        .1;
+    let fence_start = after.find("```").expect("a fenced block after the marker");
+    let body = &after[fence_start..];
+    let body = &body[body.find('\n').expect("the fence's line ends") + 1..];
+    let end = body.find("\n```").expect("the fenced block is closed");
+    body[..end + 1].to_string()
+}
+
+/// A crate from README's blocks in `dir`, kspan taken from this checkout.
+fn write_crate(dir: &Path, repo: &Path) {
+    let readme = std::fs::read_to_string(repo.join("README.md")).expect("README.md");
+    let dependencies = readme_block(&readme, "Cargo.toml");
+    let kspan_line = dependencies
+        .lines()
+        .find(|l| l.starts_with("kspan = "))
+        .expect("README's dependencies name kspan");
+    let dependencies = dependencies.replace(
+        kspan_line,
+        &format!("kspan = {{ path = {:?} }}", repo.join("kspan")),
+    );
+    let manifest = format!(
+        "[package]\nname = \"readme-app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+         publish = false\n\n# Not a member of kspan's workspace.\n[workspace]\n\n{dependencies}"
+    );
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
+    std::fs::write(
+        dir.join("src/main.rs"),
+        readme_block(&readme, "src/main.rs"),
+    )
+    .unwrap();
+    // The versions the workspace was tested with.
+    std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+}
+
+/// A `clang` that records that it ran and fails.
+fn clang_trap(dir: &Path) -> PathBuf {
+    let bin = dir.join("trap-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let ran = dir.join("clang-ran");
+    let _ = std::fs::remove_file(&ran);
+    let script = bin.join("clang");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"clang $*\" >> '{}'\necho 'clang must not be needed' >&2\nexit 1\n",
+            ran.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// Forgets what kspan-bpf's build script did before, so that this build
+/// runs it (with the trap on `PATH`), not a cached result.
+fn forget_kspan_bpf_build(target: &Path) {
+    for sub in ["debug/build", "debug/.fingerprint"] {
+        let Ok(entries) = std::fs::read_dir(target.join(sub)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("kspan-bpf-")
+            {
+                std::fs::remove_dir_all(entry.path()).unwrap();
+            }
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate is inside the repository")
+        .to_path_buf();
+    let dir = target_dir().join("kspan-readme-app");
+    write_crate(&dir, &repo);
+    let trap = clang_trap(&dir);
+    let target = dir.join("target");
+    forget_kspan_bpf_build(&target);
+    let path = format!(
+        "{}:{}",
+        trap.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build = Command::new(cargo)
+        .current_dir(&dir)
+        .args(["build", "--offline", "--quiet"])
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("run cargo build");
+    assert!(
+        build.status.success(),
+        "README's service does not build:\n{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    assert!(
+        !dir.join("clang-ran").exists(),
+        "building a crate that depends on kspan ran clang: {}",
+        std::fs::read_to_string(dir.join("clang-ran")).unwrap_or_default()
+    );
+    let kspan_bpf_built = std::fs::read_dir(target.join("debug/build"))
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("kspan-bpf-"));
+    assert!(
+        kspan_bpf_built,
+        "kspan-bpf's build script ran in this build"
+    );
+
+    let run = run_with_receiver(&target.join("debug/readme-app"), &[], "readme-app").await;
+    let (stdout, stderr) = (run.stdout(), run.stderr());
+    assert!(run.output.status.success(), "{stdout}\n{stderr}");
+    let size = std::fs::metadata("/etc/os-release").unwrap().len();
+    assert!(stdout.contains(&format!("read {size} bytes")), "{stdout}");
+    assert!(stdout.contains(", lost 0"), "{stdout}");
+
+    let app: Vec<&ReceivedSpan> = run
+        .spans
+        .iter()
+        .filter(|s| s.name == "load_config")
+        .collect();
+    assert_eq!(app.len(), 1, "{:?}", run.spans);
+    let app = app[0];
+    assert_eq!(app.service_name.as_deref(), Some("readme-app"));
+    assert!(app.parent_span_id.is_empty(), "a root span");
+    // The main thread's reads (its thread id is the process id) inside the
+    // application span's time: every one is its child, in its trace.
+    let pid = i64::from(run.pid);
+    let reads: Vec<&ReceivedSpan> = run
+        .spans
+        .iter()
+        .filter(|s| s.name == "read" && s.int("thread.id") == Some(pid))
+        .filter(|s| s.start_ns >= app.start_ns && s.start_ns <= app.end_ns)
+        .collect();
+    assert!(
+        reads.len() >= 2,
+        "a read of the data and one of its end: {reads:?}"
+    );
+    for r in &reads {
+        assert_eq!(
+            (hex(&r.parent_span_id), hex(&r.trace_id)),
+            (hex(&app.span_id), hex(&app.trace_id)),
+            "a child of load_config: {r:?}"
+        );
+        assert!(r.end_ns <= app.end_ns, "inside load_config: {r:?}");
+        assert_eq!(r.service_name.as_deref(), Some("readme-app"));
+    }
+    let bytes: i64 = reads
+        .iter()
+        .map(|r| r.int("kernel.return_value").expect("a return value"))
+        .sum();
+    assert_eq!(bytes as u64, size, "the reads add up to the file");
+    // kspan's ids are the kernel's: no two spans share one.
+    let mut ids: Vec<&[u8]> = run.spans.iter().map(|s| s.span_id.as_slice()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), run.spans.len(), "span ids are unique");
+}

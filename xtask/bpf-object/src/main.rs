@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Compiles `kspan-bpf/src/bpf/kspan.bpf.c` into a BPF object at the path
+//! given: the object `kspan-bpf` ships, so that crates depending on kspan
+//! build without clang. `cargo xtask bpf` runs it (and `cargo xtask test`
+//! checks the committed object against a fresh one).
+//!
+//! It is a crate of its own, not part of `xtask`, because libbpf-cargo
+//! builds libbpf, which needs libelf-dev: `xtask` must build on a machine
+//! that `cargo xtask deps` has not prepared yet.
+//!
+//! The output is reproducible: clang runs from `kspan-bpf/` on the relative
+//! source path, and libbpf's linker drops the DWARF (which names
+//! directories), so the same sources and clang give the same bytes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use libbpf_cargo::SkeletonBuilder;
+
+fn main() -> ExitCode {
+    let Some(out) = std::env::args_os().nth(1).map(PathBuf::from) else {
+        eprintln!("usage: kspan-bpf-object OUTPUT.o");
+        return ExitCode::from(2);
+    };
+    let out = match std::path::absolute(&out) {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("kspan-bpf-object: {}: {e}", out.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../kspan-bpf");
+    if let Err(e) = std::env::set_current_dir(&crate_dir) {
+        eprintln!("kspan-bpf-object: {}: {e}", crate_dir.display());
+        return ExitCode::FAILURE;
+    }
+    // Debian keeps <asm/types.h> under the multiarch include directory.
+    let multiarch = format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH);
+    let result = SkeletonBuilder::new()
+        .source("src/bpf/kspan.bpf.c")
+        .obj(&out)
+        .clang_args([multiarch.as_str(), "-Wall", "-O2"])
+        .build();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "kspan-bpf-object: compiling src/bpf/kspan.bpf.c failed: {e:#}\n\
+                 it needs clang and libelf-dev: run `cargo xtask deps`"
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
