@@ -90,13 +90,17 @@ fn main() {
     let btf = Btf::parse(&btf_blob).expect("valid BTF");
     let plan = plan_probe(&btf, &do_sys_openat2).expect("do_sys_openat2 plans on this kernel");
     let bytes = record(&plan);
+    // The provider kspan needs: ids through KernelSpanIds, for the empty
+    // span and the kernel span alike.
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(DiscardExporter)
+        .with_id_generator(kspan::KernelSpanIds::default())
         .build();
     let tracer = provider.tracer("kspan-bench");
     let factory = SpanFactory::new(tracer.clone(), ClockOffset::measure());
 
-    // Check once that the record decodes into the span the bench claims.
+    // Check once that the record decodes into the span the bench claims,
+    // with the kernel's span id.
     let view = parse_record(&bytes).expect("a whole record");
     assert_eq!(factory.process(&plan, &view), kspan::Outcome::Exported);
 
@@ -107,11 +111,16 @@ fn main() {
         let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
         let p = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
+            .with_id_generator(kspan::KernelSpanIds::default())
             .build();
         SpanFactory::new(p.tracer("probe"), ClockOffset::measure()).process(&plan, &view);
-        exporter.get_finished_spans().expect("one span")[0]
-            .attributes
-            .clone()
+        let span = exporter.get_finished_spans().expect("one span").remove(0);
+        assert_eq!(
+            span.span_context.span_id(),
+            opentelemetry::trace::SpanId::from(0x1122_3344_5566_7788),
+            "the kernel's span id"
+        );
+        span.attributes
     };
 
     let empty_span = || {

@@ -1,22 +1,35 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! What publishing the thread context (OTEP 4947) adds to a `tracing` span's
-//! enter/exit pair, against what the tracing-opentelemetry layer itself adds.
+//! What publishing the thread context (OTEP 4947) costs, against what the
+//! tracing-opentelemetry layer itself adds to a `tracing` span's enter/exit
+//! pair.
 //!
-//! `cargo bench -p kspan --bench thread_ctx`. Three subscribers: the registry
-//! alone; with the tracing-opentelemetry layer; with that layer and kspan's
-//! [`ThreadContextLayer`]. One span is entered and exited in a loop under
-//! each, in many short rounds in rotating order; the two added costs are
-//! differences of medians, and their ratio is the figure (target <= 0.25x).
+//! `cargo bench -p kspan --bench thread_ctx`, in two phases, since the
+//! SDK's context observer is set once per process and never removed.
 //!
-//! Two more subscribers give the same figure for context activation off:
-//! tracing-opentelemetry without it, and with kspan's [`EnteredSpanLayer`]
-//! after it.
+//! Phase 1, no observer: three subscribers, the registry alone, with the
+//! tracing-opentelemetry layer, and with that layer and kspan's
+//! [`ThreadContextLayer`]; one span entered and exited in a loop under each;
+//! two more for context activation off (tracing-opentelemetry without it,
+//! and with kspan's [`EnteredSpanLayer`]); and an OpenTelemetry context
+//! attached and detached (`Context::attach`, guard dropped) with nothing
+//! observing. Many short rounds in rotating order; medians.
+//!
+//! Phase 2, kspan's [`ThreadContextObserver`] registered: the same context
+//! attach/detach, now published, and the registry alone again as a control
+//! for drift between the phases. The observer's added cost per
+//! attach/detach pair over the OpenTelemetry layer's added cost per
+//! enter/exit pair is the figure (target <= 0.25x). Making a context
+//! (`with_remote_span_context`) is timed in both phases too: the observer
+//! prepares the context's record then.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use kspan::context::{EnteredSpanLayer, ThreadContextLayer};
-use opentelemetry::trace::TracerProvider as _;
+use kspan::context::{EnteredSpanLayer, ThreadContextLayer, ThreadContextObserver};
+use opentelemetry::trace::{
+    SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState, TracerProvider as _,
+};
+use opentelemetry::Context;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Dispatch;
 use tracing_subscriber::layer::SubscriberExt;
@@ -34,6 +47,49 @@ fn enter_exit(dispatch: &Dispatch, calls: u32) -> f64 {
         }
         started.elapsed().as_nanos() as f64 / f64::from(calls)
     })
+}
+
+/// A context with one sampled span, as a request handler would attach.
+fn span_context() -> Context {
+    Context::new().with_remote_span_context(SpanContext::new(
+        TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c),
+        SpanId::from(0xb7ad_6b71_6920_3331),
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::NONE,
+    ))
+}
+
+/// ns per `cx.attach()` + guard drop.
+fn attach_detach(cx: &Context, calls: u32) -> f64 {
+    let started = Instant::now();
+    for _ in 0..calls {
+        let guard = black_box(cx).clone().attach();
+        black_box(&guard);
+        drop(guard);
+    }
+    started.elapsed().as_nanos() as f64 / f64::from(calls)
+}
+
+/// ns per context made with a span (and dropped).
+fn make_context(calls: u32) -> f64 {
+    let started = Instant::now();
+    for _ in 0..calls {
+        black_box(span_context());
+    }
+    started.elapsed().as_nanos() as f64 / f64::from(calls)
+}
+
+/// Runs `cases` in `rounds` rounds in rotating order; the median of each.
+fn rotate(cases: &[&dyn Fn() -> f64], rounds: usize) -> Vec<f64> {
+    let mut times = vec![Vec::new(); cases.len()];
+    for round in 0..rounds {
+        for k in 0..cases.len() {
+            let case = (round + k) % cases.len();
+            times[case].push(cases[case]());
+        }
+    }
+    times.into_iter().map(median).collect()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -84,30 +140,81 @@ fn main() {
         );
     });
 
-    let cases = [&registry, &otel, &kspan, &off, &entered];
     let (rounds, calls) = (101usize, 20_000u32);
-    let mut times: [Vec<f64>; 5] = Default::default();
-    for round in 0..rounds {
-        for k in 0..cases.len() {
-            let case = (round + k) % cases.len();
-            times[case].push(enter_exit(cases[case], calls));
-        }
+    let cx_plain = span_context();
+    let phase1 = rotate(
+        &[
+            &|| enter_exit(&registry, calls),
+            &|| enter_exit(&otel, calls),
+            &|| enter_exit(&kspan, calls),
+            &|| enter_exit(&off, calls),
+            &|| enter_exit(&entered, calls),
+            &|| attach_detach(&cx_plain, calls),
+            &|| make_context(calls),
+        ],
+        rounds,
+    );
+    let [registry_1, otel, kspan, off, entered, attach_1, make_1] = phase1[..] else {
+        unreachable!("seven cases")
+    };
+
+    opentelemetry::context::GlobalContextObserver::set(std::sync::Arc::new(ThreadContextObserver));
+    let cx_prepared = span_context();
+    assert!(
+        cx_prepared.observer_view().is_some(),
+        "the record is prepared"
+    );
+    {
+        let _g = cx_prepared.clone().attach();
+        let record = kspan::context::current_record().expect("published");
+        assert_eq!(record.span_id, 0xb7ad_6b71_6920_3331_u64.to_be_bytes());
     }
-    let [registry, otel, kspan, off, entered] = times.map(median);
-    let otel_added = otel - registry;
+    let phase2 = rotate(
+        &[
+            &|| enter_exit(&registry, calls),
+            &|| attach_detach(&cx_prepared, calls),
+            &|| make_context(calls),
+        ],
+        rounds,
+    );
+    let [registry_2, attach_2, make_2] = phase2[..] else {
+        unreachable!("three cases")
+    };
+
+    let otel_added = otel - registry_1;
     let kspan_added = kspan - otel;
-    let off_added = off - registry;
+    let off_added = off - registry_1;
     let entered_added = entered - off;
-    println!("thread_ctx: {rounds} rounds x {calls} enter/exit pairs; medians");
-    println!("  registry alone                                  {registry:7.1} ns/pair");
+    let observer_added = attach_2 - attach_1;
+    println!("thread_ctx: {rounds} rounds x {calls} pairs per case; medians");
+    println!("phase 1, no context observer:");
+    println!("  registry alone, span enter/exit                 {registry_1:7.1} ns/pair");
     println!(
         "  + tracing-opentelemetry layer                   {otel:7.1} ns/pair ({otel_added:+.1})"
     );
     println!(
         "  + kspan ThreadContextLayer                      {kspan:7.1} ns/pair ({kspan_added:+.1})"
     );
+    println!("  Context::attach + drop, nothing observing       {attach_1:7.1} ns/pair");
+    println!("  a context made with a span                      {make_1:7.1} ns");
+    println!("phase 2, kspan's ThreadContextObserver registered:");
     println!(
-        "  ratio     kspan's added cost / the OpenTelemetry layer's: {:.2}x (target <= 0.25x)",
+        "  registry alone, span enter/exit (control)       {registry_2:7.1} ns/pair ({:.2}x phase 1)",
+        registry_2 / registry_1
+    );
+    println!(
+        "  Context::attach + drop, published               {attach_2:7.1} ns/pair ({observer_added:+.1})"
+    );
+    println!(
+        "  a context made with a span, record prepared     {make_2:7.1} ns ({:+.1})",
+        make_2 - make_1
+    );
+    println!(
+        "  ratio     the observer's added cost per attach/detach / the OpenTelemetry layer's per enter/exit: {:.2}x (target <= 0.25x)",
+        observer_added / otel_added
+    );
+    println!(
+        "  ratio     ThreadContextLayer's added cost / the OpenTelemetry layer's: {:.2}x",
         kspan_added / otel_added
     );
     println!("context activation off:");

@@ -640,6 +640,67 @@ mod tests {
         assert_eq!(outer.status, Status::Unset);
     }
 
+    /// Records through a provider configured by `configure` (plus what
+    /// kspan needs); the spans its exporter got.
+    fn run_configured(
+        records: &[Vec<u8>],
+        configure: impl FnOnce(
+            opentelemetry_sdk::trace::TracerProviderBuilder,
+        ) -> opentelemetry_sdk::trace::TracerProviderBuilder,
+    ) -> Vec<SpanData> {
+        let btf = Btf::parse(&sample()).unwrap();
+        let plan = plan_probe(&btf, &vfs_read).unwrap();
+        let exporter = InMemorySpanExporter::default();
+        let provider = configure(
+            SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .with_id_generator(crate::KernelSpanIds::default()),
+        )
+        .build();
+        let factory = SpanFactory::new(
+            provider.tracer("kspan-test"),
+            ClockOffset::from_offset_ns(0),
+        );
+        for r in records {
+            factory.process(&plan, &parse_record(r).unwrap());
+        }
+        exporter.get_finished_spans().unwrap()
+    }
+
+    #[test]
+    fn the_applications_sampler_decides_kernel_roots() {
+        use opentelemetry_sdk::trace::Sampler;
+        // A root (no parent: an orphan's own trace) asks the sampler.
+        let spans = run_configured(&[record(0x11, 0, 5, b"x")], |b| {
+            b.with_sampler(Sampler::AlwaysOff)
+        });
+        assert!(spans.is_empty(), "{spans:?}");
+        let spans = run_configured(&[record(0x11, 0, 5, b"x")], |b| {
+            b.with_sampler(Sampler::AlwaysOn)
+        });
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].span_context.span_id(), SpanId::from(0x11));
+        assert_eq!(
+            spans[0].span_context.trace_id(),
+            TraceId::from_bytes([7; 16]),
+            "the kernel's trace id, not one the SDK made up"
+        );
+        // A child of a sampled parent follows it (the default sampler).
+        let spans = run_configured(&[record(0x22, 0x11, 5, b"x")], |b| b);
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].parent_span_id, SpanId::from(0x11));
+        assert!(!spans[0].parent_span_is_remote, "a parent in this process");
+    }
+
+    #[test]
+    fn the_applications_span_limits_apply() {
+        let spans = run_configured(&[record(1, 0, 5, b"abc")], |b| {
+            b.with_max_attributes_per_span(2)
+        });
+        assert_eq!(spans[0].attributes.len(), 2);
+        assert!(spans[0].dropped_attributes_count > 0);
+    }
+
     #[test]
     fn spans_name_their_process_when_asked() {
         let (spans, _) = run_with(&[record(1, 0, 7, b"")], true);

@@ -1518,7 +1518,10 @@ impl std::fmt::Debug for Kspan {
 
 impl Kspan {
     /// Starts configuring kspan; spans go through `provider`, the application's
-    /// own tracer provider.
+    /// own tracer provider, which must take its ids from
+    /// [`KernelSpanIds`](crate::KernelSpanIds)
+    /// (`.with_id_generator(kspan::KernelSpanIds::default())`; `start` fails
+    /// otherwise).
     pub fn builder(provider: &SdkTracerProvider) -> KspanBuilder {
         KspanBuilder {
             provider: provider.clone(),

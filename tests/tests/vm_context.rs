@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Kernel spans inside the application's traces (run in the VM by `cargo
-//! xtask test`): the application publishes its active span (OTEP 4947) with
-//! kspan's `ThreadContextLayer`, the BPF programs read it at the outermost
-//! traced call, and the kernel spans become its children, in its trace.
+//! xtask test`): kspan's context observer publishes the application's active
+//! span (OTEP 4947) as tracing-opentelemetry attaches it on enter, with no
+//! kspan layer; the BPF programs read it at the outermost traced call, and
+//! the kernel spans become its children, in its trace.
 
 use std::io::Read;
 
