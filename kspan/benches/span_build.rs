@@ -46,10 +46,13 @@ impl SpanExporter for DiscardExporter {
     }
 }
 
-fn record(plan: &kspan::plan::ProbePlan) -> Vec<u8> {
+/// The record of one call; `parent` is the span it was made under (0: a
+/// root of its own).
+fn record(plan: &kspan::plan::ProbePlan, parent: u64) -> Vec<u8> {
     let mut header = kspan_bpf::types::kspan_record {
         trace_id: [7; 16],
         span_id: 0x1122_3344_5566_7788,
+        parent_span_id: parent,
         start_ns: 1_000,
         end_ns: 5_000,
         ret: 3,
@@ -89,7 +92,18 @@ fn main() {
         std::fs::read(kspan::KERNEL_BTF).expect("the kernel's BTF at /sys/kernel/btf/vmlinux");
     let btf = Btf::parse(&btf_blob).expect("valid BTF");
     let plan = plan_probe(&btf, &do_sys_openat2).expect("do_sys_openat2 plans on this kernel");
-    let bytes = record(&plan);
+    let bytes = record(&plan, 0);
+    // The common case: a call made under an application span.
+    let child = record(&plan, 0x0102_0304_0506_0708);
+    // The worst case: every record under a parent kspan no longer keeps a
+    // context for (256 random parents in turn, more than it keeps).
+    let strangers: Vec<Vec<u8>> = (1..=256u64)
+        .map(|p| record(&plan, p.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+        .collect();
+    let next_stranger = std::cell::Cell::new(0usize);
+    // As at run time, kspan's context observer is registered (contexts made
+    // for parents get their record prepared).
+    kspan::context::register_observer().expect("the bench's only observer");
     // The provider kspan needs: ids through KernelSpanIds, for the empty
     // span and the kernel span alike.
     let provider = SdkTracerProvider::builder()
@@ -138,17 +152,51 @@ fn main() {
         let view = parse_record(black_box(&bytes)).expect("a whole record");
         black_box(factory.process(&plan, &view));
     };
-    let cases: [&dyn Fn(); 3] = [&empty_span, &by_hand, &kspan_record];
+    let kspan_child = || {
+        let view = parse_record(black_box(&child)).expect("a whole record");
+        black_box(factory.process(&plan, &view));
+    };
+    let kspan_stranger = || {
+        let i = next_stranger.get();
+        next_stranger.set((i + 1) % strangers.len());
+        let view = parse_record(black_box(&strangers[i])).expect("a whole record");
+        black_box(factory.process(&plan, &view));
+    };
+    let cases: [&dyn Fn(); 5] = [
+        &empty_span,
+        &by_hand,
+        &kspan_record,
+        &kspan_child,
+        &kspan_stranger,
+    ];
 
-    // Many short rounds, the three cases one after the other in an order that
+    // One case alone, for an instruction count under callgrind (stable where
+    // wall-clock time on a shared machine is not): `SPAN_BUILD_ONLY=root
+    // SPAN_BUILD_CALLS=N`; two values of N cancel the set-up.
+    if let Ok(only) = std::env::var("SPAN_BUILD_ONLY") {
+        let names = ["empty", "by_hand", "root", "child", "stranger"];
+        let Some(case) = names.iter().position(|n| *n == only) else {
+            panic!("SPAN_BUILD_ONLY={only}: expected one of {names:?}");
+        };
+        let calls: u32 = std::env::var("SPAN_BUILD_CALLS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .expect("SPAN_BUILD_CALLS=<number of calls>");
+        for _ in 0..calls {
+            cases[case]();
+        }
+        return;
+    }
+
+    // Many short rounds, the cases one after the other in an order that
     // rotates, so that drift of the machine (frequency, neighbours) hits each
     // case alike; ratios are taken within a round (paired) and summarised by
     // their median and quartiles.
     let (rounds, per_round) = (201usize, 5_000u32);
-    let mut times = [Vec::new(), Vec::new(), Vec::new()];
+    let mut times: [Vec<f64>; 5] = Default::default();
     for round in 0..rounds {
-        for k in 0..3 {
-            let case = (round + k) % 3;
+        for k in 0..cases.len() {
+            let case = (round + k) % cases.len();
             let t = Instant::now();
             for _ in 0..per_round {
                 cases[case]();
@@ -163,8 +211,13 @@ fn main() {
             .map(|(t, empty)| t / empty)
             .collect()
     };
-    let (floor_ratio, kspan_ratio) = (quartiles(ratios(1)), quartiles(ratios(2)));
-    let [empty, floor, kernel] = times.map(|t| quartiles(t)[1]);
+    let (floor_ratio, kspan_ratio, child_ratio, stranger_ratio) = (
+        quartiles(ratios(1)),
+        quartiles(ratios(2)),
+        quartiles(ratios(3)),
+        quartiles(ratios(4)),
+    );
+    let [empty, floor, kernel, kernel_child, kernel_stranger] = times.map(|t| quartiles(t)[1]);
     println!("span_build: {rounds} rounds x {per_round} calls; medians, ratios paired per round");
     println!("  baseline  empty span start+end                          {empty:7.1} ns/span");
     println!(
@@ -175,12 +228,20 @@ fn main() {
         floor_ratio[2]
     );
     println!(
-        "  kspan     decode + handler + span, one record          {kernel:7.1} ns/record {:.2}x  (quartiles {:.2}..{:.2})",
+        "  kspan     decode + handler + span, one record (a root)  {kernel:7.1} ns/record {:.2}x  (quartiles {:.2}..{:.2})",
         kspan_ratio[1], kspan_ratio[0], kspan_ratio[2]
     );
     println!(
-        "  ratio     {:.2}x the empty span (target <= 1.5x); the record: 3 scalars, a 64-byte string, ret",
-        kspan_ratio[1]
+        "  kspan     the same record under an application span     {kernel_child:7.1} ns/record {:.2}x  (quartiles {:.2}..{:.2})",
+        child_ratio[1], child_ratio[0], child_ratio[2]
+    );
+    println!(
+        "  kspan     ... under a parent not kept (worst case)       {kernel_stranger:7.1} ns/record {:.2}x  (quartiles {:.2}..{:.2})",
+        stranger_ratio[1], stranger_ratio[0], stranger_ratio[2]
+    );
+    println!(
+        "  ratio     {:.2}x (a root) and {:.2}x (a child) the empty span (target <= 1.5x); the record: 3 scalars, a 64-byte string, ret",
+        kspan_ratio[1], child_ratio[1]
     );
 }
 

@@ -215,10 +215,28 @@ impl ContextObserver for ThreadContextObserver {
     }
 
     fn make_view(&self, cx: &Context) -> Option<Arc<dyn ObserverContextView>> {
+        if UNOBSERVED.with(Cell::get) {
+            return None;
+        }
         Some(Arc::new(PreparedRecord(ThreadContextRecord::of(
             cx.span().span_context(),
         ))))
     }
+}
+
+thread_local! {
+    /// Set while kspan makes contexts that are never attached (the parents
+    /// it builds kernel spans under): they need no prepared record.
+    static UNOBSERVED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `make`, which makes contexts that will never be attached, without
+/// preparing their records.
+pub(crate) fn unobserved<R>(make: impl FnOnce() -> R) -> R {
+    UNOBSERVED.with(|u| u.set(true));
+    let made = make();
+    UNOBSERVED.with(|u| u.set(false));
+    made
 }
 
 /// The process's context observer is another one than kspan's.

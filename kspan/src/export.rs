@@ -7,6 +7,7 @@
 //! any span the application makes itself.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, SystemTime};
@@ -338,12 +339,61 @@ pub enum Outcome {
 
 /// Turns records into spans through one tracer: what every span of a kspan
 /// instance shares (the tracer, the kernel-to-wall clock conversion, whether
-/// spans name their process).
+/// spans name their process, the parent contexts last used). One consumer
+/// uses it: it is not `Sync`.
 #[derive(Debug)]
 pub struct SpanFactory<T> {
     tracer: T,
     clock: ClockOffset,
     process_pid: bool,
+    parents: RefCell<ParentContexts>,
+}
+
+/// Contexts of recent parents, direct-mapped by span id (span ids are
+/// random). Kernel spans mostly share their parent with spans near them in
+/// the ring buffer: the calls of one request, the inner calls of one outer
+/// call, the calls of a few dozen requests in flight. Making a context costs
+/// an allocation (the SDK's span; the context observer prepares no record
+/// for these, which are never attached): a hit costs none.
+#[derive(Debug)]
+struct ParentContexts {
+    slots: Box<[Option<(TraceId, SpanId, Context)>]>,
+}
+
+/// Parents kept: a few dozen requests in flight.
+const PARENT_SLOTS: usize = 64;
+
+impl Default for ParentContexts {
+    fn default() -> Self {
+        ParentContexts {
+            slots: (0..PARENT_SLOTS).map(|_| None).collect(),
+        }
+    }
+}
+
+impl ParentContexts {
+    /// The context whose span is the sampled local span `parent` of
+    /// `trace`.
+    fn get(&mut self, trace: TraceId, parent: SpanId) -> &Context {
+        let at = (u64::from_be_bytes(parent.to_bytes()) % PARENT_SLOTS as u64) as usize;
+        let slot = &mut self.slots[at];
+        if !matches!(slot, Some((t, p, _)) if *t == trace && *p == parent) {
+            let cx = crate::context::unobserved(|| {
+                Context::new().with_remote_span_context(SpanContext::new(
+                    trace,
+                    parent,
+                    TraceFlags::SAMPLED,
+                    false,
+                    TraceState::NONE,
+                ))
+            });
+            *slot = Some((trace, parent, cx));
+        }
+        match slot {
+            Some((_, _, cx)) => cx,
+            None => unreachable!("the slot was just filled"),
+        }
+    }
 }
 
 impl<T: Tracer> SpanFactory<T> {
@@ -354,6 +404,7 @@ impl<T: Tracer> SpanFactory<T> {
             tracer,
             clock,
             process_pid: false,
+            parents: RefCell::default(),
         }
     }
 
@@ -442,15 +493,14 @@ impl<T: Tracer> SpanFactory<T> {
     /// end time and status. A parent is a sampled local span: a kernel span
     /// whose parent was not sampled never leaves the kernel.
     fn export(&self, span: KernelSpan) {
+        let mut parents;
+        let root = Context::new();
         let parent = match span.parent_span_id {
-            Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
-                span.trace_id,
-                parent,
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::NONE,
-            )),
-            None => Context::new(),
+            Some(parent) => {
+                parents = self.parents.borrow_mut();
+                parents.get(span.trace_id, parent)
+            }
+            None => &root,
         };
         let KernelSpan {
             builder,
@@ -461,7 +511,7 @@ impl<T: Tracer> SpanFactory<T> {
             ..
         } = span;
         let mut built = crate::ids::with_kernel_ids(trace_id, span_id, || {
-            self.tracer.build_with_context(builder, &parent)
+            self.tracer.build_with_context(builder, parent)
         });
         if status != Status::Unset {
             built.set_status(status);
@@ -690,6 +740,36 @@ mod tests {
         assert_eq!(spans.len(), 1);
         assert_eq!(spans[0].parent_span_id, SpanId::from(0x11));
         assert!(!spans[0].parent_span_is_remote, "a parent in this process");
+    }
+
+    #[test]
+    fn kept_parent_contexts_never_give_a_wrong_parent() {
+        // Parents 0x40 apart share a slot; parent 7 comes back after both.
+        let parents = [7u64, 7 + 64, 7, 7 + 128, 3, 7];
+        let records: Vec<_> = parents
+            .iter()
+            .enumerate()
+            .map(|(i, p)| record(0x100 + i as u64, *p, 5, b"x"))
+            .collect();
+        let spans = run_configured(&records, |b| b);
+        assert_eq!(spans.len(), parents.len());
+        for (i, p) in parents.iter().enumerate() {
+            let span = spans
+                .iter()
+                .find(|s| s.span_context.span_id() == SpanId::from(0x100 + i as u64))
+                .unwrap();
+            assert_eq!(span.parent_span_id, SpanId::from(*p), "span {i}");
+        }
+        // Same parent id, another trace: not the kept context.
+        let mut other_trace = record(0x200, 7, 5, b"x");
+        other_trace[..16].copy_from_slice(&[9; 16]);
+        let spans = run_configured(&[record(0x1ff, 7, 5, b"x"), other_trace], |b| b);
+        let span = spans
+            .iter()
+            .find(|s| s.span_context.span_id() == SpanId::from(0x200))
+            .unwrap();
+        assert_eq!(span.span_context.trace_id(), TraceId::from_bytes([9; 16]));
+        assert_eq!(span.parent_span_id, SpanId::from(7));
     }
 
     #[test]
