@@ -2,10 +2,10 @@
 //! A service on the OpenTelemetry API alone, no `tracing`: README's set-up
 //! with a kernel function (`vfs_read`, fexit) where README's uses a syscall
 //! source. The file is read inside `read_file` (`tracer.in_span`) on the
-//! main thread, then inside `worker_read` on a thread of its own that
-//! attaches `read_file`'s context (`Context::attach`); kspan's context
-//! observer publishes both, so every `vfs_read` is a child of the span it
-//! was made in.
+//! main thread; then, on a thread of its own, under `read_file`'s context
+//! attached there (`Context::attach`), and inside `worker_read` started on
+//! that thread. kspan's context observer publishes each, so every
+//! `vfs_read` is a child of the span it was made in.
 //!
 //! `otel_api [PATH] [TIMES] [--buf BYTES]`; prints what it read and the
 //! worker's thread id.
@@ -50,20 +50,23 @@ async fn run() -> Result<(), BoxError> {
         let tracer = tracer.clone();
         let args = args.clone();
         let worker = std::thread::spawn(move || {
+            // read_file's context, attached: this thread's reads are its
+            // children, then worker_read's.
             let _attached = cx.attach();
-            tracer.in_span("worker_read", |_| {
-                read_file(&args).map(|reads| (reads, kspan_examples::gettid()))
-            })
+            let attached_reads = read_file(&args)?;
+            let own_reads = tracer.in_span("worker_read", |_| read_file(&args))?;
+            Ok::<_, std::io::Error>((attached_reads, own_reads, kspan_examples::gettid()))
         });
         let worker = worker.join().map_err(|_| "the worker thread panicked")??;
         Ok::<_, BoxError>((main_reads, worker))
     })?;
-    let ((worker_calls, worker_bytes), worker_tid) = worker;
+    let ((attached_calls, _), (worker_calls, worker_bytes), worker_tid) = worker;
 
     let stats = kspan.shutdown().await?;
     println!(
-        "otel_api: main {} read calls, {} bytes; worker {worker_tid}: {worker_calls} read calls, \
-         {worker_bytes} bytes; kspan exported {} spans, lost {}",
+        "otel_api: main {} read calls, {} bytes; worker {worker_tid}: {attached_calls} attached \
+         read calls, {worker_calls} read calls, {worker_bytes} bytes; kspan exported {} spans, \
+         lost {}",
         main_reads.0,
         main_reads.1,
         stats.spans_exported,

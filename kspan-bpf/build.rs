@@ -2,8 +2,10 @@
 //! Generates the Rust skeleton (the record types) from the BPF object the
 //! crate ships, `src/bpf/kspan.bpf.o`, and the constants from `kspan.h`.
 //! Nothing here runs clang: `cargo xtask bpf` compiles the object from
-//! `kspan.bpf.c` and `cargo xtask test` fails when it is stale, so a crate
-//! depending on kspan builds with no BPF toolchain.
+//! `kspan.bpf.c` and stamps it with its sources' hash, this script refuses
+//! an object whose stamp does not match the sources, and `cargo xtask test`
+//! compiles them afresh and compares the bytes; so a crate depending on
+//! kspan builds with no BPF toolchain.
 
 use std::fmt::Write as _;
 use std::{env, fs, path::PathBuf};
@@ -11,6 +13,10 @@ use std::{env, fs, path::PathBuf};
 use libbpf_cargo::SkeletonBuilder;
 
 const OBJECT: &str = "src/bpf/kspan.bpf.o";
+const STAMP: &str = "src/bpf/kspan.bpf.o.sources";
+const SOURCE: &str = "src/bpf/kspan.bpf.c";
+
+include!("sources_hash.rs");
 const HEADER: &str = "src/bpf/kspan.h";
 
 /// Rust constants for every `#define KSPAN_X <number>` and every enumerator
@@ -48,7 +54,25 @@ fn constants(header: &str) -> String {
     out
 }
 
+/// Refuses an object compiled from other sources than the ones here: the
+/// record types come from the object, the constants from the header, and
+/// the two must agree.
+fn check_stamp() {
+    let read = |path: &str| fs::read(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let now = sources_stamp(&read(SOURCE), &read(HEADER));
+    let stamp = String::from_utf8_lossy(&read(STAMP)).into_owned();
+    if stamp.lines().next() != Some(now.as_str()) {
+        panic!(
+            "{OBJECT} is stale: {SOURCE} or {HEADER} changed since it was compiled \
+             ({STAMP} says `{}`, the sources give `{now}`); run `cargo xtask bpf` \
+             (it needs clang) and commit the object and its stamp",
+            stamp.lines().next().unwrap_or("")
+        );
+    }
+}
+
 fn main() {
+    check_stamp();
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     // A rustfmt that does not exist: the skeleton is only `include!`d, and
     // a rustup proxy without the component would fail the build.
@@ -61,6 +85,7 @@ fn main() {
     }
     let header = fs::read_to_string(HEADER).expect("src/bpf/kspan.h is readable");
     fs::write(out.join("kspan_consts.rs"), constants(&header)).expect("OUT_DIR is writable");
-    println!("cargo:rerun-if-changed={OBJECT}");
-    println!("cargo:rerun-if-changed={HEADER}");
+    for path in [OBJECT, STAMP, SOURCE, HEADER] {
+        println!("cargo:rerun-if-changed={path}");
+    }
 }

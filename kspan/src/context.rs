@@ -26,9 +26,11 @@
 //! What the observer cannot see are `tracing` spans when
 //! tracing-opentelemetry's context activation is off (nothing is attached):
 //! [`EnteredSpanLayer`] publishes the OpenTelemetry span of the innermost
-//! entered `tracing` span then. [`ThreadContextLayer`] republishes the
-//! current context after each `tracing` enter and exit, for a process whose
-//! observer is someone else's.
+//! entered `tracing` span then (and the observer leaves it the record while
+//! a span it published is entered and no OpenTelemetry span is attached).
+//! For a process whose observer is someone else's, [`ThreadContextLayer`]
+//! republishes the current context after each `tracing` enter and exit, and
+//! [`attach`] after each `Context::attach`.
 //!
 //! The slot is defined in C (`csrc/thread_ctx.c`) because stable Rust cannot
 //! give a thread-local an exported symbol name; it is initial-exec TLS, so it
@@ -192,16 +194,27 @@ impl ObserverContextView for PreparedRecord {
 impl ThreadContextObserver {
     /// Publishes `cx`. Only getters of `cx` are used: the SDK calls
     /// observers while it holds the thread's context stack.
+    /// A context with no span leaves the record to [`EnteredSpanLayer`]
+    /// when that layer has a span entered on this thread (context
+    /// activation off, where attached contexts are the OpenTelemetry API's
+    /// alone).
     #[inline]
     fn publish(cx: &Context) {
-        match cx
+        let prepared = cx
             .observer_view()
             .as_ref()
-            .and_then(|view| view.as_any().downcast_ref::<PreparedRecord>())
-        {
-            Some(PreparedRecord(record)) => publish_record(record),
-            None => publish(cx.span().span_context()),
+            .and_then(|view| view.as_any().downcast_ref::<PreparedRecord>());
+        let record = match prepared {
+            Some(PreparedRecord(record)) => *record,
+            None => ThreadContextRecord::of(cx.span().span_context()),
+        };
+        if record.valid != 1 {
+            if let Some(entered) = innermost_entered() {
+                publish(&entered);
+                return;
+            }
         }
+        publish_record(&record);
     }
 }
 
@@ -233,10 +246,15 @@ thread_local! {
 /// Runs `make`, which makes contexts that will never be attached, without
 /// preparing their records.
 pub(crate) fn unobserved<R>(make: impl FnOnce() -> R) -> R {
-    UNOBSERVED.with(|u| u.set(true));
-    let made = make();
-    UNOBSERVED.with(|u| u.set(false));
-    made
+    /// Restores the flag however `make` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            UNOBSERVED.with(|u| u.set(self.0));
+        }
+    }
+    let _restore = Restore(UNOBSERVED.with(|u| u.replace(true)));
+    make()
 }
 
 /// The process's context observer is another one than kspan's.
@@ -245,8 +263,9 @@ pub(crate) fn unobserved<R>(make: impl FnOnce() -> R) -> R {
     "another OpenTelemetry context observer is already registered in this process \
      (`opentelemetry::context::GlobalContextObserver::set`, one per process), so kspan's \
      cannot see context switches to publish the thread context; remove that registration, \
-     or keep it and publish from `tracing` instead: add `kspan::context::ThreadContextLayer` \
-     after the tracing-opentelemetry layer and call `KspanBuilder::context_observer(false)`"
+     or keep it, call `KspanBuilder::context_observer(false)` and publish yourself: \
+     `kspan::context::ThreadContextLayer` after the tracing-opentelemetry layer for `tracing` \
+     spans, `kspan::context::attach(cx)` instead of `cx.attach()` for the OpenTelemetry API"
 )]
 pub struct ObserverTaken;
 
@@ -273,7 +292,12 @@ pub fn register_observer() -> Result<(), ObserverTaken> {
         None => GlobalContextObserver::set(Arc::new(ThreadContextObserver)),
     }
     match current_observer_is_ours() {
-        Some(true) => Ok(()),
+        Some(true) => {
+            // The calling thread may be inside a context already: the
+            // observer sees only the switches to come.
+            publish_current();
+            Ok(())
+        }
         _ => Err(ObserverTaken),
     }
 }
@@ -400,6 +424,19 @@ thread_local! {
     static RESOLVING: Cell<bool> = const { Cell::new(false) };
 }
 
+/// The OpenTelemetry span of the innermost span entered on this thread
+/// through an [`EnteredSpanLayer`], if any.
+fn innermost_entered() -> Option<SpanContext> {
+    ENTERED
+        .try_with(|e| {
+            e.try_borrow()
+                .ok()
+                .and_then(|entered| entered.last().and_then(|(_, _, sc)| sc.clone()))
+        })
+        .ok()
+        .flatten()
+}
+
 /// A `tracing` span's OpenTelemetry span context as [`EnteredSpanLayer`]
 /// resolved it, kept in the span's extensions.
 struct ResolvedSpan(Option<SpanContext>);
@@ -446,6 +483,30 @@ where
     }
 }
 
+/// Attaches `cx` as the current OpenTelemetry context (as
+/// [`Context::attach`]) and publishes its span; dropping the guard restores
+/// the previous context and publishes that. Only for a process whose
+/// context observer is someone else's ([`ObserverTaken`]): with kspan's,
+/// `Context::attach` itself is published.
+pub fn attach(cx: Context) -> ThreadContextGuard {
+    let guard = cx.attach();
+    publish_current();
+    ThreadContextGuard { guard: Some(guard) }
+}
+
+/// Restores the previous context when dropped (see [`attach`]).
+#[derive(Debug)]
+pub struct ThreadContextGuard {
+    guard: Option<opentelemetry::ContextGuard>,
+}
+
+impl Drop for ThreadContextGuard {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        publish_current();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,6 +540,40 @@ mod tests {
         assert_eq!(&bytes[..16], &[1; 16]);
         assert_eq!(&bytes[16..24], &[2; 8]);
         assert_eq!(bytes[24..], [1, 1, 0, 0]);
+    }
+
+    #[test]
+    /// (No observer in this process: `attach` alone publishes.)
+    fn the_guard_publishes_and_restores() {
+        std::thread::spawn(|| {
+            assert_eq!(
+                current_record(),
+                None,
+                "nothing before the first publication"
+            );
+            let outer = Context::new().with_remote_span_context(span(0xabc, 0x11, true));
+            let g1 = attach(outer);
+            let r = current_record().unwrap();
+            assert_eq!(r.valid, 1);
+            assert_eq!(
+                r.trace_id,
+                0xabc_u128.to_be_bytes(),
+                "W3C (big-endian) bytes"
+            );
+            assert_eq!(r.span_id, 0x11_u64.to_be_bytes());
+            assert_eq!(r.trace_flags, 1);
+            {
+                let inner = Context::new().with_remote_span_context(span(0xabc, 0x22, false));
+                let _g2 = attach(inner);
+                let r = current_record().unwrap();
+                assert_eq!((r.span_id, r.trace_flags), (0x22_u64.to_be_bytes(), 0));
+            }
+            assert_eq!(current_record().unwrap().span_id, 0x11_u64.to_be_bytes());
+            drop(g1);
+            assert_eq!(current_record().unwrap().valid, 0, "no active span");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

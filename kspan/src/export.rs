@@ -493,26 +493,28 @@ impl<T: Tracer> SpanFactory<T> {
     /// end time and status. A parent is a sampled local span: a kernel span
     /// whose parent was not sampled never leaves the kernel.
     fn export(&self, span: KernelSpan) {
-        let mut parents;
-        let root = Context::new();
-        let parent = match span.parent_span_id {
-            Some(parent) => {
-                parents = self.parents.borrow_mut();
-                parents.get(span.trace_id, parent)
-            }
-            None => &root,
-        };
         let KernelSpan {
             builder,
             trace_id,
             span_id,
+            parent_span_id,
             end_time,
             status,
             ..
         } = span;
-        let mut built = crate::ids::with_kernel_ids(trace_id, span_id, || {
-            self.tracer.build_with_context(builder, parent)
-        });
+        let mut built = match parent_span_id {
+            Some(parent) => {
+                // A clone (reference counts): the borrow ends before the
+                // sampler and the processors run.
+                let parent = self.parents.borrow_mut().get(trace_id, parent).clone();
+                crate::ids::with_kernel_ids(None, span_id, || {
+                    self.tracer.build_with_context(builder, &parent)
+                })
+            }
+            None => crate::ids::with_kernel_ids(Some(trace_id), span_id, || {
+                self.tracer.build_with_context(builder, &Context::new())
+            }),
+        };
         if status != Status::Unset {
             built.set_status(status);
         }

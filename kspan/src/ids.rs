@@ -28,6 +28,11 @@ pub(crate) const DEBUG_MARK: &str = "kspan::KernelSpanIds";
 /// ids from the wrapped generator (by default the SDK's
 /// [`RandomIdGenerator`]).
 ///
+/// [`KspanBuilder::start`](crate::KspanBuilder::start) finds it in the
+/// provider's `Debug` rendering, the only view the SDK gives of its
+/// configuration: a generator of the application's own that wraps this one
+/// must show it in its own `Debug` output (a derived `Debug` does).
+///
 /// ```
 /// use opentelemetry_sdk::trace::SdkTracerProvider;
 ///
@@ -84,12 +89,14 @@ impl<G: IdGenerator> IdGenerator for KernelSpanIds<G> {
     }
 }
 
-/// Runs `build` (which starts one span) with `trace_id` and `span_id` handed
-/// to the first span the provider starts on this thread. The SDK asks for
-/// the span id of every span and for a trace id only for roots; whatever is
-/// left unused is cleared before this returns.
+/// Runs `build`, which starts one span, with `span_id` handed to the first
+/// span the provider starts on this thread, and `root_trace_id` (given for
+/// a span with no parent only) to the first trace it starts. The SDK asks
+/// for a span's id first thing, and for a trace id right after, for roots
+/// only: nothing the sampler or a processor starts meanwhile can take
+/// either. Whatever is left unused is cleared before this returns.
 pub(crate) fn with_kernel_ids<R>(
-    trace_id: TraceId,
+    root_trace_id: Option<TraceId>,
     span_id: SpanId,
     build: impl FnOnce() -> R,
 ) -> R {
@@ -101,7 +108,9 @@ pub(crate) fn with_kernel_ids<R>(
             PENDING_SPAN.with(|s| s.set(0));
         }
     }
-    PENDING_TRACE.with(|t| t.set(u128::from_be_bytes(trace_id.to_bytes())));
+    if let Some(trace_id) = root_trace_id {
+        PENDING_TRACE.with(|t| t.set(u128::from_be_bytes(trace_id.to_bytes())));
+    }
     PENDING_SPAN.with(|s| s.set(u64::from_be_bytes(span_id.to_bytes())));
     let _clear = Clear;
     build()
@@ -143,13 +152,12 @@ mod tests {
         let ids = KernelSpanIds::wrap(Counting::default());
         let provider = SdkTracerProvider::builder().with_id_generator(ids).build();
         let tracer = provider.tracer("t");
-        let root = with_kernel_ids(TraceId::from(0xabc), SpanId::from(0x11), || {
+        let root = with_kernel_ids(Some(TraceId::from(0xabc)), SpanId::from(0x11), || {
             tracer.start("kernel root")
         });
         assert_eq!(root.span_context().trace_id(), TraceId::from(0xabc));
         assert_eq!(root.span_context().span_id(), SpanId::from(0x11));
-        // A child: the SDK asks for a span id only; the trace id offered is
-        // not left behind for the next root.
+        // A child: the SDK asks for a span id only, and none is offered.
         let parent = Context::new().with_remote_span_context(SpanContext::new(
             TraceId::from(0xabc),
             SpanId::from(0x11),
@@ -157,7 +165,7 @@ mod tests {
             false,
             TraceState::NONE,
         ));
-        let child = with_kernel_ids(TraceId::from(0xabc), SpanId::from(0x22), || {
+        let child = with_kernel_ids(None, SpanId::from(0x22), || {
             tracer.start_with_context("kernel child", &parent)
         });
         assert_eq!(child.span_context().span_id(), SpanId::from(0x22));

@@ -43,8 +43,14 @@ fn the_observer_publishes_every_context_switch() {
             None,
             "nothing publishes before registration"
         );
+        kspan::context::register_observer().expect("the process's first observer");
+        assert_eq!(
+            published(),
+            (1, 0xe_u128.to_be_bytes(), 0xe1_u64.to_be_bytes()),
+            "registering publishes the context already current"
+        );
     }
-    kspan::context::register_observer().expect("the process's first observer");
+    assert_eq!(published().0, 0, "the guard's drop is seen");
     kspan::context::register_observer().expect("registering again is fine");
 
     std::thread::spawn(move || {
@@ -108,6 +114,31 @@ fn the_observer_publishes_every_context_switch() {
             }
             assert_eq!(published().0, 0, "no span entered");
         });
+
+        // Context activation off: EnteredSpanLayer publishes entered spans,
+        // and an OpenTelemetry context attached and detached meanwhile does
+        // not leave the record empty.
+        let subscriber = tracing_subscriber::registry()
+            .with(
+                tracing_opentelemetry::layer()
+                    .with_tracer(provider.tracer("tracing"))
+                    .with_context_activation(false),
+            )
+            .with(kspan::context::EnteredSpanLayer::new());
+        tracing::subscriber::with_default(subscriber, || {
+            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+            let request = tracing::info_span!("request");
+            let _r = request.enter();
+            let request_ids = ids(request.context().span().span_context());
+            assert_eq!(published(), request_ids, "entered, no activation");
+            tracer.in_span("api", |cx| {
+                assert_eq!(published(), ids(cx.span().span_context()), "attached");
+            });
+            assert_eq!(published(), request_ids, "back to the entered span");
+            drop(Context::new().attach());
+            assert_eq!(published(), request_ids, "an empty context changes nothing");
+        });
+        assert_eq!(published().0, 0, "nothing entered");
     })
     .join()
     .unwrap();

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kspan_tests::{run_with_receiver, target_dir, ReceivedSpan};
+use kspan_tests::{hex, run_with_receiver, target_dir, ReceivedSpan};
 
 /// The fenced block after the marker `<!-- readme-app: NAME -->`.
 fn readme_block(readme: &str, name: &str) -> String {
@@ -89,10 +89,6 @@ fn forget_kspan_bpf_build(target: &Path) {
             }
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

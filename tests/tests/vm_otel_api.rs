@@ -2,17 +2,13 @@
 //! A service on the OpenTelemetry API alone (the `otel_api` example, no
 //! `tracing`) on a real kernel: its `vfs_read` calls, caught by fexit
 //! trampolines and received over OTLP/gRPC, are children of the span they
-//! were made in, on the main thread (`tracer.in_span`) and on a thread that
-//! attached the main thread's context (`Context::attach`). Run in the VM by
-//! `cargo xtask test`.
+//! were made in: on the main thread (`tracer.in_span`), on a thread that
+//! attached the main thread's context (`Context::attach`), and in a span
+//! that thread started. Run in the VM by `cargo xtask test`.
 
-use kspan_tests::{example, run_with_receiver, ReceivedSpan};
+use kspan_tests::{example, hex, run_with_receiver, ReceivedSpan};
 
 const FILE_SIZE: usize = 10_000;
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The number after `key` in `text` (`main 4 read calls` -> 4 for "main ").
 fn number_after(text: &str, key: &str) -> i64 {
@@ -26,19 +22,19 @@ fn number_after(text: &str, key: &str) -> i64 {
         .unwrap_or_else(|| panic!("a number after `{key}` in {text}"))
 }
 
-/// The `vfs_read` spans of thread `tid` that start inside `parent`, checked
-/// to be its children, in its trace, inside it in time.
-fn reads_under<'a>(
-    spans: &'a [ReceivedSpan],
-    parent: &ReceivedSpan,
-    tid: i64,
-) -> Vec<&'a ReceivedSpan> {
-    let reads: Vec<&ReceivedSpan> = spans
+/// The `vfs_read` spans of thread `tid` that start in `[from, to]`.
+fn reads_of(spans: &[ReceivedSpan], tid: i64, from: u64, to: u64) -> Vec<&ReceivedSpan> {
+    spans
         .iter()
         .filter(|s| s.name == "vfs_read" && s.int("thread.id") == Some(tid))
-        .filter(|s| s.start_ns >= parent.start_ns && s.start_ns <= parent.end_ns)
-        .collect();
-    for r in &reads {
+        .filter(|s| s.start_ns >= from && s.start_ns <= to)
+        .collect()
+}
+
+/// Checks that each of `reads` is a child of `parent`, in its trace,
+/// inside it in time.
+fn assert_children(reads: &[&ReceivedSpan], parent: &ReceivedSpan) {
+    for r in reads {
         assert_eq!(
             (hex(&r.parent_span_id), hex(&r.trace_id)),
             (hex(&parent.span_id), hex(&parent.trace_id)),
@@ -47,7 +43,6 @@ fn reads_under<'a>(
         );
         assert!(r.end_ns <= parent.end_ns, "inside {}: {r:?}", parent.name);
     }
-    reads
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -68,7 +63,8 @@ async fn opentelemetry_api_spans_are_parents_of_kernel_spans() {
     assert!(stdout.contains(", lost 0"), "{stdout}");
     let main_calls = number_after(&stdout, "main ");
     let worker_tid = number_after(&stdout, "worker ");
-    let worker_calls = number_after(&stdout, &format!("worker {worker_tid}: "));
+    let attached_calls = number_after(&stdout, &format!("worker {worker_tid}: "));
+    let worker_calls = number_after(&stdout, "attached read calls, ");
 
     let one = |name: &str| -> &ReceivedSpan {
         let found: Vec<_> = run.spans.iter().filter(|s| s.name == name).collect();
@@ -84,21 +80,35 @@ async fn opentelemetry_api_spans_are_parents_of_kernel_spans() {
         "the worker's span is a child of read_file"
     );
 
-    // The main thread's reads (outside worker_read's time) and the worker's.
+    // The main thread's reads, the worker's under read_file's attached
+    // context alone (before worker_read), and the worker's in worker_read.
     let pid = i64::from(run.pid);
-    let main_reads: Vec<_> = reads_under(&run.spans, read_file, pid);
-    assert_eq!(
-        main_reads.len() as i64,
-        main_calls,
-        "one span per read call"
+    let main_reads = reads_of(&run.spans, pid, read_file.start_ns, read_file.end_ns);
+    assert_children(&main_reads, read_file);
+    let attached_reads = reads_of(
+        &run.spans,
+        worker_tid,
+        read_file.start_ns,
+        worker_read.start_ns,
     );
-    let worker_reads = reads_under(&run.spans, worker_read, worker_tid);
-    assert_eq!(
-        worker_reads.len() as i64,
-        worker_calls,
-        "one span per read call"
+    assert_children(&attached_reads, read_file);
+    let worker_reads = reads_of(
+        &run.spans,
+        worker_tid,
+        worker_read.start_ns,
+        worker_read.end_ns,
     );
-    for reads in [&main_reads, &worker_reads] {
+    assert_children(&worker_reads, worker_read);
+    for (reads, calls) in [
+        (&main_reads, main_calls),
+        (&attached_reads, attached_calls),
+        (&worker_reads, worker_calls),
+    ] {
+        assert_eq!(
+            reads.len() as i64,
+            calls,
+            "one span per read call: {reads:?}"
+        );
         let bytes: i64 = reads
             .iter()
             .map(|r| r.int("kernel.return_value").unwrap())

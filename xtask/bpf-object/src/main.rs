@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Compiles `kspan-bpf/src/bpf/kspan.bpf.c` into a BPF object at the path
-//! given: the object `kspan-bpf` ships, so that crates depending on kspan
-//! build without clang. `cargo xtask bpf` runs it (and `cargo xtask test`
+//! given, and writes its stamp beside it (`<path>.sources`: the sources'
+//! hash and the clang that compiled them): the object `kspan-bpf` ships, so
+//! that crates depending on kspan build without clang. `cargo xtask bpf` runs it (and `cargo xtask test`
 //! checks the committed object against a fresh one).
 //!
 //! It is a crate of its own, not part of `xtask`, because libbpf-cargo
@@ -16,6 +17,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use libbpf_cargo::SkeletonBuilder;
+
+include!("../../../kspan-bpf/sources_hash.rs");
+
+/// `clang --version`'s first line.
+fn clang_version() -> String {
+    std::process::Command::new("clang")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|text| text.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
+}
 
 fn main() -> ExitCode {
     let Some(out) = std::env::args_os().nth(1).map(PathBuf::from) else {
@@ -41,7 +55,19 @@ fn main() -> ExitCode {
         .obj(&out)
         .clang_args([multiarch.as_str(), "-Wall", "-O2"])
         .build();
-    match result {
+    let stamp = |out: &std::path::Path| -> std::io::Result<()> {
+        let stamp = sources_stamp(
+            &std::fs::read("src/bpf/kspan.bpf.c")?,
+            &std::fs::read("src/bpf/kspan.h")?,
+        );
+        let mut path = out.as_os_str().to_owned();
+        path.push(".sources");
+        std::fs::write(path, format!("{stamp}\nclang {}\n", clang_version()))
+    };
+    match result
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|()| stamp(&out).map_err(|e| e.to_string()))
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(
