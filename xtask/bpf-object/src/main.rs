@@ -10,8 +10,10 @@
 //! that `cargo xtask deps` has not prepared yet.
 //!
 //! The output is reproducible: clang runs from `kspan-bpf/` on the relative
-//! source path, and libbpf's linker drops the DWARF (which names
-//! directories), so the same sources and clang give the same bytes.
+//! source path, the checkout's directory is mapped to `kspan-bpf` in the
+//! file names it records (BTF line info), and libbpf's linker drops the
+//! DWARF, so the same sources and clang give the same bytes wherever the
+//! repository is.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,10 +52,20 @@ fn main() -> ExitCode {
     }
     // Debian keeps <asm/types.h> under the multiarch include directory.
     let multiarch = format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH);
+    // The BTF line info names the source file by its absolute path: make it
+    // the same wherever the repository is checked out.
+    let here = match std::env::current_dir() {
+        Ok(here) => here,
+        Err(e) => {
+            eprintln!("kspan-bpf-object: the current directory: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let prefix_map = format!("-ffile-prefix-map={}=kspan-bpf", here.display());
     let result = SkeletonBuilder::new()
         .source("src/bpf/kspan.bpf.c")
         .obj(&out)
-        .clang_args([multiarch.as_str(), "-Wall", "-O2"])
+        .clang_args([multiarch.as_str(), prefix_map.as_str(), "-Wall", "-O2"])
         .build();
     let stamp = |out: &std::path::Path| -> std::io::Result<()> {
         let stamp = sources_stamp(
