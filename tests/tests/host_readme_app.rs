@@ -4,7 +4,9 @@
 //! own outside the workspace, built with a `clang` on `PATH` that fails the
 //! build if anything runs it, then run on the host (syscall sources) against
 //! a real OTLP/gRPC receiver: its `read` calls arrive as children of its
-//! `load_config` span, made with the OpenTelemetry API alone.
+//! `load_config` span, made with the OpenTelemetry API alone. The same build
+//! makes `readme-app-fexit`, the service with the kernel-function probe
+//! README's comment gives (`vm_readme_app` runs it in the VM).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,15 +43,40 @@ fn write_crate(dir: &Path, repo: &Path) {
         "[package]\nname = \"readme-app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
          publish = false\n\n# Not a member of kspan's workspace.\n[workspace]\n\n{dependencies}"
     );
-    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let main_rs = readme_block(&readme, "src/main.rs");
+    std::fs::create_dir_all(dir.join("src/bin")).unwrap();
     std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
     std::fs::write(
-        dir.join("src/main.rs"),
-        readme_block(&readme, "src/main.rs"),
+        dir.join("src/bin/readme-app-fexit.rs"),
+        fexit_variant(&main_rs),
     )
     .unwrap();
+    std::fs::write(dir.join("src/main.rs"), main_rs).unwrap();
     // The versions the workspace was tested with.
     std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+}
+
+/// README's service with the kernel-function probe its comment gives in
+/// place of the syscall source: what `vm_readme_app` runs in the VM.
+fn fexit_variant(main_rs: &str) -> String {
+    let probe = main_rs
+        .split_once("same way: `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(probe, _)| probe)
+        .expect("README's comment gives the kernel-function probe");
+    let syscall_probe =
+        "#[kspan::kernel_span(syscall = \"read\")]\nfn read(fd: u32, count: usize, ret: i64) {}";
+    assert!(
+        main_rs.contains(syscall_probe),
+        "README declares the read probe"
+    );
+    assert!(
+        main_rs.contains(".probe(&read)"),
+        "README starts the read probe"
+    );
+    main_rs
+        .replace(syscall_probe, probe)
+        .replace(".probe(&read)", ".probe(&vfs_read)")
 }
 
 /// A `clang` that records that it ran and fails.

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! README's service on a real kernel: `readme-app-fexit`, README's code with
+//! the kernel-function probe its comment gives (`vfs_read`, fexit), built by
+//! the host test `host_readme_app` as a crate of its own. Run in the VM by
+//! `cargo xtask test`, after the host tests: its `vfs_read` calls, received
+//! over OTLP/gRPC, are children of its `load_config` span, made with the
+//! OpenTelemetry API alone.
+
+use kspan_tests::{hex, run_with_receiver, target_dir, ReceivedSpan};
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
+async fn readme_service_with_a_kernel_function_nests_its_reads_over_otlp() {
+    let program = target_dir().join("kspan-readme-app/target/debug/readme-app-fexit");
+    assert!(
+        program.exists(),
+        "{} is not built: run `cargo test -p kspan-tests --test host_readme_app` first \
+         (cargo xtask test does)",
+        program.display()
+    );
+    let run = run_with_receiver(&program, &[], "readme-app-fexit").await;
+    let stdout = run.stdout();
+    assert!(run.output.status.success(), "{stdout}\n{}", run.stderr());
+    let size = std::fs::metadata("/etc/os-release").unwrap().len();
+    assert!(stdout.contains(&format!("read {size} bytes")), "{stdout}");
+    assert!(stdout.contains(", lost 0"), "{stdout}");
+
+    let app: Vec<&ReceivedSpan> = run
+        .spans
+        .iter()
+        .filter(|s| s.name == "load_config")
+        .collect();
+    assert_eq!(app.len(), 1, "{:?}", run.spans);
+    let app = app[0];
+    let pid = i64::from(run.pid);
+    let reads: Vec<&ReceivedSpan> = run
+        .spans
+        .iter()
+        .filter(|s| s.name == "vfs_read" && s.int("thread.id") == Some(pid))
+        .filter(|s| s.start_ns >= app.start_ns && s.start_ns <= app.end_ns)
+        .collect();
+    assert!(reads.len() >= 2, "{:?}", run.spans);
+    for r in &reads {
+        assert_eq!(
+            (hex(&r.parent_span_id), hex(&r.trace_id)),
+            (hex(&app.span_id), hex(&app.trace_id)),
+            "a child of load_config: {r:?}"
+        );
+        assert!(r.end_ns <= app.end_ns, "inside load_config: {r:?}");
+    }
+    let bytes: i64 = reads
+        .iter()
+        .map(|r| r.int("kernel.return_value").expect("a return value"))
+        .sum();
+    assert_eq!(bytes as u64, size, "the reads add up to the file");
+}
