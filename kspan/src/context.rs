@@ -194,6 +194,7 @@ impl ObserverContextView for PreparedRecord {
 impl ThreadContextObserver {
     /// Publishes `cx`. Only getters of `cx` are used: the SDK calls
     /// observers while it holds the thread's context stack.
+    ///
     /// A context with no span leaves the record to [`EnteredSpanLayer`]
     /// when that layer has a span entered on this thread (context
     /// activation off, where attached contexts are the OpenTelemetry API's
