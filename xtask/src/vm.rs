@@ -416,9 +416,20 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     fs::write(&initrd, initramfs(&modules, &init, &script)?)?;
 
     let mut q = Command::new(qemu);
-    q.args(["-accel", "tcg", "-cpu", "max", "-m", &opts.mem])
-        .args(["-smp", &opts.smp.to_string()])
-        .args(["-nographic", "-no-reboot"]);
+    // One host thread runs every vCPU: with multi-threaded TCG a vCPU can run
+    // code another vCPU has just patched (the kernel's int3-based text_poke
+    // of ftrace call sites, done by every trampoline attach and detach), and
+    // the guest dies of a stray int3. On two host cores it costs no time.
+    q.args([
+        "-accel",
+        "tcg,thread=single",
+        "-cpu",
+        "max",
+        "-m",
+        &opts.mem,
+    ])
+    .args(["-smp", &opts.smp.to_string()])
+    .args(["-nographic", "-no-reboot"]);
     if forwards.is_empty() {
         q.args(["-net", "none"]);
     } else {
