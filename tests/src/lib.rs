@@ -343,6 +343,55 @@ pub async fn traced_on_this_thread(
     spans
 }
 
+/// The one span named `name` among `spans` (panics, listing them, when
+/// there is none or more).
+pub fn the_span<'a>(spans: &'a [ReceivedSpan], name: &str) -> &'a ReceivedSpan {
+    let found: Vec<_> = spans.iter().filter(|s| s.name == name).collect();
+    assert_eq!(found.len(), 1, "one `{name}` span: {spans:?}");
+    found[0]
+}
+
+/// The spans named `name` of thread `tid` that start in `[from, to]`.
+pub fn spans_of_thread<'a>(
+    spans: &'a [ReceivedSpan],
+    name: &str,
+    tid: i64,
+    from: u64,
+    to: u64,
+) -> Vec<&'a ReceivedSpan> {
+    spans
+        .iter()
+        .filter(|s| s.name == name && s.int("thread.id") == Some(tid))
+        .filter(|s| s.start_ns >= from && s.start_ns <= to)
+        .collect()
+}
+
+/// Checks that each of `spans` is a child of `parent`, in its trace,
+/// inside it in time.
+pub fn assert_children_of(spans: &[&ReceivedSpan], parent: &ReceivedSpan) {
+    for s in spans {
+        assert_eq!(
+            (hex(&s.parent_span_id), hex(&s.trace_id)),
+            (hex(&parent.span_id), hex(&parent.trace_id)),
+            "a child of {}: {s:?}",
+            parent.name
+        );
+        assert!(
+            parent.start_ns <= s.start_ns && s.end_ns <= parent.end_ns,
+            "inside {}: {s:?}",
+            parent.name
+        );
+    }
+}
+
+/// The sum of the spans' `kernel.return_value`s (the bytes of reads).
+pub fn returned_sum(spans: &[&ReceivedSpan]) -> i64 {
+    spans
+        .iter()
+        .map(|s| s.int("kernel.return_value").expect("a return value"))
+        .sum()
+}
+
 /// Lower-case hex of `bytes`, as kspan exports byte captures.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -11,7 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kspan_tests::{hex, run_with_receiver, target_dir, ReceivedSpan};
+use kspan_tests::{
+    assert_children_of, returned_sum, run_with_receiver, spans_of_thread, target_dir, the_span,
+};
 
 /// The fenced block after the marker `<!-- readme-app: NAME -->`.
 fn readme_block(readme: &str, name: &str) -> String {
@@ -168,42 +170,26 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
     assert!(stdout.contains(&format!("read {size} bytes")), "{stdout}");
     assert!(stdout.contains(", lost 0"), "{stdout}");
 
-    let app: Vec<&ReceivedSpan> = run
-        .spans
-        .iter()
-        .filter(|s| s.name == "load_config")
-        .collect();
-    assert_eq!(app.len(), 1, "{:?}", run.spans);
-    let app = app[0];
+    let app = the_span(&run.spans, "load_config");
     assert_eq!(app.service_name.as_deref(), Some("readme-app"));
     assert!(app.parent_span_id.is_empty(), "a root span");
     // The main thread's reads (its thread id is the process id) inside the
     // application span's time: every one is its child, in its trace.
     let pid = i64::from(run.pid);
-    let reads: Vec<&ReceivedSpan> = run
-        .spans
-        .iter()
-        .filter(|s| s.name == "read" && s.int("thread.id") == Some(pid))
-        .filter(|s| s.start_ns >= app.start_ns && s.start_ns <= app.end_ns)
-        .collect();
+    let reads = spans_of_thread(&run.spans, "read", pid, app.start_ns, app.end_ns);
     assert!(
         reads.len() >= 2,
         "a read of the data and one of its end: {reads:?}"
     );
-    for r in &reads {
-        assert_eq!(
-            (hex(&r.parent_span_id), hex(&r.trace_id)),
-            (hex(&app.span_id), hex(&app.trace_id)),
-            "a child of load_config: {r:?}"
-        );
-        assert!(r.end_ns <= app.end_ns, "inside load_config: {r:?}");
-        assert_eq!(r.service_name.as_deref(), Some("readme-app"));
-    }
-    let bytes: i64 = reads
+    assert_children_of(&reads, app);
+    assert!(reads
         .iter()
-        .map(|r| r.int("kernel.return_value").expect("a return value"))
-        .sum();
-    assert_eq!(bytes as u64, size, "the reads add up to the file");
+        .all(|r| r.service_name.as_deref() == Some("readme-app")));
+    assert_eq!(
+        returned_sum(&reads) as u64,
+        size,
+        "the reads add up to the file"
+    );
     // kspan's ids are the kernel's: no two spans share one.
     let mut ids: Vec<&[u8]> = run.spans.iter().map(|s| s.span_id.as_slice()).collect();
     ids.sort();

@@ -6,7 +6,9 @@
 //! attached the main thread's context (`Context::attach`), and in a span
 //! that thread started. Run in the VM by `cargo xtask test`.
 
-use kspan_tests::{example, hex, run_with_receiver, ReceivedSpan};
+use kspan_tests::{
+    assert_children_of, example, hex, returned_sum, run_with_receiver, spans_of_thread, the_span,
+};
 
 const FILE_SIZE: usize = 10_000;
 
@@ -20,29 +22,6 @@ fn number_after(text: &str, key: &str) -> i64 {
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("a number after `{key}` in {text}"))
-}
-
-/// The `vfs_read` spans of thread `tid` that start in `[from, to]`.
-fn reads_of(spans: &[ReceivedSpan], tid: i64, from: u64, to: u64) -> Vec<&ReceivedSpan> {
-    spans
-        .iter()
-        .filter(|s| s.name == "vfs_read" && s.int("thread.id") == Some(tid))
-        .filter(|s| s.start_ns >= from && s.start_ns <= to)
-        .collect()
-}
-
-/// Checks that each of `reads` is a child of `parent`, in its trace,
-/// inside it in time.
-fn assert_children(reads: &[&ReceivedSpan], parent: &ReceivedSpan) {
-    for r in reads {
-        assert_eq!(
-            (hex(&r.parent_span_id), hex(&r.trace_id)),
-            (hex(&parent.span_id), hex(&parent.trace_id)),
-            "a child of {}: {r:?}",
-            parent.name
-        );
-        assert!(r.end_ns <= parent.end_ns, "inside {}: {r:?}", parent.name);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -66,12 +45,10 @@ async fn opentelemetry_api_spans_are_parents_of_kernel_spans() {
     let attached_calls = number_after(&stdout, &format!("worker {worker_tid}: "));
     let worker_calls = number_after(&stdout, "attached read calls, ");
 
-    let one = |name: &str| -> &ReceivedSpan {
-        let found: Vec<_> = run.spans.iter().filter(|s| s.name == name).collect();
-        assert_eq!(found.len(), 1, "one {name}: {:?}", run.spans);
-        found[0]
-    };
-    let (read_file, worker_read) = (one("read_file"), one("worker_read"));
+    let (read_file, worker_read) = (
+        the_span(&run.spans, "read_file"),
+        the_span(&run.spans, "worker_read"),
+    );
     assert!(read_file.parent_span_id.is_empty(), "a root");
     assert_eq!(read_file.service_name.as_deref(), Some("otel-api-test"));
     assert_eq!(
@@ -83,22 +60,30 @@ async fn opentelemetry_api_spans_are_parents_of_kernel_spans() {
     // The main thread's reads, the worker's under read_file's attached
     // context alone (before worker_read), and the worker's in worker_read.
     let pid = i64::from(run.pid);
-    let main_reads = reads_of(&run.spans, pid, read_file.start_ns, read_file.end_ns);
-    assert_children(&main_reads, read_file);
-    let attached_reads = reads_of(
+    let main_reads = spans_of_thread(
         &run.spans,
+        "vfs_read",
+        pid,
+        read_file.start_ns,
+        read_file.end_ns,
+    );
+    assert_children_of(&main_reads, read_file);
+    let attached_reads = spans_of_thread(
+        &run.spans,
+        "vfs_read",
         worker_tid,
         read_file.start_ns,
         worker_read.start_ns,
     );
-    assert_children(&attached_reads, read_file);
-    let worker_reads = reads_of(
+    assert_children_of(&attached_reads, read_file);
+    let worker_reads = spans_of_thread(
         &run.spans,
+        "vfs_read",
         worker_tid,
         worker_read.start_ns,
         worker_read.end_ns,
     );
-    assert_children(&worker_reads, worker_read);
+    assert_children_of(&worker_reads, worker_read);
     for (reads, calls) in [
         (&main_reads, main_calls),
         (&attached_reads, attached_calls),
@@ -109,11 +94,11 @@ async fn opentelemetry_api_spans_are_parents_of_kernel_spans() {
             calls,
             "one span per read call: {reads:?}"
         );
-        let bytes: i64 = reads
-            .iter()
-            .map(|r| r.int("kernel.return_value").unwrap())
-            .sum();
-        assert_eq!(bytes, 2 * FILE_SIZE as i64, "the file, read twice");
+        assert_eq!(
+            returned_sum(reads),
+            2 * FILE_SIZE as i64,
+            "the file, read twice"
+        );
         assert!(reads
             .iter()
             .all(|r| r.int("kernel.arg.count") == Some(4096)));

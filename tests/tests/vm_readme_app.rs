@@ -6,7 +6,9 @@
 //! over OTLP/gRPC, are children of its `load_config` span, made with the
 //! OpenTelemetry API alone.
 
-use kspan_tests::{hex, run_with_receiver, target_dir, ReceivedSpan};
+use kspan_tests::{
+    assert_children_of, returned_sum, run_with_receiver, spans_of_thread, target_dir, the_span,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
@@ -25,32 +27,14 @@ async fn readme_service_with_a_kernel_function_nests_its_reads_over_otlp() {
     assert!(stdout.contains(&format!("read {size} bytes")), "{stdout}");
     assert!(stdout.contains(", lost 0"), "{stdout}");
 
-    let app: Vec<&ReceivedSpan> = run
-        .spans
-        .iter()
-        .filter(|s| s.name == "load_config")
-        .collect();
-    assert_eq!(app.len(), 1, "{:?}", run.spans);
-    let app = app[0];
+    let app = the_span(&run.spans, "load_config");
     let pid = i64::from(run.pid);
-    let reads: Vec<&ReceivedSpan> = run
-        .spans
-        .iter()
-        .filter(|s| s.name == "vfs_read" && s.int("thread.id") == Some(pid))
-        .filter(|s| s.start_ns >= app.start_ns && s.start_ns <= app.end_ns)
-        .collect();
+    let reads = spans_of_thread(&run.spans, "vfs_read", pid, app.start_ns, app.end_ns);
     assert!(reads.len() >= 2, "{:?}", run.spans);
-    for r in &reads {
-        assert_eq!(
-            (hex(&r.parent_span_id), hex(&r.trace_id)),
-            (hex(&app.span_id), hex(&app.trace_id)),
-            "a child of load_config: {r:?}"
-        );
-        assert!(r.end_ns <= app.end_ns, "inside load_config: {r:?}");
-    }
-    let bytes: i64 = reads
-        .iter()
-        .map(|r| r.int("kernel.return_value").expect("a return value"))
-        .sum();
-    assert_eq!(bytes as u64, size, "the reads add up to the file");
+    assert_children_of(&reads, app);
+    assert_eq!(
+        returned_sum(&reads) as u64,
+        size,
+        "the reads add up to the file"
+    );
 }
