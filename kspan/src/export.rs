@@ -584,13 +584,27 @@ mod tests {
     }
 
     fn run_with(records: &[Vec<u8>], process_pid: bool) -> (Vec<SpanData>, Vec<Outcome>) {
+        run_in(records, process_pid, |b| b)
+    }
+
+    /// Records through a provider configured by `configure` (plus what
+    /// kspan needs); the spans its exporter got and each record's outcome.
+    fn run_in(
+        records: &[Vec<u8>],
+        process_pid: bool,
+        configure: impl FnOnce(
+            opentelemetry_sdk::trace::TracerProviderBuilder,
+        ) -> opentelemetry_sdk::trace::TracerProviderBuilder,
+    ) -> (Vec<SpanData>, Vec<Outcome>) {
         let btf = Btf::parse(&sample()).unwrap();
         let plan = plan_probe(&btf, &vfs_read).unwrap();
         let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .with_id_generator(crate::KernelSpanIds::default())
-            .build();
+        let provider = configure(
+            SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .with_id_generator(crate::KernelSpanIds::default()),
+        )
+        .build();
         let factory = SpanFactory::new(
             provider.tracer("kspan-test"),
             ClockOffset::from_offset_ns(1_000_000_000),
@@ -692,31 +706,14 @@ mod tests {
         assert_eq!(outer.status, Status::Unset);
     }
 
-    /// Records through a provider configured by `configure` (plus what
-    /// kspan needs); the spans its exporter got.
+    /// The spans of `records` through a provider configured by `configure`.
     fn run_configured(
         records: &[Vec<u8>],
         configure: impl FnOnce(
             opentelemetry_sdk::trace::TracerProviderBuilder,
         ) -> opentelemetry_sdk::trace::TracerProviderBuilder,
     ) -> Vec<SpanData> {
-        let btf = Btf::parse(&sample()).unwrap();
-        let plan = plan_probe(&btf, &vfs_read).unwrap();
-        let exporter = InMemorySpanExporter::default();
-        let provider = configure(
-            SdkTracerProvider::builder()
-                .with_simple_exporter(exporter.clone())
-                .with_id_generator(crate::KernelSpanIds::default()),
-        )
-        .build();
-        let factory = SpanFactory::new(
-            provider.tracer("kspan-test"),
-            ClockOffset::from_offset_ns(0),
-        );
-        for r in records {
-            factory.process(&plan, &parse_record(r).unwrap());
-        }
-        exporter.get_finished_spans().unwrap()
+        run_in(records, false, configure).0
     }
 
     #[test]
