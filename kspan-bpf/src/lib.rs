@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The kernel half of kspan.
 //!
-//! `src/bpf/kspan.bpf.c` holds one generic fentry program and one generic fexit
-//! program. They are not specialised per traced function in source: the runtime
-//! opens the compiled object once per function, sets the attach target, writes
-//! the function's [`types::kspan_config`] into `.rodata` and shares the three
-//! maps of the first copy with every other copy. The verifier then sees the
-//! settings as constants, which keeps the programs small, and the record layout
-//! (`src/bpf/kspan.h`) exists once: the types below are generated from the
-//! object's BTF by libbpf-cargo's skeleton builder.
+//! `src/bpf/kspan.bpf.c` holds one generic program per hook and direction
+//! (fentry/fexit, kprobe/kretprobe and their kprobe.multi forms, the syscall
+//! enter/exit tracepoints). None is specialised per traced function in
+//! source: the runtime writes a function's [`types::kspan_config`] into
+//! `.rodata` before loading, so the verifier sees the settings as constants,
+//! and every loaded copy shares the ring buffer, stacks, counters and switch
+//! of the first. The record layout (`src/bpf/kspan.h`) exists once: the
+//! types and the skeleton ([`KspanSkelBuilder`]) below are generated from the
+//! object's BTF by libbpf-cargo.
 //!
 //! The object is compiled by `cargo xtask bpf` and shipped as
 //! `src/bpf/kspan.bpf.o` (the test command fails when it is older than its
@@ -25,7 +26,7 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/kspan.skel.rs"));
 }
 
-pub use skel::types;
+pub use skel::{types, KspanSkel, KspanSkelBuilder, OpenKspanProgs, OpenKspanSkel};
 
 /// The compiled BPF object (ELF), built from `bpf/kspan.bpf.c` by
 /// `cargo xtask bpf` and shipped with the crate.

@@ -51,7 +51,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use kspan::btf::Btf;
+use kspan::kernel::btf::Btf;
+use kspan::kernel::tracefs::{self, TRACEFS};
 use kspan::{Feature, KernelCapabilities, Mode};
 
 use render::{NotTraced, Target};
@@ -210,7 +211,7 @@ fn doctor() -> Outcome {
     let trampolines = verdict(("trampolines", &caps.trampolines));
     let kprobes = verdict(("kprobes", &caps.kprobes));
     // kspan mounts tracefs itself when a syscall source needs it.
-    let tracefs = Path::new(kspan::syscall::TRACEFS);
+    let tracefs = Path::new(TRACEFS);
     let unmounted =
         !caps.tracepoints.is_available() && tracefs.is_dir() && !tracefs.join("events").exists();
     let syscalls = if unmounted {
@@ -231,7 +232,7 @@ fn doctor() -> Outcome {
             Ok(()) if unmounted => format!(
                 "yes, once tracefs is mounted (kspan mounts it at start; by hand: \
                  `mount -t tracefs tracefs {}`)",
-                kspan::syscall::TRACEFS
+                TRACEFS
             ),
             other => yes_no(other),
         }
@@ -389,7 +390,7 @@ fn list_syscalls(pattern: &str) -> Outcome {
     for name in &matching {
         let path = enter_format_path(name);
         let line = match std::fs::read_to_string(&path) {
-            Ok(text) => match kspan::syscall::parse_enter_format(&text) {
+            Ok(text) => match kspan::kernel::syscall::parse_enter_format(&text) {
                 Some(args) => {
                     let args: Vec<String> = args
                         .iter()
@@ -576,7 +577,7 @@ fn generate_syscall(name: &str) -> Outcome {
         }
     };
     let btf = read_btf()?;
-    let sig = kspan::syscall::signature(&btf, name, &text).ok_or_else(|| {
+    let sig = kspan::kernel::syscall::signature(&btf, name, &text).ok_or_else(|| {
         Failure::Failed(format!(
             "cannot parse {}: it is not a `sys_enter_*` tracepoint format (no `__syscall_nr` \
              field)",
@@ -613,68 +614,49 @@ fn read_btf() -> Result<Btf, Failure> {
 /// the runtime reads them; why not when unreadable (on a kernel whose
 /// function tracer is locked down, even for root).
 fn read_traceable() -> Result<HashSet<String>, String> {
-    let path = Path::new(kspan::syscall::TRACEFS).join("available_filter_functions");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    tracefs::traceable_functions().map_err(|e| {
         // `Operation not permitted (os error 1)`: the kind is enough.
         let e = e.to_string();
         let e = e.split(" (os error").next().unwrap_or_default();
-        format!("cannot read {} ({e})", path.display())
-    })?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect())
+        format!(
+            "cannot read {} ({e})",
+            Path::new(TRACEFS)
+                .join("available_filter_functions")
+                .display()
+        )
+    })
 }
 
-/// tracefs's syscall events directory.
-fn syscall_events() -> PathBuf {
-    Path::new(kspan::syscall::TRACEFS).join("events/syscalls")
-}
+use tracefs::syscall_events;
 
 /// The format file of syscall `name`'s enter tracepoint.
 fn enter_format_path(name: &str) -> PathBuf {
     syscall_events().join(format!("sys_enter_{name}/format"))
 }
 
-/// The system calls that have tracepoints, unsorted.
+/// The system calls that have tracepoints, sorted.
 fn syscall_names() -> Result<Vec<String>, Failure> {
-    let tracefs = kspan::syscall::TRACEFS;
+    let tracefs = TRACEFS;
     let events = syscall_events();
-    let dir = match std::fs::read_dir(&events) {
-        Ok(dir) => dir,
-        Err(e) => {
-            let mount = format!("mount it with `mount -t tracefs tracefs {tracefs}`");
-            return Err(Failure::Failed(
-                if e.kind() == io::ErrorKind::PermissionDenied {
-                    format!(
-                        "cannot read {}: permission denied; run as root",
-                        events.display()
-                    )
-                } else if !Path::new(tracefs).is_dir() {
-                    format!("this kernel has no tracefs ({tracefs} does not exist), so no syscall sources")
-                } else if !Path::new(tracefs).join("events").is_dir() {
-                    format!("tracefs is not mounted at {tracefs}: {mount}")
-                } else if e.kind() == io::ErrorKind::NotFound {
-                    format!(
-                        "{} does not exist: the kernel has no syscall tracepoints (it needs \
+    tracefs::syscall_names().map_err(|e| {
+        let mount = format!("mount it with `mount -t tracefs tracefs {tracefs}`");
+        Failure::Failed(if e.kind() == io::ErrorKind::PermissionDenied {
+            format!(
+                "cannot read {}: permission denied; run as root",
+                events.display()
+            )
+        } else if !Path::new(tracefs).is_dir() {
+            format!("this kernel has no tracefs ({tracefs} does not exist), so no syscall sources")
+        } else if !Path::new(tracefs).join("events").is_dir() {
+            format!("tracefs is not mounted at {tracefs}: {mount}")
+        } else if e.kind() == io::ErrorKind::NotFound {
+            format!(
+                "{} does not exist: the kernel has no syscall tracepoints (it needs \
                          CONFIG_FTRACE_SYSCALLS=y)",
-                        events.display()
-                    )
-                } else {
-                    format!("cannot read {}: {e}", events.display())
-                },
-            ));
-        }
-    };
-    Ok(dir
-        .filter_map(|entry| {
-            entry
-                .ok()?
-                .file_name()
-                .to_str()?
-                .strip_prefix("sys_enter_")
-                .map(str::to_owned)
+                events.display()
+            )
+        } else {
+            format!("cannot read {}: {e}", events.display())
         })
-        .collect())
+    })
 }

@@ -6,7 +6,7 @@
 //! ([`FuncSignature`] values, names) and returns text, so all of it is tested
 //! on hand-built values. `main.rs` does the reading and printing.
 
-use kspan::btf::{FuncSignature, KernelType, TypeClass};
+use kspan::kernel::btf::{FuncSignature, KernelType, TypeClass};
 use kspan::Mode;
 
 /// How many leading arguments of a kernel function a probe can capture: the
@@ -52,14 +52,10 @@ pub fn parse_mode(name: &str) -> Result<Mode, String> {
         })
 }
 
-/// Whether `pattern` has a glob wildcard (`*` or `?`).
-pub fn has_wildcard(pattern: &str) -> bool {
-    pattern.contains(['*', '?'])
-}
-
-/// Shell-style glob matching of a whole name: the library's, so that
-/// `kspan list` and `#[kernel_span("vfs_*")]` match the same functions.
-pub use kspan::denylist::glob_match;
+/// Shell-style glob matching of a whole name, and whether a text is a
+/// pattern: the library's, so that `kspan list` and
+/// `#[kernel_span("vfs_*")]` match the same functions.
+pub use kspan::plan::denylist::{glob_match, is_pattern as has_wildcard};
 
 /// Rust's keywords (strict and reserved, through edition 2024): a parameter
 /// with one of these names is written as a raw identifier (`r#type`), a
@@ -454,44 +450,9 @@ fn function_item(name: &str, params: &[HandlerParam]) -> String {
     out
 }
 
-/// Why kspan will not trace a kernel function that BTF describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotTraced {
-    /// It is on kspan's deny list, for this reason.
-    Denied(&'static str),
-    /// It is missing from the kernel's `available_filter_functions`:
-    /// inlined into its callers, or marked notrace.
-    Untraceable,
-}
-
-impl std::fmt::Display for NotTraced {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NotTraced::Denied(reason) => write!(f, "on kspan's deny list: {reason}"),
-            NotTraced::Untraceable => f.write_str(
-                "not traceable: absent from available_filter_functions (inlined into its \
-                 callers, or marked notrace)",
-            ),
-        }
-    }
-}
-
-/// Why kspan will not trace kernel function `name`, if it will not: it is
-/// on kspan's deny list ([`kspan::denylist::denied`]), or it is missing from
-/// `traceable` (the kernel's `available_filter_functions`, when readable).
-/// `Kspan::start` refuses such a probe for the same reasons.
-pub fn not_traced(
-    name: &str,
-    traceable: Option<&std::collections::HashSet<String>>,
-) -> Option<NotTraced> {
-    if let Some(reason) = kspan::denylist::denied(name) {
-        return Some(NotTraced::Denied(reason));
-    }
-    match traceable {
-        Some(set) if !set.contains(name) => Some(NotTraced::Untraceable),
-        _ => None,
-    }
-}
+/// Why kspan will not trace a function: the library's, as `Kspan::start`
+/// decides.
+pub use kspan::plan::denylist::{not_traced, NotTraced};
 
 /// Suggestions by edit distance: the library's, as in its own errors.
 pub use kspan::plan::closest_names;
@@ -557,82 +518,6 @@ mod tests {
                 ("pos", ptr("loff_t *")),
             ],
         )
-    }
-
-    #[test]
-    fn glob_wildcards() {
-        assert!(glob_match("*", ""));
-        assert!(glob_match("*", "vfs_read"));
-        assert!(glob_match("vfs_rea*", "vfs_read"));
-        assert!(glob_match("vfs_rea*", "vfs_readv"));
-        assert!(glob_match("vfs_rea*", "vfs_rea"));
-        assert!(!glob_match("vfs_rea*", "do_vfs_read"));
-        assert!(glob_match("*read", "vfs_read"));
-        assert!(!glob_match("*read", "vfs_readv"));
-        assert!(glob_match("*_read*", "ksys_readahead"));
-        assert!(glob_match("v?s_read", "vfs_read"));
-        assert!(!glob_match("v?s_read", "vs_read"));
-        assert!(glob_match("?", "a"));
-        assert!(!glob_match("?", ""));
-        assert!(!glob_match("?", "ab"));
-        assert!(glob_match("a*b*c", "aXbYbZc"));
-        assert!(!glob_match("a*b*c", "aXbYbZ"));
-        assert!(glob_match("**a**", "xax"));
-        assert!(
-            glob_match("*ab", "aab"),
-            "the star must give back characters"
-        );
-        assert!(glob_match("*a?c*", "aabcab"));
-    }
-
-    #[test]
-    fn globs_mean_what_pattern_probes_mean() {
-        // `#[kernel_span("vfs_*")]` expands with the library's matcher: a
-        // listing must show exactly what such a probe would trace.
-        let names = [
-            "",
-            "a",
-            "ab",
-            "aab",
-            "vfs_read",
-            "vfs_",
-            "do_vfs_read",
-            "aXbYbZc",
-        ];
-        let patterns = [
-            "*", "", "?", "a*", "*b", "*a?b*", "vfs_*", "*vfs_*", "v?s_*d", "a*b*c", "**", "?*?",
-        ];
-        for p in patterns {
-            for n in names {
-                assert_eq!(
-                    glob_match(p, n),
-                    kspan::denylist::glob_match(p, n),
-                    "`{p}` on `{n}`"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn functions_kspan_refuses() {
-        let traceable: std::collections::HashSet<String> =
-            ["vfs_read".to_owned()].into_iter().collect();
-        assert_eq!(not_traced("vfs_read", Some(&traceable)), None);
-        assert_eq!(not_traced("vfs_read", None), None);
-        let inlined = not_traced("vfs_inlined", Some(&traceable)).unwrap();
-        assert_eq!(inlined, NotTraced::Untraceable);
-        assert!(inlined.to_string().starts_with("not traceable"));
-        assert_eq!(
-            not_traced("vfs_inlined", None),
-            None,
-            "unknown: not ruled out"
-        );
-        let denied = not_traced("rcu_read_unlock_strict", Some(&traceable)).unwrap();
-        assert!(matches!(denied, NotTraced::Denied(_)));
-        assert!(
-            denied.to_string().starts_with("on kspan's deny list: RCU"),
-            "{denied}"
-        );
     }
 
     #[test]

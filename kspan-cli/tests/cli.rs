@@ -27,7 +27,7 @@ const VFS_READ: &str = "ssize_t vfs_read(struct file *file, char *buf, size_t co
 
 /// Whether tracefs's syscall events are where kspan looks for them.
 fn tracefs_mounted() -> bool {
-    std::path::Path::new(kspan::syscall::TRACEFS)
+    std::path::Path::new(kspan::kernel::tracefs::TRACEFS)
         .join("events/syscalls")
         .is_dir()
 }

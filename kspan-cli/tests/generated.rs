@@ -68,7 +68,6 @@ fn openat(dfd: i32, #[capture(user)] filename: &str, flags: i32, mode: u16, ret:
 
 use std::process::Command;
 
-use kspan::btf::Btf;
 use kspan::plan::{plan_all, PlanInputs};
 use kspan::Probe;
 
@@ -109,7 +108,7 @@ const FUNCTIONS: [&Probe; 7] = [
 ];
 
 fn tracefs_mounted() -> bool {
-    std::path::Path::new(kspan::syscall::TRACEFS)
+    std::path::Path::new(kspan::kernel::tracefs::TRACEFS)
         .join("events/syscalls")
         .is_dir()
 }
@@ -169,19 +168,12 @@ fn generated_name<'a>(args: &[&'a str]) -> &'a str {
 
 #[test]
 fn the_pasted_probes_plan_against_this_kernel() {
-    let data = std::fs::read(kspan::KERNEL_BTF).expect("the kernel's BTF is readable");
-    let btf = Btf::parse(&data).expect("the kernel's BTF parses");
+    let btf = kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF))
+        .expect("the kernel's BTF is readable");
     // What `Kspan::start` reads besides BTF, read as it reads it.
-    let tracefs = std::path::Path::new(kspan::syscall::TRACEFS);
+    let tracefs = std::path::Path::new(kspan::kernel::tracefs::TRACEFS);
     let mut inputs = PlanInputs {
-        traceable: std::fs::read_to_string(tracefs.join("available_filter_functions"))
-            .ok()
-            .map(|text| {
-                text.lines()
-                    .filter_map(|l| l.split_whitespace().next())
-                    .map(str::to_owned)
-                    .collect()
-            }),
+        traceable: kspan::kernel::tracefs::traceable_functions().ok(),
         ..PlanInputs::default()
     };
     let mut probes: Vec<&'static Probe> = FUNCTIONS.to_vec();

@@ -16,9 +16,6 @@ pub(crate) mod kw {
     syn::custom_keyword!(syscall);
 }
 
-/// Attach modes the macro accepts (the runtime's `Mode` mirrors these).
-pub(crate) const MODES: [&str; 5] = ["auto", "fentry", "fexit", "kprobe", "kretprobe"];
-
 /// The parsed attribute.
 #[derive(Debug)]
 pub(crate) struct KernelSpanArgs {
@@ -33,17 +30,8 @@ pub(crate) struct KernelSpanArgs {
 /// A mode, with the token that chose it (or the call site for the default).
 #[derive(Debug, Clone)]
 pub(crate) struct Mode {
-    pub name: String,
+    pub value: kspan_dsl::Mode,
     pub span: Span,
-}
-
-impl Mode {
-    pub fn has_return(&self) -> bool {
-        matches!(
-            self.name.as_str(),
-            "auto" | "fexit" | "kretprobe" | "syscall"
-        )
-    }
 }
 
 impl Parse for KernelSpanArgs {
@@ -60,7 +48,7 @@ impl Parse for KernelSpanArgs {
             input.parse::<Token![=]>()?;
             let lit: LitStr = input.parse()?;
             syscall = Some(Mode {
-                name: "syscall".to_owned(),
+                value: kspan_dsl::Mode::Syscall,
                 span: key.span,
             });
             lit
@@ -115,16 +103,22 @@ impl Parse for KernelSpanArgs {
                     continue;
                 }
                 let name = value.value();
-                if !MODES.contains(&name.as_str()) {
-                    push(syn::Error::new(
-                        value.span(),
-                        format!(
-                            "unknown mode `{name}`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`"
-                        ),
-                    ));
-                }
+                // `syscall` parses but is written `syscall = "name"`.
+                let parsed = name
+                    .parse::<kspan_dsl::Mode>()
+                    .ok()
+                    .filter(|m| kspan_dsl::Mode::ANNOTATION_MODES.contains(m));
+                let parsed = match parsed {
+                    Some(m) => m,
+                    None => {
+                        push(syn::Error::new(value.span(), kspan_dsl::UnknownMode(name)));
+                        // Never expanded (the error is returned); it makes a
+                        // second `mode` a duplicate.
+                        kspan_dsl::Mode::Auto
+                    }
+                };
                 mode = Some(Mode {
-                    name,
+                    value: parsed,
                     span: value.span(),
                 });
             } else if lookahead.peek(kw::errno) {
@@ -158,7 +152,7 @@ impl Parse for KernelSpanArgs {
         Ok(KernelSpanArgs {
             function,
             mode: syscall.or(mode).unwrap_or(Mode {
-                name: "auto".to_owned(),
+                value: kspan_dsl::Mode::Auto,
                 span: Span::call_site(),
             }),
             errno: errno.unwrap_or(true),
@@ -173,50 +167,6 @@ pub(crate) struct CaptureArgs {
     pub user: Option<Span>,
     pub max: Option<syn::LitInt>,
     pub len: Option<LitStr>,
-}
-
-/// Most segments (`->m` or `.m`) a field path may have.
-pub(crate) const MAX_PATH_SEGMENTS: usize = 8;
-
-/// Checks field path syntax: `param` then `->member` or `.member`, at most
-/// [`MAX_PATH_SEGMENTS`] times. Types are checked at attach, against BTF.
-pub(crate) fn check_path(text: &str) -> Result<(), String> {
-    fn ident(s: &str) -> Option<(&str, &str)> {
-        let end = s
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(s.len());
-        let (id, rest) = s.split_at(end);
-        (!id.is_empty() && !id.starts_with(|c: char| c.is_ascii_digit())).then_some((id, rest))
-    }
-    let (_, mut rest) = ident(text).ok_or_else(|| {
-        format!("`{text}` must start with a parameter name, e.g. `file->f_path.dentry`")
-    })?;
-    let mut segments = 0;
-    while !rest.is_empty() {
-        let after = rest
-            .strip_prefix("->")
-            .or_else(|| rest.strip_prefix('.'))
-            .ok_or_else(|| {
-                format!(
-                    "expected `->` or `.` at `{rest}` in `{text}` (write `ptr->member` or `value.member`)"
-                )
-            })?;
-        let (_, next) = ident(after)
-            .ok_or_else(|| format!("expected a member name at `{after}` in `{text}`"))?;
-        rest = next;
-        segments += 1;
-    }
-    if segments == 0 {
-        return Err(format!(
-            "`{text}` is only a parameter: name the handler parameter `{text}` instead, or add members"
-        ));
-    }
-    if segments > MAX_PATH_SEGMENTS {
-        return Err(format!(
-            "`{text}` has {segments} members; at most {MAX_PATH_SEGMENTS} are followed"
-        ));
-    }
-    Ok(())
 }
 
 impl Parse for CaptureArgs {
@@ -235,8 +185,10 @@ impl Parse for CaptureArgs {
                 let value: LitStr = input.parse()?;
                 if args.path.is_some() {
                     push(syn::Error::new(key.span, "duplicate key `path`"));
-                } else if let Err(msg) = check_path(&value.value()) {
-                    push(syn::Error::new(value.span(), msg));
+                } else if let Err(e) = kspan_dsl::parse_field_path(&value.value()) {
+                    // The syntax alone: names and types are checked at
+                    // attach, against the kernel's BTF.
+                    push(syn::Error::new(value.span(), e));
                 } else {
                     args.path = Some(value);
                 }
@@ -304,9 +256,9 @@ mod tests {
     fn function_and_mode() {
         let a = parse(quote!("vfs_read", mode = "fentry")).unwrap();
         assert_eq!(a.function.value(), "vfs_read");
-        assert_eq!(a.mode.name, "fentry");
+        assert_eq!(a.mode.value, kspan_dsl::Mode::Fentry);
         let a = parse(quote!("vfs_read",)).unwrap();
-        assert_eq!(a.mode.name, "auto", "auto is the default");
+        assert_eq!(a.mode.value, kspan_dsl::Mode::Auto, "auto is the default");
     }
 
     #[test]
@@ -347,23 +299,46 @@ mod tests {
         assert_eq!(err.to_string(), "`errno` takes `true` or `false`");
     }
 
+    fn path_err(text: &str) -> String {
+        let lit = LitStr::new(text, Span::call_site());
+        syn::parse2::<CaptureArgs>(quote!(path = #lit))
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn paths() {
-        assert!(check_path("file->f_path.dentry->d_name.name").is_ok());
-        assert!(check_path("how->flags").is_ok());
-        assert!(check_path("file").unwrap_err().contains("only a parameter"));
-        assert!(check_path("file->")
-            .unwrap_err()
-            .contains("expected a member name"));
-        assert!(check_path("file=>x")
-            .unwrap_err()
-            .contains("expected `->` or `.`"));
-        assert!(check_path("1file->x")
-            .unwrap_err()
-            .contains("must start with a parameter"));
-        assert!(check_path("a.b.c.d.e.f.g.h.i.j")
-            .unwrap_err()
-            .contains("at most 8"));
+        let ok = |text: &str| {
+            let lit = LitStr::new(text, Span::call_site());
+            syn::parse2::<CaptureArgs>(quote!(path = #lit))
+                .unwrap()
+                .path
+                .unwrap()
+                .value()
+        };
+        assert_eq!(
+            ok("file->f_path.dentry->d_name.name"),
+            "file->f_path.dentry->d_name.name"
+        );
+        assert_eq!(ok("how->flags"), "how->flags");
+        // The runtime's words, from the shared parser.
+        assert_eq!(
+            path_err("file"),
+            "expected `->` or `.` after `file` at byte 4, found the end of the path"
+        );
+        assert_eq!(path_err("file->"), "empty member name after `->` at byte 6");
+        assert_eq!(
+            path_err("file=>x"),
+            "expected `->` or `.` after `file` at byte 4, found `=`"
+        );
+        assert_eq!(
+            path_err("1file->x"),
+            "`1file` is not an identifier (at byte 0): a name starts with a letter or `_`"
+        );
+        assert_eq!(
+            path_err("a.b.c.d.e.f.g.h.i.j"),
+            "the field path has more than 8 member segments (segment 9 starts at byte 17)"
+        );
     }
 
     #[test]
@@ -381,14 +356,23 @@ mod tests {
     fn syscall_sources() {
         let a = parse(quote!(syscall = "openat", errno = false)).unwrap();
         assert_eq!(
-            (a.function.value().as_str(), a.mode.name.as_str()),
-            ("openat", "syscall")
+            (a.function.value().as_str(), a.mode.value),
+            ("openat", kspan_dsl::Mode::Syscall)
         );
-        assert!(a.mode.has_return() && !a.errno);
+        assert!(a.mode.value.has_return() && !a.errno);
         let err = parse(quote!(syscall = "openat", mode = "fexit")).unwrap_err();
         assert!(err
             .to_string()
             .contains("a syscall source has its own mode"));
+    }
+
+    #[test]
+    fn syscall_is_not_a_mode_name() {
+        let err = parse(quote!("f", mode = "syscall")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown mode `syscall`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`"
+        );
     }
 
     #[test]

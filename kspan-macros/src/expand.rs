@@ -151,12 +151,12 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
         let ty = (*pat_ty.ty).clone();
         match role {
             Role::Ret => {
-                if !args.mode.has_return() {
+                if !args.mode.value.has_return() {
                     push(syn::Error::new(
                         pat.ident.span(),
                         format!(
                             "`ret` needs mode = \"fexit\" or \"kretprobe\": mode `{}` attaches at entry only and sees no return value",
-                            args.mode.name
+                            args.mode.value
                         ),
                     ));
                 }
@@ -216,18 +216,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
 
     let function = &args.function;
     let errno = args.errno;
-    let mode = format_ident!(
-        "{}",
-        match args.mode.name.as_str() {
-            "fentry" => "Fentry",
-            "kprobe" => "Kprobe",
-            "kretprobe" => "Kretprobe",
-            "syscall" => "Syscall",
-            "fexit" => "Fexit",
-            _ => "Auto",
-        },
-        span = args.mode.span
-    );
+    let mode = format_ident!("{}", args.mode.value.variant_name(), span = args.mode.span);
     let param_specs = params
         .iter()
         .filter(|p| matches!(p.role, Role::Capture))
@@ -398,7 +387,7 @@ fn check_capture_args(
     }
     match (&capture.len, class) {
         (Some(len), TypeClass::Bytes) => {
-            if len.value() == "ret" && !mode.has_return() {
+            if len.value() == "ret" && !mode.value.has_return() {
                 push(syn::Error::new(
                     len.span(),
                     "`len = \"ret\"` needs mode = \"fexit\" or \"kretprobe\"",

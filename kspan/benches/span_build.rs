@@ -15,10 +15,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use kspan::btf::Btf;
-use kspan::clock::ClockOffset;
-use kspan::export::parse_record;
+use kspan::consume::parse_record;
 use kspan::plan::plan_probe;
+use kspan::span::ClockOffset;
 use kspan::SpanFactory;
 use opentelemetry::trace::{Span as _, Tracer, TracerProvider as _};
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -88,9 +87,8 @@ fn record(plan: &kspan::plan::ProbePlan, parent: u64) -> Vec<u8> {
 }
 
 fn main() {
-    let btf_blob =
-        std::fs::read(kspan::KERNEL_BTF).expect("the kernel's BTF at /sys/kernel/btf/vmlinux");
-    let btf = Btf::parse(&btf_blob).expect("valid BTF");
+    let btf = kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF))
+        .expect("the kernel's BTF at /sys/kernel/btf/vmlinux");
     let plan = plan_probe(&btf, &do_sys_openat2).expect("do_sys_openat2 plans on this kernel");
     let bytes = record(&plan, 0);
     // The common case: a call made under an application span.

@@ -102,39 +102,37 @@
 #[cfg(test)]
 extern crate self as kspan;
 
-pub mod btf;
-pub mod capabilities;
-mod caps;
-pub mod clock;
+// The stages, in the order data flows; a module imports only from those
+// before it (and `context`, which imports none).
+mod attach;
+mod bpf;
+pub mod consume;
 pub mod context;
-mod copies;
-pub mod denylist;
-mod errno;
 mod error;
-pub mod export;
-pub mod fieldpath;
-mod ids;
+pub mod kernel;
 pub mod plan;
-mod probe;
-mod registry;
 mod runtime;
-pub mod syscall;
-mod value;
+pub mod span;
+mod annotation;
 
-pub use capabilities::{Feature, KernelCapabilities};
+pub use attach::{AttachDecision, AttachError};
+pub use bpf::{Feature, KernelCapabilities, LoadError, MapError, Orphans};
 pub use error::{Error, Result};
-pub use export::{KernelSpan, Outcome, SpanFactory};
-pub use ids::KernelSpanIds;
+pub use kernel::{KernelError, KERNEL_BTF};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
-pub use probe::{Captured, LenSource, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode};
-pub use runtime::{AttachDecision, Kspan, KspanBuilder, Mechanism, Orphans, Stats, KERNEL_BTF};
-pub use value::{Capture, FromCapture, KernelValue, Value, ValueKind, ValueType};
+pub use plan::PlanError;
+pub use runtime::{Kspan, KspanBuilder, Stats};
+pub use span::{KernelSpanIds, Outcome, SpanFactory};
+pub use annotation::{
+    attributes, Capture, Captured, FromCapture, Hook, KernelSpan, KernelValue, LenSource,
+    Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind, ValueType,
+};
 
 /// What the `kernel_span` macro's expansion uses; not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::registry::PROBES;
+    pub use crate::annotation::PROBES;
     pub use linkme;
 }
 

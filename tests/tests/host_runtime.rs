@@ -90,11 +90,11 @@ async fn all_probes_takes_every_annotation_and_refuses_two_on_one_function() {
         .start()
         .unwrap_err();
     match &err {
-        kspan::Error::DuplicateProbe {
+        kspan::Error::Plan(kspan::PlanError::DuplicateProbe {
             function,
             first,
             second,
-        } => {
+        }) => {
             assert_eq!(function, "vfs_read");
             assert!(first.contains("host_runtime.rs:") && second.contains("host_runtime.rs:"));
             assert_ne!(first, second, "{err}");
@@ -116,15 +116,15 @@ async fn host_kernel_refuses_fexit_with_eperm() {
         .start()
         .unwrap_err();
     match &err {
-        kspan::Error::LoadFailed {
+        kspan::Error::Attach(kspan::AttachError::Load(kspan::LoadError {
             function,
-            mode,
+            hook,
             errno,
             verifier_log,
             ..
-        } => {
+        })) => {
             assert_eq!(function, "vfs_read");
-            assert_eq!(*mode, kspan::Mode::Fexit);
+            assert_eq!(*hook, kspan::Hook::Fexit);
             assert_eq!(*errno, Some(libc_eperm()));
             assert!(
                 verifier_log.is_none(),
@@ -144,10 +144,10 @@ async fn auto_on_the_host_lists_every_mechanism_it_tried() {
         .start()
         .unwrap_err();
     match &err {
-        kspan::Error::NoMechanism { function, tried } => {
+        kspan::Error::Attach(kspan::AttachError::NoMechanism { function, tried }) => {
             assert_eq!(function, "vfs_read");
-            let modes: Vec<kspan::Mode> = tried.iter().map(|(m, _)| *m).collect();
-            assert_eq!(modes, [kspan::Mode::Fexit, kspan::Mode::Kretprobe]);
+            let hooks: Vec<kspan::Hook> = tried.iter().map(|(h, _)| *h).collect();
+            assert_eq!(hooks, [kspan::Hook::Fexit, kspan::Hook::Kretprobe]);
             assert!(tried[0].1.contains("EPERM"), "{err}");
             assert!(tried[1].1.contains("CONFIG_KPROBES"), "{err}");
         }
@@ -199,14 +199,14 @@ async fn host_kernel_has_no_kprobes() {
         .start()
         .unwrap_err();
     match &err {
-        kspan::Error::AttachFailed {
+        kspan::Error::Attach(kspan::AttachError::Refused {
             function,
-            mode,
+            hook,
             errno,
             ..
-        } => {
+        }) => {
             assert_eq!(function, "vfs_read");
-            assert_eq!(*mode, kspan::Mode::Kretprobe);
+            assert_eq!(*hook, kspan::Hook::Kretprobe);
             assert_eq!(*errno, Some(2), "ENOENT: {err}");
         }
         other => panic!("expected AttachFailed, got {other}"),

@@ -152,7 +152,7 @@ async fn kprobes_of_the_same_settings_share_programs_and_keep_their_names() {
     let plan = kspan.attach_plan().to_vec();
     let caps = kspan::KernelCapabilities::get();
     for decision in &plan {
-        assert_eq!(decision.chosen, kspan::Mode::Kretprobe, "{plan:?}");
+        assert_eq!(decision.chosen, kspan::Hook::Kretprobe, "{plan:?}");
         assert_eq!(
             decision.multi,
             caps.kprobe_multi.is_available(),
@@ -239,7 +239,7 @@ async fn auto_prefers_trampolines() {
     assert_eq!(plan.len(), 1);
     assert_eq!(
         (plan[0].requested, plan[0].chosen),
-        (kspan::Mode::Auto, kspan::Mode::Fexit)
+        (kspan::Mode::Auto, kspan::Hook::Fexit)
     );
     assert!(plan[0].rejected.is_empty(), "{plan:?}");
     assert_eq!(spans.len(), 2, "two reads: 4 bytes, then 0");
@@ -253,9 +253,9 @@ async fn auto_falls_back_to_kretprobes_and_says_why() {
         "kspan-auto-fallback.txt",
     )
     .await;
-    assert_eq!(plan[0].chosen, kspan::Mode::Kretprobe, "{plan:?}");
+    assert_eq!(plan[0].chosen, kspan::Hook::Kretprobe, "{plan:?}");
     assert_eq!(plan[0].rejected.len(), 1);
-    assert_eq!(plan[0].rejected[0].0, kspan::Mode::Fexit);
+    assert_eq!(plan[0].rejected[0].0, kspan::Hook::Fexit);
     assert!(
         plan[0].rejected[0]
             .1

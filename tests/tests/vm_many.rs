@@ -27,7 +27,7 @@ async fn a_pattern_attaches_every_traceable_match() {
     );
     assert!(plan.len() >= 30, "{plan:?}");
     assert!(
-        plan.iter().all(|d| d.chosen == kspan::Mode::Fexit),
+        plan.iter().all(|d| d.chosen == kspan::Hook::Fexit),
         "{plan:?}"
     );
     assert!(plan.iter().any(|d| d.function == "vfs_read"));

@@ -1,115 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! What the `kernel_span` macro generates: a probe definition.
+//! A probe definition: what the `kernel_span` macro generates.
 //!
 //! A [`Probe`] is plain `'static` data plus one function pointer, so the macro
 //! can emit it as a `static` and the runtime can take any number of them
 //! without generics.
 
 use std::fmt;
-use std::str::FromStr;
 
-use crate::export::KernelSpan;
-use crate::value::{Capture, FromCapture, KernelValue, ValueType};
-
-/// How a kernel function is attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Mode {
-    /// A BPF trampoline at entry only: each call is an instant (zero-length
-    /// span) with the arguments; no return value.
-    Fentry,
-    /// BPF trampolines at entry and exit: a full span with start and end
-    /// times, arguments and the return value.
-    Fexit,
-    /// A kprobe at entry only: an instant with the arguments, for kernels
-    /// without trampolines.
-    Kprobe,
-    /// A kprobe at entry and a kretprobe at exit: a full span like `fexit`
-    /// (the arguments are kept from entry), for kernels without trampolines.
-    Kretprobe,
-    /// A system call's enter and exit tracepoints: a full span with the
-    /// arguments and the return value. Works where neither trampolines nor
-    /// kprobes do. Declared with `#[kernel_span(syscall = "openat")]`.
-    Syscall,
-    /// The default: the best full-span mechanism this kernel offers for the
-    /// function, `fexit` first, then `kretprobe`; the choice and the reason for
-    /// every rejected option are in [`Kspan::attach_plan`](crate::Kspan::attach_plan).
-    Auto,
-}
-
-impl Mode {
-    /// Every mode, in the order error messages list them.
-    pub const ALL: [Mode; 6] = [
-        Mode::Fentry,
-        Mode::Fexit,
-        Mode::Kprobe,
-        Mode::Kretprobe,
-        Mode::Syscall,
-        Mode::Auto,
-    ];
-
-    /// The mode's name as written in `mode = "..."`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Fentry => "fentry",
-            Mode::Fexit => "fexit",
-            Mode::Kprobe => "kprobe",
-            Mode::Kretprobe => "kretprobe",
-            Mode::Syscall => "syscall",
-            Mode::Auto => "auto",
-        }
-    }
-
-    /// Whether this mode sees the return value.
-    pub fn has_return(self) -> bool {
-        matches!(
-            self,
-            Mode::Fexit | Mode::Kretprobe | Mode::Syscall | Mode::Auto
-        )
-    }
-
-    /// The mechanisms `auto` tries, best first.
-    pub const AUTO_ORDER: [Mode; 2] = [Mode::Fexit, Mode::Kretprobe];
-
-    /// Whether the mode attaches BPF trampolines (else kprobes).
-    pub fn is_trampoline(self) -> bool {
-        matches!(self, Mode::Fentry | Mode::Fexit)
-    }
-
-    pub(crate) fn bpf_value(self) -> u32 {
-        use kspan_bpf::consts as c;
-        (match self {
-            Mode::Fentry => c::KSPAN_MODE_FENTRY,
-            Mode::Fexit => c::KSPAN_MODE_FEXIT,
-            Mode::Kprobe => c::KSPAN_MODE_KPROBE,
-            Mode::Kretprobe => c::KSPAN_MODE_KRETPROBE,
-            Mode::Syscall => c::KSPAN_MODE_SYSCALL,
-            // Resolved to a concrete mode before anything is loaded.
-            Mode::Auto => c::KSPAN_MODE_FEXIT,
-        }) as u32
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A mode name that is not one of [`Mode::ALL`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown mode `{0}`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`")]
-pub struct UnknownMode(pub String);
-
-impl FromStr for Mode {
-    type Err = UnknownMode;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| UnknownMode(s.to_owned()))
-    }
-}
+use super::kernel_span::KernelSpan;
+use super::value::{Capture, FromCapture, KernelValue, ValueType};
+use super::Mode;
 
 /// Where a byte buffer's length comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,21 +118,6 @@ impl<'a> Captured<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn modes_round_trip() {
-        for m in Mode::ALL {
-            assert_eq!(m.as_str().parse::<Mode>().unwrap(), m);
-        }
-        let err = "fexitt".parse::<Mode>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "unknown mode `fexitt`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`"
-        );
-        assert!(Mode::Fexit.has_return() && !Mode::Fentry.has_return());
-        assert!(Mode::Kretprobe.has_return() && !Mode::Kprobe.has_return());
-        assert_eq!(Mode::Kretprobe.bpf_value(), 3);
-    }
 
     #[test]
     fn captured_reads_typed_values() {

@@ -1,329 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! From a ring-buffer record to an OpenTelemetry span.
-//!
-//! Decoding is pure ([`parse_record`], the captures of a record); building
-//! goes through the application's own tracer with the kernel's ids and times,
-//! so the span passes the application's sampler, processors and exporter like
-//! any span the application makes itself.
+//! From a decoded record to an OpenTelemetry span, through the
+//! application's own tracer with the kernel's ids and times, so the span
+//! passes the application's sampler, processors and exporter like any span
+//! the application makes itself; the probe's handler runs in between.
 
-use std::borrow::Cow;
+mod attributes;
+mod clock;
+mod ids;
+
+pub use clock::ClockOffset;
+pub(crate) use ids::provider_has_kernel_ids;
+pub use ids::KernelSpanIds;
+
 use std::cell::RefCell;
-use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, SystemTime};
 
-use kspan_bpf::types::kspan_record;
 use opentelemetry::trace::{
     Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
     TraceId, TraceState, Tracer,
 };
-use opentelemetry::{Context, Key, KeyValue};
+use opentelemetry::{Context, KeyValue};
 
-use crate::clock::ClockOffset;
-use crate::errno;
-use crate::plan::{CapturePlan, ProbePlan, KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
-use crate::probe::Captured;
-use crate::value::{Capture, Value};
-
-/// Attribute names kspan sets on kernel spans, in OpenTelemetry
-/// semantic-convention style (dotted, lower snake case, registered names where
-/// a registered one fits). The span's name is the kernel function; the nesting
-/// of kernel spans is their parent links; the attach mode is fixed in the
-/// probe's source: none of those is repeated on every span.
-pub mod attributes {
-    /// Prefix of captured values: `kernel.arg.count` for parameter `count`.
-    /// A string cut at its bound also sets `kernel.arg.<name>.truncated`; a
-    /// value the kernel could not read sets `kernel.arg.<name>.fault` instead
-    /// of the value. Enum values are their enumerator's name; buffers are hex.
-    pub const ARG_PREFIX: &str = "kernel.arg.";
-    /// The return value.
-    pub const RETURN_VALUE: &str = "kernel.return_value";
-    /// The errno name of a failed call (`ENOENT`) (semantic conventions:
-    /// `error.type`).
-    pub const ERROR_TYPE: &str = "error.type";
-    /// Set to `true` on the span of a handler that panicked.
-    pub const HANDLER_PANICKED: &str = "kspan.handler.panicked";
-    /// The thread that made the call (semantic conventions: `thread.id`).
-    pub const THREAD_ID: &str = "thread.id";
-    /// The process that made the call (semantic conventions: `process.pid`).
-    /// Set only when other processes are traced too
-    /// ([`KspanBuilder::trace_all_processes`](crate::KspanBuilder::trace_all_processes)):
-    /// the application's own spans are told apart by its resource.
-    pub const PROCESS_PID: &str = "process.pid";
-}
-
-/// A record too short to be a span: a layout mismatch, never expected.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("ring-buffer record of {len} bytes, expected at least {expected}")]
-pub struct DecodeError {
-    /// The record's length.
-    pub len: usize,
-    /// The header's length.
-    pub expected: usize,
-}
-
-/// A record as it sits in the ring buffer: the fixed header and the data
-/// area of strings and buffers after it.
-#[derive(Debug, Clone)]
-pub struct RecordView<'a> {
-    /// The header.
-    pub header: RecordHeader<'a>,
-    /// The data area.
-    pub data: &'a [u8],
-}
-
-/// A record's header: borrowed in place when aligned (ring-buffer records
-/// are 8-byte aligned), copied to the heap otherwise, so that the view stays
-/// small to pass around either way.
-#[derive(Debug, Clone)]
-pub enum RecordHeader<'a> {
-    /// Read in place.
-    InPlace(&'a kspan_record),
-    /// Copied from unaligned bytes.
-    Copied(Box<kspan_record>),
-}
-
-impl std::ops::Deref for RecordHeader<'_> {
-    type Target = kspan_record;
-
-    fn deref(&self) -> &kspan_record {
-        match self {
-            RecordHeader::InPlace(header) => header,
-            RecordHeader::Copied(header) => header,
-        }
-    }
-}
-
-/// Reads a record from ring-buffer bytes.
-pub fn parse_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
-    let expected = std::mem::size_of::<kspan_record>();
-    if bytes.len() < expected {
-        return Err(DecodeError {
-            len: bytes.len(),
-            expected,
-        });
-    }
-    let ptr = bytes.as_ptr().cast::<kspan_record>();
-    let header = if ptr.is_aligned() {
-        // SAFETY: the pointer is aligned, the slice holds at least
-        // size_of::<kspan_record>() bytes that live as long as the returned
-        // borrow, and the type is plain old data (integers and byte arrays,
-        // every bit pattern valid).
-        RecordHeader::InPlace(unsafe { &*ptr })
-    } else {
-        // SAFETY: as above, and read_unaligned copes with any alignment.
-        RecordHeader::Copied(Box::new(unsafe { std::ptr::read_unaligned(ptr) }))
-    };
-    Ok(RecordView {
-        header,
-        data: &bytes[expected..],
-    })
-}
-
-/// Decodes capture `i` of `view` as `plan` says (pure).
-#[inline(always)]
-fn decode_capture<'a>(plan: &CapturePlan, i: usize, view: &RecordView<'a>) -> Capture<'a> {
-    let rec = &view.header;
-    if rec.cap_flags[i] & kspan_bpf::consts::KSPAN_CAPF_FAULT as u8 != 0 {
-        return Capture::Fault;
-    }
-    let raw = rec.vals[i];
-    let off = usize::from(plan.bpf.data_off);
-    let slot = view
-        .data
-        .get(off..off + usize::from(plan.bpf.data_len))
-        .unwrap_or(&[]);
-    match plan.bpf.kind {
-        KIND_KSTR | KIND_USTR => {
-            // `raw` is the bytes read including the NUL.
-            let chars = usize::try_from(raw)
-                .unwrap_or(0)
-                .saturating_sub(1)
-                .min(slot.len());
-            let truncated = chars > plan.bound;
-            let bytes = &slot[..chars.min(plan.bound)];
-            // Valid UTF-8 (the common case) is checked by the fast validator;
-            // only invalid text takes the replacing path.
-            let text = match std::str::from_utf8(bytes) {
-                Ok(text) => Cow::Borrowed(text),
-                Err(_) => String::from_utf8_lossy(bytes),
-            };
-            Capture::Str { text, truncated }
-        }
-        KIND_KBYTES | KIND_UBYTES => {
-            let asked = usize::try_from(raw).unwrap_or(usize::MAX);
-            Capture::Bytes {
-                data: &slot[..asked.min(slot.len())],
-                truncated: asked > slot.len(),
-            }
-        }
-        _ => Capture::Scalar(crate::plan::normalize(raw, plan.kernel_type.class)),
-    }
-}
-
-/// The attributes of one capture.
-#[inline(always)]
-fn capture_attributes(plan: &CapturePlan, capture: &Capture<'_>, out: &mut Vec<KeyValue>) {
-    match capture {
-        Capture::Scalar(raw) => out.push(KeyValue::new(
-            Key::from_static_str(plan.attribute),
-            scalar_attribute(plan, *raw),
-        )),
-        Capture::Str { text, truncated } => {
-            out.push(KeyValue::new(
-                Key::from_static_str(plan.attribute),
-                String::from(&**text),
-            ));
-            if *truncated {
-                out.push(KeyValue::new(
-                    Key::from_static_str(plan.truncated_attribute),
-                    true,
-                ));
-            }
-        }
-        Capture::Bytes { data, truncated } => {
-            let mut hex = String::with_capacity(data.len() * 2);
-            for b in *data {
-                let _ = write!(hex, "{b:02x}");
-            }
-            out.push(KeyValue::new(Key::from_static_str(plan.attribute), hex));
-            if *truncated {
-                out.push(KeyValue::new(
-                    Key::from_static_str(plan.truncated_attribute),
-                    true,
-                ));
-            }
-        }
-        Capture::Fault => out.push(KeyValue::new(
-            Key::from_static_str(plan.fault_attribute),
-            true,
-        )),
-    }
-}
-
-/// A scalar capture as an attribute value: an enum by its enumerator's name
-/// (when the value has one), anything else as [`Value::to_otel`] says.
-#[inline(always)]
-fn scalar_attribute(plan: &CapturePlan, raw: u64) -> opentelemetry::Value {
-    let value = Value::decode(raw, plan.spec.ty);
-    if let Some(names) = &plan.enum_names {
-        let number = match value {
-            Value::Int(v) => Some(v),
-            // Enumerators are kept as i64 bit patterns, enum64 ones too.
-            Value::Uint(v) => Some(v as i64),
-            Value::Bool(_) | Value::Pointer(_) => None,
-        };
-        if let Some((_, name)) = number.and_then(|n| names.iter().find(|(v, _)| *v == n)) {
-            return opentelemetry::Value::String(name.clone());
-        }
-    }
-    value.to_otel()
-}
-
-/// One kernel span, decoded: what the handler sees and may change before it
-/// is exported.
-///
-/// It holds the OpenTelemetry span builder itself, so that what the handler
-/// changes is what is exported, with no copy in between; the ids, the end
-/// time and the status are applied when the span is built (the SDK takes
-/// them from its id generator and the started span, not from the builder).
-#[derive(Debug, Clone)]
-pub struct KernelSpan {
-    /// Name, attributes (always `Some`) and start time.
-    builder: SpanBuilder,
-    trace_id: TraceId,
-    span_id: SpanId,
-    parent_span_id: Option<SpanId>,
-    end_time: SystemTime,
-    status: Status,
-    discarded: bool,
-}
-
-impl KernelSpan {
-    /// The span's name (the kernel function unless renamed).
-    pub fn name(&self) -> &str {
-        &self.builder.name
-    }
-
-    /// Renames the span.
-    pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
-        self.builder.name = name.into();
-    }
-
-    fn attributes_mut(&mut self) -> &mut Vec<KeyValue> {
-        self.builder.attributes.get_or_insert_with(Vec::new)
-    }
-
-    /// Sets an attribute, replacing one with the same key.
-    pub fn set_attribute(&mut self, attribute: KeyValue) {
-        let attributes = self.attributes_mut();
-        match attributes.iter_mut().find(|kv| kv.key == attribute.key) {
-            Some(existing) => *existing = attribute,
-            None => attributes.push(attribute),
-        }
-    }
-
-    /// Removes the attribute `key`, if present.
-    pub fn remove_attribute(&mut self, key: &str) {
-        self.attributes_mut().retain(|kv| kv.key.as_str() != key);
-    }
-
-    /// The attributes so far.
-    pub fn attributes(&self) -> &[KeyValue] {
-        self.builder.attributes.as_deref().unwrap_or(&[])
-    }
-
-    /// The value of attribute `key`.
-    pub fn attribute(&self, key: &str) -> Option<&opentelemetry::Value> {
-        self.attributes()
-            .iter()
-            .find(|kv| kv.key.as_str() == key)
-            .map(|kv| &kv.value)
-    }
-
-    /// Sets the status (errno returns have set it to an error already).
-    pub fn set_status(&mut self, status: Status) {
-        self.status = status;
-    }
-
-    /// The status.
-    pub fn status(&self) -> &Status {
-        &self.status
-    }
-
-    /// Drops the span: it is not exported (and counted as discarded).
-    pub fn discard(&mut self) {
-        self.discarded = true;
-    }
-
-    /// Whether [`KernelSpan::discard`] was called.
-    pub fn is_discarded(&self) -> bool {
-        self.discarded
-    }
-
-    /// The trace id.
-    pub fn trace_id(&self) -> TraceId {
-        self.trace_id
-    }
-
-    /// The span id.
-    pub fn span_id(&self) -> SpanId {
-        self.span_id
-    }
-
-    /// The enclosing kernel span, if any.
-    pub fn parent_span_id(&self) -> Option<SpanId> {
-        self.parent_span_id
-    }
-
-    /// Duration from entry to exit (zero in fentry mode).
-    pub fn duration(&self) -> Duration {
-        self.builder
-            .start_time
-            .and_then(|start| self.end_time.duration_since(start).ok())
-            .unwrap_or_default()
-    }
-}
+use crate::consume::{decode_capture, RecordView};
+use crate::kernel::errno;
+use crate::plan::{normalize, ProbePlan};
+use crate::annotation::attributes as keys;
+use crate::annotation::{Capture, Captured, KernelSpan, KernelSpanParts, Value};
+use attributes::capture_attributes;
 
 /// What became of one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -428,7 +131,7 @@ impl<T: Tracer> SpanFactory<T> {
         }
         let captures = &slots[..plan.captures.len()];
         let ret = (rec.flags & kspan_bpf::REC_HAS_RET != 0)
-            .then(|| crate::plan::normalize(rec.ret, plan.signature.ret.class));
+            .then(|| normalize(rec.ret, plan.signature.ret.class));
 
         // Room for what kspan adds (return value, error type, thread, process)
         // and a truncation mark or two, so that the handler's first additions
@@ -441,7 +144,7 @@ impl<T: Tracer> SpanFactory<T> {
         if let Some(raw) = ret {
             if let Some(ty) = spec.ret {
                 attributes.push(KeyValue::new(
-                    attributes::RETURN_VALUE,
+                    keys::RETURN_VALUE,
                     Value::decode(raw, ty).to_otel(),
                 ));
             }
@@ -449,14 +152,14 @@ impl<T: Tracer> SpanFactory<T> {
                 // `raw` is normalized: a signed int return is sign-extended.
                 if let Some(errno) = errno::from_return(raw as i64) {
                     let name = errno::name(errno);
-                    attributes.push(KeyValue::new(attributes::ERROR_TYPE, name.clone()));
+                    attributes.push(KeyValue::new(keys::ERROR_TYPE, name.clone()));
                     status = Status::Error { description: name };
                 }
             }
         }
-        attributes.push(KeyValue::new(attributes::THREAD_ID, i64::from(rec.tid)));
+        attributes.push(KeyValue::new(keys::THREAD_ID, i64::from(rec.tid)));
         if self.process_pid {
-            attributes.push(KeyValue::new(attributes::PROCESS_PID, i64::from(rec.pid)));
+            attributes.push(KeyValue::new(keys::PROCESS_PID, i64::from(rec.pid)));
         }
 
         // Fields set in place: the builder is large, and each `with_*` moves it.
@@ -464,23 +167,22 @@ impl<T: Tracer> SpanFactory<T> {
         builder.span_kind = Some(SpanKind::Internal);
         builder.start_time = Some(self.clock.to_system_time(rec.start_ns));
         builder.attributes = Some(attributes);
-        let mut span = KernelSpan {
+        let mut span = KernelSpan::new(
             builder,
-            trace_id: TraceId::from_bytes(rec.trace_id),
-            span_id: SpanId::from(rec.span_id),
-            parent_span_id: (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
-            end_time: self.clock.to_system_time(rec.end_ns.max(rec.start_ns)),
+            TraceId::from_bytes(rec.trace_id),
+            SpanId::from(rec.span_id),
+            (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
+            self.clock.to_system_time(rec.end_ns.max(rec.start_ns)),
             status,
-            discarded: false,
-        };
+        );
         let captured = Captured::new(captures, ret);
         let handler = plan.probe.handler;
         let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&captured, &mut span))) {
-            Ok(()) if span.discarded => return Outcome::Discarded,
+            Ok(()) if span.is_discarded() => return Outcome::Discarded,
             Ok(()) => Outcome::Exported,
             Err(_) => {
                 // Exported with what the handler did before it panicked, and marked.
-                span.set_attribute(KeyValue::new(attributes::HANDLER_PANICKED, true));
+                span.set_attribute(KeyValue::new(keys::HANDLER_PANICKED, true));
                 Outcome::HandlerPanicked
             }
         };
@@ -493,25 +195,24 @@ impl<T: Tracer> SpanFactory<T> {
     /// end time and status. A parent is a sampled local span: a kernel span
     /// whose parent was not sampled never leaves the kernel.
     fn export(&self, span: KernelSpan) {
-        let KernelSpan {
+        let KernelSpanParts {
             builder,
             trace_id,
             span_id,
             parent_span_id,
             end_time,
             status,
-            ..
-        } = span;
+        } = span.into_parts();
         let mut built = match parent_span_id {
             Some(parent) => {
                 // A clone (reference counts): the borrow ends before the
                 // sampler and the processors run.
                 let parent = self.parents.borrow_mut().get(trace_id, parent).clone();
-                crate::ids::with_kernel_ids(None, span_id, || {
+                ids::with_kernel_ids(None, span_id, || {
                     self.tracer.build_with_context(builder, &parent)
                 })
             }
-            None => crate::ids::with_kernel_ids(Some(trace_id), span_id, || {
+            None => ids::with_kernel_ids(Some(trace_id), span_id, || {
                 self.tracer.build_with_context(builder, &Context::new())
             }),
         };
@@ -525,10 +226,13 @@ impl<T: Tracer> SpanFactory<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::btf::{builder::sample, Btf};
+    use crate::consume::{parse_record, DecodeError, RecordHeader};
+    use crate::kernel::btf::{builder::sample, Btf};
     use crate::plan::plan_probe;
+    use kspan_bpf::types::kspan_record;
     use opentelemetry::trace::TracerProvider as _;
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+    use std::time::Duration;
     use std::time::UNIX_EPOCH;
 
     /// The handler renames spans of reads that returned 0 and discards those

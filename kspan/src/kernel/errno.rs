@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! Linux errno names, for spans whose function returned `-errno`.
+//! Linux errno names: for spans whose function returned `-errno`, and for
+//! the kernel's refusals in kspan's own errors.
 //!
 //! The numbers are the kernel's (include/uapi/asm-generic/errno-base.h,
 //! errno.h, and the kernel-internal ones of include/linux/errno.h), the same on
@@ -185,6 +186,14 @@ pub fn name(n: i64) -> Cow<'static, str> {
     }
 }
 
+/// The name of the errno a system call failed with, or "errno unknown".
+pub fn name_of(errno: Option<i32>) -> Cow<'static, str> {
+    match errno {
+        Some(n) => name(i64::from(n)),
+        None => Cow::Borrowed("errno unknown"),
+    }
+}
+
 /// If `ret` follows the `-errno` convention, the errno (positive).
 pub fn from_return(ret: i64) -> Option<i64> {
     (-MAX_ERRNO..=-1).contains(&ret).then_some(-ret)
@@ -211,5 +220,7 @@ mod tests {
         assert_eq!(from_return(0), None);
         assert_eq!(from_return(-4096), None);
         assert_eq!(from_return(17), None);
+        assert_eq!(name_of(Some(1)), "EPERM");
+        assert_eq!(name_of(None), "errno unknown");
     }
 }

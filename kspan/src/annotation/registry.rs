@@ -5,7 +5,7 @@
 //! (linkme's distributed slice), so the set is complete without any start-up
 //! code or global registration call.
 
-use crate::probe::Probe;
+use super::probe::Probe;
 
 /// The probes of the program.
 #[linkme::distributed_slice]

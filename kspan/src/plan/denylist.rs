@@ -119,6 +119,43 @@ pub fn denied(function: &str) -> Option<&'static str> {
         .map(|(_, reason)| *reason)
 }
 
+/// Why kspan will not trace a kernel function that BTF describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotTraced {
+    /// It is on kspan's deny list, for this reason.
+    Denied(&'static str),
+    /// It is missing from the kernel's `available_filter_functions`:
+    /// inlined into its callers, or marked notrace.
+    Untraceable,
+}
+
+impl std::fmt::Display for NotTraced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotTraced::Denied(reason) => write!(f, "on kspan's deny list: {reason}"),
+            NotTraced::Untraceable => f.write_str(
+                "not traceable: inlined or notrace (absent from available_filter_functions)",
+            ),
+        }
+    }
+}
+
+/// Why kspan will not trace kernel function `name`, if it will not: it is
+/// on the deny list, or it is missing from `traceable` (the kernel's
+/// `available_filter_functions`, when readable).
+pub fn not_traced(
+    name: &str,
+    traceable: Option<&std::collections::HashSet<String>>,
+) -> Option<NotTraced> {
+    if let Some(reason) = denied(name) {
+        return Some(NotTraced::Denied(reason));
+    }
+    match traceable {
+        Some(set) if !set.contains(name) => Some(NotTraced::Untraceable),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +173,54 @@ mod tests {
         assert!(!glob_match("a*b*c", "abx"));
         assert!(glob_match("a*b*c", "aXbYc"));
         assert!(is_pattern("vfs_*") && !is_pattern("vfs_read"));
+    }
+
+    #[test]
+    fn glob_corner_cases() {
+        assert!(glob_match("*", ""));
+        assert!(glob_match("*", "vfs_read"));
+        assert!(glob_match("vfs_rea*", "vfs_read"));
+        assert!(glob_match("vfs_rea*", "vfs_readv"));
+        assert!(glob_match("vfs_rea*", "vfs_rea"));
+        assert!(!glob_match("vfs_rea*", "do_vfs_read"));
+        assert!(glob_match("*read", "vfs_read"));
+        assert!(!glob_match("*read", "vfs_readv"));
+        assert!(glob_match("*_read*", "ksys_readahead"));
+        assert!(glob_match("v?s_read", "vfs_read"));
+        assert!(!glob_match("v?s_read", "vs_read"));
+        assert!(glob_match("?", "a"));
+        assert!(!glob_match("?", ""));
+        assert!(!glob_match("?", "ab"));
+        assert!(glob_match("a*b*c", "aXbYbZc"));
+        assert!(!glob_match("a*b*c", "aXbYbZ"));
+        assert!(glob_match("**a**", "xax"));
+        assert!(
+            glob_match("*ab", "aab"),
+            "the star must give back characters"
+        );
+        assert!(glob_match("*a?c*", "aabcab"));
+    }
+
+    #[test]
+    fn functions_kspan_refuses() {
+        let traceable: std::collections::HashSet<String> =
+            ["vfs_read".to_owned()].into_iter().collect();
+        assert_eq!(not_traced("vfs_read", Some(&traceable)), None);
+        assert_eq!(not_traced("vfs_read", None), None);
+        let inlined = not_traced("vfs_inlined", Some(&traceable)).unwrap();
+        assert_eq!(inlined, NotTraced::Untraceable);
+        assert!(inlined.to_string().starts_with("not traceable"));
+        assert_eq!(
+            not_traced("vfs_inlined", None),
+            None,
+            "unknown: not ruled out"
+        );
+        let denied = not_traced("rcu_read_unlock_strict", Some(&traceable)).unwrap();
+        assert!(matches!(denied, NotTraced::Denied(_)));
+        assert!(
+            denied.to_string().starts_with("on kspan's deny list: RCU"),
+            "{denied}"
+        );
     }
 
     #[test]

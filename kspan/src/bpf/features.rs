@@ -12,10 +12,13 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use libbpf_rs::ObjectBuilder;
-
-use crate::btf::Btf;
-use crate::runtime::{errno_name, errno_of, KERNEL_BTF};
+use super::object::{self, LoadRequest, Program};
+use super::sys::KPROBE_PMU;
+use crate::kernel::btf::Btf;
+use crate::kernel::errno;
+use crate::kernel::tracefs::TRACEFS;
+use crate::kernel::{privileges, read_btf, KERNEL_BTF};
+use crate::annotation::Hook;
 
 /// Whether a mechanism is usable, and if not why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +55,7 @@ impl std::fmt::Display for Feature {
             Feature::Unavailable {
                 reason,
                 errno: Some(e),
-            } => write!(f, "unavailable: {reason} ({})", errno_name(Some(*e))),
+            } => write!(f, "unavailable: {reason} ({})", errno::name(i64::from(*e))),
             Feature::Unavailable {
                 reason,
                 errno: None,
@@ -82,16 +85,26 @@ pub struct KernelCapabilities {
 impl KernelCapabilities {
     /// The capabilities of this kernel, probed on first use.
     pub fn get() -> &'static KernelCapabilities {
+        Self::cached(|| read_btf(Path::new(KERNEL_BTF)).map_err(|e| e.to_string()))
+    }
+
+    /// The cached capabilities, probed with the BTF `btf` gives on first
+    /// use: `start` hands over the BTF it has parsed already.
+    pub(crate) fn cached(btf: impl FnOnce() -> Result<Btf, String>) -> &'static KernelCapabilities {
         static CAPS: OnceLock<KernelCapabilities> = OnceLock::new();
-        CAPS.get_or_init(KernelCapabilities::probe)
+        CAPS.get_or_init(|| KernelCapabilities::probe_with(btf().as_ref()))
     }
 
     /// Probes now (prefer [`KernelCapabilities::get`]).
     pub fn probe() -> KernelCapabilities {
-        let btf = std::fs::read(KERNEL_BTF)
-            .map_err(|e| e.to_string())
-            .and_then(|data| Btf::parse(&data).map_err(|e| e.to_string()));
-        let privileges = match crate::caps::check_tracing_caps(crate::caps::effective()) {
+        let btf = read_btf(Path::new(KERNEL_BTF)).map_err(|e| e.to_string());
+        Self::probe_with(btf.as_ref())
+    }
+
+    /// Probes now, with the kernel's BTF already read (or why it could not
+    /// be).
+    pub(crate) fn probe_with(btf: Result<&Btf, &String>) -> KernelCapabilities {
+        let privileges = match privileges::check_tracing_caps(privileges::effective()) {
             Ok(()) => Feature::Available,
             Err(have) => Feature::no(format!(
                 "needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); the process has {have}"
@@ -117,12 +130,11 @@ impl KernelCapabilities {
             }
             (Err(_), _) => Feature::no("no kernel BTF to look for fprobe"),
         };
-        let tracepoints = if Path::new(crate::syscall::TRACEFS).join("events").exists() {
+        let tracepoints = if Path::new(TRACEFS).join("events").exists() {
             Feature::Available
-        } else if Path::new(crate::syscall::TRACEFS).exists() {
+        } else if Path::new(TRACEFS).exists() {
             Feature::no(format!(
-                "tracefs is not mounted at {} (kspan mounts it when a syscall source needs it)",
-                crate::syscall::TRACEFS
+                "tracefs is not mounted at {TRACEFS} (kspan mounts it when a syscall source needs it)"
             ))
         } else {
             Feature::no("the kernel has no tracefs")
@@ -130,7 +142,7 @@ impl KernelCapabilities {
         KernelCapabilities {
             btf: match btf {
                 Ok(_) => Feature::Available,
-                Err(e) => Feature::no(e),
+                Err(e) => Feature::no(e.clone()),
             },
             privileges,
             trampolines,
@@ -140,21 +152,16 @@ impl KernelCapabilities {
         }
     }
 
-    /// Why `mode` cannot work on this kernel, if known before trying.
-    pub fn refuses(&self, mode: crate::Mode) -> Option<&Feature> {
-        use crate::Mode;
-        let feature = match mode {
-            Mode::Fentry | Mode::Fexit => &self.trampolines,
-            Mode::Kprobe | Mode::Kretprobe => &self.kprobes,
-            Mode::Syscall => &self.tracepoints,
-            Mode::Auto => return None,
+    /// Why `hook` cannot work on this kernel, if known before trying.
+    pub fn refuses(&self, hook: Hook) -> Option<&Feature> {
+        let feature = match hook {
+            Hook::Fentry | Hook::Fexit => &self.trampolines,
+            Hook::Kprobe | Hook::Kretprobe => &self.kprobes,
+            Hook::Syscall => &self.tracepoints,
         };
         (!feature.is_available()).then_some(feature)
     }
 }
-
-/// The kprobe PMU: present exactly when the kernel has CONFIG_KPROBES.
-pub(crate) const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// Loads kspan's fentry program against a function every kernel has, and
 /// unloads it: nothing is attached.
@@ -165,39 +172,24 @@ fn probe_trampolines(btf: &Btf) -> Feature {
     else {
         return Feature::no("no known function in BTF to load a trampoline against");
     };
-    let result = (|| {
-        let mut open = ObjectBuilder::default().open_memory(kspan_bpf::OBJECT)?;
-        // A valid configuration: the verifier checks the program against it.
-        let config = kspan_bpf::types::kspan_config {
-            mode: crate::Mode::Fentry.bpf_value(),
-            record_size: std::mem::size_of::<kspan_bpf::types::kspan_record>() as u32,
-            ..Default::default()
-        };
-        for mut map in open.maps_mut() {
-            if map
-                .name()
-                .to_string_lossy()
-                .ends_with(kspan_bpf::names::RODATA_MAP_SUFFIX)
-            {
-                if let Some(data) = map.initial_value_mut() {
-                    crate::runtime::write_config(data, &config);
-                }
-            }
-        }
-        for mut prog in open.progs_mut() {
-            if prog.name() == kspan_bpf::names::FENTRY_PROG {
-                prog.set_attach_target(0, Some(target.to_owned()))?;
-            } else {
-                prog.set_autoload(false);
-            }
-        }
-        crate::runtime::quiet_libbpf(|| open.load()).map(drop)
-    })();
+    // A valid configuration: the verifier checks the program against it.
+    let config = kspan_bpf::types::kspan_config {
+        mode: kspan_bpf::consts::KSPAN_MODE_FENTRY as u32,
+        record_size: std::mem::size_of::<kspan_bpf::types::kspan_record>() as u32,
+        ..Default::default()
+    };
+    let result = object::load(&LoadRequest {
+        function: target,
+        hook: Hook::Fentry,
+        config: &config,
+        programs: &[Program::Fentry],
+        shared: None,
+    });
     match result {
-        Ok(()) => Feature::Available,
+        Ok(_) => Feature::Available,
         Err(e) => Feature::Unavailable {
             reason: format!("loading an fentry program for `{target}` was refused"),
-            errno: errno_of(&e),
+            errno: e.errno,
         },
     }
 }

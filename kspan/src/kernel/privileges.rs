@@ -5,9 +5,9 @@
 //! `bpf(2)` that looks exactly like a kernel refusing trampolines; checking
 //! `CapEff` first tells the two apart.
 
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
+pub(crate) const CAP_SYS_ADMIN: u32 = 21;
+pub(crate) const CAP_PERFMON: u32 = 38;
+pub(crate) const CAP_BPF: u32 = 39;
 
 /// Whether the effective set `cap_eff` allows loading tracing programs;
 /// `Err` carries the relevant capabilities held, for the message.

@@ -8,10 +8,7 @@
 //! width and signedness. Every pointer argument of a system call is a
 //! user-space pointer.
 
-use crate::btf::{Btf, FuncSignature, KernelType, TypeClass};
-
-/// Where tracefs is normally mounted.
-pub const TRACEFS: &str = "/sys/kernel/tracing";
+use super::btf::{Btf, FuncSignature, KernelType, TypeClass};
 
 /// The arguments of a `sys_enter_*` format: `(name, C type)` after the
 /// syscall number, in order. `None` if the text is not such a format.
@@ -148,9 +145,7 @@ print fmt: \"dfd: 0x%08lx\"
 
     #[test]
     fn types_come_from_this_machines_btf() {
-        let data = std::fs::read(crate::KERNEL_BTF)
-            .expect("the kernel BTF feature: /sys/kernel/btf/vmlinux must exist");
-        let btf = Btf::parse(&data).unwrap();
+        let btf = crate::kernel::host_btf();
         let sig = signature(&btf, "openat", OPENAT).unwrap();
         assert_eq!(
             sig.params[0].1.class,

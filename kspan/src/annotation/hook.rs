@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The mechanism a probe is attached through, as chosen at start.
+//!
+//! A [`Mode`] is what an annotation asks for, `auto` included; a [`Hook`] is
+//! what kspan attaches, always concrete. Keeping them apart means no code
+//! that loads or attaches ever has to handle `auto`.
+
+use std::fmt;
+
+use super::Mode;
+
+/// Where kspan's programs run for one traced function: a concrete attach
+/// mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Hook {
+    /// A BPF trampoline at entry: instants.
+    Fentry,
+    /// BPF trampolines at entry and exit: full spans.
+    Fexit,
+    /// A kprobe at entry: instants.
+    Kprobe,
+    /// A kprobe at entry and a kretprobe at exit: full spans.
+    Kretprobe,
+    /// The syscall's enter and exit tracepoints: full spans.
+    Syscall,
+}
+
+impl Hook {
+    /// The hooks that can serve `mode`, best first: one for a concrete mode,
+    /// `fexit` then `kretprobe` for `auto`.
+    pub fn candidates(mode: Mode) -> &'static [Hook] {
+        match mode {
+            Mode::Fentry => &[Hook::Fentry],
+            Mode::Fexit => &[Hook::Fexit],
+            Mode::Kprobe => &[Hook::Kprobe],
+            Mode::Kretprobe => &[Hook::Kretprobe],
+            Mode::Syscall => &[Hook::Syscall],
+            _ => &[Hook::Fexit, Hook::Kretprobe],
+        }
+    }
+
+    /// The name, as in `mode = "..."`.
+    pub fn as_str(self) -> &'static str {
+        self.mode().as_str()
+    }
+
+    /// The mode that asks for exactly this hook.
+    pub fn mode(self) -> Mode {
+        match self {
+            Hook::Fentry => Mode::Fentry,
+            Hook::Fexit => Mode::Fexit,
+            Hook::Kprobe => Mode::Kprobe,
+            Hook::Kretprobe => Mode::Kretprobe,
+            Hook::Syscall => Mode::Syscall,
+        }
+    }
+
+    /// Whether an exit program runs too (the span has an end and a return
+    /// value).
+    pub fn has_return(self) -> bool {
+        !matches!(self, Hook::Fentry | Hook::Kprobe)
+    }
+
+    /// Whether it is a BPF trampoline (attached against a BTF id).
+    pub fn is_trampoline(self) -> bool {
+        matches!(self, Hook::Fentry | Hook::Fexit)
+    }
+
+    /// Whether it is a kprobe (attached by function name, many functions
+    /// per program).
+    pub fn is_kprobe(self) -> bool {
+        matches!(self, Hook::Kprobe | Hook::Kretprobe)
+    }
+
+    /// The family it belongs to, for [`KspanBuilder::disable`](crate::KspanBuilder::disable).
+    pub fn mechanism(self) -> Mechanism {
+        match self {
+            Hook::Fentry | Hook::Fexit => Mechanism::Trampolines,
+            Hook::Kprobe | Hook::Kretprobe => Mechanism::Kprobes,
+            Hook::Syscall => Mechanism::Tracepoints,
+        }
+    }
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A hook is the mode that asks for exactly it.
+impl PartialEq<Mode> for Hook {
+    fn eq(&self, mode: &Mode) -> bool {
+        self.mode() == *mode
+    }
+}
+
+/// A family of hooks, for [`KspanBuilder::disable`](crate::KspanBuilder::disable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mechanism {
+    /// BPF trampolines: fentry and fexit.
+    Trampolines,
+    /// kprobes and kretprobes.
+    Kprobes,
+    /// Tracepoints: syscall sources.
+    Tracepoints,
+}
+
+impl fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mechanism::Trampolines => "trampolines (fentry/fexit)",
+            Mechanism::Kprobes => "kprobes",
+            Mechanism::Tracepoints => "tracepoints",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_is_never_a_hook() {
+        assert_eq!(Hook::candidates(Mode::Auto), [Hook::Fexit, Hook::Kretprobe]);
+        for mode in Mode::ALL.into_iter().filter(|m| *m != Mode::Auto) {
+            let [hook] = Hook::candidates(mode) else {
+                panic!("{mode} has one hook");
+            };
+            assert_eq!(*hook, mode);
+            assert_eq!(hook.has_return(), mode.has_return());
+        }
+        assert_eq!(Hook::Kretprobe.mechanism(), Mechanism::Kprobes);
+    }
+}

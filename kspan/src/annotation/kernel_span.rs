@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The span a handler receives, and the attribute names kspan sets on it.
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::{SpanBuilder, SpanId, Status, TraceId};
+use opentelemetry::KeyValue;
+
+/// Attribute names kspan sets on kernel spans, in OpenTelemetry
+/// semantic-convention style (dotted, lower snake case, registered names where
+/// a registered one fits). The span's name is the kernel function; the nesting
+/// of kernel spans is their parent links; the attach mode is fixed in the
+/// probe's source: none of those is repeated on every span.
+pub mod attributes {
+    /// Prefix of captured values: `kernel.arg.count` for parameter `count`.
+    /// A string cut at its bound also sets `kernel.arg.<name>.truncated`; a
+    /// value the kernel could not read sets `kernel.arg.<name>.fault` instead
+    /// of the value. Enum values are their enumerator's name; buffers are hex.
+    pub const ARG_PREFIX: &str = "kernel.arg.";
+    /// The return value.
+    pub const RETURN_VALUE: &str = "kernel.return_value";
+    /// The errno name of a failed call (`ENOENT`) (semantic conventions:
+    /// `error.type`).
+    pub const ERROR_TYPE: &str = "error.type";
+    /// Set to `true` on the span of a handler that panicked.
+    pub const HANDLER_PANICKED: &str = "kspan.handler.panicked";
+    /// The thread that made the call (semantic conventions: `thread.id`).
+    pub const THREAD_ID: &str = "thread.id";
+    /// The process that made the call (semantic conventions: `process.pid`).
+    /// Set only when other processes are traced too
+    /// ([`KspanBuilder::trace_all_processes`](crate::KspanBuilder::trace_all_processes)):
+    /// the application's own spans are told apart by its resource.
+    pub const PROCESS_PID: &str = "process.pid";
+}
+
+/// One kernel span, decoded: what the handler sees and may change before it
+/// is exported.
+///
+/// It holds the OpenTelemetry span builder itself, so that what the handler
+/// changes is what is exported, with no copy in between; the ids, the end
+/// time and the status are applied when the span is built (the SDK takes
+/// them from its id generator and the started span, not from the builder).
+#[derive(Debug, Clone)]
+pub struct KernelSpan {
+    /// Name, attributes (always `Some`) and start time.
+    builder: SpanBuilder,
+    trace_id: TraceId,
+    span_id: SpanId,
+    parent_span_id: Option<SpanId>,
+    end_time: SystemTime,
+    status: Status,
+    discarded: bool,
+}
+
+/// What the span factory exports of a [`KernelSpan`] the handler is done with.
+pub(crate) struct KernelSpanParts {
+    pub builder: SpanBuilder,
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub end_time: SystemTime,
+    pub status: Status,
+}
+
+impl KernelSpan {
+    /// A span from `builder` (name, attributes, start time) with the
+    /// kernel's ids, end time and initial status.
+    pub(crate) fn new(
+        builder: SpanBuilder,
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent_span_id: Option<SpanId>,
+        end_time: SystemTime,
+        status: Status,
+    ) -> Self {
+        KernelSpan {
+            builder,
+            trace_id,
+            span_id,
+            parent_span_id,
+            end_time,
+            status,
+            discarded: false,
+        }
+    }
+
+    /// The parts the tracer needs.
+    pub(crate) fn into_parts(self) -> KernelSpanParts {
+        KernelSpanParts {
+            builder: self.builder,
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+            parent_span_id: self.parent_span_id,
+            end_time: self.end_time,
+            status: self.status,
+        }
+    }
+
+    /// The span's name (the kernel function unless renamed).
+    pub fn name(&self) -> &str {
+        &self.builder.name
+    }
+
+    /// Renames the span.
+    pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
+        self.builder.name = name.into();
+    }
+
+    fn attributes_mut(&mut self) -> &mut Vec<KeyValue> {
+        self.builder.attributes.get_or_insert_with(Vec::new)
+    }
+
+    /// Sets an attribute, replacing one with the same key.
+    pub fn set_attribute(&mut self, attribute: KeyValue) {
+        let attributes = self.attributes_mut();
+        match attributes.iter_mut().find(|kv| kv.key == attribute.key) {
+            Some(existing) => *existing = attribute,
+            None => attributes.push(attribute),
+        }
+    }
+
+    /// Removes the attribute `key`, if present.
+    pub fn remove_attribute(&mut self, key: &str) {
+        self.attributes_mut().retain(|kv| kv.key.as_str() != key);
+    }
+
+    /// The attributes so far.
+    pub fn attributes(&self) -> &[KeyValue] {
+        self.builder.attributes.as_deref().unwrap_or(&[])
+    }
+
+    /// The value of attribute `key`.
+    pub fn attribute(&self, key: &str) -> Option<&opentelemetry::Value> {
+        self.attributes()
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| &kv.value)
+    }
+
+    /// Sets the status (errno returns have set it to an error already).
+    pub fn set_status(&mut self, status: Status) {
+        self.status = status;
+    }
+
+    /// The status.
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    /// Drops the span: it is not exported (and counted as discarded).
+    pub fn discard(&mut self) {
+        self.discarded = true;
+    }
+
+    /// Whether [`KernelSpan::discard`] was called.
+    pub fn is_discarded(&self) -> bool {
+        self.discarded
+    }
+
+    /// The trace id.
+    pub fn trace_id(&self) -> TraceId {
+        self.trace_id
+    }
+
+    /// The span id.
+    pub fn span_id(&self) -> SpanId {
+        self.span_id
+    }
+
+    /// The enclosing kernel span, if any.
+    pub fn parent_span_id(&self) -> Option<SpanId> {
+        self.parent_span_id
+    }
+
+    /// Duration from entry to exit (zero in fentry mode).
+    pub fn duration(&self) -> Duration {
+        self.builder
+            .start_time
+            .and_then(|start| self.end_time.duration_since(start).ok())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Attaching every planned probe: the order, `auto`'s fallback from one
+//! hook to the next, and the decision recorded for each function.
+//!
+//! Each hook has a module ([`trampoline`], [`kprobe`], [`tracepoint`]); all
+//! get their programs the same way ([`Attacher::programs`]): a copy of a
+//! program already loaded when there is one (see [`crate::bpf::copies`]),
+//! else a load of the object through libbpf, which then gives the copies.
+//! A copy that fails is loaded through libbpf instead, said at `warn` and
+//! in the decision's [`AttachDecision::fallbacks`]. The exit program is
+//! attached before the entry program, so that no entry is recorded whose
+//! exit is not watched; a function whose attach fails keeps nothing.
+
+mod kprobe;
+mod links;
+mod tracepoint;
+mod trampoline;
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+
+use kspan_bpf::types::kspan_config;
+
+use crate::bpf::config::RuntimeSettings;
+use crate::bpf::copies::{self, ProgramTemplate};
+use crate::bpf::object::{self, LoadRequest, Program, SharedMaps};
+use crate::bpf::{refusal_reason, KernelCapabilities, LoadError};
+use crate::kernel::errno;
+use crate::plan::ProbePlan;
+use crate::annotation::{Hook, Mechanism, Mode};
+
+pub(crate) use links::Links;
+
+/// How one probe was attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttachDecision {
+    /// The kernel function (or syscall).
+    pub function: &'static str,
+    /// The mode the annotation asked for.
+    pub requested: Mode,
+    /// The hook in use.
+    pub chosen: Hook,
+    /// Hooks tried or skipped before, each with why.
+    pub rejected: Vec<(Hook, String)>,
+    /// Attached together with the other functions of the same settings by
+    /// one kprobe.multi link per direction (kprobes on kernels with fprobe).
+    pub multi: bool,
+    /// Faster ways that failed before the one that worked, each with why
+    /// (a program copy the kernel refused, a kprobe.multi batch).
+    pub fallbacks: Vec<String>,
+}
+
+impl AttachDecision {
+    /// The rejected hooks and reasons on one line (`-` for none).
+    pub fn rejected_summary(&self) -> String {
+        if self.rejected.is_empty() {
+            return "-".to_owned();
+        }
+        self.rejected
+            .iter()
+            .map(|(hook, why)| format!("{hook}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Why a function could not be attached.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttachError {
+    /// The kernel refused to load a program.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The program loaded but the kernel refused to attach it.
+    #[error("cannot attach {hook} to `{function}`: {reason} ({errno_name})")]
+    Refused {
+        /// The kernel function.
+        function: String,
+        /// The hook.
+        hook: Hook,
+        /// The kernel's errno (positive), when known.
+        errno: Option<i32>,
+        /// Its symbolic name.
+        errno_name: String,
+        /// What the errno means here.
+        reason: String,
+        /// The system call's error.
+        source: std::io::Error,
+    },
+    /// `auto` found no hook that works for a function, or the one asked
+    /// for is disabled.
+    #[error(
+        "cannot trace `{function}` on this kernel: every mechanism was tried or ruled out: {}",
+        tried.iter().map(|(hook, why)| format!("[{hook}] {why}")).collect::<Vec<_>>().join("; ")
+    )]
+    NoMechanism {
+        /// The kernel function.
+        function: String,
+        /// Each hook, with why it did not work.
+        tried: Vec<(Hook, String)>,
+    },
+}
+
+impl AttachError {
+    fn refused(function: &str, hook: Hook, source: std::io::Error) -> Self {
+        let errno = source.raw_os_error();
+        AttachError::Refused {
+            function: function.to_owned(),
+            hook,
+            errno,
+            errno_name: errno::name_of(errno).into_owned(),
+            reason: refusal_reason(errno, hook, "attach"),
+            source,
+        }
+    }
+}
+
+/// What attaching leaves running.
+#[derive(Debug)]
+pub(crate) struct Attached {
+    /// How each probe was attached, in plan order.
+    pub decisions: Vec<AttachDecision>,
+    /// The links: dropping them detaches.
+    pub links: Links,
+    /// The maps every program shares (ring buffer, counters, switch).
+    pub maps: SharedMaps,
+}
+
+/// What the attach of many functions carries from one to the next.
+pub(crate) struct Attacher<'a> {
+    runtime: &'a RuntimeSettings,
+    capabilities: &'a KernelCapabilities,
+    disabled: &'a [Mechanism],
+    /// Made by the first load.
+    maps: Option<SharedMaps>,
+    /// What copies are made from, by program.
+    templates: HashMap<Program, ProgramTemplate>,
+    /// Kprobe programs serving many functions, by settings and program.
+    shared: HashMap<(Vec<u8>, Program), (OwnedFd, Option<OwnedFd>)>,
+    /// Trampoline copies loaded ahead of their attach, by probe id.
+    prepared: HashMap<u32, trampoline::Prepared>,
+    links: Links,
+}
+
+impl<'a> Attacher<'a> {
+    pub(crate) fn new(
+        runtime: &'a RuntimeSettings,
+        capabilities: &'a KernelCapabilities,
+        disabled: &'a [Mechanism],
+    ) -> Self {
+        Attacher {
+            runtime,
+            capabilities,
+            disabled,
+            maps: None,
+            templates: HashMap::new(),
+            shared: HashMap::new(),
+            prepared: HashMap::new(),
+            links: Links::default(),
+        }
+    }
+
+    /// Attaches every plan, its index as its probe id; stops at the first
+    /// function that cannot be attached (dropping `self` detaches the rest).
+    pub(crate) fn attach_all(mut self, plans: &[ProbePlan]) -> Result<Attached, AttachError> {
+        let total = plans.len();
+        let mut decisions = Vec::with_capacity(total);
+        let mut prepared_ahead = false;
+        let mut batched = kprobe::attach_batches(&mut self, plans);
+        for (probe_id, plan) in plans.iter().enumerate() {
+            // A progress line for large sets (patterns): every tenth.
+            if total >= 20 && probe_id % (total / 10) == 0 {
+                tracing::info!(attached = probe_id, total, "kspan attaching");
+            }
+            let decision = match batched.remove(&probe_id) {
+                Some(decision) => decision,
+                None => self.attach_one(plan, probe_id as u32)?,
+            };
+            // The first trampoline attached gave templates: load the copies
+            // of the rest in parallel, ahead of their attaches.
+            if decision.chosen.is_trampoline() && !prepared_ahead {
+                prepared_ahead = true;
+                trampoline::prepare(&mut self, plans, probe_id + 1);
+            }
+            tracing::info!(
+                function = decision.function,
+                requested = decision.requested.as_str(),
+                chosen = decision.chosen.as_str(),
+                kprobe_multi = decision.multi,
+                rejected = %decision.rejected_summary(),
+                "kspan attach plan"
+            );
+            decisions.push(decision);
+        }
+        // The planner refuses an empty set, so the first attach made them.
+        let maps = self.maps.take().ok_or_else(|| AttachError::NoMechanism {
+            function: "(no function planned)".to_owned(),
+            tried: Vec::new(),
+        })?;
+        Ok(Attached {
+            decisions,
+            links: std::mem::take(&mut self.links),
+            maps,
+        })
+    }
+
+    /// Attaches one probe: its own hook, or for `auto` the first that
+    /// works, recording why each earlier one was passed over.
+    fn attach_one(
+        &mut self,
+        plan: &ProbePlan,
+        probe_id: u32,
+    ) -> Result<AttachDecision, AttachError> {
+        let requested = plan.mode();
+        let auto = requested == Mode::Auto;
+        let mut rejected = Vec::new();
+        let mut fallbacks = Vec::new();
+        for &hook in Hook::candidates(requested) {
+            if self.disabled.contains(&hook.mechanism()) {
+                rejected.push((
+                    hook,
+                    format!("{} disabled by KspanBuilder::disable", hook.mechanism()),
+                ));
+                continue;
+            }
+            if auto {
+                if let Some(refused) = self.capabilities.refuses(hook) {
+                    rejected.push((hook, refused.to_string()));
+                    continue;
+                }
+            }
+            let attached = match hook {
+                Hook::Fentry | Hook::Fexit => {
+                    trampoline::attach(self, plan, hook, probe_id, &mut fallbacks)
+                }
+                Hook::Kprobe | Hook::Kretprobe => {
+                    kprobe::attach(self, plan, hook, probe_id, &mut fallbacks)
+                }
+                Hook::Syscall => tracepoint::attach(self, plan, probe_id, &mut fallbacks),
+            };
+            match attached {
+                Ok(()) => {
+                    return Ok(AttachDecision {
+                        function: plan.function(),
+                        requested,
+                        chosen: hook,
+                        rejected,
+                        multi: false,
+                        fallbacks,
+                    })
+                }
+                Err(e) if auto => rejected.push((hook, e.to_string())),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(AttachError::NoMechanism {
+            function: plan.function().to_owned(),
+            tried: rejected,
+        })
+    }
+
+    /// The programs `(entry, exit)` of `hook` with settings `config` (for
+    /// trampolines, against `btf_id`): copies of the templates when there
+    /// are, else loaded through libbpf.
+    fn programs(
+        &mut self,
+        plan: &ProbePlan,
+        hook: Hook,
+        config: &kspan_config,
+        btf_id: u32,
+        (entry, exit): (Program, Option<Program>),
+        fallbacks: &mut Vec<String>,
+    ) -> Result<(OwnedFd, Option<OwnedFd>), LoadError> {
+        let entry_t = self.templates.get(&entry);
+        let exit_t = exit.map(|p| self.templates.get(&p));
+        if let (Some(entry_t), None | Some(Some(_))) = (entry_t, exit_t) {
+            match copies::load_copy(config, btf_id, entry_t, exit_t.flatten()) {
+                Ok(programs) => return Ok(programs),
+                Err(e) => {
+                    let why = format!(
+                        "loading a copy of the {hook} program failed ({e}); loaded through libbpf"
+                    );
+                    tracing::warn!(function = plan.function(), "kspan: {why}");
+                    fallbacks.push(why);
+                }
+            }
+        }
+        let wanted: Vec<Program> = std::iter::once(entry).chain(exit).collect();
+        let mut loaded = object::load(&LoadRequest {
+            function: plan.function(),
+            hook,
+            config,
+            programs: &wanted,
+            shared: self.maps.as_ref(),
+        })?;
+        if self.maps.is_none() {
+            self.maps = loaded.maps.take();
+        }
+        for (program, template) in loaded.templates.drain(..) {
+            self.templates.entry(program).or_insert(template);
+        }
+        let missing = || {
+            LoadError::new(
+                plan.function(),
+                hook,
+                libbpf_rs::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound)),
+                None,
+            )
+        };
+        let entry_fd = loaded.take(entry).ok_or_else(missing)?;
+        let exit_fd = match exit {
+            Some(exit) => Some(loaded.take(exit).ok_or_else(missing)?),
+            None => None,
+        };
+        Ok((entry_fd, exit_fd))
+    }
+}

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Syscall sources: the `syscalls:sys_enter_<name>` and `sys_exit_<name>`
+//! tracepoints, one program pair per syscall.
+
+use std::os::fd::AsFd;
+
+use super::links::{Link, LinkKind};
+use super::{AttachError, Attacher};
+use crate::bpf::config::{probe_config, ProbeId};
+use crate::bpf::object::Program;
+use crate::bpf::sys;
+use crate::plan::ProbePlan;
+use crate::annotation::Hook;
+
+/// Loads and attaches the syscall source `plan`.
+pub(super) fn attach(
+    at: &mut Attacher<'_>,
+    plan: &ProbePlan,
+    probe_id: u32,
+    fallbacks: &mut Vec<String>,
+) -> Result<(), AttachError> {
+    let hook = Hook::Syscall;
+    let config = probe_config(plan, hook, ProbeId::Fixed(probe_id), at.runtime);
+    let (entry, exit) = at.programs(plan, hook, &config, 0, Program::of(hook), fallbacks)?;
+    let syscall = plan.function();
+    let link = |prog: &std::os::fd::OwnedFd, event: String| {
+        sys::attach_syscall_tracepoint(prog.as_fd(), &event)
+            .map(|fd| Link::new(LinkKind::Tracepoint, fd))
+            .map_err(|e| AttachError::refused(syscall, hook, e))
+    };
+    let exit = match &exit {
+        Some(prog) => Some(link(prog, format!("sys_exit_{syscall}"))?),
+        None => None,
+    };
+    let entry = link(&entry, format!("sys_enter_{syscall}"))?;
+    at.links.keep(exit, entry);
+    Ok(())
+}

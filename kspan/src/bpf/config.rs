@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The settings a loaded program reads from its `.rodata`: `kspan_config`
+//! of `kspan.h`, made from a probe's plan, the hook it is attached with and
+//! what every probe of a runtime shares.
+
+use kspan_bpf::consts as c;
+use kspan_bpf::types::{kspan_capture, kspan_config};
+
+use crate::kernel::btf::Btf;
+use crate::plan::ProbePlan;
+use crate::annotation::Hook;
+
+/// What happens to a kernel call made with no application span active on
+/// its thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Orphans {
+    /// Its span starts a trace of its own (the default).
+    #[default]
+    NewTrace,
+    /// It is not recorded (counted in [`Stats::orphans_dropped`](crate::Stats::orphans_dropped)).
+    Drop,
+}
+
+/// How the BPF programs read the application's thread context (OTEP 4947)
+/// and what they do without one; the same for every probe of a runtime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ThreadContextSettings {
+    /// Byte offset of `thread.fsbase` in `task_struct`; 0: do not read.
+    pub task_fsbase_offset: u32,
+    /// Offset of `otel_thread_ctx_v1` from the fs base.
+    pub slot_offset: i64,
+    /// The process whose threads publish (this one).
+    pub tgid: u32,
+    /// `enum kspan_orphans`.
+    pub orphans: u32,
+    /// Record calls under unsampled application spans too.
+    pub keep_unsampled: bool,
+}
+
+impl ThreadContextSettings {
+    /// Where the programs find the application's span: `fsbase` in
+    /// `task_struct` (from `btf`), the slot from it, this process, and the
+    /// policies. Without either offset (another architecture, a kernel whose
+    /// BTF lacks the member, or `read_context` off) nothing is read and every
+    /// outermost call follows the orphan policy.
+    pub(crate) fn new(
+        btf: &Btf,
+        read_context: bool,
+        orphans: Orphans,
+        keep_unsampled: bool,
+    ) -> Self {
+        let mut settings = ThreadContextSettings {
+            orphans: match orphans {
+                Orphans::NewTrace => c::KSPAN_ORPHANS_NEW_TRACE,
+                Orphans::Drop => c::KSPAN_ORPHANS_DROP,
+            } as u32,
+            keep_unsampled,
+            ..ThreadContextSettings::default()
+        };
+        if !read_context {
+            return settings;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let fsbase = crate::plan::fieldpath::member_offset(
+                btf,
+                "struct task_struct",
+                &["thread", "fsbase"],
+            );
+            match (fsbase, crate::context::slot_offset()) {
+                (Some(fsbase), Ok(slot)) => {
+                    settings.task_fsbase_offset = fsbase;
+                    settings.slot_offset = slot;
+                    settings.tgid = std::process::id();
+                }
+                (fsbase, slot) => tracing::warn!(
+                    fsbase_in_btf = fsbase.is_some(),
+                    slot = ?slot.err(),
+                    "kspan cannot read the application's thread context: kernel spans start traces of their own"
+                ),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = btf;
+        settings
+    }
+}
+
+/// What every probe of a runtime shares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RuntimeSettings {
+    /// The process traced; 0 for every process.
+    pub target_tgid: u32,
+    /// The thread context and the policies.
+    pub thread_context: ThreadContextSettings,
+}
+
+/// `enum kspan_mode` of `hook`.
+fn mode_value(hook: Hook) -> u32 {
+    (match hook {
+        Hook::Fentry => c::KSPAN_MODE_FENTRY,
+        Hook::Fexit => c::KSPAN_MODE_FEXIT,
+        Hook::Kprobe => c::KSPAN_MODE_KPROBE,
+        Hook::Kretprobe => c::KSPAN_MODE_KRETPROBE,
+        Hook::Syscall => c::KSPAN_MODE_SYSCALL,
+    }) as u32
+}
+
+/// Where a program finds its probe id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProbeId {
+    /// A constant: the program serves one function.
+    Fixed(u32),
+    /// Each link's BPF cookie: the program serves many functions.
+    FromCookie,
+}
+
+/// The settings of `plan`'s programs for `hook`.
+pub(crate) fn probe_config(
+    plan: &ProbePlan,
+    hook: Hook,
+    probe_id: ProbeId,
+    runtime: &RuntimeSettings,
+) -> kspan_config {
+    let mut caps = [kspan_capture::default(); kspan_bpf::MAX_CAPS];
+    for (slot, capture) in caps.iter_mut().zip(&plan.captures) {
+        *slot = capture.bpf;
+    }
+    let context = &runtime.thread_context;
+    kspan_config {
+        target_tgid: runtime.target_tgid,
+        probe_id: match probe_id {
+            ProbeId::Fixed(id) => id,
+            ProbeId::FromCookie => 0,
+        },
+        nr_args: plan.nr_args,
+        mode: mode_value(hook),
+        nr_caps: plan.captures.len() as u32,
+        record_size: plan.record_size,
+        probe_id_from_cookie: u32::from(probe_id == ProbeId::FromCookie),
+        task_fsbase_offset: context.task_fsbase_offset,
+        ctx_tgid: context.tgid,
+        orphans: context.orphans,
+        keep_unsampled: u32::from(context.keep_unsampled),
+        reserved: 0,
+        thread_ctx_offset: context.slot_offset,
+        caps,
+    }
+}
+
+/// The bytes of `config`, as a key: two probes whose programs may be shared
+/// have equal keys.
+pub(crate) fn config_key(config: &kspan_config) -> Vec<u8> {
+    // Formatted, not transmuted: `kspan_config` is plain integers, and its
+    // `Debug` prints every field.
+    format!("{config:?}").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::btf::builder::sample;
+    use crate::plan::plan_probe;
+
+    #[kspan::kernel_span("vfs_read")]
+    fn count_and_ret(count: usize, ret: isize) {}
+
+    #[test]
+    fn settings_of_a_probe() {
+        let btf = Btf::parse(&sample()).unwrap();
+        let plan = plan_probe(&btf, &count_and_ret).unwrap();
+        let runtime = RuntimeSettings {
+            target_tgid: 99,
+            ..Default::default()
+        };
+        let cfg = probe_config(&plan, Hook::Fexit, ProbeId::Fixed(3), &runtime);
+        assert_eq!(
+            (cfg.probe_id, cfg.target_tgid, cfg.nr_caps, cfg.mode),
+            (3, 99, 1, 1)
+        );
+        assert_eq!(cfg.probe_id_from_cookie, 0);
+        let shared = probe_config(&plan, Hook::Kretprobe, ProbeId::FromCookie, &runtime);
+        assert_eq!(
+            (shared.probe_id, shared.probe_id_from_cookie, shared.mode),
+            (0, 1, 3)
+        );
+        assert_ne!(config_key(&cfg), config_key(&shared));
+    }
+}

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! How the kernel refused a program or a map, in words that name the fix.
+
+use super::sys::KPROBE_PMU;
+use crate::kernel::errno;
+use crate::annotation::Hook;
+
+/// The kernel refused to load a program for a function.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot load the {hook} program for `{function}`: {reason} ({errno_name}){}",
+    verifier_log.as_deref().map(|l| format!("\nverifier log:\n{l}")).unwrap_or_default()
+)]
+#[non_exhaustive]
+pub struct LoadError {
+    /// The kernel function.
+    pub function: String,
+    /// The hook the program was for.
+    pub hook: Hook,
+    /// The kernel's errno (positive), when known.
+    pub errno: Option<i32>,
+    /// Its symbolic name (`EPERM`), or "errno unknown".
+    pub errno_name: String,
+    /// What the errno means here, and what to do.
+    pub reason: String,
+    /// The verifier's log, when the verifier ran.
+    pub verifier_log: Option<String>,
+    /// The libbpf error.
+    pub source: libbpf_rs::Error,
+}
+
+impl LoadError {
+    pub(crate) fn new(
+        function: &str,
+        hook: Hook,
+        source: libbpf_rs::Error,
+        verifier_log: Option<String>,
+    ) -> Self {
+        let errno = errno_of(&source);
+        LoadError {
+            function: function.to_owned(),
+            hook,
+            errno,
+            errno_name: errno::name_of(errno).into_owned(),
+            reason: refusal_reason(errno, hook, "load"),
+            verifier_log,
+            source,
+        }
+    }
+}
+
+/// A BPF map operation failed (the ring buffer, the counters, the switch).
+#[derive(Debug, thiserror::Error)]
+#[error("BPF map `{map}`: {source}")]
+pub struct MapError {
+    /// The map.
+    pub map: &'static str,
+    /// The libbpf error.
+    pub source: libbpf_rs::Error,
+}
+
+/// The kernel's errno inside a libbpf error.
+pub(crate) fn errno_of(err: &libbpf_rs::Error) -> Option<i32> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(code) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+        {
+            return Some(code);
+        }
+        source = e.source();
+    }
+    // The message of an io::Error ends in "(os error N)".
+    let text = format!("{err:#}");
+    let tail = text.rsplit("os error ").next()?;
+    tail.trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()
+}
+
+/// What a refusal to `step` (load, attach) a `hook` program means, and
+/// what to do.
+pub(crate) fn refusal_reason(errno: Option<i32>, hook: Hook, step: &str) -> String {
+    if errno == Some(libc::EMFILE) {
+        return format!(
+            "this process has run out of file descriptors (EMFILE) while attaching {hook} \
+             programs (kspan raised its soft limit to the hard one): raise the hard \
+             open-files limit (`ulimit -Hn`, RLIMIT_NOFILE)"
+        );
+    }
+    match hook {
+        Hook::Kprobe | Hook::Kretprobe => {
+            kprobe_refusal_reason(errno, hook, std::path::Path::new(KPROBE_PMU).exists())
+        }
+        Hook::Syscall => format!("the kernel refused to {step} the syscall tracepoint program"),
+        Hook::Fentry | Hook::Fexit => trampoline_refusal_reason(errno, hook, step),
+    }
+}
+
+fn trampoline_refusal_reason(errno: Option<i32>, hook: Hook, step: &str) -> String {
+    match errno {
+        Some(libc::EPERM) => format!(
+            "the kernel refused to {step} the BPF trampoline: {hook} is not permitted on this \
+             kernel (it is locked down, or its function tracer is disabled) although the process \
+             has the capabilities; run on a kernel that allows BPF trampolines"
+        ),
+        Some(libc::EOPNOTSUPP) | Some(524) => format!(
+            "this kernel does not support BPF trampolines ({hook} needs CONFIG_FUNCTION_TRACER \
+             and CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS)"
+        ),
+        Some(libc::ESRCH) | Some(libc::ENOENT) => {
+            "the function cannot be traced (it may be inlined, notrace, or missing from the \
+             kernel's symbol table)"
+                .to_owned()
+        }
+        Some(libc::EACCES) | Some(libc::EINVAL) => {
+            format!("the kernel rejected the {hook} program (see the verifier log)")
+        }
+        Some(libc::EBUSY) => {
+            "the function already has the most trampoline programs allowed".to_owned()
+        }
+        Some(libc::ENOMEM) => "the kernel is out of memory for BPF programs".to_owned(),
+        _ => format!("the kernel refused to {step} the {hook} program"),
+    }
+}
+
+/// What a refusal of a kprobe or kretprobe means, and what to do.
+fn kprobe_refusal_reason(errno: Option<i32>, hook: Hook, kernel_has_kprobes: bool) -> String {
+    if !kernel_has_kprobes {
+        return format!(
+            "this kernel has no kprobes (built without CONFIG_KPROBES: no kprobe PMU at \
+             {KPROBE_PMU}); {hook} cannot work here, use a trampoline mode (fentry/fexit) where \
+             the kernel allows it"
+        );
+    }
+    match errno {
+        Some(libc::ENOENT) | Some(libc::EINVAL) => {
+            "the function cannot be probed: it is not in /proc/kallsyms (inlined or static \
+             under another name), or it is on the kernel's kprobe blacklist"
+                .to_owned()
+        }
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            format!("the kernel refused the {hook}: kprobes are locked down here")
+        }
+        Some(libc::EBUSY) => "the function already has the most probes allowed".to_owned(),
+        _ => format!("the kernel refused the {hook}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_from_libbpf_errors() {
+        let e = libbpf_rs::Error::from_raw_os_error(libc::EPERM);
+        assert_eq!(errno_of(&e), Some(libc::EPERM));
+        assert!(refusal_reason(Some(libc::EPERM), Hook::Fexit, "load")
+            .contains("fexit is not permitted"));
+        assert!(
+            kprobe_refusal_reason(Some(libc::ENOENT), Hook::Kprobe, false).contains("no kprobes")
+        );
+    }
+}

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The interface with the kernel's BPF: the settings programs read
+//! ([`config`]), loading kspan's object ([`object`]), further copies of its
+//! programs without libbpf ([`copies`]), the raw attach system calls
+//! ([`sys`]) and what the kernel offers ([`KernelCapabilities`]).
+//! It plans nothing and attaches nothing itself.
+
+pub(crate) mod config;
+pub(crate) mod copies;
+mod error;
+mod features;
+pub(crate) mod object;
+pub(crate) mod sys;
+
+pub use config::Orphans;
+pub(crate) use error::refusal_reason;
+pub use error::{LoadError, MapError};
+pub use features::{Feature, KernelCapabilities};

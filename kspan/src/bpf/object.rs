@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Loading kspan's BPF object through its libbpf skeleton.
+//!
+//! The skeleton lives only for one load: the settings are written into its
+//! typed `.rodata`, the programs wanted are chosen and targeted, the shared
+//! maps are reused, and what outlives the load is taken out as owned
+//! descriptors ([`LoadedPrograms`], [`SharedMaps`]) and program templates.
+//! libbpf's object is then closed: links and copies hold their own
+//! references to what they use.
+//!
+//! Each program gets a verifier-log buffer of its own for the load, so a
+//! refusal carries its log without touching libbpf's process-wide print
+//! callback, which stays the application's.
+
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use kspan_bpf::types::kspan_config;
+use kspan_bpf::{names, KspanSkelBuilder, OpenKspanProgs};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{AsRawLibbpf, MapCore, MapFlags, MapHandle, OpenObject, OpenProgramMut};
+
+use super::copies::ProgramTemplate;
+use super::error::{LoadError, MapError};
+use crate::annotation::Hook;
+
+/// Bytes of verifier log kept per program and load: the end of a refusal's
+/// log, where the verifier says why, fits many times over.
+const VERIFIER_LOG_BYTES: usize = 1 << 20;
+
+/// kspan's programs, by role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Program {
+    Fentry,
+    Fexit,
+    Kprobe,
+    Kretprobe,
+    KprobeMulti,
+    KretprobeMulti,
+    SysEnter,
+    SysExit,
+}
+
+impl Program {
+    /// The entry program of `hook`, and its exit program when it has one.
+    pub(crate) fn of(hook: Hook) -> (Program, Option<Program>) {
+        let (entry, exit) = match hook {
+            Hook::Fentry | Hook::Fexit => (Program::Fentry, Program::Fexit),
+            Hook::Kprobe | Hook::Kretprobe => (Program::Kprobe, Program::Kretprobe),
+            Hook::Syscall => (Program::SysEnter, Program::SysExit),
+        };
+        (entry, hook.has_return().then_some(exit))
+    }
+
+    /// The kprobe.multi programs of a kprobe `hook`.
+    pub(crate) fn multi_of(hook: Hook) -> (Program, Option<Program>) {
+        (
+            Program::KprobeMulti,
+            hook.has_return().then_some(Program::KretprobeMulti),
+        )
+    }
+
+    const ALL: [Program; 8] = [
+        Program::Fentry,
+        Program::Fexit,
+        Program::Kprobe,
+        Program::Kretprobe,
+        Program::KprobeMulti,
+        Program::KretprobeMulti,
+        Program::SysEnter,
+        Program::SysExit,
+    ];
+
+    fn in_skeleton<'a, 'obj>(
+        self,
+        progs: &'a mut OpenKspanProgs<'obj>,
+    ) -> &'a mut OpenProgramMut<'obj> {
+        match self {
+            Program::Fentry => &mut progs.kspan_fentry,
+            Program::Fexit => &mut progs.kspan_fexit,
+            Program::Kprobe => &mut progs.kspan_kprobe,
+            Program::Kretprobe => &mut progs.kspan_kretprobe,
+            Program::KprobeMulti => &mut progs.kspan_kprobe_multi,
+            Program::KretprobeMulti => &mut progs.kspan_kretprobe_multi,
+            Program::SysEnter => &mut progs.kspan_sys_enter,
+            Program::SysExit => &mut progs.kspan_sys_exit,
+        }
+    }
+}
+
+/// What to load.
+pub(crate) struct LoadRequest<'a> {
+    /// The kernel function, for errors, and the attach target of
+    /// trampolines.
+    pub function: &'a str,
+    /// The hook the programs are for.
+    pub hook: Hook,
+    /// The settings written into `.rodata`.
+    pub config: &'a kspan_config,
+    /// The programs to load (the others are not).
+    pub programs: &'a [Program],
+    /// The maps every object shares, once the first object made them.
+    pub shared: Option<&'a SharedMaps>,
+}
+
+/// The maps every loaded program uses, made by the first object.
+#[derive(Debug)]
+pub(crate) struct SharedMaps {
+    /// Finished spans.
+    pub events: MapHandle,
+    stacks: MapHandle,
+    counters: MapHandle,
+    control: MapHandle,
+}
+
+/// The kernel's per-CPU counters, summed (`enum kspan_counter` of kspan.h).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KernelCounters {
+    pub ring_buffer_full: u64,
+    pub stack_depth: u64,
+    pub lost_exit: u64,
+    pub unmatched_exit: u64,
+    pub no_storage: u64,
+    pub emitted: u64,
+    pub unsampled: u64,
+    pub orphans: u64,
+}
+
+impl SharedMaps {
+    /// Sums the per-CPU kernel counters.
+    pub(crate) fn counters(&self) -> Result<KernelCounters, MapError> {
+        use kspan_bpf::consts as c;
+        let read = |index: u64| -> Result<u64, MapError> {
+            let per_cpu = self
+                .counters
+                .lookup_percpu(&(index as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(|source| MapError {
+                    map: names::COUNTERS_MAP,
+                    source,
+                })?
+                .unwrap_or_default();
+            Ok(per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
+                .sum())
+        };
+        Ok(KernelCounters {
+            ring_buffer_full: read(c::KSPAN_CTR_RINGBUF_FULL)?,
+            stack_depth: read(c::KSPAN_CTR_STACK_DEPTH)?,
+            lost_exit: read(c::KSPAN_CTR_LOST_EXIT)?,
+            unmatched_exit: read(c::KSPAN_CTR_UNMATCHED_EXIT)?,
+            no_storage: read(c::KSPAN_CTR_NO_STORAGE)?,
+            emitted: read(c::KSPAN_CTR_EMITTED)?,
+            unsampled: read(c::KSPAN_CTR_UNSAMPLED)?,
+            orphans: read(c::KSPAN_CTR_ORPHAN)?,
+        })
+    }
+
+    /// Turns recording on or off in every program at once.
+    pub(crate) fn set_enabled(&self, on: bool) -> Result<(), MapError> {
+        self.control
+            .update(
+                &0u32.to_ne_bytes(),
+                &u32::from(on).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|source| MapError {
+                map: names::CONTROL_MAP,
+                source,
+            })
+    }
+}
+
+/// What one load leaves: the programs asked for, what further copies of them
+/// are made from, and the shared maps when this load made them.
+#[derive(Debug)]
+pub(crate) struct LoadedPrograms {
+    /// The programs, in the order asked for.
+    pub programs: Vec<(Program, OwnedFd)>,
+    /// Templates of the programs loaded (see [`super::copies`]).
+    pub templates: Vec<(Program, ProgramTemplate)>,
+    /// The shared maps, when no `shared` were given.
+    pub maps: Option<SharedMaps>,
+}
+
+impl LoadedPrograms {
+    /// The descriptor of `program`.
+    pub(crate) fn take(&mut self, program: Program) -> Option<OwnedFd> {
+        let at = self.programs.iter().position(|(p, _)| *p == program)?;
+        Some(self.programs.swap_remove(at).1)
+    }
+}
+
+/// Loads the programs of `request` through libbpf.
+pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadError> {
+    let fail = |source: libbpf_rs::Error, verifier_log: Option<String>| {
+        LoadError::new(request.function, request.hook, source, verifier_log)
+    };
+    let mut storage = MaybeUninit::<OpenObject>::uninit();
+    let mut open = KspanSkelBuilder::default()
+        .open(&mut storage)
+        .map_err(|e| fail(e, None))?;
+    match open.maps.rodata_data.as_deref_mut() {
+        Some(rodata) => rodata.kspan_cfg = *request.config,
+        None => {
+            return Err(fail(
+                libbpf_rs::Error::from(std::io::Error::from(std::io::ErrorKind::InvalidData)),
+                None,
+            ))
+        }
+    }
+    if let Some(shared) = request.shared {
+        for (map, with) in [
+            (&mut open.maps.kspan_events, &shared.events),
+            (&mut open.maps.kspan_stacks, &shared.stacks),
+            (&mut open.maps.kspan_counters, &shared.counters),
+            (&mut open.maps.kspan_control, &shared.control),
+        ] {
+            map.reuse_fd(with.as_fd()).map_err(|e| fail(e, None))?;
+        }
+    }
+    let mut logs: Vec<(Program, Vec<u8>)> = Vec::new();
+    for program in Program::ALL {
+        let prog = program.in_skeleton(&mut open.progs);
+        if !request.programs.contains(&program) {
+            prog.set_autoload(false);
+            continue;
+        }
+        if request.hook.is_trampoline() {
+            prog.set_attach_target(0, Some(request.function.to_owned()))
+                .map_err(|e| fail(e, None))?;
+        }
+        let mut log = vec![0u8; VERIFIER_LOG_BYTES];
+        // SAFETY: `prog` is the live libbpf program of `open`; the buffer
+        // is `log`, which is kept in `logs` (its heap allocation does not
+        // move) until after `open` is loaded and dropped.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_program__set_log_buf(
+                prog.as_libbpf_object().as_ptr(),
+                log.as_mut_ptr().cast(),
+                log.len() as _,
+            )
+        };
+        if rc != 0 {
+            return Err(fail(libbpf_rs::Error::from_raw_os_error(-rc), None));
+        }
+        logs.push((program, log));
+    }
+    let loaded = match open.load() {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            let verifier_log = logs.iter().find_map(|(_, log)| verifier_log(log));
+            return Err(fail(e, verifier_log));
+        }
+    };
+    let map_handle =
+        |map: &libbpf_rs::MapMut<'_>| MapHandle::try_from(map).map_err(|e| fail(e, None));
+    let maps = match request.shared {
+        Some(_) => None,
+        None => Some(SharedMaps {
+            events: map_handle(&loaded.maps.kspan_events)?,
+            stacks: map_handle(&loaded.maps.kspan_stacks)?,
+            counters: map_handle(&loaded.maps.kspan_counters)?,
+            control: map_handle(&loaded.maps.kspan_control)?,
+        }),
+    };
+    let rodata_fd = loaded.maps.rodata.as_fd().as_raw_fd();
+    // The object's descriptors of the shared maps, and the lasting ones.
+    let lasting = request.shared.or(maps.as_ref()).map(|shared| {
+        [
+            (&loaded.maps.kspan_events, &shared.events),
+            (&loaded.maps.kspan_stacks, &shared.stacks),
+            (&loaded.maps.kspan_counters, &shared.counters),
+            (&loaded.maps.kspan_control, &shared.control),
+        ]
+        .map(|(object, kept)| (object.as_fd().as_raw_fd(), kept.as_fd().as_raw_fd()))
+    });
+    let mut programs = Vec::new();
+    let mut templates = Vec::new();
+    for &program in request.programs {
+        let prog = match program {
+            Program::Fentry => &loaded.progs.kspan_fentry,
+            Program::Fexit => &loaded.progs.kspan_fexit,
+            Program::Kprobe => &loaded.progs.kspan_kprobe,
+            Program::Kretprobe => &loaded.progs.kspan_kretprobe,
+            Program::KprobeMulti => &loaded.progs.kspan_kprobe_multi,
+            Program::KretprobeMulti => &loaded.progs.kspan_kretprobe_multi,
+            Program::SysEnter => &loaded.progs.kspan_sys_enter,
+            Program::SysExit => &loaded.progs.kspan_sys_exit,
+        };
+        let fd = prog
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| fail(libbpf_rs::Error::from(e), None))?;
+        programs.push((program, fd));
+        if let Some(template) =
+            ProgramTemplate::new(prog, rodata_fd, lasting.as_ref().map_or(&[], |m| &m[..]))
+        {
+            templates.push((program, template));
+        }
+    }
+    drop(loaded);
+    drop(logs);
+    Ok(LoadedPrograms {
+        programs,
+        templates,
+        maps,
+    })
+}
+
+/// The verifier's log in a program's buffer, if the verifier wrote one.
+fn verifier_log(buffer: &[u8]) -> Option<String> {
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    let text = String::from_utf8_lossy(&buffer[..end]);
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verifier_log_is_the_text_before_the_nul() {
+        let mut buffer = vec![0u8; 64];
+        assert_eq!(verifier_log(&buffer), None);
+        buffer[..22].copy_from_slice(b"0: R1=ctx\ninvalid mem\n");
+        assert_eq!(
+            verifier_log(&buffer).as_deref(),
+            Some("0: R1=ctx\ninvalid mem")
+        );
+    }
+
+    #[test]
+    fn every_hook_has_its_programs() {
+        assert_eq!(Program::of(Hook::Fentry), (Program::Fentry, None));
+        assert_eq!(
+            Program::of(Hook::Syscall),
+            (Program::SysEnter, Some(Program::SysExit))
+        );
+        assert_eq!(
+            Program::multi_of(Hook::Kretprobe),
+            (Program::KprobeMulti, Some(Program::KretprobeMulti))
+        );
+    }
+}

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The raw system calls of attaching, where libbpf-rs has no call that
+//! takes a bare program descriptor: links for trampolines, kprobes (one
+//! function or many through kprobe.multi) and tracepoints, each with a BPF
+//! cookie where the program needs one. Each returns the link descriptor;
+//! dropping it detaches.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+use libbpf_rs::libbpf_sys;
+
+use crate::kernel::tracefs::TRACEFS;
+
+/// The kprobe PMU: present exactly when the kernel has CONFIG_KPROBES.
+pub(crate) const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
+
+/// `perf_event_open`'s flag for a close-on-exec descriptor (not in `libc`).
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+
+/// `PERF_TYPE_TRACEPOINT` of `perf_event.h`.
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+
+/// Attaches a loaded trampoline program (`fentry`/`fexit`, loaded against
+/// its target) with `attach_type`.
+pub(crate) fn attach_trace(
+    prog: BorrowedFd<'_>,
+    attach_type: libbpf_sys::bpf_attach_type,
+) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall wrapper; the descriptor is valid and no options
+    // are passed.
+    let fd =
+        unsafe { libbpf_sys::bpf_link_create(prog.as_raw_fd(), 0, attach_type, std::ptr::null()) };
+    owned(fd)
+}
+
+/// `prog` attached to the `syscalls:<event>` tracepoint (`sys_enter_read`)
+/// through a perf event and a BPF link.
+pub(crate) fn attach_syscall_tracepoint(prog: BorrowedFd<'_>, event: &str) -> io::Result<OwnedFd> {
+    let id_path = Path::new(TRACEFS).join(format!("events/syscalls/{event}/id"));
+    let id: u64 = std::fs::read_to_string(&id_path)?
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    let attr = libbpf_sys::perf_event_attr {
+        type_: PERF_TYPE_TRACEPOINT,
+        size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,
+        config: id,
+        ..Default::default()
+    };
+    perf_event_link(&attr, prog, 0)
+}
+
+/// Opens the system-wide perf event `attr` and attaches `prog` to it
+/// through a BPF link carrying `cookie`. The link holds the event: one
+/// descriptor per attachment.
+fn perf_event_link(
+    attr: &libbpf_sys::perf_event_attr,
+    prog: BorrowedFd<'_>,
+    cookie: u64,
+) -> io::Result<OwnedFd> {
+    // SAFETY: `attr` is initialised with its size and everything it points
+    // at outlives the call; pid -1 with cpu 0 is a system-wide event, as
+    // libbpf opens kprobes and tracepoints.
+    let pfd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const libbpf_sys::perf_event_attr,
+            -1,
+            0,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    let event = owned(i32::try_from(pfd).unwrap_or(-1))?;
+    let mut opts = libbpf_sys::bpf_link_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    opts.__bindgen_anon_1.perf_event.bpf_cookie = cookie;
+    // SAFETY: valid descriptors, and `opts` initialised with its size.
+    let link = unsafe {
+        libbpf_sys::bpf_link_create(
+            prog.as_raw_fd(),
+            event.as_raw_fd(),
+            libbpf_sys::BPF_PERF_EVENT,
+            &opts,
+        )
+    };
+    // The link keeps its own reference to the event: ours can go.
+    owned(link)
+}
+
+/// A kprobe (or kretprobe) perf event on `function` from the `kprobe` PMU,
+/// with `prog` attached through a BPF link carrying `cookie`. Returns the
+/// link, which holds the event: dropping it detaches and frees both (one
+/// descriptor per attachment, so a thousand functions fit the usual limits).
+pub(crate) fn attach_kprobe(
+    prog: BorrowedFd<'_>,
+    function: &str,
+    retprobe: bool,
+    cookie: u64,
+) -> io::Result<OwnedFd> {
+    let pmu = kprobe_pmu()?;
+    let name = CString::new(function).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut attr = libbpf_sys::perf_event_attr {
+        type_: pmu.type_,
+        size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,
+        config: if retprobe { 1 << pmu.retprobe_bit } else { 0 },
+        ..Default::default()
+    };
+    attr.__bindgen_anon_3.kprobe_func = name.as_ptr() as u64;
+    attr.__bindgen_anon_4.probe_offset = 0;
+    // `attr` points at `name`, alive until the event is open.
+    perf_event_link(&attr, prog, cookie)
+}
+
+/// One kprobe.multi link attaching `prog` (loaded as `kprobe.multi`) to
+/// every function of `functions`, each with its cookie; at their returns
+/// when `retprobe`.
+pub(crate) fn attach_kprobe_multi(
+    prog: BorrowedFd<'_>,
+    functions: &[(&str, u64)],
+    retprobe: bool,
+) -> io::Result<OwnedFd> {
+    let names = functions
+        .iter()
+        .map(|(f, _)| CString::new(*f))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut syms: Vec<*const libc::c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    let cookies: Vec<u64> = functions.iter().map(|(_, c)| *c).collect();
+    let mut opts = libbpf_sys::bpf_link_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    opts.__bindgen_anon_1.kprobe_multi =
+        libbpf_sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
+            flags: if retprobe {
+                libbpf_sys::BPF_F_KPROBE_MULTI_RETURN
+            } else {
+                0
+            },
+            cnt: syms.len() as u32,
+            syms: syms.as_mut_ptr(),
+            addrs: std::ptr::null(),
+            cookies: cookies.as_ptr(),
+        };
+    // SAFETY: `syms` points at `names.len()` NUL-terminated strings and
+    // `cookies` at as many cookies, all alive across the call; `opts` is
+    // initialised with its size.
+    let link = unsafe {
+        libbpf_sys::bpf_link_create(
+            prog.as_raw_fd(),
+            0,
+            libbpf_sys::BPF_TRACE_KPROBE_MULTI,
+            &opts,
+        )
+    };
+    owned(link)
+}
+
+/// The kprobe PMU's type and the config bit that makes a probe a return
+/// probe, read once from sysfs.
+#[derive(Debug, Clone, Copy)]
+struct KprobePmu {
+    type_: u32,
+    retprobe_bit: u32,
+}
+
+fn kprobe_pmu() -> io::Result<KprobePmu> {
+    static PMU: std::sync::OnceLock<Option<KprobePmu>> = std::sync::OnceLock::new();
+    let read = || -> Option<KprobePmu> {
+        let dir = KPROBE_PMU;
+        let type_ = std::fs::read_to_string(format!("{dir}/type"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        // "config:0"
+        let format = std::fs::read_to_string(format!("{dir}/format/retprobe")).ok()?;
+        let retprobe_bit = format.trim().strip_prefix("config:")?.parse().ok()?;
+        Some(KprobePmu {
+            type_,
+            retprobe_bit,
+        })
+    };
+    // Absent PMU files: the kernel has no kprobes, ENOENT as libbpf says.
+    PMU.get_or_init(read)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+/// A descriptor from a libbpf call that returns it or `-errno` (and sets
+/// errno), or from a raw syscall that returns -1 and sets errno.
+pub(crate) fn owned(fd: i32) -> io::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(if fd == -1 {
+            io::Error::last_os_error()
+        } else {
+            io::Error::from_raw_os_error(-fd)
+        });
+    }
+    // SAFETY: a non-negative return is a new descriptor this process owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! What tracefs says about the running kernel: the syscalls it has
+//! tracepoints for (and their argument formats) and the functions it can
+//! trace.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use super::KernelError;
+
+/// Where tracefs is mounted.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// The `sys_enter_<name>` tracepoint formats of some syscalls, and the names
+/// of every syscall the kernel has tracepoints for (for suggestions).
+#[derive(Debug, Default, Clone)]
+pub struct SyscallFormats {
+    formats: HashMap<&'static str, String>,
+    known: Vec<String>,
+}
+
+impl SyscallFormats {
+    /// No formats.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the format text of `syscall`'s `sys_enter_<syscall>` event.
+    pub fn insert(&mut self, syscall: &'static str, format: String) {
+        self.formats.insert(syscall, format);
+    }
+
+    /// The format of `syscall`, when it was read.
+    pub fn get(&self, syscall: &str) -> Option<&str> {
+        self.formats.get(syscall).map(String::as_str)
+    }
+
+    /// Every syscall with tracepoints (empty when tracefs was not read).
+    pub fn known(&self) -> &[String] {
+        &self.known
+    }
+}
+
+/// The directory of the syscall events.
+pub fn syscall_events() -> PathBuf {
+    Path::new(TRACEFS).join("events/syscalls")
+}
+
+/// The syscalls this kernel has `sys_enter_*` tracepoints for, sorted.
+pub fn syscall_names() -> std::io::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(syscall_events())?
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_prefix("sys_enter_")
+                .map(str::to_owned)
+        })
+        .collect();
+    names.sort_unstable();
+    Ok(names)
+}
+
+/// Reads the formats of `syscalls`, mounting tracefs first where it is not
+/// (as bpftrace and perf do). A syscall without tracepoints is left out
+/// (the planner names it, with suggestions from [`SyscallFormats::known`]).
+pub fn read_syscall_formats(syscalls: &[&'static str]) -> Result<SyscallFormats, KernelError> {
+    let mut formats = SyscallFormats::new();
+    if syscalls.is_empty() {
+        return Ok(formats);
+    }
+    let tracefs = Path::new(TRACEFS);
+    let events = syscall_events();
+    if !events.exists() {
+        super::sys::mount_tracefs(tracefs).map_err(|e| KernelError::Tracefs {
+            path: tracefs.to_owned(),
+            reason: format!("it is not mounted, and mounting it failed: {e}"),
+        })?;
+    }
+    for &name in syscalls {
+        let path = events.join(format!("sys_enter_{name}/format"));
+        match std::fs::read_to_string(&path) {
+            Ok(text) => formats.insert(name, text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if formats.known.is_empty() {
+                    formats.known = syscall_names().unwrap_or_default();
+                }
+            }
+            Err(e) => {
+                return Err(KernelError::Tracefs {
+                    path: tracefs.to_owned(),
+                    reason: format!("cannot read {}: {e}", path.display()),
+                })
+            }
+        }
+    }
+    Ok(formats)
+}
+
+/// The functions the kernel can trace (`available_filter_functions`). It
+/// is unreadable where the function tracer is locked down (even for root);
+/// then nothing is ruled out by it, and the attach says what the kernel
+/// refuses.
+pub fn traceable_functions() -> std::io::Result<HashSet<String>> {
+    let text = std::fs::read_to_string(Path::new(TRACEFS).join("available_filter_functions"))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect())
+}

@@ -1,0 +1,452 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! How each captured value is read: its source (a register, maybe walked
+//! through memory), its kind for the BPF program, its bound, and whether
+//! the Rust type reads the kernel type correctly.
+
+use kspan_bpf::consts;
+use kspan_bpf::types::kspan_capture;
+use opentelemetry::StringValue;
+
+use super::fieldpath::{self, Step};
+use super::names::{arg_attribute, intern};
+use super::{PlanError, Result};
+use crate::kernel::btf::{Btf, FuncSignature, KernelType, TypeClass};
+use crate::annotation::{LenSource, Mode, ParamSpec, ProbeSpec, ValueKind, ValueType};
+
+// enum kspan_cap_kind and enum kspan_len_src of kspan.h, at their field width.
+pub(crate) const KIND_REG: u8 = consts::KSPAN_CAP_REG as u8;
+pub(crate) const KIND_MEM: u8 = consts::KSPAN_CAP_MEM as u8;
+pub(crate) const KIND_KSTR: u8 = consts::KSPAN_CAP_KSTR as u8;
+pub(crate) const KIND_USTR: u8 = consts::KSPAN_CAP_USTR as u8;
+pub(crate) const KIND_KBYTES: u8 = consts::KSPAN_CAP_KBYTES as u8;
+pub(crate) const KIND_UBYTES: u8 = consts::KSPAN_CAP_UBYTES as u8;
+pub(super) const LEN_FIXED: u8 = consts::KSPAN_LEN_FIXED as u8;
+pub(super) const LEN_ARG: u8 = consts::KSPAN_LEN_ARG as u8;
+pub(super) const LEN_RET: u8 = consts::KSPAN_LEN_RET as u8;
+
+/// Default bound of a string capture, in bytes.
+pub const DEFAULT_STR_MAX: u16 = 64;
+/// Default bound of a buffer capture, in bytes.
+pub const DEFAULT_BYTES_MAX: u16 = 256;
+
+/// How one value will be captured and decoded.
+#[derive(Debug, Clone)]
+pub struct CapturePlan {
+    /// What the annotation asked for.
+    pub spec: ParamSpec,
+    /// The kernel type of the captured value.
+    pub kernel_type: KernelType,
+    /// What the BPF program does (`kspan_capture` in `kspan.h`).
+    pub bpf: kspan_capture,
+    /// The attribute key (`kernel.arg.<name>`), made once: a static string,
+    /// so that a span's key costs a copy, not a clone.
+    pub attribute: &'static str,
+    /// `kernel.arg.<name>.truncated`, made once.
+    pub truncated_attribute: &'static str,
+    /// `kernel.arg.<name>.fault`, made once.
+    pub fault_attribute: &'static str,
+    /// Enumerator values and names when the kernel type is an enum (names
+    /// interned: an attribute value costs no allocation per span).
+    pub enum_names: Option<Vec<(i64, StringValue)>>,
+    /// Bound of a string or buffer, in bytes.
+    pub bound: usize,
+}
+
+/// Where a capture starts: an argument register, maybe walked through memory.
+pub(super) struct Source {
+    arg: usize,
+    steps: Vec<Step>,
+    /// The type of what `steps` reach (the register's type without a path).
+    target: KernelType,
+    /// Whether the steps end at an address in memory (a path) rather than
+    /// at the register's value.
+    in_memory: bool,
+}
+
+pub(super) fn capture_source(
+    btf: &Btf,
+    spec: &ProbeSpec,
+    signature: &FuncSignature,
+    param: &ParamSpec,
+) -> Result<Source> {
+    let function = signature.name.as_str();
+    if let (Some(_), Mode::Syscall) = (param.path, spec.mode) {
+        return Err(PlanError::Capture {
+            function: function.to_owned(),
+            parameter: param.name.to_owned(),
+            reason: "field paths are not supported on syscall sources (their pointers are \
+                     user-space memory); capture the argument itself"
+                .to_owned(),
+        });
+    }
+    if let Some(text) = param.path {
+        let path = fieldpath::parse(text).map_err(|source| PlanError::PathSyntax {
+            function: function.to_owned(),
+            parameter: param.name.to_owned(),
+            path: text.to_owned(),
+            source,
+        })?;
+        let resolved =
+            fieldpath::resolve(btf, function, &path).map_err(|source| PlanError::FieldPath {
+                location: spec.location,
+                source,
+            })?;
+        return Ok(Source {
+            arg: resolved.arg_index,
+            steps: resolved.steps,
+            target: resolved.target,
+            in_memory: true,
+        });
+    }
+    let Some(arg) = signature
+        .params
+        .iter()
+        .position(|(name, _)| name == param.name)
+    else {
+        return Err(PlanError::UnknownParameter {
+            function: function.to_owned(),
+            parameter: param.name.to_owned(),
+            location: spec.location,
+            available: signature
+                .params
+                .iter()
+                .map(|(n, t)| format!("`{n}: {}`", t.c_name))
+                .collect(),
+        });
+    };
+    if arg >= kspan_bpf::MAX_ARGS {
+        return Err(PlanError::ArgumentOutOfReach {
+            function: function.to_owned(),
+            parameter: param.name.to_owned(),
+            position: arg + 1,
+            max: kspan_bpf::MAX_ARGS,
+        });
+    }
+    Ok(Source {
+        arg,
+        steps: Vec::new(),
+        target: signature.params[arg].1.clone(),
+        in_memory: false,
+    })
+}
+
+pub(super) fn plan_capture(
+    btf: &Btf,
+    spec: &ProbeSpec,
+    signature: &FuncSignature,
+    param: &ParamSpec,
+    mut source: Source,
+    data_used: &mut usize,
+    nr_args: &mut usize,
+) -> Result<CapturePlan> {
+    let function = signature.name.as_str();
+    let fail = |reason: String| PlanError::Capture {
+        function: function.to_owned(),
+        parameter: param.name.to_owned(),
+        reason,
+    };
+    let target = source.target.clone();
+    if target.is_user_pointer && !param.user && !param.ty.kind.is_scalar() {
+        return Err(fail(format!(
+            "`{}` is a user-space pointer: add `user` to read the memory behind it",
+            target.c_name
+        )));
+    }
+    if param.user && !matches!(target.class, TypeClass::Pointer) {
+        return Err(fail(format!(
+            "`user` reads memory behind a pointer, but the value is `{}`",
+            target.c_name
+        )));
+    }
+    let mut bpf = kspan_capture::default();
+    let mut bound = 0usize;
+    let mut data_len = 0usize;
+    match param.ty.kind {
+        ValueKind::Int { .. } | ValueKind::Bool | ValueKind::Pointer => {
+            if param.user {
+                return Err(fail(
+                    "`user` applies to `&str`, `&[u8]` and `[u8; N]` captures, not to scalars"
+                        .to_owned(),
+                ));
+            }
+            check_compatible(function, param.name, &target, param.ty)?;
+            if source.in_memory {
+                bpf.kind = KIND_MEM;
+                bpf.size = scalar_width(&target) as u8;
+            } else {
+                bpf.kind = KIND_REG;
+            }
+        }
+        ValueKind::Str => {
+            let max = param.max.unwrap_or(DEFAULT_STR_MAX);
+            match target.class {
+                TypeClass::Pointer if target.points_to_char => {
+                    if source.in_memory {
+                        // The member holds the string's address.
+                        source.steps.push(Step {
+                            load: true,
+                            offset: 0,
+                        });
+                    }
+                }
+                TypeClass::Array {
+                    elem_is_char: true, ..
+                } if source.in_memory && !param.user => {}
+                _ => {
+                    return Err(fail(format!(
+                        "`&str` captures a `char *` or a `char` array, but the value is `{}`",
+                        target.c_name
+                    )))
+                }
+            }
+            bpf.kind = if param.user { KIND_USTR } else { KIND_KSTR };
+            bound = usize::from(max);
+            // One more character than the bound tells a string that only
+            // fits from one that was cut, plus the NUL.
+            data_len = bound + 2;
+        }
+        ValueKind::Bytes | ValueKind::ByteArray { .. } => {
+            let fixed = match param.ty.kind {
+                ValueKind::ByteArray { len } => Some(usize::from(len)),
+                _ => None,
+            };
+            match target.class {
+                TypeClass::Pointer => {
+                    if source.in_memory {
+                        source.steps.push(Step {
+                            load: true,
+                            offset: 0,
+                        });
+                    }
+                }
+                TypeClass::Array {
+                    elem_bytes, len, ..
+                } if source.in_memory && !param.user => {
+                    let have = (elem_bytes * len) as usize;
+                    if let Some(n) = fixed {
+                        if n > have {
+                            return Err(fail(format!(
+                                "`[u8; {n}]` is longer than `{}` ({have} bytes)",
+                                target.c_name
+                            )));
+                        }
+                    }
+                }
+                _ => {
+                    return Err(fail(format!(
+                    "byte captures read behind a pointer or from an array, but the value is `{}`",
+                    target.c_name
+                )))
+                }
+            }
+            bpf.kind = if param.user { KIND_UBYTES } else { KIND_KBYTES };
+            match (fixed, param.len) {
+                (Some(n), None) => {
+                    bpf.len_src = LEN_FIXED;
+                    bound = n;
+                }
+                (Some(_), Some(_)) => {
+                    return Err(fail("`[u8; N]` has its length already: remove `len`".to_owned()))
+                }
+                (None, Some(LenSource::Ret)) => {
+                    if !spec.mode.has_return() {
+                        return Err(fail(
+                            "`len = \"ret\"` needs mode = \"fexit\" or \"kretprobe\"".to_owned(),
+                        ));
+                    }
+                    bpf.len_src = LEN_RET;
+                    bound = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));
+                }
+                (None, Some(LenSource::Param(name))) => {
+                    let Some(pos) = signature.params.iter().position(|(n, _)| n == name) else {
+                        return Err(fail(format!(
+                            "`len = \"{name}\"` names no parameter of `{function}`; its parameters are: {}",
+                            signature.params.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                        )));
+                    };
+                    if pos >= kspan_bpf::MAX_ARGS || !matches!(signature.params[pos].1.class, TypeClass::Int { .. }) {
+                        return Err(fail(format!(
+                            "`len = \"{name}\"` must name an integer among the first {} parameters",
+                            kspan_bpf::MAX_ARGS
+                        )));
+                    }
+                    bpf.len_src = LEN_ARG;
+                    bpf.len_arg = pos as u8;
+                    *nr_args = (*nr_args).max(pos + 1);
+                    bound = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));
+                }
+                (None, None) => match target.class {
+                    TypeClass::Array { elem_bytes, len, .. } => {
+                        bpf.len_src = LEN_FIXED;
+                        bound = ((elem_bytes * len) as usize).min(usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX)));
+                    }
+                    _ => {
+                        return Err(fail(
+                            "a `&[u8]` buffer needs its length: `len = \"<parameter>\"` or `len = \"ret\"`"
+                                .to_owned(),
+                        ))
+                    }
+                },
+            }
+            data_len = bound;
+        }
+    }
+    if source.steps.len() > kspan_bpf::MAX_STEPS {
+        return Err(fail(format!(
+            "the path needs {} pointer hops and offsets; the limit is {}",
+            source.steps.len(),
+            kspan_bpf::MAX_STEPS
+        )));
+    }
+    bpf.arg = source.arg as u8;
+    bpf.nsteps = source.steps.len() as u8;
+    for (slot, step) in bpf.steps.iter_mut().zip(&source.steps) {
+        slot.offset = step.offset;
+        slot.load = u32::from(step.load);
+    }
+    bpf.data_off = u16::try_from(*data_used).unwrap_or(u16::MAX);
+    bpf.data_len = u16::try_from(data_len).unwrap_or(u16::MAX);
+    *data_used += data_len;
+    *nr_args = (*nr_args).max(source.arg + 1);
+    Ok(CapturePlan {
+        spec: *param,
+        enum_names: btf.enumerators(target.id).map(|names| {
+            names
+                .into_iter()
+                .map(|(name, value)| (value, StringValue::from(intern(&name))))
+                .collect()
+        }),
+        kernel_type: target,
+        bpf,
+        attribute: arg_attribute(param.name, ""),
+        truncated_attribute: arg_attribute(param.name, ".truncated"),
+        fault_attribute: arg_attribute(param.name, ".fault"),
+        bound,
+    })
+}
+
+/// Reads a raw register or memory value at the kernel type's width: bits
+/// above it are dropped, and a signed value is sign-extended, so that a wider
+/// Rust type gets the kernel's value.
+pub fn normalize(raw: u64, class: TypeClass) -> u64 {
+    let (bytes, signed) = match class {
+        TypeClass::Int { bytes, signed } | TypeClass::Enum { bytes, signed } => (bytes, signed),
+        TypeClass::Bool => (1, false),
+        _ => return raw,
+    };
+    if bytes >= 8 || bytes == 0 {
+        return raw;
+    }
+    let shift = 64 - bytes * 8;
+    if signed {
+        (((raw << shift) as i64) >> shift) as u64
+    } else {
+        (raw << shift) >> shift
+    }
+}
+
+/// Width in bytes of a scalar kernel type.
+fn scalar_width(kernel: &KernelType) -> u32 {
+    match kernel.class {
+        TypeClass::Int { bytes, .. } | TypeClass::Enum { bytes, .. } => bytes,
+        TypeClass::Bool => 1,
+        _ => 8,
+    }
+}
+
+/// Checks that a Rust type reads a kernel type correctly.
+pub(super) fn check_compatible(
+    function: &str,
+    parameter: &str,
+    kernel: &KernelType,
+    rust: ValueType,
+) -> Result<()> {
+    let ok = match (kernel.class, rust.kind) {
+        (
+            TypeClass::Int { bytes, signed },
+            ValueKind::Int {
+                bytes: rb,
+                signed: rs,
+            },
+        ) => {
+            // Same width and sign, or wider where every kernel value fits:
+            // kernels change `long` returns to `int` and back, and an `i64`
+            // handler keeps working (values are widened from the kernel's
+            // width, see `normalize`).
+            let rb = u32::from(rb);
+            (rb == bytes && signed == rs) || (rb > bytes && (signed == rs || rs))
+        }
+        // Enum signedness in BTF only says whether some enumerator is negative;
+        // the width is what decides how the register is read.
+        (TypeClass::Enum { bytes, .. }, ValueKind::Int { bytes: rb, .. }) => u32::from(rb) >= bytes,
+        (TypeClass::Bool, ValueKind::Bool) => true,
+        (TypeClass::Pointer, ValueKind::Pointer) => true,
+        // An address read as a plain unsigned 64-bit integer.
+        (
+            TypeClass::Pointer,
+            ValueKind::Int {
+                bytes: 8,
+                signed: false,
+            },
+        ) => true,
+        _ => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(PlanError::TypeMismatch {
+        function: function.to_owned(),
+        parameter: parameter.to_owned(),
+        kernel_type: kernel.c_name.clone(),
+        rust_type: rust.to_string(),
+        hint: rust_types_for(kernel),
+    })
+}
+
+/// What Rust types read `kernel`, as a hint.
+fn rust_types_for(kernel: &KernelType) -> String {
+    let ints = |bytes: u32, signed: bool| -> &'static str {
+        match (bytes, signed) {
+            (1, false) => "`u8`",
+            (1, true) => "`i8`",
+            (2, false) => "`u16`",
+            (2, true) => "`i16`",
+            (4, false) => "`u32`",
+            (4, true) => "`i32`",
+            (8, false) => "`u64` or `usize`",
+            (8, true) => "`i64` or `isize`",
+            _ => "no Rust integer type",
+        }
+    };
+    match kernel.class {
+        TypeClass::Int { bytes, signed } => format!(
+            "`{}` is {} {}-bit: use {}",
+            kernel.c_name,
+            if signed { "signed" } else { "unsigned" },
+            bytes * 8,
+            ints(bytes, signed)
+        ),
+        TypeClass::Enum { bytes, .. } => format!(
+            "`{}` is a {}-bit enum: use {} or {}",
+            kernel.c_name,
+            bytes * 8,
+            ints(bytes, false),
+            ints(bytes, true)
+        ),
+        TypeClass::Bool => "use `bool`".to_owned(),
+        TypeClass::Pointer => {
+            "use a raw pointer (`*const T`, `*mut T`) or `u64`/`usize` for the address".to_owned()
+        }
+        TypeClass::Void => "the kernel type is `void`".to_owned(),
+        TypeClass::Float => "floating-point values cannot be captured".to_owned(),
+        TypeClass::Array { .. } => format!(
+            "`{}` is an array: capture it as `[u8; N]`, `&[u8]`, or `&str` for a `char` array",
+            kernel.c_name
+        ),
+        TypeClass::Aggregate => format!(
+            "`{}` is passed by value and cannot be captured from a register; capture a \
+             scalar parameter instead",
+            kernel.c_name
+        ),
+    }
+}

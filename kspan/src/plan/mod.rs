@@ -1,0 +1,616 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The plan: every probe checked against the running kernel's BTF.
+//!
+//! Planning is pure: it takes a parsed [`Btf`] and the probe definitions and
+//! either returns, per probe, which argument registers to capture, or an error
+//! that names the function, the parameter and what would fix it. Nothing is
+//! loaded until every probe has planned, so a typo never leaves half the
+//! probes attached.
+
+mod capture;
+pub mod denylist;
+mod error;
+pub mod fieldpath;
+mod names;
+
+use std::collections::{HashMap, HashSet};
+
+use kspan_bpf::types::kspan_record;
+
+pub use crate::kernel::tracefs::SyscallFormats;
+pub use capture::{normalize, CapturePlan, DEFAULT_BYTES_MAX, DEFAULT_STR_MAX};
+pub(crate) use capture::{KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
+pub use error::PlanError;
+pub use names::closest_names;
+
+use crate::kernel::btf::{Btf, FuncSignature, TypeClass};
+use crate::annotation::{Mode, Probe};
+use capture::{capture_source, check_compatible, plan_capture};
+use names::intern;
+
+type Result<T, E = PlanError> = std::result::Result<T, E>;
+
+/// How one probe will be attached and decoded.
+#[derive(Debug)]
+pub struct ProbePlan {
+    /// The probe.
+    pub probe: &'static Probe,
+    /// The kernel function (one match of a pattern such as `vfs_*`).
+    pub function: &'static str,
+    /// The kernel function's BTF signature.
+    pub signature: FuncSignature,
+    /// One per handler parameter other than `ret` and `span`, in order.
+    pub captures: Vec<CapturePlan>,
+    /// How many leading arguments the BPF program must save.
+    pub nr_args: u32,
+    /// Bytes of one record of this probe (header and data area).
+    pub record_size: u32,
+    /// Whether a negative return value is an errno that fails the span.
+    pub errno_status: bool,
+}
+
+impl ProbePlan {
+    /// The kernel function.
+    pub fn function(&self) -> &'static str {
+        self.function
+    }
+
+    /// The attach mode.
+    pub fn mode(&self) -> Mode {
+        self.probe.spec.mode
+    }
+}
+
+/// What planning needs besides BTF, read from the system by the runtime.
+#[derive(Debug, Default)]
+pub struct PlanInputs {
+    /// The `sys_enter_<name>` formats of the syscall sources.
+    pub syscalls: SyscallFormats,
+    /// The functions the kernel can trace (`available_filter_functions`),
+    /// when it could be read: a function missing there is inlined or notrace.
+    pub traceable: Option<HashSet<String>>,
+}
+
+/// The plans, and the functions a pattern matched but that are not traced.
+#[derive(Debug)]
+pub struct PlanSet {
+    /// One plan per traced function.
+    pub plans: Vec<ProbePlan>,
+    /// `(function, why)` for each match left out: deny list, notrace, inlined.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Plans every probe, expanding patterns (`vfs_*`); fails on the first probe
+/// that cannot work, before anything touches the kernel.
+pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Result<PlanSet> {
+    if probes.is_empty() {
+        return Err(PlanError::NoProbes);
+    }
+    // Two probes naming one function are refused before anything else is
+    // checked; matches of patterns are checked once expanded, below.
+    let mut named: HashMap<&str, &'static str> = HashMap::new();
+    for p in probes
+        .iter()
+        .filter(|p| !denylist::is_pattern(p.spec.function))
+    {
+        if let Some(first) = named.insert(p.spec.function, p.spec.location) {
+            return Err(PlanError::DuplicateProbe {
+                function: p.spec.function.to_owned(),
+                first,
+                second: p.spec.location,
+            });
+        }
+    }
+    let mut set = PlanSet {
+        plans: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for &probe in probes {
+        let spec = &probe.spec;
+        if spec.mode == Mode::Syscall {
+            set.plans
+                .push(plan_probe_with(btf, probe, &inputs.syscalls)?);
+            continue;
+        }
+        if !denylist::is_pattern(spec.function) {
+            if let Some(reason) = denylist::denied(spec.function) {
+                return Err(PlanError::Denied {
+                    function: spec.function.to_owned(),
+                    location: spec.location,
+                    reason,
+                });
+            }
+            if let Some(traceable) = &inputs.traceable {
+                if btf.function(spec.function).is_some() && !traceable.contains(spec.function) {
+                    return Err(PlanError::NotTraceable {
+                        function: spec.function.to_owned(),
+                        location: spec.location,
+                    });
+                }
+            }
+            set.plans
+                .push(plan_probe_with(btf, probe, &inputs.syscalls)?);
+            continue;
+        }
+        let mut matches: Vec<&str> = btf
+            .function_names()
+            .filter(|name| denylist::glob_match(spec.function, name))
+            .collect();
+        matches.sort_unstable();
+        if matches.is_empty() {
+            return Err(PlanError::UnknownFunction {
+                function: spec.function.to_owned(),
+                location: spec.location,
+                suggestions: Vec::new(),
+            });
+        }
+        for name in matches {
+            if let Some(why) = denylist::not_traced(name, inputs.traceable.as_ref()) {
+                set.skipped.push((name.to_owned(), why.to_string()));
+                continue;
+            }
+            set.plans
+                .push(plan_function(btf, probe, intern(name), &inputs.syscalls)?);
+        }
+    }
+    let mut seen: HashMap<&str, &'static str> = HashMap::new();
+    for plan in &set.plans {
+        let location = plan.probe.spec.location;
+        if let Some(first) = seen.insert(plan.function, location) {
+            return Err(PlanError::DuplicateProbe {
+                function: plan.function.to_owned(),
+                first,
+                second: location,
+            });
+        }
+    }
+    Ok(set)
+}
+
+/// Plans one probe that is not a syscall source.
+pub fn plan_probe(btf: &Btf, probe: &'static Probe) -> Result<ProbePlan> {
+    plan_probe_with(btf, probe, &SyscallFormats::new())
+}
+
+/// Plans one probe; a syscall source takes its signature from `syscalls`.
+pub fn plan_probe_with(
+    btf: &Btf,
+    probe: &'static Probe,
+    syscalls: &SyscallFormats,
+) -> Result<ProbePlan> {
+    plan_function(btf, probe, probe.spec.function, syscalls)
+}
+
+/// Plans `probe` on `function` (the probe's own, or one match of its pattern).
+fn plan_function(
+    btf: &Btf,
+    probe: &'static Probe,
+    function: &'static str,
+    syscalls: &SyscallFormats,
+) -> Result<ProbePlan> {
+    let spec = &probe.spec;
+    let signature = if spec.mode == Mode::Syscall {
+        syscalls
+            .get(function)
+            .and_then(|format| crate::kernel::syscall::signature(btf, function, format))
+            .ok_or_else(|| PlanError::UnknownSyscall {
+                syscall: function.to_owned(),
+                location: spec.location,
+                suggestions: closest_names(
+                    syscalls.known().iter().map(String::as_str),
+                    function,
+                    3,
+                ),
+            })?
+    } else {
+        btf.function(function)
+            .ok_or_else(|| PlanError::UnknownFunction {
+                function: function.to_owned(),
+                location: spec.location,
+                suggestions: closest_names(btf.function_names(), function, 3),
+            })?
+    };
+    if spec.params.len() > kspan_bpf::MAX_CAPS {
+        return Err(PlanError::Capture {
+            function: function.to_owned(),
+            parameter: spec.params[kspan_bpf::MAX_CAPS].name.to_owned(),
+            reason: format!(
+                "a probe captures at most {} values; drop some parameters",
+                kspan_bpf::MAX_CAPS
+            ),
+        });
+    }
+
+    let mut captures = Vec::with_capacity(spec.params.len());
+    let mut data_used = 0usize;
+    let mut nr_args = 0usize;
+    for param in spec.params {
+        let source = capture_source(btf, spec, &signature, param)?;
+        let capture = plan_capture(
+            btf,
+            spec,
+            &signature,
+            param,
+            source,
+            &mut data_used,
+            &mut nr_args,
+        )?;
+        captures.push(capture);
+    }
+    if data_used > kspan_bpf::MAX_DATA {
+        return Err(PlanError::Capture {
+            function: function.to_owned(),
+            parameter: spec.params.last().map_or("", |p| p.name).to_owned(),
+            reason: format!(
+                "the strings and buffers of this probe need {data_used} bytes per call; the limit \
+                 is {}: lower their `max`",
+                kspan_bpf::MAX_DATA
+            ),
+        });
+    }
+
+    let ret_is_errno = matches!(
+        signature.ret.class,
+        TypeClass::Int {
+            bytes: 4 | 8,
+            signed: true
+        }
+    );
+    if let Some(ret) = spec.ret {
+        if !spec.mode.has_return() {
+            return Err(PlanError::NoReturnValue {
+                function: function.to_owned(),
+                reason: format!(
+                    "mode `{}` attaches at entry only; use mode = \"fexit\" or \"kretprobe\"",
+                    spec.mode
+                ),
+            });
+        }
+        if signature.ret.class == TypeClass::Void {
+            return Err(PlanError::NoReturnValue {
+                function: function.to_owned(),
+                reason: "the kernel function returns `void`; remove `ret`".to_owned(),
+            });
+        }
+        check_compatible(function, "ret", &signature.ret, ret)?;
+    }
+
+    let header = std::mem::size_of::<kspan_record>();
+    let record_size = (header + data_used).next_multiple_of(8) as u32;
+    Ok(ProbePlan {
+        probe,
+        function,
+        signature,
+        captures,
+        nr_args: nr_args as u32,
+        record_size,
+        errno_status: spec.errno && spec.mode.has_return() && ret_is_errno,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::btf::builder::sample;
+    use capture::{KIND_REG, LEN_ARG, LEN_FIXED};
+    use kspan::kernel_span;
+    use opentelemetry::StringValue;
+
+    fn btf() -> Btf {
+        Btf::parse(&sample()).unwrap()
+    }
+
+    fn err(probe: &'static Probe) -> String {
+        plan_probe(&btf(), probe).unwrap_err().to_string()
+    }
+
+    #[kernel_span("vfs_read")]
+    fn count_and_ret(count: usize, ret: isize) {}
+
+    #[test]
+    fn plans_vfs_read_count_and_ret() {
+        let plan = plan_probe(&btf(), &count_and_ret).unwrap();
+        assert_eq!(plan.captures.len(), 1);
+        assert_eq!(plan.captures[0].bpf.arg, 2);
+        assert_eq!(plan.captures[0].bpf.kind, KIND_REG);
+        assert_eq!(plan.captures[0].attribute, "kernel.arg.count");
+        assert_eq!(plan.nr_args, 3);
+        assert!(
+            plan.errno_status,
+            "ssize_t returns follow the errno convention"
+        );
+        assert_eq!(
+            plan.record_size as usize,
+            std::mem::size_of::<kspan_record>()
+        );
+    }
+
+    #[kernel_span("vfs_read", mode = "fentry")]
+    fn pointers(pos: *const i64, file: u64) {}
+
+    #[kernel_span("kspan_void_fn", errno = false)]
+    fn bool_and_enum(flag: bool, kind: u32) {}
+
+    #[test]
+    fn pointers_bools_enums() {
+        let plan = plan_probe(&btf(), &pointers).unwrap();
+        assert_eq!((plan.captures[0].bpf.arg, plan.captures[1].bpf.arg), (3, 0));
+        let plan = plan_probe(&btf(), &bool_and_enum).unwrap();
+        assert_eq!(plan.nr_args, 2);
+        let names = plan.captures[1].enum_names.as_ref().unwrap();
+        assert_eq!(names[1], (1, StringValue::from("PIDTYPE_TGID")));
+        assert!(!plan.errno_status);
+    }
+
+    #[kernel_span("vfs_read")]
+    fn strings_and_buffers(
+        #[capture(max = 100)] buf: &str,
+        #[capture(len = "count")] pos: &[u8],
+        file: [u8; 16],
+    ) {
+    }
+
+    #[test]
+    fn strings_and_buffers_get_data_slots() {
+        let plan = plan_probe(&btf(), &strings_and_buffers).unwrap();
+        let [s, b, a] = &plan.captures[..] else {
+            panic!()
+        };
+        assert_eq!(
+            (s.bpf.kind, s.bpf.data_off, s.bpf.data_len),
+            (KIND_KSTR, 0, 102)
+        );
+        assert_eq!(s.bound, 100);
+        assert_eq!(
+            (b.bpf.kind, b.bpf.len_src, b.bpf.len_arg),
+            (KIND_KBYTES, LEN_ARG, 2)
+        );
+        assert_eq!((b.bpf.data_off, b.bpf.data_len), (102, 256));
+        assert_eq!(
+            (a.bpf.kind, a.bpf.len_src, a.bpf.data_len),
+            (KIND_KBYTES, LEN_FIXED, 16)
+        );
+        let header = std::mem::size_of::<kspan_record>();
+        assert_eq!(
+            plan.record_size as usize,
+            (header + 102 + 256 + 16).next_multiple_of(8)
+        );
+    }
+
+    #[kernel_span("vfs_read")]
+    fn no_len(buf: &[u8]) {}
+
+    #[kernel_span("vfs_read")]
+    fn str_of_int(count: &str) {}
+
+    #[kernel_span("vfs_read")]
+    fn bad_len(#[capture(len = "size")] buf: &[u8]) {}
+
+    #[kernel_span("vfs_read")]
+    fn too_much(
+        #[capture(max = 1000)] buf: &str,
+        #[capture(len = "count", max = 1000)] pos: &[u8],
+    ) {
+    }
+
+    #[test]
+    fn capture_errors_name_the_parameter_and_the_fix() {
+        assert!(err(&no_len).contains("cannot capture `buf`: a `&[u8]` buffer needs its length"));
+        assert!(err(&str_of_int)
+            .contains("`&str` captures a `char *` or a `char` array, but the value is `size_t`"));
+        assert!(err(&bad_len).contains("`len = \"size\"` names no parameter of `vfs_read`"));
+        assert!(err(&too_much).contains("need 2002 bytes per call; the limit is 1024"));
+    }
+
+    #[kernel_span("vfs_raed")]
+    fn typo() {}
+
+    #[test]
+    fn unknown_function_suggests_close_names() {
+        let e = plan_probe(&btf(), &typo).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(&e, PlanError::UnknownFunction { suggestions, .. } if suggestions[0] == "vfs_read"),
+            "{msg}"
+        );
+        assert!(msg.contains("unknown kernel function `vfs_raed`"), "{msg}");
+        assert!(msg.contains("did you mean `vfs_read`"), "{msg}");
+    }
+
+    #[kernel_span("vfs_read")]
+    fn wrong_name(size: usize) {}
+
+    #[test]
+    fn unknown_parameter_lists_real_ones() {
+        let msg = err(&wrong_name);
+        assert!(msg.contains("`vfs_read` has no parameter `size`"), "{msg}");
+        assert!(
+            msg.contains("`file: struct file *`, `buf: char *`, `count: size_t`, `pos: loff_t *`"),
+            "{msg}"
+        );
+    }
+
+    #[kernel_span("vfs_read")]
+    fn signed_count(count: i32) {}
+
+    #[kernel_span("vfs_read")]
+    fn unsigned_ret(ret: usize) {}
+
+    #[kernel_span("vfs_read")]
+    fn bool_file(file: bool) {}
+
+    #[kernel_span("kspan_struct_arg")]
+    fn struct_by_value(f: u64) {}
+
+    #[test]
+    fn type_mismatch_names_both_types() {
+        assert_eq!(
+            err(&signed_count),
+            "`vfs_read`: `count` is `size_t` in the kernel but `i32` (signed 32-bit) in the \
+             handler; `size_t` is unsigned 64-bit: use `u64` or `usize`"
+        );
+        assert!(err(&unsigned_ret).contains("`ret` is `ssize_t` in the kernel but `usize`"));
+        assert!(err(&bool_file).contains("use a raw pointer"));
+        assert!(err(&struct_by_value).contains("`struct file` is passed by value"));
+    }
+
+    #[kernel_span("kspan_void_fn")]
+    fn ret_of_void(ret: isize) {}
+
+    #[test]
+    fn ret_needs_a_value() {
+        assert!(err(&ret_of_void).contains("returns `void`"));
+    }
+
+    #[kernel_span("kspan_seven")]
+    fn seventh(g: i32) {}
+
+    #[test]
+    fn seventh_argument_is_out_of_reach() {
+        assert!(err(&seventh).contains("argument #7"));
+    }
+
+    #[kernel_span("vfs_read", mode = "fentry")]
+    fn read_entry() {}
+
+    #[test]
+    fn duplicates_and_empty_sets_are_refused() {
+        let none = PlanInputs::default();
+        assert!(matches!(
+            plan_all(&btf(), &[], &none),
+            Err(PlanError::NoProbes)
+        ));
+        assert!(matches!(
+            plan_all(&btf(), &[&count_and_ret, &read_entry], &none),
+            Err(PlanError::DuplicateProbe { .. })
+        ));
+    }
+
+    #[kernel_span("vfs_*")]
+    fn every_vfs_file(file: u64, ret: i64) {}
+
+    #[kernel_span("vfs_*")]
+    fn every_vfs_count(count: usize) {}
+
+    #[kernel_span("nothing_*")]
+    fn matches_nothing() {}
+
+    #[kernel_span("_raw_spin_lock")]
+    fn denied_lock() {}
+
+    #[test]
+    fn patterns_expand_to_every_match_and_check_each() {
+        let set = plan_all(&btf(), &[&every_vfs_file], &PlanInputs::default()).unwrap();
+        let functions: Vec<&str> = set.plans.iter().map(|p| p.function()).collect();
+        assert_eq!(functions, ["vfs_read", "vfs_write"]);
+        assert!(set.skipped.is_empty());
+        let msg = plan_all(&btf(), &[&every_vfs_count], &PlanInputs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("`vfs_write` has no parameter `count`"),
+            "{msg}"
+        );
+        let msg = plan_all(&btf(), &[&matches_nothing], &PlanInputs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("the pattern matches no function"), "{msg}");
+    }
+
+    #[test]
+    fn the_deny_list_is_enforced_and_untraceable_matches_are_reported() {
+        let msg = plan_all(&btf(), &[&denied_lock], &PlanInputs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("`_raw_spin_lock`"), "{msg}");
+        assert!(msg.contains("deny list: locking primitives"), "{msg}");
+        let inputs = PlanInputs {
+            traceable: Some(["vfs_read".to_owned()].into_iter().collect()),
+            ..PlanInputs::default()
+        };
+        let set = plan_all(&btf(), &[&every_vfs_file], &inputs).unwrap();
+        assert_eq!(set.plans.len(), 1);
+        assert_eq!(set.skipped[0].0, "vfs_write");
+        assert!(set.skipped[0].1.contains("inlined or notrace"));
+        let msg = plan_all(
+            &btf(),
+            &[&strings_and_buffers],
+            &PlanInputs {
+                traceable: Some(Default::default()),
+                ..PlanInputs::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(msg.contains("`vfs_read` (probe at"), "{msg}");
+        assert!(msg.contains("cannot be traced"), "{msg}");
+    }
+
+    #[kernel_span("vfs_read")]
+    fn file_name(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
+
+    #[kernel_span("vfs_reed")]
+    fn host_typo() {}
+
+    #[test]
+    fn plans_against_this_machines_kernel() {
+        let data = std::fs::read("/sys/kernel/btf/vmlinux")
+            .expect("the kernel BTF feature: /sys/kernel/btf/vmlinux must exist");
+        let btf = Btf::parse(&data).unwrap();
+        assert_eq!(
+            plan_probe(&btf, &count_and_ret).unwrap().captures[0]
+                .bpf
+                .arg,
+            2
+        );
+        let msg = plan_probe(&btf, &host_typo).unwrap_err().to_string();
+        assert!(msg.contains("`vfs_read`"), "{msg}");
+        let plan = plan_probe(&btf, &file_name).unwrap();
+        let c = &plan.captures[0].bpf;
+        // file->f_path.dentry: no load; ->d_name.name: load; then the string's address: load.
+        assert_eq!(c.nsteps, 3);
+        assert_eq!(
+            [c.steps[0].load, c.steps[1].load, c.steps[2].load],
+            [0, 1, 1]
+        );
+        assert_eq!((c.kind, c.steps[2].offset), (KIND_KSTR, 0));
+    }
+
+    #[kernel_span("kspan_seven")]
+    fn widened(a: i64, ret: i64) {}
+
+    #[kernel_span("ksys_read")]
+    fn unsigned_to_wider_signed(fd: i64) {}
+
+    #[kernel_span("kspan_seven")]
+    fn signed_to_unsigned(a: u64) {}
+
+    #[test]
+    fn wider_rust_types_read_narrower_kernel_types() {
+        assert!(plan_probe(&btf(), &widened).is_ok());
+        assert!(plan_probe(&btf(), &unsigned_to_wider_signed).is_ok());
+        assert!(err(&signed_to_unsigned).contains("`a` is `int` in the kernel but `u64`"));
+        assert_eq!(
+            normalize(
+                0xdead_beef_ffff_fffe,
+                TypeClass::Int {
+                    bytes: 4,
+                    signed: true
+                }
+            ),
+            (-2i64) as u64
+        );
+        assert_eq!(
+            normalize(
+                0xdead_beef_ffff_fffe,
+                TypeClass::Int {
+                    bytes: 4,
+                    signed: false
+                }
+            ),
+            0xffff_fffe
+        );
+        assert_eq!(normalize(0x1ff, TypeClass::Bool), 0xff);
+        assert_eq!(normalize(7, TypeClass::Pointer), 7);
+    }
+}
