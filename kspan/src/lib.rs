@@ -38,7 +38,9 @@
 //!   kprobe programs go further: one per distinct settings serves every
 //!   function, the probe id in each link's cookie, with one kprobe.multi link
 //!   per direction where the kernel has fprobe. The maps of the first object
-//!   are shared by all. No code is generated per function.
+//!   are shared by all. No code is generated per function. libbpf's
+//!   process-wide print callback is left to the application: verifier logs
+//!   come from a buffer per program and load.
 //! * **Kernel spans join the application's traces.** The application's
 //!   current span per thread is published in the OpenTelemetry
 //!   thread-context record (OTEP 4947) by kspan's OpenTelemetry context
@@ -77,6 +79,27 @@
 //!   deep, lost exit) has a per-CPU counter, reported by [`Kspan::stats`] and
 //!   at [`Kspan::shutdown`].
 //!
+//! # Where things are
+//!
+//! One module per stage, in the order data flows; each imports only from the
+//! stages before it, and each has an error type of its own, composed in
+//! [`Error`]:
+//!
+//! | stage | what it holds |
+//! | --- | --- |
+//! | `annotation` | what `#[kernel_span]` generates ([`Probe`], [`Mode`]), the values a handler gets ([`Captured`]) and the span it may change ([`KernelSpan`]); re-exported here |
+//! | [`kernel`] | facts about the running kernel, no BPF: its BTF, tracefs, syscall formats, privileges, errno names |
+//! | [`plan`] | pure: each probe checked against BTF into captures and settings; field paths, the deny list ([`PlanError`]) |
+//! | `bpf` | kspan's BPF object through its skeleton, program copies, the raw attach system calls, what the kernel offers ([`KernelCapabilities`], [`LoadError`]) |
+//! | `attach` | the order, `auto`'s fallback from one [`Hook`] to the next, one module per hook, the links ([`AttachDecision`], [`AttachError`]) |
+//! | [`consume`] | the ring buffer and the records in it |
+//! | [`span`] | records to spans through the application's tracer ([`SpanFactory`], [`KernelSpanIds`]) |
+//! | [`context`] | beside the stages: the application's span per thread, published for the BPF programs |
+//!
+//! `runtime` ([`KspanBuilder`], [`Kspan`], [`Stats`]) runs them in that order.
+//! The field-path syntax and the modes are `kspan_dsl`'s, shared with the
+//! macro so that both reject the same mistakes in the same words.
+//!
 //! # Span attributes
 //!
 //! | attribute | value |
@@ -104,6 +127,7 @@ extern crate self as kspan;
 
 // The stages, in the order data flows; a module imports only from those
 // before it (and `context`, which imports none).
+mod annotation;
 mod attach;
 mod bpf;
 pub mod consume;
@@ -113,8 +137,11 @@ pub mod kernel;
 pub mod plan;
 mod runtime;
 pub mod span;
-mod annotation;
 
+pub use annotation::{
+    attributes, Capture, Captured, FromCapture, Hook, KernelSpan, KernelValue, LenSource,
+    Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind, ValueType,
+};
 pub use attach::{AttachDecision, AttachError};
 pub use bpf::{Feature, KernelCapabilities, LoadError, MapError, Orphans};
 pub use error::{Error, Result};
@@ -124,10 +151,6 @@ pub use opentelemetry::KeyValue;
 pub use plan::PlanError;
 pub use runtime::{Kspan, KspanBuilder, Stats};
 pub use span::{KernelSpanIds, Outcome, SpanFactory};
-pub use annotation::{
-    attributes, Capture, Captured, FromCapture, Hook, KernelSpan, KernelValue, LenSource,
-    Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind, ValueType,
-};
 
 /// What the `kernel_span` macro's expansion uses; not a public API.
 #[doc(hidden)]

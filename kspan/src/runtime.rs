@@ -23,6 +23,7 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::annotation::{Mechanism, Mode, Probe};
 use crate::attach::{AttachDecision, Attacher, Links};
 use crate::bpf::config::{RuntimeSettings, ThreadContextSettings};
 use crate::bpf::object::SharedMaps;
@@ -32,7 +33,6 @@ use crate::error::{Error, Result};
 use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
 use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan};
 use crate::span::{ClockOffset, Outcome, SpanFactory};
-use crate::annotation::{Mechanism, Mode, Probe};
 
 /// Configures and starts kspan.
 #[derive(Debug)]
@@ -65,7 +65,8 @@ impl KspanBuilder {
     /// particular order (two on the same kernel function are refused at
     /// start, naming both).
     pub fn all_probes(mut self) -> Self {
-        self.probes.extend(crate::annotation::PROBES.iter().copied());
+        self.probes
+            .extend(crate::annotation::PROBES.iter().copied());
         self
     }
 

@@ -10,11 +10,11 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use super::links::{Link, LinkKind};
 use super::{AttachDecision, AttachError, Attacher};
+use crate::annotation::{Hook, Mechanism};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::object::Program;
 use crate::bpf::sys;
 use crate::plan::ProbePlan;
-use crate::annotation::{Hook, Mechanism};
 
 /// The shared programs `programs` of `hook` for `plan`'s settings, loaded
 /// on first use.

@@ -21,13 +21,13 @@ use std::os::fd::OwnedFd;
 
 use kspan_bpf::types::kspan_config;
 
+use crate::annotation::{Hook, Mechanism, Mode};
 use crate::bpf::config::RuntimeSettings;
 use crate::bpf::copies::{self, ProgramTemplate};
 use crate::bpf::object::{self, LoadRequest, Program, SharedMaps};
 use crate::bpf::{refusal_reason, KernelCapabilities, LoadError};
 use crate::kernel::errno;
 use crate::plan::ProbePlan;
-use crate::annotation::{Hook, Mechanism, Mode};
 
 pub(crate) use links::Links;
 

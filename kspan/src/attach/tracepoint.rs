@@ -6,11 +6,11 @@ use std::os::fd::AsFd;
 
 use super::links::{Link, LinkKind};
 use super::{AttachError, Attacher};
+use crate::annotation::Hook;
 use crate::bpf::config::{probe_config, ProbeId};
 use crate::bpf::object::Program;
 use crate::bpf::sys;
 use crate::plan::ProbePlan;
-use crate::annotation::Hook;
 
 /// Loads and attaches the syscall source `plan`.
 pub(super) fn attach(

@@ -16,12 +16,12 @@ use libbpf_rs::libbpf_sys;
 
 use super::links::{Link, LinkKind};
 use super::{AttachError, Attacher};
+use crate::annotation::{Hook, Mechanism};
 use crate::bpf::config::{probe_config, ProbeId};
 use crate::bpf::copies;
 use crate::bpf::object::Program;
 use crate::bpf::sys;
 use crate::plan::ProbePlan;
-use crate::annotation::{Hook, Mechanism};
 
 /// A copy loaded ahead of its attach.
 pub(super) struct Prepared {

@@ -6,9 +6,9 @@
 use kspan_bpf::consts as c;
 use kspan_bpf::types::{kspan_capture, kspan_config};
 
+use crate::annotation::Hook;
 use crate::kernel::btf::Btf;
 use crate::plan::ProbePlan;
-use crate::annotation::Hook;
 
 /// What happens to a kernel call made with no application span active on
 /// its thread.

@@ -2,8 +2,8 @@
 //! How the kernel refused a program or a map, in words that name the fix.
 
 use super::sys::KPROBE_PMU;
-use crate::kernel::errno;
 use crate::annotation::Hook;
+use crate::kernel::errno;
 
 /// The kernel refused to load a program for a function.
 #[derive(Debug, thiserror::Error)]

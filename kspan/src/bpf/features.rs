@@ -14,11 +14,11 @@ use std::sync::OnceLock;
 
 use super::object::{self, LoadRequest, Program};
 use super::sys::KPROBE_PMU;
+use crate::annotation::Hook;
 use crate::kernel::btf::Btf;
 use crate::kernel::errno;
 use crate::kernel::tracefs::TRACEFS;
 use crate::kernel::{privileges, read_btf, KERNEL_BTF};
-use crate::annotation::Hook;
 
 /// Whether a mechanism is usable, and if not why.
 #[derive(Debug, Clone, PartialEq, Eq)]

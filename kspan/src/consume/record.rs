@@ -6,8 +6,8 @@ use std::borrow::Cow;
 
 use kspan_bpf::types::kspan_record;
 
-use crate::plan::{normalize, CapturePlan, KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
 use crate::annotation::Capture;
+use crate::plan::{normalize, CapturePlan, KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
 
 /// A record too short to be a span: a layout mismatch, never expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,8 +10,8 @@ use opentelemetry::StringValue;
 use super::fieldpath::{self, Step};
 use super::names::{arg_attribute, intern};
 use super::{PlanError, Result};
-use crate::kernel::btf::{Btf, FuncSignature, KernelType, TypeClass};
 use crate::annotation::{LenSource, Mode, ParamSpec, ProbeSpec, ValueKind, ValueType};
+use crate::kernel::btf::{Btf, FuncSignature, KernelType, TypeClass};
 
 // enum kspan_cap_kind and enum kspan_len_src of kspan.h, at their field width.
 pub(crate) const KIND_REG: u8 = consts::KSPAN_CAP_REG as u8;

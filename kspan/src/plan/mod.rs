@@ -23,8 +23,8 @@ pub(crate) use capture::{KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
 pub use error::PlanError;
 pub use names::closest_names;
 
-use crate::kernel::btf::{Btf, FuncSignature, TypeClass};
 use crate::annotation::{Mode, Probe};
+use crate::kernel::btf::{Btf, FuncSignature, TypeClass};
 use capture::{capture_source, check_compatible, plan_capture};
 use names::intern;
 

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use opentelemetry::{Key, KeyValue};
 
-use crate::plan::CapturePlan;
 use crate::annotation::{Capture, Value};
+use crate::plan::CapturePlan;
 
 /// The attributes of one capture.
 #[inline(always)]

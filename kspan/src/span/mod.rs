@@ -21,11 +21,11 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 
+use crate::annotation::attributes as keys;
+use crate::annotation::{Capture, Captured, KernelSpan, KernelSpanParts, Value};
 use crate::consume::{decode_capture, RecordView};
 use crate::kernel::errno;
 use crate::plan::{normalize, ProbePlan};
-use crate::annotation::attributes as keys;
-use crate::annotation::{Capture, Captured, KernelSpan, KernelSpanParts, Value};
 use attributes::capture_attributes;
 
 /// What became of one record.
