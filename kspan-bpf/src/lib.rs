@@ -79,9 +79,7 @@ pub const MAX_STEPS: usize = consts::KSPAN_MAX_STEPS as usize;
 /// Bytes of strings and buffers per record.
 pub const MAX_DATA: usize = consts::KSPAN_MAX_DATA as usize;
 /// Record flag: the record carries a return value.
-pub const REC_HAS_RET: u16 = consts::KSPAN_REC_HAS_RET as u16;
-/// Record flag: an instant (fentry mode) record.
-pub const REC_INSTANT: u16 = consts::KSPAN_REC_INSTANT as u16;
+pub const REC_HAS_RET: u32 = consts::KSPAN_REC_HAS_RET as u32;
 /// Number of per-CPU counters.
 pub const COUNTER_COUNT: usize = consts::KSPAN_CTR_COUNT as usize;
 
@@ -91,10 +89,10 @@ mod tests {
 
     #[test]
     fn record_layout_matches_the_header() {
-        // 16 + 8 * 4 + 8 * MAX_ARGS + 8 + 4 * 3 + 2 * 2, then 8 * MAX_CAPS + MAX_CAPS
+        // 16 + 8 * 4 + 8 + 4 * 3 + 4, then 8 * MAX_CAPS + MAX_CAPS
         assert_eq!(
             std::mem::size_of::<types::kspan_record>(),
-            16 + 32 + 48 + 8 + 12 + 4 + 64 + 8
+            16 + 32 + 8 + 12 + 4 + 64 + 8
         );
         // 12 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
         assert_eq!(std::mem::size_of::<types::kspan_config>(), 56 + 8 * 76);
@@ -104,7 +102,6 @@ mod tests {
         );
         let rec = types::kspan_record::default();
         assert_eq!(rec.vals.len(), MAX_CAPS);
-        assert_eq!(rec.args.len(), MAX_ARGS);
     }
 
     #[test]
@@ -112,7 +109,6 @@ mod tests {
         assert_eq!(consts::KSPAN_MAX_ARGS, 6);
         assert_eq!(consts::KSPAN_CAP_UBYTES, 5);
         assert_eq!(consts::KSPAN_LEN_RET, 2);
-        assert_eq!(consts::KSPAN_REC_INSTANT, 2);
         assert_eq!(consts::KSPAN_CTR_EMITTED, 5);
         assert_eq!(consts::KSPAN_CAPF_FAULT, 1);
     }

@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Generic programs of kspan. The same verified code serves every traced
- * function: user space opens this object once per function, loads the pair
- * of programs of the function's mode (fentry/fexit trampolines,
- * kprobe/kretprobe, or a syscall's enter/exit tracepoints), points them at it, and writes the function's settings
- * into `kspan_cfg` before load. Entry pushes a frame on the task's stack, exit
- * pops it and emits one record, so a span costs one ring-buffer record, not
- * two; both attach kinds share the stack, so their spans nest.
+ * function: user space loads the pair of programs of the function's hook
+ * (fentry/fexit trampolines, kprobe/kretprobe, or a syscall's enter/exit
+ * tracepoints) with the function's settings in `kspan_cfg`, and copies of
+ * those programs for the functions that follow. Entry pushes a frame on the
+ * task's stack, exit pops it and emits one record, so a span costs one
+ * ring-buffer record, not two; every hook shares the stack, so their spans
+ * nest.
  */
 #include <linux/bpf.h>
+#include <asm/ptrace.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 #include "kspan.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -190,25 +193,18 @@ static __always_inline void kspan_trampoline_args(__u64 *ctx, __u64 *args)
 
 /*
  * Arguments of a kprobe program, from the registers at the probed
- * instruction. x86-64 only: the System V calling convention passes the first
- * six arguments in rdi, rsi, rdx, rcx, r8, r9, and these are their word
- * indexes in the kernel's `struct pt_regs` (r15 r14 r13 r12 bp bx r11 r10 r9
- * r8 ax cx dx si di orig_ax ip cs flags sp ss).
+ * instruction, by the architecture's calling convention (bpf_tracing.h's
+ * PT_REGS_PARMn; -D__TARGET_ARCH_<arch> picks it).
  */
-#if !defined(__TARGET_ARCH_x86)
-#error "kspan's kprobe programs read x86-64 registers; add the layout of this architecture"
-#endif
-#define KSPAN_REG_AX 10
-
-static __always_inline void kspan_kprobe_args(__u64 *regs, __u64 *args)
+static __always_inline void kspan_kprobe_args(struct pt_regs *regs, __u64 *args)
 {
 	/* Written out: a table would be a second variable in .rodata. */
-	args[0] = kspan_cfg.nr_args > 0 ? regs[14] : 0; /* di */
-	args[1] = kspan_cfg.nr_args > 1 ? regs[13] : 0; /* si */
-	args[2] = kspan_cfg.nr_args > 2 ? regs[12] : 0; /* dx */
-	args[3] = kspan_cfg.nr_args > 3 ? regs[11] : 0; /* cx */
-	args[4] = kspan_cfg.nr_args > 4 ? regs[9] : 0;  /* r8 */
-	args[5] = kspan_cfg.nr_args > 5 ? regs[8] : 0;  /* r9 */
+	args[0] = kspan_cfg.nr_args > 0 ? PT_REGS_PARM1(regs) : 0;
+	args[1] = kspan_cfg.nr_args > 1 ? PT_REGS_PARM2(regs) : 0;
+	args[2] = kspan_cfg.nr_args > 2 ? PT_REGS_PARM3(regs) : 0;
+	args[3] = kspan_cfg.nr_args > 3 ? PT_REGS_PARM4(regs) : 0;
+	args[4] = kspan_cfg.nr_args > 4 ? PT_REGS_PARM5(regs) : 0;
+	args[5] = kspan_cfg.nr_args > 5 ? PT_REGS_PARM6(regs) : 0;
 }
 
 /*
@@ -327,7 +323,6 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	struct kspan_record *rec;
 	__u8 trace_id[16];
 	__u64 parent;
-	__u32 depth = 0;
 
 	/* Where the instant belongs, decided before anything is reserved. */
 	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
@@ -339,7 +334,6 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 			kspan_count(top->suppressed - 1);
 			return 0;
 		}
-		depth = st->depth;
 		__builtin_memcpy(trace_id, st->trace_id, sizeof(trace_id));
 		parent = top->span_id;
 	} else {
@@ -360,12 +354,10 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	rec->span_id = kspan_new_id();
 	rec->start_ns = now;
 	rec->end_ns = now;
-	__builtin_memcpy(rec->args, args, sizeof(rec->args));
 	rec->ret = 0;
 	kspan_fill_ids(rec, bpf_get_current_pid_tgid(), probe_id);
-	rec->depth = depth;
-	rec->flags = KSPAN_REC_INSTANT;
-	kspan_capture(rec, rec->args, 0);
+	rec->flags = 0;
+	kspan_capture(rec, args, 0);
 	kspan_submit(rec, kspan_cfg.record_size);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;
@@ -481,12 +473,10 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 		found >= 2 ? kspan_frame_at(st, found - 2)->span_id : st->app_span_id;
 	rec->start_ns = frame->start_ns;
 	rec->end_ns = now;
-	__builtin_memcpy(rec->args, frame->args, sizeof(rec->args));
 	rec->ret = ret;
 	kspan_fill_ids(rec, pid_tgid, probe_id);
-	rec->depth = found - 1;
 	rec->flags = KSPAN_REC_HAS_RET;
-	kspan_capture(rec, rec->args, rec->ret);
+	kspan_capture(rec, frame->args, ret);
 	kspan_submit(rec, kspan_cfg.record_size);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;
@@ -510,7 +500,7 @@ int kspan_fexit(__u64 *ctx)
 	return kspan_exit(ret, kspan_cfg.probe_id);
 }
 
-static __always_inline int kspan_on_kprobe(__u64 *regs)
+static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
 {
 	__u64 args[KSPAN_MAX_ARGS];
 
@@ -518,19 +508,19 @@ static __always_inline int kspan_on_kprobe(__u64 *regs)
 	return kspan_entry(args, kspan_probe_id(regs));
 }
 
-static __always_inline int kspan_on_kretprobe(__u64 *regs)
+static __always_inline int kspan_on_kretprobe(struct pt_regs *regs)
 {
-	return kspan_exit(regs[KSPAN_REG_AX], kspan_probe_id(regs));
+	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs));
 }
 
 SEC("kprobe")
-int kspan_kprobe(__u64 *regs)
+int kspan_kprobe(struct pt_regs *regs)
 {
 	return kspan_on_kprobe(regs);
 }
 
 SEC("kretprobe")
-int kspan_kretprobe(__u64 *regs)
+int kspan_kretprobe(struct pt_regs *regs)
 {
 	return kspan_on_kretprobe(regs);
 }
@@ -541,13 +531,13 @@ int kspan_kretprobe(__u64 *regs)
  * cookie of each function.
  */
 SEC("kprobe.multi")
-int kspan_kprobe_multi(__u64 *regs)
+int kspan_kprobe_multi(struct pt_regs *regs)
 {
 	return kspan_on_kprobe(regs);
 }
 
 SEC("kretprobe.multi")
-int kspan_kretprobe_multi(__u64 *regs)
+int kspan_kretprobe_multi(struct pt_regs *regs)
 {
 	return kspan_on_kretprobe(regs);
 }

@@ -143,7 +143,6 @@ enum kspan_counter {
 
 /* Record flags. */
 #define KSPAN_REC_HAS_RET (1u << 0)
-#define KSPAN_REC_INSTANT (1u << 1)
 
 /* Settings of one loaded program pair, written into .rodata before load. */
 struct kspan_config {
@@ -218,18 +217,14 @@ struct kspan_record {
 	/* CLOCK_MONOTONIC nanoseconds. */
 	__u64 start_ns;
 	__u64 end_ns;
-	/* Raw argument registers, the first nr_args of them valid. */
-	__u64 args[KSPAN_MAX_ARGS];
 	/* Raw return register, valid with KSPAN_REC_HAS_RET. */
 	__u64 ret;
 	__u32 probe_id;
 	/* Process (tgid) and thread (pid) ids as user space sees them. */
 	__u32 pid;
 	__u32 tid;
-	/* Number of kernel spans that enclosed this one on its task. */
-	__u16 depth;
 	/* KSPAN_REC_* bits. */
-	__u16 flags;
+	__u32 flags;
 	/*
 	 * Per capture: the scalar value; for strings the bytes read including
 	 * the NUL (negative: the read failed); for byte captures the length
