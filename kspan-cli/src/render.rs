@@ -156,20 +156,9 @@ fn unqualified(c_name: &str) -> &str {
     }
 }
 
-/// The Rust integer of `bytes` width and signedness, if there is one.
-fn int_type(bytes: u32, signed: bool) -> Option<&'static str> {
-    Some(match (bytes, signed) {
-        (1, false) => "u8",
-        (2, false) => "u16",
-        (4, false) => "u32",
-        (8, false) => "u64",
-        (1, true) => "i8",
-        (2, true) => "i16",
-        (4, true) => "i32",
-        (8, true) => "i64",
-        _ => return None,
-    })
-}
+/// The Rust integer of `bytes` width and signedness: the library's, as
+/// its type checks name it.
+use kspan::plan::rust_int_type as int_type;
 
 /// The Rust type that captures a value of kernel type `t` from a register:
 /// the same width and signedness (`size_t` and `ssize_t` as `usize` and

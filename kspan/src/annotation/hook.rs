@@ -36,7 +36,10 @@ impl Hook {
             Mode::Kprobe => &[Hook::Kprobe],
             Mode::Kretprobe => &[Hook::Kretprobe],
             Mode::Syscall => &[Hook::Syscall],
-            _ => &[Hook::Fexit, Hook::Kretprobe],
+            Mode::Auto => &[Hook::Fexit, Hook::Kretprobe],
+            // `Mode` is open to new modes; one this runtime does not know
+            // has no hook here (and `start` says so, naming the function).
+            _ => &[],
         }
     }
 

@@ -43,18 +43,15 @@ pub mod attributes {
 /// them from its id generator and the started span, not from the builder).
 #[derive(Debug, Clone)]
 pub struct KernelSpan {
-    /// Name, attributes (always `Some`) and start time.
-    builder: SpanBuilder,
-    trace_id: TraceId,
-    span_id: SpanId,
-    parent_span_id: Option<SpanId>,
-    end_time: SystemTime,
-    status: Status,
+    parts: KernelSpanParts,
     discarded: bool,
 }
 
-/// What the span factory exports of a [`KernelSpan`] the handler is done with.
+/// What a [`KernelSpan`] is made of, and what the span factory exports once
+/// the handler is done with it.
+#[derive(Debug, Clone)]
 pub(crate) struct KernelSpanParts {
+    /// Name, attributes (always `Some`) and start time.
     pub builder: SpanBuilder,
     pub trace_id: TraceId,
     pub span_id: SpanId,
@@ -64,51 +61,31 @@ pub(crate) struct KernelSpanParts {
 }
 
 impl KernelSpan {
-    /// A span from `builder` (name, attributes, start time) with the
-    /// kernel's ids, end time and initial status.
-    pub(crate) fn new(
-        builder: SpanBuilder,
-        trace_id: TraceId,
-        span_id: SpanId,
-        parent_span_id: Option<SpanId>,
-        end_time: SystemTime,
-        status: Status,
-    ) -> Self {
+    /// The span of `parts`, for its handler.
+    pub(crate) fn new(parts: KernelSpanParts) -> Self {
         KernelSpan {
-            builder,
-            trace_id,
-            span_id,
-            parent_span_id,
-            end_time,
-            status,
+            parts,
             discarded: false,
         }
     }
 
     /// The parts the tracer needs.
     pub(crate) fn into_parts(self) -> KernelSpanParts {
-        KernelSpanParts {
-            builder: self.builder,
-            trace_id: self.trace_id,
-            span_id: self.span_id,
-            parent_span_id: self.parent_span_id,
-            end_time: self.end_time,
-            status: self.status,
-        }
+        self.parts
     }
 
     /// The span's name (the kernel function unless renamed).
     pub fn name(&self) -> &str {
-        &self.builder.name
+        &self.parts.builder.name
     }
 
     /// Renames the span.
     pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
-        self.builder.name = name.into();
+        self.parts.builder.name = name.into();
     }
 
     fn attributes_mut(&mut self) -> &mut Vec<KeyValue> {
-        self.builder.attributes.get_or_insert_with(Vec::new)
+        self.parts.builder.attributes.get_or_insert_with(Vec::new)
     }
 
     /// Sets an attribute, replacing one with the same key.
@@ -127,7 +104,7 @@ impl KernelSpan {
 
     /// The attributes so far.
     pub fn attributes(&self) -> &[KeyValue] {
-        self.builder.attributes.as_deref().unwrap_or(&[])
+        self.parts.builder.attributes.as_deref().unwrap_or(&[])
     }
 
     /// The value of attribute `key`.
@@ -140,12 +117,12 @@ impl KernelSpan {
 
     /// Sets the status (errno returns have set it to an error already).
     pub fn set_status(&mut self, status: Status) {
-        self.status = status;
+        self.parts.status = status;
     }
 
     /// The status.
     pub fn status(&self) -> &Status {
-        &self.status
+        &self.parts.status
     }
 
     /// Drops the span: it is not exported (and counted as discarded).
@@ -160,24 +137,25 @@ impl KernelSpan {
 
     /// The trace id.
     pub fn trace_id(&self) -> TraceId {
-        self.trace_id
+        self.parts.trace_id
     }
 
     /// The span id.
     pub fn span_id(&self) -> SpanId {
-        self.span_id
+        self.parts.span_id
     }
 
     /// The enclosing kernel span, if any.
     pub fn parent_span_id(&self) -> Option<SpanId> {
-        self.parent_span_id
+        self.parts.parent_span_id
     }
 
     /// Duration from entry to exit (zero in fentry mode).
     pub fn duration(&self) -> Duration {
-        self.builder
+        self.parts
+            .builder
             .start_time
-            .and_then(|start| self.end_time.duration_since(start).ok())
+            .and_then(|start| self.parts.end_time.duration_since(start).ok())
             .unwrap_or_default()
     }
 }

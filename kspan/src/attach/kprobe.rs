@@ -48,34 +48,50 @@ pub(super) fn attach(
     probe_id: u32,
     fallbacks: &mut Vec<String>,
 ) -> Result<(), AttachError> {
-    let (entry, exit) = shared_programs(at, plan, hook, Program::of(hook), fallbacks)?;
+    let (entry, exit, cookie) = match shared_programs(at, plan, hook, Program::of(hook), fallbacks)
+    {
+        Ok((entry, exit)) => (entry, exit, u64::from(probe_id)),
+        // Kernels before 5.15 have no attach cookies: programs of the
+        // function's own, the probe id a setting.
+        Err(AttachError::Load(e)) => {
+            let why = format!(
+                "shared {hook} programs failed to load ({e}); loaded for this function alone"
+            );
+            tracing::warn!(function = plan.function(), "kspan: {why}");
+            fallbacks.push(why);
+            let config = probe_config(plan, hook, ProbeId::Fixed(probe_id), at.runtime);
+            let (entry, exit) =
+                at.programs(plan, hook, &config, 0, Program::of(hook), fallbacks)?;
+            (entry, exit, 0)
+        }
+        Err(e) => return Err(e),
+    };
     let function = plan.function();
     let link = |prog: &OwnedFd, retprobe: bool| {
-        sys::attach_kprobe(prog.as_fd(), function, retprobe, probe_id.into())
+        sys::attach_kprobe(prog.as_fd(), function, retprobe, cookie)
             .map(|fd| Link::new(LinkKind::Kprobe, fd))
             .map_err(|e| AttachError::refused(function, hook, e))
     };
-    let exit = match &exit {
-        Some(prog) => Some(link(prog, true)?),
-        None => None,
-    };
-    let entry = link(&entry, false)?;
-    at.links.keep(exit, entry);
-    Ok(())
+    at.attach_pair(&entry, exit.as_ref(), link)
+}
+
+/// What the kprobe.multi batches did, by plan index.
+#[derive(Default)]
+pub(super) struct Batches {
+    /// The functions attached.
+    pub attached: HashMap<usize, AttachDecision>,
+    /// The functions of batches the kernel refused, with why: each is then
+    /// attached alone, which reports errors per function.
+    pub refused: HashMap<usize, String>,
 }
 
 /// Where the kernel has kprobe.multi: attaches the functions of explicit
-/// `kprobe`/`kretprobe` probes in batches and returns their decisions by
-/// plan index. A batch the kernel refuses is left to the attach of each of
-/// its functions, which reports errors per function; the refusal is said
-/// at `warn` and in their decisions' fallbacks.
-pub(super) fn attach_batches(
-    at: &mut Attacher<'_>,
-    plans: &[ProbePlan],
-) -> HashMap<usize, AttachDecision> {
-    let mut decisions = HashMap::new();
+/// `kprobe`/`kretprobe` probes in batches, one per distinct settings. A
+/// refused batch is said at `warn` and in its functions' decisions.
+pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batches {
+    let mut batches = Batches::default();
     if !at.capabilities.kprobe_multi.is_available() || at.disabled.contains(&Mechanism::Kprobes) {
-        return decisions;
+        return batches;
     }
     let mut groups: BTreeMap<Vec<u8>, (Hook, Vec<usize>)> = BTreeMap::new();
     for (i, plan) in plans.iter().enumerate() {
@@ -96,7 +112,7 @@ pub(super) fn attach_batches(
         match attach_multi(at, plans, hook, &members, &mut fallbacks) {
             Ok(()) => {
                 for &i in &members {
-                    decisions.insert(
+                    batches.attached.insert(
                         i,
                         AttachDecision {
                             function: plans[i].function(),
@@ -109,14 +125,21 @@ pub(super) fn attach_batches(
                     );
                 }
             }
-            Err(e) => tracing::warn!(
-                functions = members.len(),
-                error = %e,
-                "kspan attaches these kprobes one by one: kprobe.multi failed"
-            ),
+            Err(e) => {
+                tracing::warn!(
+                    functions = members.len(),
+                    error = %e,
+                    "kspan attaches these kprobes one by one: kprobe.multi failed"
+                );
+                for &i in &members {
+                    batches
+                        .refused
+                        .insert(i, format!("kprobe.multi refused the batch: {e}"));
+                }
+            }
         }
     }
-    decisions
+    batches
 }
 
 /// One kprobe.multi link per direction for the functions `members` of
@@ -142,11 +165,5 @@ fn attach_multi(
             .map(|fd| Link::new(LinkKind::Kprobe, fd))
             .map_err(|e| AttachError::refused(plan.function(), hook, e))
     };
-    let exit = match &exit {
-        Some(prog) => Some(link(prog, true)?),
-        None => None,
-    };
-    let entry = link(&entry, false)?;
-    at.links.keep(exit, entry);
-    Ok(())
+    at.attach_pair(&entry, exit.as_ref(), link)
 }

@@ -173,9 +173,12 @@ impl<'a> Attacher<'a> {
             if total >= 20 && probe_id % (total / 10) == 0 {
                 tracing::info!(attached = probe_id, total, "kspan attaching");
             }
-            let decision = match batched.remove(&probe_id) {
+            let decision = match batched.attached.remove(&probe_id) {
                 Some(decision) => decision,
-                None => self.attach_one(plan, probe_id as u32)?,
+                None => {
+                    let fallbacks = batched.refused.remove(&probe_id).into_iter().collect();
+                    self.attach_one(plan, probe_id as u32, fallbacks)?
+                }
             };
             // The first trampoline attached gave templates: load the copies
             // of the rest in parallel, ahead of their attaches.
@@ -189,6 +192,7 @@ impl<'a> Attacher<'a> {
                 chosen = decision.chosen.as_str(),
                 kprobe_multi = decision.multi,
                 rejected = %decision.rejected_summary(),
+                fallbacks = ?decision.fallbacks,
                 "kspan attach plan"
             );
             decisions.push(decision);
@@ -211,11 +215,11 @@ impl<'a> Attacher<'a> {
         &mut self,
         plan: &ProbePlan,
         probe_id: u32,
+        mut fallbacks: Vec<String>,
     ) -> Result<AttachDecision, AttachError> {
         let requested = plan.mode();
         let auto = requested == Mode::Auto;
         let mut rejected = Vec::new();
-        let mut fallbacks = Vec::new();
         for &hook in Hook::candidates(requested) {
             if self.disabled.contains(&hook.mechanism()) {
                 rejected.push((
@@ -258,6 +262,22 @@ impl<'a> Attacher<'a> {
             function: plan.function().to_owned(),
             tried: rejected,
         })
+    }
+
+    /// Attaches the exit program first, so that no entry is recorded whose
+    /// exit is not watched, then the entry program; keeps the links only
+    /// once both are attached. `link` attaches one program (`true`: the
+    /// exit).
+    fn attach_pair(
+        &mut self,
+        entry: &OwnedFd,
+        exit: Option<&OwnedFd>,
+        link: impl Fn(&OwnedFd, bool) -> Result<links::Link, AttachError>,
+    ) -> Result<(), AttachError> {
+        let exit = exit.map(|prog| link(prog, true)).transpose()?;
+        let entry = link(entry, false)?;
+        self.links.keep(exit, entry);
+        Ok(())
     }
 
     /// The programs `(entry, exit)` of `hook` with settings `config` (for

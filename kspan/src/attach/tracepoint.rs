@@ -23,16 +23,11 @@ pub(super) fn attach(
     let config = probe_config(plan, hook, ProbeId::Fixed(probe_id), at.runtime);
     let (entry, exit) = at.programs(plan, hook, &config, 0, Program::of(hook), fallbacks)?;
     let syscall = plan.function();
-    let link = |prog: &std::os::fd::OwnedFd, event: String| {
-        sys::attach_syscall_tracepoint(prog.as_fd(), &event)
+    let link = |prog: &std::os::fd::OwnedFd, is_exit: bool| {
+        let event = if is_exit { "sys_exit" } else { "sys_enter" };
+        sys::attach_syscall_tracepoint(prog.as_fd(), &format!("{event}_{syscall}"))
             .map(|fd| Link::new(LinkKind::Tracepoint, fd))
             .map_err(|e| AttachError::refused(syscall, hook, e))
     };
-    let exit = match &exit {
-        Some(prog) => Some(link(prog, format!("sys_exit_{syscall}"))?),
-        None => None,
-    };
-    let entry = link(&entry, format!("sys_enter_{syscall}"))?;
-    at.links.keep(exit, entry);
-    Ok(())
+    at.attach_pair(&entry, exit.as_ref(), link)
 }

@@ -52,18 +52,17 @@ pub(super) fn attach(
             )?
         }
     };
-    let link = |prog: &OwnedFd, attach_type| {
+    let link = |prog: &OwnedFd, is_exit: bool| {
+        let attach_type = if is_exit {
+            libbpf_sys::BPF_TRACE_FEXIT
+        } else {
+            libbpf_sys::BPF_TRACE_FENTRY
+        };
         sys::attach_trace(prog.as_fd(), attach_type)
             .map(|fd| Link::new(LinkKind::Trampoline, fd))
             .map_err(|e| AttachError::refused(plan.function(), hook, e))
     };
-    let exit = match &exit {
-        Some(prog) => Some(link(prog, libbpf_sys::BPF_TRACE_FEXIT)?),
-        None => None,
-    };
-    let entry = link(&entry, libbpf_sys::BPF_TRACE_FENTRY)?;
-    at.links.keep(exit, entry);
-    Ok(())
+    at.attach_pair(&entry, exit.as_ref(), link)
 }
 
 /// Loads, from several threads, the copies of the trampoline functions of

@@ -89,9 +89,27 @@ fn perf_event_link(
             &opts,
         )
     };
-    // The link keeps its own reference to the event: ours can go.
-    owned(link)
+    match owned(link) {
+        // The link keeps its own reference to the event: ours can go.
+        Ok(link) => Ok(link),
+        // Before Linux 5.15 there are no perf-event links (nor cookies):
+        // the program is set on the event itself, which then holds it.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && cookie == 0 => {
+            // SAFETY: plain ioctl on a valid perf event, with a valid
+            // program descriptor as its argument.
+            let rc =
+                unsafe { libc::ioctl(event.as_raw_fd(), PERF_EVENT_IOC_SET_BPF, prog.as_raw_fd()) };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(event)
+        }
+        Err(e) => Err(e),
+    }
 }
+
+/// `PERF_EVENT_IOC_SET_BPF` of `perf_event.h`: `_IOW('$', 8, __u32)`.
+const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 
 /// A kprobe (or kretprobe) perf event on `function` from the `kprobe` PMU,
 /// with `prog` attached through a BPF link carrying `cookie`. Returns the

@@ -403,19 +403,28 @@ pub(super) fn check_compatible(
     })
 }
 
+/// The Rust integer of `bytes` width and signedness, if there is one.
+pub fn rust_int_type(bytes: u32, signed: bool) -> Option<&'static str> {
+    Some(match (bytes, signed) {
+        (1, false) => "u8",
+        (2, false) => "u16",
+        (4, false) => "u32",
+        (8, false) => "u64",
+        (1, true) => "i8",
+        (2, true) => "i16",
+        (4, true) => "i32",
+        (8, true) => "i64",
+        _ => return None,
+    })
+}
+
 /// What Rust types read `kernel`, as a hint.
 fn rust_types_for(kernel: &KernelType) -> String {
-    let ints = |bytes: u32, signed: bool| -> &'static str {
-        match (bytes, signed) {
-            (1, false) => "`u8`",
-            (1, true) => "`i8`",
-            (2, false) => "`u16`",
-            (2, true) => "`i16`",
-            (4, false) => "`u32`",
-            (4, true) => "`i32`",
-            (8, false) => "`u64` or `usize`",
-            (8, true) => "`i64` or `isize`",
-            _ => "no Rust integer type",
+    let ints = |bytes: u32, signed: bool| -> String {
+        match (rust_int_type(bytes, signed), bytes) {
+            (Some(ty), 8) => format!("`{ty}` or `{}`", if signed { "isize" } else { "usize" }),
+            (Some(ty), _) => format!("`{ty}`"),
+            (None, _) => "no Rust integer type".to_owned(),
         }
     };
     match kernel.class {

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use kspan_bpf::types::kspan_record;
 
 pub use crate::kernel::tracefs::SyscallFormats;
-pub use capture::{normalize, CapturePlan, DEFAULT_BYTES_MAX, DEFAULT_STR_MAX};
+pub use capture::{normalize, rust_int_type, CapturePlan, DEFAULT_BYTES_MAX, DEFAULT_STR_MAX};
 pub(crate) use capture::{KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
 pub use error::PlanError;
 pub use names::closest_names;

@@ -167,14 +167,14 @@ impl<T: Tracer> SpanFactory<T> {
         builder.span_kind = Some(SpanKind::Internal);
         builder.start_time = Some(self.clock.to_system_time(rec.start_ns));
         builder.attributes = Some(attributes);
-        let mut span = KernelSpan::new(
+        let mut span = KernelSpan::new(KernelSpanParts {
             builder,
-            TraceId::from_bytes(rec.trace_id),
-            SpanId::from(rec.span_id),
-            (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
-            self.clock.to_system_time(rec.end_ns.max(rec.start_ns)),
+            trace_id: TraceId::from_bytes(rec.trace_id),
+            span_id: SpanId::from(rec.span_id),
+            parent_span_id: (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id)),
+            end_time: self.clock.to_system_time(rec.end_ns.max(rec.start_ns)),
             status,
-        );
+        });
         let captured = Captured::new(captures, ret);
         let handler = plan.probe.handler;
         let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&captured, &mut span))) {

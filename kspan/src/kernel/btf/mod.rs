@@ -8,7 +8,9 @@
 //! offsets, bitfields), what arrays hold and what enum values are called.
 //! That is a few hundred lines of pure code over a byte slice, so it is
 //! written here and unit-tested on hand-built blobs, with no kernel and no
-//! system call involved.
+//! system call involved. The alternatives do not fit: libbpf-rs's `Btf` is
+//! `!Send`, looks names up linearly and cannot be built from a test blob,
+//! and the `btf-rs` crate is LGPL.
 //!
 //! The parsed form keeps one record per type id and answers questions by id,
 //! looking through typedefs and qualifiers (`const`, `volatile`, `restrict`,
