@@ -187,7 +187,7 @@ pub mod __private {
 ///   works where neither trampolines nor kprobes do. Pointers are user memory.
 /// * A function name with `*` or `?` (`"vfs_*"`) traces every matching function
 ///   the kernel can trace; the captures must exist in every match. Functions on
-///   kspan's deny list ([`denylist`]) and inlined or notrace matches are skipped
+///   kspan's deny list ([`plan::denylist`]) and inlined or notrace matches are skipped
 ///   and reported ([`Kspan::skipped`]).
 /// * `errno = false`: by default a function returning a signed `int` or
 ///   `long` that returns `-1..=-4095` gets status error and an `error.type`

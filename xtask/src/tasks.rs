@@ -109,6 +109,10 @@ pub fn test(args: &[String]) -> Result<u8> {
                 "-D",
                 "warnings",
             ]))?;
+            // The library's documentation, broken links included.
+            run(cargo()
+                .args(["doc", "--no-deps", "-p", "kspan", "-p", "kspan-dsl"])
+                .env("RUSTDOCFLAGS", "-D warnings"))?;
             Ok(String::new())
         });
         ok &= stage(&mut stages, "bpf object", crate::bpf::check);

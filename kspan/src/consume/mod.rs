@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Consuming the ring buffer: a tokio task woken by the kernel (or a timer)
-//! hands each record, in place, to a callback; [`record`] reads one.
+//! hands each record, in place, to a callback; [`parse_record`] reads one.
 //! Turning records into spans is the next stage's, given as the callback.
 
 mod record;

@@ -27,7 +27,7 @@ pub struct KernelType {
     /// What the type is underneath typedefs and qualifiers.
     pub class: TypeClass,
     /// The BTF type id (as written, typedefs and qualifiers not stripped), for
-    /// [`Btf::composite`], [`Btf::pointee`], [`Btf::enumerators`].
+    /// [`Btf::composite`](super::Btf::composite), [`Btf::pointee`](super::Btf::pointee), [`Btf::enumerators`](super::Btf::enumerators).
     pub id: u32,
     /// A pointer (under typedefs and qualifiers) whose pointee carries the
     /// `user` type tag (`char __user *`): it holds a user-space address. Only
