@@ -591,22 +591,24 @@ fn generate_syscall(name: &str) -> Outcome {
 
 fn read_btf() -> Result<Btf, Failure> {
     let path = kspan::KERNEL_BTF;
-    let data = std::fs::read(path).map_err(|e| {
-        Failure::Failed(match e.kind() {
-            io::ErrorKind::NotFound => format!(
-                "cannot read the kernel's BTF at {path}: it does not exist; the kernel must be \
-                 built with CONFIG_DEBUG_INFO_BTF=y"
+    kspan::kernel::read_btf(Path::new(path)).map_err(|e| {
+        Failure::Failed(match e {
+            kspan::KernelError::NoKernelBtf { source, .. } => match source.kind() {
+                io::ErrorKind::NotFound => format!(
+                    "cannot read the kernel's BTF at {path}: it does not exist; the kernel must \
+                     be built with CONFIG_DEBUG_INFO_BTF=y"
+                ),
+                io::ErrorKind::PermissionDenied => format!(
+                    "cannot read the kernel's BTF at {path}: permission denied; run as root"
+                ),
+                _ => format!("cannot read the kernel's BTF at {path}: {source}"),
+            },
+            kspan::KernelError::BadKernelBtf { source, .. } => format!(
+                "cannot parse the kernel's BTF at {path}: {source}; kspan cannot use this \
+                 kernel's BTF"
             ),
-            io::ErrorKind::PermissionDenied => {
-                format!("cannot read the kernel's BTF at {path}: permission denied; run as root")
-            }
-            _ => format!("cannot read the kernel's BTF at {path}: {e}"),
+            other => other.to_string(),
         })
-    })?;
-    Btf::parse(&data).map_err(|e| {
-        Failure::Failed(format!(
-            "cannot parse the kernel's BTF at {path}: {e}; kspan cannot use this kernel's BTF"
-        ))
     })
 }
 

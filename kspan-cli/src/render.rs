@@ -443,17 +443,9 @@ fn function_item(name: &str, params: &[HandlerParam]) -> String {
 /// decides.
 pub use kspan::plan::denylist::{not_traced, NotTraced};
 
-/// Suggestions by edit distance: the library's, as in its own errors.
-pub use kspan::plan::closest_names;
-
-/// ``; did you mean `a`, `b`?`` for a non-empty list, else nothing.
-pub fn did_you_mean(suggestions: &[String]) -> String {
-    if suggestions.is_empty() {
-        return String::new();
-    }
-    let names: Vec<String> = suggestions.iter().map(|s| format!("`{s}`")).collect();
-    format!("; did you mean {}?", names.join(", "))
-}
+/// Suggestions by edit distance, and how they are offered: the library's,
+/// as in its own errors.
+pub use kspan::plan::{closest_names, did_you_mean};
 
 #[cfg(test)]
 mod tests {

@@ -72,7 +72,7 @@ pub(super) fn attach(
             .map(|fd| Link::new(LinkKind::Kprobe, fd))
             .map_err(|e| AttachError::refused(function, hook, e))
     };
-    at.attach_pair(&entry, exit.as_ref(), link)
+    at.attach_pair(entry, exit, link)
 }
 
 /// What the kprobe.multi batches did, by plan index.
@@ -165,5 +165,5 @@ fn attach_multi(
             .map(|fd| Link::new(LinkKind::Kprobe, fd))
             .map_err(|e| AttachError::refused(plan.function(), hook, e))
     };
-    at.attach_pair(&entry, exit.as_ref(), link)
+    at.attach_pair(entry, exit, link)
 }

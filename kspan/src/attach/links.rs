@@ -32,17 +32,29 @@ impl Link {
 /// before any exit, so that a call entered before its entry went away still
 /// finds its exit (exits first would strand frames on busy threads while
 /// detaches wait for RCU, and fill their stacks).
+///
+/// The programs are kept too, and closed only once every link is gone: a
+/// program whose last reference goes away is freed, and freeing JIT-ed code
+/// patches kernel text, which detaching trampolines waits on too.
 #[derive(Debug, Default)]
 pub(crate) struct Links {
     entry: Vec<Link>,
     exit: Vec<Link>,
+    programs: Vec<OwnedFd>,
 }
 
 impl Links {
-    /// Keeps the links of one function (or one multi-function attach).
-    pub(crate) fn keep(&mut self, exit: Option<Link>, entry: Link) {
+    /// Keeps the links of one function (or one multi-function attach) and
+    /// their programs.
+    pub(crate) fn keep(
+        &mut self,
+        exit: Option<Link>,
+        entry: Link,
+        programs: impl IntoIterator<Item = Option<OwnedFd>>,
+    ) {
         self.exit.extend(exit);
         self.entry.push(entry);
+        self.programs.extend(programs.into_iter().flatten());
     }
 
     /// How many links are held.
@@ -56,6 +68,7 @@ impl Links {
         let links = self.len();
         detach(std::mem::take(&mut self.entry));
         detach(std::mem::take(&mut self.exit));
+        self.programs.clear();
         tracing::debug!(links, elapsed = ?started.elapsed(), "kspan detached");
     }
 }

@@ -270,13 +270,13 @@ impl<'a> Attacher<'a> {
     /// exit).
     fn attach_pair(
         &mut self,
-        entry: &OwnedFd,
-        exit: Option<&OwnedFd>,
+        entry: OwnedFd,
+        exit: Option<OwnedFd>,
         link: impl Fn(&OwnedFd, bool) -> Result<links::Link, AttachError>,
     ) -> Result<(), AttachError> {
-        let exit = exit.map(|prog| link(prog, true)).transpose()?;
-        let entry = link(entry, false)?;
-        self.links.keep(exit, entry);
+        let exit_link = exit.as_ref().map(|prog| link(prog, true)).transpose()?;
+        let entry_link = link(&entry, false)?;
+        self.links.keep(exit_link, entry_link, [Some(entry), exit]);
         Ok(())
     }
 

@@ -29,5 +29,5 @@ pub(super) fn attach(
             .map(|fd| Link::new(LinkKind::Tracepoint, fd))
             .map_err(|e| AttachError::refused(syscall, hook, e))
     };
-    at.attach_pair(&entry, exit.as_ref(), link)
+    at.attach_pair(entry, exit, link)
 }

@@ -62,7 +62,7 @@ pub(super) fn attach(
             .map(|fd| Link::new(LinkKind::Trampoline, fd))
             .map_err(|e| AttachError::refused(plan.function(), hook, e))
     };
-    at.attach_pair(&entry, exit.as_ref(), link)
+    at.attach_pair(entry, exit, link)
 }
 
 /// Loads, from several threads, the copies of the trampoline functions of

@@ -168,13 +168,6 @@ fn suggest(suggestions: &[String]) -> String {
     if suggestions.is_empty() {
         "; check the spelling, and that the function is not inlined or static in a module".into()
     } else {
-        format!(
-            "; did you mean {}?",
-            suggestions
-                .iter()
-                .map(|s| format!("`{s}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
+        super::names::did_you_mean(suggestions)
     }
 }

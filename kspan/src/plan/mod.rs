@@ -21,7 +21,7 @@ pub use crate::kernel::tracefs::SyscallFormats;
 pub use capture::{normalize, rust_int_type, CapturePlan, DEFAULT_BYTES_MAX, DEFAULT_STR_MAX};
 pub(crate) use capture::{KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
 pub use error::PlanError;
-pub use names::closest_names;
+pub use names::{closest_names, did_you_mean};
 
 use crate::annotation::{Mode, Probe};
 use crate::kernel::btf::{Btf, FuncSignature, TypeClass};

@@ -52,6 +52,15 @@ pub fn closest_names<'a>(
         .collect()
 }
 
+/// ``; did you mean `a`, `b`?`` for a non-empty list, else nothing.
+pub fn did_you_mean(suggestions: &[String]) -> String {
+    if suggestions.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = suggestions.iter().map(|s| format!("`{s}`")).collect();
+    format!("; did you mean {}?", names.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
