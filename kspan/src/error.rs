@@ -38,15 +38,28 @@ pub enum Error {
     /// Another OpenTelemetry context observer is registered.
     #[error(transparent)]
     ContextObserver(#[from] crate::context::ObserverTaken),
-    /// `start` was called outside a tokio runtime.
-    #[error("kspan must be started from within a tokio runtime (its consumer is a tokio task)")]
-    NoTokioRuntime,
-    /// The consumer task ended abnormally.
-    #[error("the kspan consumer task failed: {0}")]
+    /// The consumer thread could not start, or died.
+    #[error("the kspan consumer failed: {0}")]
     Consumer(String),
     /// Flushing the tracer provider failed at shutdown.
     #[error("flushing spans at shutdown failed: {0}")]
     Flush(#[source] opentelemetry_sdk::error::OTelSdkError),
+    /// Flushing the tracer provider did not finish within
+    /// [`KspanBuilder::shutdown_timeout`](crate::KspanBuilder::shutdown_timeout).
+    #[error(
+        "flushing spans at shutdown did not finish within {0:?} (the exporter may be stuck; \
+         raise `KspanBuilder::shutdown_timeout` to wait longer)"
+    )]
+    FlushTimeout(std::time::Duration),
+    /// [`Kspan::shutdown`](crate::Kspan::shutdown) failed: why, and the
+    /// final figures all the same.
+    #[error("{source} (kspan's final figures: {stats:?})")]
+    Shutdown {
+        /// The final figures.
+        stats: crate::Stats,
+        /// What failed.
+        source: Box<Error>,
+    },
 }
 
 /// A shorthand for results of kspan.

@@ -8,7 +8,7 @@
 //!    ([`crate::plan`]; nothing touched yet);
 //! 2. check privileges and probe what the kernel offers, with the same BTF;
 //! 3. attach every function ([`crate::attach`]), the exit program first;
-//! 4. start the consumer task ([`crate::consume`]) that turns records into
+//! 4. start the consumer thread ([`crate::consume`]) that turns records into
 //!    spans ([`crate::span`]), then switch recording on.
 //!
 //! Dropping [`Kspan`] detaches everything; [`Kspan::shutdown`] also drains
@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::annotation::{Mechanism, Mode, Probe};
 use crate::attach::{AttachDecision, Attacher, Links};
@@ -46,6 +46,7 @@ pub struct KspanBuilder {
     keep_unsampled: bool,
     thread_context: bool,
     context_observer: bool,
+    shutdown_timeout: Duration,
 }
 
 impl KspanBuilder {
@@ -126,10 +127,19 @@ impl KspanBuilder {
         self
     }
 
-    /// Plans, loads and attaches every probe and starts consuming spans on the
-    /// current tokio runtime.
+    /// How long [`Kspan::shutdown`] waits for the tracer provider's flush
+    /// (30 s by default); past it, `shutdown` returns the final figures with
+    /// an error saying the flush did not finish.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Plans, loads and attaches every probe and starts consuming spans on a
+    /// thread of kspan's own (within the current tokio runtime, if any, for
+    /// exporters that need it).
     pub fn start(self) -> Result<Kspan> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoTokioRuntime)?;
+        let runtime = tokio::runtime::Handle::try_current().ok();
         // The SDK renders its configuration, id generator included, only
         // through `Debug`.
         if !crate::span::provider_has_kernel_ids(&format!("{:?}", self.provider)) {
@@ -201,20 +211,27 @@ impl KspanBuilder {
             stats: stats.clone(),
         };
         let ring = consume::ring_buffer(&attached.maps, move |bytes| processor.process(bytes))?;
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let consumer = Consumer::new(ring, &runtime)
-            .map_err(|e| Error::Consumer(format!("cannot poll the ring buffer: {e}")))?;
-        let task = runtime.spawn(consumer.run(stop_rx));
+        let links = Arc::new(Mutex::new(attached.links));
+        let consumer = Consumer::start(ring, runtime, {
+            let links = links.clone();
+            // A consumer that dies stops the recording it can no longer
+            // turn into spans.
+            move || {
+                tracing::error!("kspan's consumer died: kspan detaches every probe");
+                lock(&links).detach_all();
+            }
+        })
+        .map_err(|e| Error::Consumer(format!("cannot start the consumer thread: {e}")))?;
         attached.maps.set_enabled(true)?;
         Ok(Kspan {
             decisions: attached.decisions,
             skipped,
-            links: attached.links,
+            links,
             maps: attached.maps,
             provider: self.provider,
             stats,
-            stop: stop_tx,
-            task: Some(task),
+            consumer,
+            shutdown_timeout: self.shutdown_timeout,
         })
     }
 }
@@ -281,22 +298,32 @@ impl Stats {
 /// consumer once 256 KiB of records wait, and the consumer also collects
 /// whatever is there every 50 ms, so a span is handed to the tracer at most
 /// about 50 ms after its call returned. [`Kspan::shutdown`] collects the rest.
+///
+/// The consumer is a thread of kspan's own (`kspan-consumer`), which builds
+/// the spans and runs the application's span processors: any tokio runtime
+/// (or none) works, a processor that blocks on its export blocks that thread
+/// only, and kspan keeps working when the runtime it was started in is
+/// dropped. A consumer that dies detaches every probe and says so.
 pub struct Kspan {
     decisions: Vec<AttachDecision>,
     skipped: Vec<(String, String)>,
-    links: Links,
+    links: Arc<Mutex<Links>>,
     maps: SharedMaps,
     provider: SdkTracerProvider,
     stats: Arc<Counters>,
-    stop: watch::Sender<bool>,
-    task: Option<JoinHandle<()>>,
+    consumer: Consumer,
+    shutdown_timeout: Duration,
+}
+
+fn lock(links: &Mutex<Links>) -> std::sync::MutexGuard<'_, Links> {
+    links.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl std::fmt::Debug for Kspan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kspan")
             .field("functions", &self.decisions.len())
-            .field("links", &self.links.len())
+            .field("links", &lock(&self.links).len())
             .finish()
     }
 }
@@ -318,6 +345,7 @@ impl Kspan {
             keep_unsampled: false,
             thread_context: true,
             context_observer: true,
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 
@@ -354,33 +382,61 @@ impl Kspan {
     }
 
     /// Detaches every probe, exports every span still in the ring buffer,
-    /// flushes the tracer provider and returns the final figures.
+    /// flushes the tracer provider (waiting at most
+    /// [`KspanBuilder::shutdown_timeout`]) and returns the final figures. When
+    /// something fails, the error is [`Error::Shutdown`], which carries the
+    /// final figures too.
     pub async fn shutdown(mut self) -> Result<Stats> {
         // No new records once the links are gone.
-        self.links.detach_all();
-        let _ = self.stop.send(true);
-        if let Some(task) = self.task.take() {
-            task.await.map_err(|e| Error::Consumer(e.to_string()))?;
-        }
+        lock(&self.links).detach_all();
+        let consumer = self.consumer.stop().map_err(Error::Consumer);
         let stats = self.stats()?;
         if stats.lost() > 0 || stats.handler_panics > 0 {
             tracing::warn!(?stats, "kspan lost spans or handlers panicked");
         }
-        let provider = self.provider.clone();
-        tokio::task::spawn_blocking(move || provider.force_flush())
-            .await
-            .map_err(|e| Error::Consumer(e.to_string()))?
-            .map_err(Error::Flush)?;
-        Ok(stats)
+        let flushed = match consumer {
+            Ok(()) => flush(self.provider.clone(), self.shutdown_timeout).await,
+            Err(e) => Err(e),
+        };
+        flushed.map(|()| stats).map_err(|source| Error::Shutdown {
+            stats,
+            source: Box::new(source),
+        })
+    }
+}
+
+/// Flushes `provider` on a thread of its own (a flush blocks on the
+/// exporter), waiting at most `timeout`; works under any executor.
+async fn flush(provider: SdkTracerProvider, timeout: Duration) -> Result<()> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let (result_tx, result_rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("kspan-flush".to_owned())
+        .spawn(move || {
+            let _ = result_tx.send(provider.force_flush());
+        })
+        .and_then(|_| {
+            std::thread::Builder::new()
+                .name("kspan-flush-wait".to_owned())
+                .spawn(move || {
+                    let _ = done_tx.send(result_rx.recv_timeout(timeout));
+                })
+        });
+    if let Err(e) = spawned {
+        return Err(Error::Consumer(format!(
+            "cannot start the flush thread: {e}"
+        )));
+    }
+    match done_rx.await {
+        Ok(Ok(flushed)) => flushed.map_err(Error::Flush),
+        Ok(Err(_)) | Err(_) => Err(Error::FlushTimeout(timeout)),
     }
 }
 
 impl Drop for Kspan {
     fn drop(&mut self) {
-        self.links.detach_all();
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+        lock(&self.links).detach_all();
+        // The consumer stops when it is dropped, after this.
     }
 }
 

@@ -4,15 +4,15 @@
 //! Each mechanism is checked without side effects on the traced system:
 //! files that exist exactly when a kernel feature is built in (the kprobe PMU,
 //! the fprobe functions behind kprobe.multi, tracefs), the capability set,
-//! and for trampolines the real thing short of attaching: kspan's own fentry
+//! and for trampolines the real thing short of attaching: the smallest fentry
 //! program is loaded against a function and unloaded, so the kernel's errno
-//! (EPERM on a locked-down kernel) is what is reported. `auto` mode and
-//! `kspan doctor` read the same record.
+//! (EPERM on a locked-down kernel) is what is reported, and an expected
+//! refusal writes nothing to libbpf's log. `auto` mode and `kspan doctor`
+//! read the same record.
 
 use std::path::Path;
 use std::sync::OnceLock;
 
-use super::object::{self, LoadRequest, Program};
 use super::sys::KPROBE_PMU;
 use crate::annotation::Hook;
 use crate::kernel::btf::Btf;
@@ -166,30 +166,17 @@ impl KernelCapabilities {
 /// Loads kspan's fentry program against a function every kernel has, and
 /// unloads it: nothing is attached.
 fn probe_trampolines(btf: &Btf) -> Feature {
-    let Some(target) = ["vfs_read", "ksys_read", "vfs_write"]
+    let Some((target, signature)) = ["vfs_read", "ksys_read", "vfs_write"]
         .into_iter()
-        .find(|f| btf.function(f).is_some())
+        .find_map(|f| Some((f, btf.function(f)?)))
     else {
         return Feature::no("no known function in BTF to load a trampoline against");
     };
-    // A valid configuration: the verifier checks the program against it.
-    let config = kspan_bpf::types::kspan_config {
-        mode: kspan_bpf::consts::KSPAN_MODE_FENTRY as u32,
-        record_size: std::mem::size_of::<kspan_bpf::types::kspan_record>() as u32,
-        ..Default::default()
-    };
-    let result = object::load(&LoadRequest {
-        function: target,
-        hook: Hook::Fentry,
-        config: &config,
-        programs: &[Program::Fentry],
-        shared: None,
-    });
-    match result {
+    match super::sys::load_fentry_probe(signature.btf_id) {
         Ok(_) => Feature::Available,
         Err(e) => Feature::Unavailable {
             reason: format!("loading an fentry program for `{target}` was refused"),
-            errno: e.errno,
+            errno: e.raw_os_error(),
         },
     }
 }

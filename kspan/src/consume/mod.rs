@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! Consuming the ring buffer: a tokio task woken by the kernel (or a timer)
+//! Consuming the ring buffer: a thread woken by the kernel (or a timeout)
 //! hands each record, in place, to a callback; [`parse_record`] reads one.
 //! Turning records into spans is the next stage's, given as the callback.
 
 mod record;
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
-use tokio::io::unix::AsyncFd;
-use tokio::sync::watch;
 
 use crate::bpf::object::SharedMaps;
 use crate::bpf::MapError;
@@ -37,77 +37,95 @@ pub(crate) fn ring_buffer(
     builder.build().map_err(fail)
 }
 
-/// The ring buffer's epoll descriptor, for tokio's reactor.
-struct EpollFd(RawFd);
-
-impl AsRawFd for EpollFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
+/// The consumer: a thread of kspan's own that waits on the ring buffer
+/// and hands every record to the callback.
+///
+/// A thread rather than a task of the application's runtime: spans are
+/// built and handed to the application's processors here, and a processor
+/// that blocks (a `SimpleSpanProcessor` exporting inline) then blocks this
+/// thread only, never a runtime worker; nor does kspan need the runtime's IO
+/// driver or timer, or outlive it. The application's runtime, when there is
+/// one, is entered on this thread, so that exporters which need it (tonic)
+/// find it.
 pub(crate) struct Consumer {
-    // Declared before `ring`, so dropped before it: the descriptor it
-    // watches belongs to the ring buffer.
-    fd: AsyncFd<EpollFd>,
-    ring: RingBuffer<'static>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Consumer {
-    /// Registers the ring buffer's epoll descriptor with `runtime`'s reactor;
-    /// a failure fails `start`, not the consumer later.
-    pub(crate) fn new(
+    /// Starts consuming `ring` on a new thread, within `runtime` if given;
+    /// `on_death` runs on that thread if it ends without being asked to (the
+    /// ring buffer cannot be polled, or the pipeline panicked), before the
+    /// panic goes on.
+    pub(crate) fn start(
         ring: RingBuffer<'static>,
-        runtime: &tokio::runtime::Handle,
+        runtime: Option<tokio::runtime::Handle>,
+        on_death: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<Self> {
-        let _in_runtime = runtime.enter();
-        // SAFETY: the epoll descriptor belongs to `ring`, which is moved into
-        // the same `Consumer` and declared after `fd`, so it outlives the
-        // `AsyncFd`; it stays open and refers to the same epoll instance for
-        // the whole life of the `AsyncFd`.
-        let fd = unsafe {
-            AsyncFd::register_with_interest(EpollFd(ring.epoll_fd()), tokio::io::Interest::READABLE)
-        }?;
-        Ok(Consumer { fd, ring })
-    }
-
-    pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
-        let fd = &self.fd;
-        // The kernel wakes the consumer only once KSPAN_WAKEUP_BYTES wait
-        // (a wakeup per record would tax every traced call); the timer
-        // collects a quieter trickle.
-        let mut tick = tokio::time::interval(CONSUMER_POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.changed() => break,
-                _ = tick.tick() => self.drain(),
-                ready = fd.readable() => {
-                    let mut guard = match ready {
-                        Ok(guard) => guard,
-                        Err(e) => {
-                            // Not expected from an epoll descriptor; said
-                            // loudly, and the rest is drained below.
-                            tracing::error!(error = %e, "kspan stops polling its ring buffer");
-                            break;
-                        }
-                    };
-                    // Readiness is edge-triggered: cleared before draining,
-                    // so that a wakeup sent while draining is not lost.
-                    guard.clear_ready();
-                    self.drain();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("kspan-consumer".to_owned())
+            .spawn(move || {
+                let _in_runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
+                let ran =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ring, &stopped)));
+                match ran {
+                    Ok(true) => {}
+                    Ok(false) => on_death(),
+                    Err(panic) => {
+                        on_death();
+                        std::panic::resume_unwind(panic);
+                    }
                 }
-            }
-        }
-        // Whatever the kernel wrote before the links went away.
-        self.drain();
+            })?;
+        Ok(Consumer {
+            stop,
+            thread: Some(thread),
+        })
     }
 
-    fn drain(&self) {
-        if let Err(e) = self.ring.consume() {
-            tracing::error!(error = %e, "kspan ring buffer consume failed");
+    /// Drains what is left and stops; `Err` with the panic's message when
+    /// the thread panicked.
+    pub(crate) fn stop(&mut self) -> Result<(), String> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(panic)) => Err(panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "the consumer thread panicked".to_owned())),
+            _ => Ok(()),
         }
     }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Waits for records until `stop`, then drains the rest; `false` when it
+/// had to give up first.
+fn run(ring: &RingBuffer<'static>, stop: &AtomicBool) -> bool {
+    // The kernel wakes the consumer only once KSPAN_WAKEUP_BYTES wait (a
+    // wakeup per record would tax every traced call); the timeout collects a
+    // quieter trickle.
+    while !stop.load(Ordering::Relaxed) {
+        let polled = ring.poll(CONSUMER_POLL).and_then(|()| ring.consume());
+        if let Err(e) = polled {
+            // Not expected of an epoll descriptor; said loudly, and the
+            // runtime reports the consumer as dead.
+            tracing::error!(error = %e, "kspan stops consuming its ring buffer");
+            return false;
+        }
+    }
+    // Whatever the kernel wrote before the links went away.
+    if let Err(e) = ring.consume() {
+        tracing::error!(error = %e, "kspan ring buffer consume failed");
+    }
+    true
 }
 
 /// How long a record may wait in the ring buffer when fewer than
