@@ -38,6 +38,14 @@ pub enum Error {
     /// Another OpenTelemetry context observer is registered.
     #[error(transparent)]
     ContextObserver(#[from] crate::context::ObserverTaken),
+    /// A builder setting kspan cannot use.
+    #[error("`{setting}`: {reason}")]
+    InvalidSetting {
+        /// The builder call at fault.
+        setting: &'static str,
+        /// Why, and a value that works.
+        reason: String,
+    },
     /// The consumer thread could not start, or died.
     #[error("the kspan consumer failed: {0}")]
     Consumer(String),

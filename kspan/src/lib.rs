@@ -143,7 +143,9 @@ pub use annotation::{
     Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind, ValueType,
 };
 pub use attach::{AttachDecision, AttachError};
-pub use bpf::{Feature, KernelCapabilities, LoadError, MapError, Orphans};
+pub use bpf::{
+    Feature, KernelCapabilities, LoadError, MapError, Orphans, DEFAULT_RING_BUFFER_BYTES,
+};
 pub use error::{Error, Result};
 pub use kernel::{KernelError, KERNEL_BTF};
 pub use opentelemetry::trace::Status;
@@ -212,10 +214,12 @@ pub mod __private {
 ///
 /// # Capture kinds
 ///
-/// Integers (`u8`..`u64`, `i8`..`i64`, `usize`, `isize`): the kernel type must
-/// have the same signedness and the same or a smaller width (a wider Rust type
-/// keeps working when a kernel changes `long` to `int`). Kernel enums are read
-/// as integers of their width and exported as the enumerator's name.
+/// Integers (`u8`..`u64`, `i8`..`i64`, `usize`, `isize`): the Rust type has
+/// the kernel type's width and signedness, or is wider: of the same
+/// signedness, or signed (an `i64` holds every `unsigned int`). A wider Rust
+/// type keeps working when a kernel changes `long` to `int`. Kernel enums are
+/// read as integers of at least their width and exported as the enumerator's
+/// name.
 ///
 /// ```no_run
 /// #[kspan::kernel_span("ksys_read")]

@@ -25,7 +25,9 @@ use std::time::Duration;
 
 use crate::annotation::{Mechanism, Mode, Probe};
 use crate::attach::{AttachDecision, Attacher, Links};
-use crate::bpf::config::{RuntimeSettings, ThreadContextSettings};
+use crate::bpf::config::{
+    ring_buffer_size_problem, RuntimeSettings, ThreadContextSettings, DEFAULT_RING_BUFFER_BYTES,
+};
 use crate::bpf::object::SharedMaps;
 use crate::bpf::{KernelCapabilities, Orphans};
 use crate::consume::{self, parse_record, Consumer};
@@ -47,6 +49,7 @@ pub struct KspanBuilder {
     thread_context: bool,
     context_observer: bool,
     shutdown_timeout: Duration,
+    ring_buffer_bytes: u32,
 }
 
 impl KspanBuilder {
@@ -127,6 +130,15 @@ impl KspanBuilder {
         self
     }
 
+    /// Bytes of the ring buffer that carries finished spans to the consumer
+    /// (a power of two of at least a page; 4 MiB by default, see
+    /// [`DEFAULT_RING_BUFFER_BYTES`]). Records that find it full are
+    /// dropped and counted in [`Stats::dropped_ring_buffer_full`].
+    pub fn ring_buffer_size(mut self, bytes: u32) -> Self {
+        self.ring_buffer_bytes = bytes;
+        self
+    }
+
     /// How long [`Kspan::shutdown`] waits for the tracer provider's flush
     /// (30 s by default); past it, `shutdown` returns the final figures with
     /// an error saying the flush did not finish.
@@ -139,6 +151,12 @@ impl KspanBuilder {
     /// thread of kspan's own (within the current tokio runtime, if any, for
     /// exporters that need it).
     pub fn start(self) -> Result<Kspan> {
+        if let Some(reason) = ring_buffer_size_problem(self.ring_buffer_bytes) {
+            return Err(Error::InvalidSetting {
+                setting: "KspanBuilder::ring_buffer_size",
+                reason,
+            });
+        }
         let runtime = tokio::runtime::Handle::try_current().ok();
         // The SDK renders its configuration, id generator included, only
         // through `Debug`.
@@ -182,6 +200,7 @@ impl KspanBuilder {
                 self.orphans,
                 self.keep_unsampled,
             ),
+            ring_buffer_bytes: self.ring_buffer_bytes,
         };
         tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
 
@@ -260,7 +279,10 @@ pub struct Stats {
     pub dropped_stack_depth: u64,
     /// Open spans discarded because their exit never came.
     pub dropped_lost_exit: u64,
-    /// Exits with no recorded entry (calls already running at attach).
+    /// Exits with no recorded entry: calls already running when kspan
+    /// attached, and calls whose entry program was detached before their
+    /// exit (kspan detaches every entry first, so that calls in flight still
+    /// find their exit); neither is a loss of a recorded span.
     pub unmatched_exits: u64,
     /// Entries not recorded because per-task storage could not be allocated.
     pub dropped_no_storage: u64,
@@ -346,6 +368,7 @@ impl Kspan {
             thread_context: true,
             context_observer: true,
             shutdown_timeout: Duration::from_secs(30),
+            ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
         }
     }
 

@@ -239,3 +239,42 @@ fn a_failed_flush_still_gives_the_final_figures() {
         }
     });
 }
+
+#[test]
+fn the_ring_buffer_is_the_size_the_builder_says() {
+    let _turn = turn();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
+    let err = kspan::Kspan::builder(&provider)
+        .probe(&getppid)
+        .ring_buffer_size(3000)
+        .start()
+        .expect_err("not a power of two")
+        .to_string();
+    assert!(
+        err.contains("KspanBuilder::ring_buffer_size") && err.contains("power of two"),
+        "{err}"
+    );
+    // One page holds a few dozen records: a burst overflows it, and every
+    // call is a record or a counted drop.
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&getppid)
+        .ring_buffer_size(4096)
+        .start()
+        .unwrap();
+    getppid_calls(20_000);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let stats = runtime.block_on(kspan.shutdown()).unwrap();
+    assert!(stats.dropped_ring_buffer_full > 0, "{stats:?}");
+    assert_eq!(
+        stats.records_emitted + stats.dropped_ring_buffer_full,
+        20_000,
+        "{stats:?}"
+    );
+    assert_eq!(
+        getppids(&exporter.get_finished_spans().unwrap()) as u64,
+        stats.spans_exported,
+        "{stats:?}"
+    );
+}

@@ -149,7 +149,9 @@ async fn auto_on_the_host_lists_every_mechanism_it_tried() {
         .start()
         .unwrap_err();
     match &err {
-        kspan::Error::Attach(kspan::AttachError::NoMechanism { function, tried }) => {
+        kspan::Error::Attach(kspan::AttachError::NoMechanism {
+            function, tried, ..
+        }) => {
             assert_eq!(function, "vfs_read");
             let hooks: Vec<kspan::Hook> = tried.iter().map(|(h, _)| *h).collect();
             assert_eq!(hooks, [kspan::Hook::Fexit, kspan::Hook::Kretprobe]);
@@ -166,6 +168,38 @@ async fn auto_on_the_host_lists_every_mechanism_it_tried() {
     assert!(
         msg.contains("[fexit]") && msg.contains("[kretprobe]"),
         "{msg}"
+    );
+    assert!(
+        msg.contains("syscall sources work here"),
+        "what does work is named: {msg}"
+    );
+}
+
+#[kspan::kernel_span("vfs_read", mode = "fentry")]
+fn vfs_read_fentry(count: usize) {}
+
+#[tokio::test]
+async fn a_mode_whose_mechanism_is_disabled_names_the_builder_call() {
+    let err = kspan::Kspan::builder(&provider())
+        .probe(&vfs_read_fentry)
+        .disable(kspan::Mechanism::Trampolines)
+        .start()
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            kspan::Error::Attach(kspan::AttachError::Disabled {
+                hook: kspan::Hook::Fentry,
+                mechanism: kspan::Mechanism::Trampolines,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("KspanBuilder::disable(Trampolines)") && !msg.contains("on this kernel"),
+        "the builder is at fault, not the kernel: {msg}"
     );
 }
 
@@ -185,7 +219,8 @@ fn capabilities_of_the_host_kernel() {
     assert!(!caps.kprobe_multi.is_available(), "{caps:?}");
     assert_eq!(
         caps.trampolines.to_string(),
-        "unavailable: loading an fentry program for `vfs_read` was refused (EPERM)"
+        "unavailable: this kernel refuses BPF trampolines (a minimal fentry program, loaded \
+         against `vfs_read` to test them, was refused) (EPERM)"
     );
 }
 

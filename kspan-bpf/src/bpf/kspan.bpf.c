@@ -21,10 +21,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile struct kspan_config kspan_cfg = {};
 
 /*
- * Finished spans. 4 MiB holds about 21,000 records of scalars only (192 bytes
- * + 8 header), or 3,400 of the largest (1,216 bytes): a service doing 50,000
- * traced calls a second can run a third of a second ahead of a stalled
- * consumer before anything is dropped (and counted).
+ * Finished spans. The runtime sets the size before load
+ * (`KspanBuilder::ring_buffer_size`, 4 MiB by default); this one is a
+ * placeholder.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

@@ -88,10 +88,9 @@ pub enum AttachError {
         /// The system call's error.
         source: std::io::Error,
     },
-    /// `auto` found no hook that works for a function, or the one asked
-    /// for is disabled.
+    /// `auto` found no hook that works for a function.
     #[error(
-        "cannot trace `{function}` on this kernel: every mechanism was tried or ruled out: {}",
+        "cannot trace `{function}` on this kernel: every mechanism was tried or ruled out: {}{hint}",
         tried.iter().map(|(hook, why)| format!("[{hook}] {why}")).collect::<Vec<_>>().join("; ")
     )]
     NoMechanism {
@@ -99,6 +98,22 @@ pub enum AttachError {
         function: String,
         /// Each hook, with why it did not work.
         tried: Vec<(Hook, String)>,
+        /// What does work here, when something does (`; ...`), or nothing.
+        hint: String,
+    },
+    /// The probe's mode needs a mechanism the builder turned off.
+    #[error(
+        "`{function}` asks for {hook}, and `KspanBuilder::disable({mechanism:?})` turned \
+         {mechanism} off: remove that call, or give the probe another mode (`mode = \"auto\"` \
+         takes what is left)"
+    )]
+    Disabled {
+        /// The kernel function.
+        function: String,
+        /// The hook its mode asks for.
+        hook: Hook,
+        /// The mechanism turned off.
+        mechanism: Mechanism,
     },
 }
 
@@ -201,6 +216,7 @@ impl<'a> Attacher<'a> {
         let maps = self.maps.take().ok_or_else(|| AttachError::NoMechanism {
             function: "(no function planned)".to_owned(),
             tried: Vec::new(),
+            hint: String::new(),
         })?;
         Ok(Attached {
             decisions,
@@ -221,6 +237,13 @@ impl<'a> Attacher<'a> {
         let auto = requested == Mode::Auto;
         let mut rejected = Vec::new();
         for &hook in Hook::candidates(requested) {
+            if !auto && self.disabled.contains(&hook.mechanism()) {
+                return Err(AttachError::Disabled {
+                    function: plan.function().to_owned(),
+                    hook,
+                    mechanism: hook.mechanism(),
+                });
+            }
             if self.disabled.contains(&hook.mechanism()) {
                 rejected.push((
                     hook,
@@ -258,9 +281,20 @@ impl<'a> Attacher<'a> {
                 Err(e) => return Err(e),
             }
         }
+        // Tracepoints work where tracefs is mounted, or can be (kspan mounts it).
+        let tracepoints = self.capabilities.tracepoints.is_available()
+            || std::path::Path::new(crate::kernel::tracefs::TRACEFS).is_dir();
+        let hint = if tracepoints && !self.disabled.contains(&Mechanism::Tracepoints) {
+            "; syscall sources work here: trace the system call instead \
+             (`#[kernel_span(syscall = \"read\")]` for a read path)"
+                .to_owned()
+        } else {
+            String::new()
+        };
         Err(AttachError::NoMechanism {
             function: plan.function().to_owned(),
             tried: rejected,
+            hint,
         })
     }
 
@@ -313,6 +347,7 @@ impl<'a> Attacher<'a> {
             config,
             programs: &wanted,
             shared: self.maps.as_ref(),
+            ring_buffer_bytes: self.runtime.ring_buffer_bytes,
         })?;
         if self.maps.is_none() {
             self.maps = loaded.maps.take();

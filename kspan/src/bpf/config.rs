@@ -94,6 +94,33 @@ pub(crate) struct RuntimeSettings {
     pub target_tgid: u32,
     /// The thread context and the policies.
     pub thread_context: ThreadContextSettings,
+    /// Bytes of the ring buffer (a power of two, at least a page).
+    pub ring_buffer_bytes: u32,
+}
+
+/// The ring buffer's size unless the builder says otherwise: 4 MiB holds
+/// about 27,000 records of scalars only (144 bytes and the ring's 8-byte
+/// header), or 3,500 of the largest (1,168 bytes): a service doing 50,000
+/// traced calls a second can run half a second ahead of a stalled consumer
+/// before anything is dropped (and counted).
+pub const DEFAULT_RING_BUFFER_BYTES: u32 = 4 << 20;
+
+/// Why `bytes` cannot be the ring buffer's size, if it cannot: the kernel
+/// wants a power of two and at least a page.
+pub(crate) fn ring_buffer_size_problem(bytes: u32) -> Option<String> {
+    // SAFETY: sysconf only reads a system setting.
+    let page = u32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    if !bytes.is_power_of_two() || bytes < page {
+        return Some(format!(
+            "{bytes} bytes: the kernel wants a power of two of at least a page ({page} bytes), \
+             e.g. {}",
+            bytes
+                .max(page)
+                .checked_next_power_of_two()
+                .unwrap_or(1 << 31)
+        ));
+    }
+    None
 }
 
 /// `enum kspan_mode` of `hook`.

@@ -175,7 +175,10 @@ fn probe_trampolines(btf: &Btf) -> Feature {
     match super::sys::load_fentry_probe(signature.btf_id) {
         Ok(_) => Feature::Available,
         Err(e) => Feature::Unavailable {
-            reason: format!("loading an fentry program for `{target}` was refused"),
+            reason: format!(
+                "this kernel refuses BPF trampolines (a minimal fentry program, loaded against \
+                 `{target}` to test them, was refused)"
+            ),
             errno: e.raw_os_error(),
         },
     }

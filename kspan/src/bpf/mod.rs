@@ -12,7 +12,7 @@ mod features;
 pub(crate) mod object;
 pub(crate) mod sys;
 
-pub use config::Orphans;
+pub use config::{Orphans, DEFAULT_RING_BUFFER_BYTES};
 pub(crate) use error::refusal_reason;
 pub use error::{LoadError, MapError};
 pub use features::{Feature, KernelCapabilities};

@@ -101,6 +101,8 @@ pub(crate) struct LoadRequest<'a> {
     pub programs: &'a [Program],
     /// The maps every object shares, once the first object made them.
     pub shared: Option<&'a SharedMaps>,
+    /// Bytes of the ring buffer, when this load makes the shared maps.
+    pub ring_buffer_bytes: u32,
 }
 
 /// The maps every loaded program uses, made by the first object.
@@ -208,6 +210,12 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
                 None,
             ))
         }
+    }
+    if request.shared.is_none() {
+        open.maps
+            .kspan_events
+            .set_max_entries(request.ring_buffer_bytes)
+            .map_err(|e| fail(e, None))?;
     }
     if let Some(shared) = request.shared {
         for (map, with) in [
