@@ -169,6 +169,28 @@ pub(super) fn plan_capture(
                         .to_owned(),
                 ));
             }
+            if source.in_memory && target.class == TypeClass::Aggregate {
+                if let Some(members) = btf.composite(target.id).map(|c| c.members) {
+                    let named: Vec<String> = members
+                        .iter()
+                        .filter(|m| !m.name.is_empty())
+                        .take(8)
+                        .map(|m| format!("`.{}`", m.name))
+                        .collect();
+                    return Err(PlanError::TypeMismatch {
+                        function: function.to_owned(),
+                        parameter: param.name.to_owned(),
+                        kernel_type: target.c_name.clone(),
+                        rust_type: param.ty.to_string(),
+                        hint: format!(
+                            "`{}` is a struct or union, not a scalar: capture one of its \
+                             members by adding it to the path ({})",
+                            target.c_name,
+                            named.join(", ")
+                        ),
+                    });
+                }
+            }
             check_compatible(function, param.name, &target, param.ty)?;
             if source.in_memory {
                 bpf.kind = KIND_MEM;

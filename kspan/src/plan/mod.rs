@@ -613,4 +613,33 @@ mod tests {
         assert_eq!(normalize(0x1ff, TypeClass::Bool), 0xff);
         assert_eq!(normalize(7, TypeClass::Pointer), 7);
     }
+
+    #[kernel_span("do_unlinkat")]
+    fn refcount_as_a_number(#[capture(path = "name->refcnt")] refcnt: i32) {}
+
+    #[test]
+    fn a_struct_member_that_is_a_struct_names_its_members() {
+        use crate::kernel::btf::builder::BtfBuilder;
+        let mut b = BtfBuilder::new();
+        let int = b.int("int", 4, true);
+        let ch = b.int("char", 1, true);
+        let counter = b.struct_of("", 4, &[("counter", int, 0)]);
+        let atomic = b.typedef("atomic_t", counter);
+        let name_ptr = b.ptr(ch);
+        let filename = b.struct_of(
+            "filename",
+            16,
+            &[("name", name_ptr, 0), ("refcnt", atomic, 8)],
+        );
+        let filename_ptr = b.ptr(filename);
+        b.func("do_unlinkat", int, &[("dfd", int), ("name", filename_ptr)]);
+        let btf = Btf::parse(&b.build()).unwrap();
+        let err = plan_probe(&btf, &refcount_as_a_number)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`atomic_t` is a struct or union") && err.contains("(`.counter`)"),
+            "{err}"
+        );
+    }
 }
