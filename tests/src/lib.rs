@@ -459,12 +459,21 @@ pub fn install_global_context_subscriber() -> (
     opentelemetry_sdk::trace::InMemorySpanExporter,
 ) {
     use opentelemetry::trace::TracerProvider as _;
-    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::{filter::filter_fn, layer::SubscriberExt as _, Layer as _};
 
     let (provider, exporter) = in_memory_provider();
+    // README's subscriber, as written there.
+    let not_the_exporter = filter_fn(|meta| {
+        !["h2", "hyper", "tonic", "tower", "opentelemetry"]
+            .iter()
+            .any(|krate| meta.target().starts_with(krate))
+    });
     tracing::subscriber::set_global_default(
-        tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app"))),
+        tracing_subscriber::registry().with(
+            tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("app"))
+                .with_filter(not_the_exporter),
+        ),
     )
     .expect("the first global subscriber of this test process");
     kspan::context::register_observer().expect("no other context observer in this process");
