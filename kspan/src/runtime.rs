@@ -167,6 +167,10 @@ impl KspanBuilder {
             crate::context::register_observer()?;
         }
         let started = std::time::Instant::now();
+        // Privileges first: without them, reading tracefs or loading would
+        // fail with errors that point elsewhere.
+        privileges::check_tracing_caps(privileges::effective())
+            .map_err(|have| KernelError::MissingPrivileges { have })?;
 
         // 1. Plan.
         let btf = kernel::read_btf(&self.btf_path)?;
@@ -204,9 +208,7 @@ impl KspanBuilder {
         };
         tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
 
-        // 2. Privileges and the kernel's mechanisms, probed with this BTF.
-        privileges::check_tracing_caps(privileges::effective())
-            .map_err(|have| KernelError::MissingPrivileges { have })?;
+        // 2. The kernel's mechanisms, probed with this BTF.
         let probed;
         let capabilities = if self.btf_path == std::path::Path::new(KERNEL_BTF) {
             KernelCapabilities::cached(|| Ok(btf))

@@ -73,9 +73,11 @@ pub enum KernelError {
     },
     /// The process lacks the capabilities to load BPF programs.
     #[error(
-        "missing privileges: loading BPF trampolines needs CAP_BPF and CAP_PERFMON \
-         (or CAP_SYS_ADMIN), and this process has {have}; run as root or grant them \
-         (e.g. `setcap cap_bpf,cap_perfmon+ep <binary>`)"
+        "missing privileges: loading BPF programs (trampolines, kprobes and syscall \
+         tracepoints alike) needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), and this \
+         process has {have}; run as root or grant them (e.g. `setcap \
+         cap_bpf,cap_perfmon+ep <binary>`; syscall sources also read tracefs, which is \
+         root's only by default: add cap_dac_read_search)"
     )]
     MissingPrivileges {
         /// The relevant capabilities the process does have, or "none of them".
