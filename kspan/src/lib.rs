@@ -125,8 +125,8 @@
 #[cfg(test)]
 extern crate self as kspan;
 
-// The stages, in the order data flows; a module imports only from those
-// before it (and `context`, which imports none).
+// The stages (see "Where things are" above for their order); a module
+// imports only from the stages before it, and `context` from none.
 mod annotation;
 mod attach;
 mod bpf;
@@ -137,6 +137,7 @@ pub mod kernel;
 pub mod plan;
 mod runtime;
 pub mod span;
+mod stats;
 
 pub use annotation::{
     attributes, Capture, Captured, FromCapture, Hook, KernelSpan, KernelValue, LenSource,
@@ -151,8 +152,9 @@ pub use kernel::{KernelError, KERNEL_BTF};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
 pub use plan::PlanError;
-pub use runtime::{Kspan, KspanBuilder, Stats};
+pub use runtime::{Kspan, KspanBuilder};
 pub use span::{KernelSpanIds, Outcome, SpanFactory};
+pub use stats::Stats;
 
 /// What the `kernel_span` macro's expansion uses; not a public API.
 #[doc(hidden)]

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The figures of a kspan runtime: plain data, read by the runtime from the
+//! kernel's counters and its own, and carried by errors at shutdown.
+
+/// What kspan did and dropped. Every drop has a counter; none is silent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Spans handed to the tracer.
+    pub spans_exported: u64,
+    /// Records the kernel put in the ring buffer.
+    pub records_emitted: u64,
+    /// Spans lost because the ring buffer was full.
+    pub dropped_ring_buffer_full: u64,
+    /// Entries not recorded because a task had too many open kernel spans.
+    pub dropped_stack_depth: u64,
+    /// Open spans discarded because their exit never came.
+    pub dropped_lost_exit: u64,
+    /// Exits with no recorded entry: calls already running when kspan
+    /// attached, and calls whose entry program was detached before their
+    /// exit (kspan detaches every entry first, so that calls in flight still
+    /// find their exit); neither is a loss of a recorded span.
+    pub unmatched_exits: u64,
+    /// Entries not recorded because per-task storage could not be allocated.
+    pub dropped_no_storage: u64,
+    /// Records that could not be decoded.
+    pub decode_errors: u64,
+    /// Records naming a probe the runtime does not know.
+    pub unknown_probe: u64,
+    /// Handlers that panicked (their spans are still exported).
+    pub handler_panics: u64,
+    /// Spans the handlers discarded on purpose (not a loss).
+    pub discarded_by_handler: u64,
+    /// Calls not recorded because the application span they were made under
+    /// is not sampled: a sampling decision, taken in the kernel (not a loss).
+    pub unsampled: u64,
+    /// Calls made with no application span active, not recorded because of
+    /// [`Orphans::Drop`](crate::Orphans::Drop) (not a loss).
+    pub orphans_dropped: u64,
+}
+
+impl Stats {
+    /// Spans lost for any reason.
+    pub fn lost(&self) -> u64 {
+        self.dropped_ring_buffer_full
+            + self.dropped_stack_depth
+            + self.dropped_lost_exit
+            + self.dropped_no_storage
+            + self.decode_errors
+            + self.unknown_probe
+    }
+}
