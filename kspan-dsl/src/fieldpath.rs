@@ -406,4 +406,32 @@ mod tests {
         // Errors are std errors (for `#[source]`).
         let _: &dyn std::error::Error = &PathSyntaxError::Empty;
     }
+
+    #[test]
+    fn hostile_text_never_panics_and_what_parses_reads_back() {
+        // xorshift64*, fixed seed: a property test with no dependency.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        };
+        let alphabet = [
+            "a", "z", "_", "7", "-", ">", "->", ".", " ", "é", "\0", "\u{202e}", "x",
+        ];
+        let mut parsed = 0;
+        for _ in 0..20_000 {
+            let len = next() % 24;
+            let text: String = (0..len)
+                .map(|_| alphabet[next() as usize % alphabet.len()])
+                .collect();
+            if let Ok(path) = parse(&text) {
+                parsed += 1;
+                assert_eq!(path.to_string(), text);
+                assert!(!path.segments().is_empty() && path.segments().len() <= MAX_SEGMENTS);
+            }
+        }
+        assert!(parsed > 0, "some random paths are valid");
+    }
 }
