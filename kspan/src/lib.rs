@@ -138,6 +138,8 @@ pub mod plan;
 mod runtime;
 pub mod span;
 mod stats;
+#[cfg(test)]
+mod test_rng;
 
 pub use annotation::{
     attributes, Capture, Captured, FromCapture, Hook, KernelSpan, KernelValue, LenSource,

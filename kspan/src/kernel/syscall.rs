@@ -178,14 +178,8 @@ print fmt: \"dfd: 0x%08lx\"
 
     #[test]
     fn mangled_formats_never_panic() {
-        // xorshift64*, fixed seed: a property test with no dependency.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        };
+        let mut rng = crate::test_rng::Rng(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next();
         let pieces = [
             ";", ":", "\t", "\n", " ", "field:", "offset:", "size:", "é", "\0", "[",
         ];

@@ -535,25 +535,12 @@ mod tests {
         assert_eq!(attr(&spans[0], "kernel.arg.buf.fault"), Some(true.into()));
     }
 
-    /// xorshift64*: a fixed-seed generator, for property tests on stable
-    /// Rust without a dependency.
-    pub(crate) struct Rng(pub u64);
-
-    impl Rng {
-        pub(crate) fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-    }
-
     #[test]
     fn corrupt_and_truncated_records_never_panic() {
         // A real record with 1 to 8 bytes overwritten (lengths, flags, ids,
         // the data area) and cut at any length.
         let valid = record(0x11, 0x22, 5, b"data.bin");
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = crate::test_rng::Rng(0x9e37_79b9_7f4a_7c15);
         let records: Vec<Vec<u8>> = (0..5_000)
             .map(|_| {
                 let mut r = valid.clone();
