@@ -158,6 +158,28 @@ fn publish_record(prepared: &ThreadContextRecord) {
 }
 
 impl ThreadContextRecord {
+    /// The record of a thread whose context suppresses telemetry
+    /// (`Context::enter_telemetry_suppressed_scope`: an exporter exporting,
+    /// kspan's own threads): valid, with the all-zero ids no span has, which
+    /// OTEP 4947 readers take as "no span" and kspan's programs as "do not
+    /// trace this thread's calls".
+    pub const SUPPRESSED: ThreadContextRecord = ThreadContextRecord {
+        trace_id: [0; 16],
+        span_id: [0; 8],
+        valid: 1,
+        trace_flags: 0,
+        attrs_data_size: 0,
+    };
+
+    /// The record for `cx`: [`Self::SUPPRESSED`] when it suppresses
+    /// telemetry, else that of its span.
+    pub fn of_context(cx: &Context) -> Self {
+        if cx.is_telemetry_suppressed() {
+            return ThreadContextRecord::SUPPRESSED;
+        }
+        ThreadContextRecord::of(cx.span().span_context())
+    }
+
     /// The record for `span`: valid with its ids when the span context is
     /// valid, "no active span" otherwise.
     pub fn of(span: &SpanContext) -> Self {
@@ -207,7 +229,7 @@ impl ThreadContextObserver {
             .and_then(|view| view.as_any().downcast_ref::<PreparedRecord>());
         let record = match prepared {
             Some(PreparedRecord(record)) => *record,
-            None => ThreadContextRecord::of(cx.span().span_context()),
+            None => ThreadContextRecord::of_context(cx),
         };
         if record.valid != 1 {
             if let Some(entered) = innermost_entered() {
@@ -232,9 +254,38 @@ impl ContextObserver for ThreadContextObserver {
         if UNOBSERVED.with(Cell::get) {
             return None;
         }
-        Some(Arc::new(PreparedRecord(ThreadContextRecord::of(
-            cx.span().span_context(),
+        Some(Arc::new(PreparedRecord(ThreadContextRecord::of_context(
+            cx,
         ))))
+    }
+}
+
+/// While alive, the calling thread suppresses telemetry: its OpenTelemetry
+/// context says so (for the SDK's components) and its record is
+/// [`ThreadContextRecord::SUPPRESSED`] (for kspan's programs, whoever the
+/// context observer is), so kspan's own work makes no kernel spans.
+pub(crate) struct Suppressed {
+    previous: Option<ThreadContextRecord>,
+    _context: opentelemetry::ContextGuard,
+}
+
+/// Suppresses telemetry on the calling thread until the guard is dropped.
+pub(crate) fn suppress() -> Suppressed {
+    let context = Context::enter_telemetry_suppressed_scope();
+    let previous = current_record();
+    publish_record(&ThreadContextRecord::SUPPRESSED);
+    Suppressed {
+        previous,
+        _context: context,
+    }
+}
+
+impl Drop for Suppressed {
+    fn drop(&mut self) {
+        // The context guard, dropped after this, restores the context (and
+        // kspan's observer its record); this restores the record for any
+        // other observer.
+        publish_record(&self.previous.unwrap_or_default());
     }
 }
 

@@ -339,7 +339,10 @@ impl Kspan {
 
     /// Current figures.
     pub fn stats(&self) -> Result<Stats> {
-        let k = self.maps.counters()?;
+        let k = {
+            let _quiet = crate::context::suppress();
+            self.maps.counters()?
+        };
         let s = &self.stats;
         Ok(Stats {
             spans_exported: s.spans.load(Ordering::Relaxed),
@@ -355,6 +358,8 @@ impl Kspan {
             discarded_by_handler: s.discarded.load(Ordering::Relaxed),
             unsampled: k.unsampled,
             orphans_dropped: k.orphans,
+            dropped_overload: k.overload,
+            suppressed: k.suppressed,
         })
     }
 
@@ -365,7 +370,10 @@ impl Kspan {
     /// final figures too.
     pub async fn shutdown(mut self) -> Result<Stats> {
         // No new records once the links are gone.
-        lock(&self.links).detach_all();
+        {
+            let _quiet = crate::context::suppress();
+            lock(&self.links).detach_all();
+        }
         let consumer = self.consumer.stop().map_err(Error::Consumer);
         let stats = self.stats()?;
         if stats.lost() > 0 || stats.handler_panics > 0 {
@@ -390,12 +398,14 @@ async fn flush(provider: SdkTracerProvider, timeout: Duration) -> Result<()> {
     let spawned = std::thread::Builder::new()
         .name("kspan-flush".to_owned())
         .spawn(move || {
+            let _quiet = crate::context::suppress();
             let _ = result_tx.send(provider.force_flush());
         })
         .and_then(|_| {
             std::thread::Builder::new()
                 .name("kspan-flush-wait".to_owned())
                 .spawn(move || {
+                    let _quiet = crate::context::suppress();
                     let _ = done_tx.send(result_rx.recv_timeout(timeout));
                 })
         });
@@ -412,6 +422,7 @@ async fn flush(provider: SdkTracerProvider, timeout: Duration) -> Result<()> {
 
 impl Drop for Kspan {
     fn drop(&mut self) {
+        let _quiet = crate::context::suppress();
         lock(&self.links).detach_all();
         // The consumer stops when it is dropped, after this.
     }

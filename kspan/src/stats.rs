@@ -21,6 +21,12 @@ pub struct Stats {
     /// exit (kspan detaches every entry first, so that calls in flight still
     /// find their exit); neither is a loss of a recorded span.
     pub unmatched_exits: u64,
+    /// Calls not recorded because the ring buffer was running short: a new
+    /// outermost call (with everything it calls) once the ring is half
+    /// full, a nested call once it is three quarters full. The room left
+    /// takes the exits of the calls already recorded, so an exported span's
+    /// parent is exported too (see [`KspanBuilder::ring_buffer_size`](crate::KspanBuilder::ring_buffer_size)).
+    pub dropped_overload: u64,
     /// Entries not recorded because per-task storage could not be allocated.
     pub dropped_no_storage: u64,
     /// Records that could not be decoded.
@@ -37,12 +43,17 @@ pub struct Stats {
     /// Calls made with no application span active, not recorded because of
     /// [`Orphans::Drop`](crate::Orphans::Drop) (not a loss).
     pub orphans_dropped: u64,
+    /// Calls made by kspan's own threads and work, and by threads whose
+    /// OpenTelemetry context suppresses telemetry (an exporter exporting):
+    /// not recorded, not a loss.
+    pub suppressed: u64,
 }
 
 impl Stats {
     /// Spans lost for any reason.
     pub fn lost(&self) -> u64 {
         self.dropped_ring_buffer_full
+            + self.dropped_overload
             + self.dropped_stack_depth
             + self.dropped_lost_exit
             + self.dropped_no_storage

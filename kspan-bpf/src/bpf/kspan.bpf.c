@@ -100,6 +100,21 @@ static __always_inline void kspan_count(__u32 counter)
 		*value += 1;
 }
 
+/*
+ * Whether the ring buffer is too full to take a new call: past half for an
+ * outermost call, past three quarters for a nested one. The space left is
+ * for the exits of calls already recorded, so a tree is declined whole (or
+ * loses its innermost calls) rather than losing a parent whose children
+ * were exported.
+ */
+static __always_inline int kspan_overloaded(int outermost)
+{
+	__u64 size = bpf_ringbuf_query(&kspan_events, BPF_RB_RING_SIZE);
+	__u64 waiting = bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA);
+
+	return waiting > (outermost ? size / 2 : size - size / 4);
+}
+
 static __always_inline int kspan_wanted(void)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -163,8 +178,12 @@ static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx)
 static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent)
 {
 	struct kspan_thread_ctx ctx = {};
+	int has_context = kspan_app_context(&ctx);
 
-	if (kspan_app_context(&ctx)) {
+	/* All-zero ids: the thread suppresses telemetry (see kspan.h). */
+	if (has_context && !*(__u64 *)ctx.trace_id && !*(__u64 *)&ctx.trace_id[8])
+		return KSPAN_CTR_SUPPRESSED;
+	if (has_context && kspan_cfg.ctx_parent) {
 		if (!(ctx.trace_flags & 1) && !kspan_cfg.keep_unsampled)
 			return KSPAN_CTR_UNSAMPLED;
 		__builtin_memcpy(trace_id, ctx.trace_id, sizeof(ctx.trace_id));
@@ -333,11 +352,17 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 			kspan_count(top->suppressed - 1);
 			return 0;
 		}
+		if (kspan_overloaded(0)) {
+			kspan_count(KSPAN_CTR_OVERLOAD);
+			return 0;
+		}
 		__builtin_memcpy(trace_id, st->trace_id, sizeof(trace_id));
 		parent = top->span_id;
 	} else {
 		int skip = kspan_outermost(trace_id, &parent);
 
+		if (skip < 0 && kspan_overloaded(1))
+			skip = KSPAN_CTR_OVERLOAD;
 		if (skip >= 0) {
 			kspan_count(skip);
 			return 0;
@@ -391,10 +416,14 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 	if (depth == 0) {
 		int skip = kspan_outermost(st->trace_id, &st->app_span_id);
 
+		if (skip < 0 && kspan_overloaded(1))
+			skip = KSPAN_CTR_OVERLOAD;
 		suppressed = skip >= 0 ? skip + 1 : 0;
 	} else {
 		/* A call inside one that is not recorded is not recorded either. */
 		suppressed = kspan_frame_at(st, depth - 1)->suppressed;
+		if (!suppressed && kspan_overloaded(0))
+			suppressed = KSPAN_CTR_OVERLOAD + 1;
 	}
 	if (suppressed)
 		kspan_count(suppressed - 1);

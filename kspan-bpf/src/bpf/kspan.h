@@ -138,7 +138,20 @@ enum kspan_counter {
 	KSPAN_CTR_UNSAMPLED = 6,
 	/* Calls with no application span, dropped by the orphan policy. */
 	KSPAN_CTR_ORPHAN = 7,
-	KSPAN_CTR_COUNT = 8,
+	/*
+	 * Calls not recorded because the ring buffer was running short: new
+	 * outermost calls (with everything they call) past half full, nested
+	 * ones past three quarters, so that calls already recorded find room
+	 * for their exits and no exported span names a parent that is lost.
+	 */
+	KSPAN_CTR_OVERLOAD = 8,
+	/*
+	 * Calls of a thread whose OpenTelemetry context suppresses telemetry
+	 * (kspan's own threads and work, an exporter's export): published as
+	 * an all-zero thread context record; not recorded, not a loss.
+	 */
+	KSPAN_CTR_SUPPRESSED = 9,
+	KSPAN_CTR_COUNT = 10,
 };
 
 /* Record flags. */
@@ -176,7 +189,11 @@ struct kspan_config {
 	__u32 orphans;
 	/* 1: keep calls under an unsampled application span (default: drop). */
 	__u32 keep_unsampled;
-	__u32 reserved;
+	/*
+	 * 1: spans are children of the application span in the thread context.
+	 * 0: the context is read only to skip threads that suppress telemetry.
+	 */
+	__u32 ctx_parent;
 	__s64 thread_ctx_offset;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };

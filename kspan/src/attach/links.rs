@@ -94,7 +94,10 @@ fn detach(links: Vec<Link>) {
     }
     std::thread::scope(|scope| {
         for share in shares {
-            scope.spawn(move || drop(share));
+            scope.spawn(move || {
+                let _quiet = crate::context::suppress();
+                drop(share);
+            });
         }
     });
 }

@@ -36,17 +36,23 @@ pub(crate) struct ThreadContextSettings {
     pub orphans: u32,
     /// Record calls under unsampled application spans too.
     pub keep_unsampled: bool,
+    /// Spans are children of the application span in the thread context;
+    /// without it the context is read only to skip threads that suppress
+    /// telemetry (kspan's own).
+    pub parent: bool,
 }
 
 impl ThreadContextSettings {
     /// Where the programs find the application's span: `fsbase` in
     /// `task_struct` (from `btf`), the slot from it, this process, and the
-    /// policies. Without either offset (another architecture, a kernel whose
-    /// BTF lacks the member, or `read_context` off) nothing is read and every
-    /// outermost call follows the orphan policy.
+    /// policies. With `parent_from_context` off the context is still read,
+    /// only to skip the calls of threads that suppress telemetry (kspan's
+    /// own). Without either offset (another architecture, a kernel whose BTF
+    /// lacks the member) nothing is read and every outermost call follows the
+    /// orphan policy.
     pub(crate) fn new(
         btf: &Btf,
-        read_context: bool,
+        parent_from_context: bool,
         orphans: Orphans,
         keep_unsampled: bool,
     ) -> Self {
@@ -56,11 +62,9 @@ impl ThreadContextSettings {
                 Orphans::Drop => c::KSPAN_ORPHANS_DROP,
             } as u32,
             keep_unsampled,
+            parent: parent_from_context,
             ..ThreadContextSettings::default()
         };
-        if !read_context {
-            return settings;
-        }
         #[cfg(target_arch = "x86_64")]
         {
             let fsbase = crate::plan::fieldpath::member_offset(
@@ -77,7 +81,8 @@ impl ThreadContextSettings {
                 (fsbase, slot) => tracing::warn!(
                     fsbase_in_btf = fsbase.is_some(),
                     slot = ?slot.err(),
-                    "kspan cannot read the application's thread context: kernel spans start traces of their own"
+                    "kspan cannot read the thread context: kernel spans start traces of their own, \
+                     and the calls of kspan's own threads are traced too"
                 ),
             }
         }
@@ -170,7 +175,7 @@ pub(crate) fn probe_config(
         ctx_tgid: context.tgid,
         orphans: context.orphans,
         keep_unsampled: u32::from(context.keep_unsampled),
-        reserved: 0,
+        ctx_parent: u32::from(context.parent),
         thread_ctx_offset: context.slot_offset,
         caps,
     }

@@ -126,6 +126,8 @@ pub(crate) struct KernelCounters {
     pub emitted: u64,
     pub unsampled: u64,
     pub orphans: u64,
+    pub overload: u64,
+    pub suppressed: u64,
 }
 
 impl SharedMaps {
@@ -155,6 +157,8 @@ impl SharedMaps {
             emitted: read(c::KSPAN_CTR_EMITTED)?,
             unsampled: read(c::KSPAN_CTR_UNSAMPLED)?,
             orphans: read(c::KSPAN_CTR_ORPHAN)?,
+            overload: read(c::KSPAN_CTR_OVERLOAD)?,
+            suppressed: read(c::KSPAN_CTR_SUPPRESSED)?,
         })
     }
 

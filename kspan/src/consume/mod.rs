@@ -68,6 +68,9 @@ impl Consumer {
             .name("kspan-consumer".to_owned())
             .spawn(move || {
                 let _in_runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
+                // kspan's own calls (waiting on the ring buffer, the
+                // processors' exports) make no kernel spans.
+                let _quiet = crate::context::suppress();
                 let ran =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ring, &stopped)));
                 match ran {
