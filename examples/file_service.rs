@@ -178,7 +178,7 @@ async fn run() -> Result<(), BoxError> {
     println!(
         "file_service: accepted {accepted} connections; kspan exported {} spans, lost {}, \
          dropped {} calls made outside any request",
-        stats.spans_exported,
+        stats.spans_to_pipeline,
         stats.lost(),
         stats.orphans_dropped
     );

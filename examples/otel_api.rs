@@ -69,7 +69,7 @@ async fn run() -> Result<(), BoxError> {
          lost {}",
         main_reads.0,
         main_reads.1,
-        stats.spans_exported,
+        stats.spans_to_pipeline,
         stats.lost()
     );
     provider.shutdown()?;

@@ -51,7 +51,7 @@ async fn try_run_reads(program: &str, probes: Probes<'_>) -> Result<(), BoxError
         "{program}: {} read {} times: {calls} read calls, {bytes} bytes; kspan exported {} spans, lost {}",
         args.path.display(),
         args.times,
-        stats.spans_exported,
+        stats.spans_to_pipeline,
         stats.lost()
     );
     provider.shutdown()?;

@@ -64,7 +64,7 @@ pub enum Error {
     #[error("{source} (kspan's final figures: {stats:?})")]
     Shutdown {
         /// The final figures.
-        stats: crate::stats::Stats,
+        stats: Box<crate::stats::Stats>,
         /// What failed.
         source: Box<Error>,
     },

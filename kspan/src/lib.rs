@@ -133,11 +133,13 @@ mod bpf;
 pub mod consume;
 pub mod context;
 mod error;
+mod export;
 pub mod kernel;
 pub mod plan;
 mod runtime;
 pub mod span;
 mod stats;
+pub mod telemetry;
 #[cfg(test)]
 mod test_rng;
 
@@ -150,6 +152,7 @@ pub use bpf::{
     Feature, KernelCapabilities, LoadError, MapError, Orphans, DEFAULT_RING_BUFFER_BYTES,
 };
 pub use error::{Error, Result};
+pub use export::{AccountedExporter, ExportLedger};
 pub use kernel::{KernelError, KERNEL_BTF};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use opentelemetry::metrics::{Meter, MeterProvider};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use std::sync::Mutex;
@@ -32,9 +33,10 @@ use crate::bpf::object::SharedMaps;
 use crate::bpf::{KernelCapabilities, Orphans};
 use crate::consume::{self, parse_record, Consumer};
 use crate::error::{Error, Result};
+use crate::export::ExportLedger;
 use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
 use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan};
-use crate::span::{ClockOffset, Outcome, SpanFactory};
+use crate::span::{ClockOffset, Outcome, SpanFactory, SCOPE_NAME};
 use crate::stats::Stats;
 
 /// Configures and starts kspan.
@@ -51,6 +53,8 @@ pub struct KspanBuilder {
     context_observer: bool,
     shutdown_timeout: Duration,
     ring_buffer_bytes: u32,
+    ledger: Option<ExportLedger>,
+    meter: Option<Meter>,
 }
 
 impl KspanBuilder {
@@ -148,6 +152,26 @@ impl KspanBuilder {
         self
     }
 
+    /// Accounts for kernel spans after kspan too: `ledger` is that of the
+    /// [`AccountedExporter`](crate::AccountedExporter) wrapping the
+    /// application's exporter, and [`Stats`] then says how many spans the
+    /// collector acknowledged, how many failed in export and why, and how
+    /// many the pipeline dropped before the exporter (one ledger per
+    /// runtime).
+    pub fn export_ledger(mut self, ledger: ExportLedger) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// The meter provider kspan reports its figures through (`kspan.*`
+    /// metrics, see [`crate::telemetry`]); the global one
+    /// (`opentelemetry::global::meter_provider()`) by default, which records
+    /// nothing until the application sets one.
+    pub fn meter_provider(mut self, provider: &impl MeterProvider) -> Self {
+        self.meter = Some(provider.meter(SCOPE_NAME));
+        self
+    }
+
     /// Plans, loads and attaches every probe and starts consuming spans on a
     /// thread of kspan's own (within the current tokio runtime, if any, for
     /// exporters that need it).
@@ -228,8 +252,9 @@ impl KspanBuilder {
         let stats = Arc::new(Counters::default());
         let mut processor = Processor {
             plans,
-            factory: SpanFactory::new(self.provider.tracer("kspan"), ClockOffset::measure())
-                .with_process_pid(self.all_processes),
+            factory: SpanFactory::new(self.provider.tracer(SCOPE_NAME), ClockOffset::measure())
+                .with_process_pid(self.all_processes)
+                .numbered(self.ledger.is_some()),
             stats: stats.clone(),
         };
         let ring = consume::ring_buffer(&attached.maps, move |bytes| processor.process(bytes))?;
@@ -245,13 +270,21 @@ impl KspanBuilder {
         })
         .map_err(|e| Error::Consumer(format!("cannot start the consumer thread: {e}")))?;
         attached.maps.set_enabled(true)?;
+        let figures = Arc::new(Figures {
+            maps: attached.maps,
+            counters: stats,
+            ledger: self.ledger,
+        });
+        let meter = self
+            .meter
+            .unwrap_or_else(|| opentelemetry::global::meter(SCOPE_NAME));
+        crate::telemetry::register(&meter, Arc::downgrade(&figures));
         Ok(Kspan {
             decisions: attached.decisions,
             skipped,
             links,
-            maps: attached.maps,
+            figures,
             provider: self.provider,
-            stats,
             consumer,
             shutdown_timeout: self.shutdown_timeout,
         })
@@ -266,6 +299,59 @@ struct Counters {
     unknown_probe: AtomicU64,
     handler_panics: AtomicU64,
     discarded: AtomicU64,
+}
+
+/// Where the figures come from: the kernel's counters, the consumer's, and
+/// the export ledger's; shared with the metrics callbacks, which hold it
+/// weakly (they outlive the runtime in the meter provider).
+pub(crate) struct Figures {
+    maps: SharedMaps,
+    counters: Arc<Counters>,
+    ledger: Option<ExportLedger>,
+}
+
+impl Figures {
+    /// Every figure now.
+    pub(crate) fn read(&self) -> Result<Stats> {
+        let k = {
+            let _quiet = crate::context::suppress();
+            self.maps.counters()?
+        };
+        let s = &self.counters;
+        let spans_to_pipeline = s.spans.load(Ordering::Relaxed);
+        let export = self
+            .ledger
+            .as_ref()
+            .map(ExportLedger::figures)
+            .unwrap_or_default();
+        Ok(Stats {
+            spans_to_pipeline,
+            pipeline_accounted: self.ledger.is_some(),
+            spans_acknowledged: export.acknowledged,
+            spans_export_failed: export.failed,
+            spans_export_timed_out: export.timed_out,
+            spans_dropped_before_export: export.dropped_before_export,
+            spans_in_pipeline: if self.ledger.is_some() {
+                spans_to_pipeline.saturating_sub(export.received + export.dropped_before_export)
+            } else {
+                0
+            },
+            records_emitted: k.emitted,
+            dropped_ring_buffer_full: k.ring_buffer_full,
+            dropped_stack_depth: k.stack_depth,
+            dropped_lost_exit: k.lost_exit,
+            unmatched_exits: k.unmatched_exit,
+            dropped_no_storage: k.no_storage,
+            decode_errors: s.decode_errors.load(Ordering::Relaxed),
+            unknown_probe: s.unknown_probe.load(Ordering::Relaxed),
+            handler_panics: s.handler_panics.load(Ordering::Relaxed),
+            discarded_by_handler: s.discarded.load(Ordering::Relaxed),
+            unsampled: k.unsampled,
+            orphans_dropped: k.orphans,
+            dropped_overload: k.overload,
+            suppressed: k.suppressed,
+        })
+    }
 }
 
 /// Running kspan. Dropping it detaches every probe.
@@ -284,9 +370,8 @@ pub struct Kspan {
     decisions: Vec<AttachDecision>,
     skipped: Vec<(String, String)>,
     links: Arc<Mutex<Links>>,
-    maps: SharedMaps,
+    figures: Arc<Figures>,
     provider: SdkTracerProvider,
-    stats: Arc<Counters>,
     consumer: Consumer,
     shutdown_timeout: Duration,
 }
@@ -323,6 +408,8 @@ impl Kspan {
             context_observer: true,
             shutdown_timeout: Duration::from_secs(30),
             ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
+            ledger: None,
+            meter: None,
         }
     }
 
@@ -337,30 +424,10 @@ impl Kspan {
         &self.decisions
     }
 
-    /// Current figures.
+    /// Current figures, live: those of the pipeline are exact up to the
+    /// last batch the exporter got, and final after [`Self::shutdown`].
     pub fn stats(&self) -> Result<Stats> {
-        let k = {
-            let _quiet = crate::context::suppress();
-            self.maps.counters()?
-        };
-        let s = &self.stats;
-        Ok(Stats {
-            spans_exported: s.spans.load(Ordering::Relaxed),
-            records_emitted: k.emitted,
-            dropped_ring_buffer_full: k.ring_buffer_full,
-            dropped_stack_depth: k.stack_depth,
-            dropped_lost_exit: k.lost_exit,
-            unmatched_exits: k.unmatched_exit,
-            dropped_no_storage: k.no_storage,
-            decode_errors: s.decode_errors.load(Ordering::Relaxed),
-            unknown_probe: s.unknown_probe.load(Ordering::Relaxed),
-            handler_panics: s.handler_panics.load(Ordering::Relaxed),
-            discarded_by_handler: s.discarded.load(Ordering::Relaxed),
-            unsampled: k.unsampled,
-            orphans_dropped: k.orphans,
-            dropped_overload: k.overload,
-            suppressed: k.suppressed,
-        })
+        self.figures.read()
     }
 
     /// Detaches every probe, exports every span still in the ring buffer,
@@ -375,16 +442,23 @@ impl Kspan {
             lock(&self.links).detach_all();
         }
         let consumer = self.consumer.stop().map_err(Error::Consumer);
-        let stats = self.stats()?;
-        if stats.lost() > 0 || stats.handler_panics > 0 {
-            tracing::warn!(?stats, "kspan lost spans or handlers panicked");
-        }
         let flushed = match consumer {
             Ok(()) => flush(self.provider.clone(), self.shutdown_timeout).await,
             Err(e) => Err(e),
         };
+        // After the flush: what the exporter made of the last spans counts.
+        let mut stats = self.stats()?;
+        if stats.pipeline_accounted && matches!(flushed, Ok(()) | Err(Error::Flush(_))) {
+            // A flush that finished left nothing queued: what never reached
+            // the exporter was dropped on the way.
+            stats.spans_dropped_before_export += stats.spans_in_pipeline;
+            stats.spans_in_pipeline = 0;
+        }
+        if stats.lost() > 0 || stats.handler_panics > 0 {
+            tracing::warn!(?stats, "kspan lost spans or handlers panicked");
+        }
         flushed.map(|()| stats).map_err(|source| Error::Shutdown {
-            stats,
+            stats: Box::new(stats),
             source: Box::new(source),
         })
     }

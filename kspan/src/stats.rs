@@ -6,8 +6,30 @@
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Spans handed to the tracer.
-    pub spans_exported: u64,
+    /// Spans handed to the application's pipeline (its tracer).
+    pub spans_to_pipeline: u64,
+    /// Whether the figures of the pipeline below are kept: the application
+    /// exports through an [`AccountedExporter`](crate::AccountedExporter)
+    /// whose ledger kspan was given
+    /// ([`KspanBuilder::export_ledger`](crate::KspanBuilder::export_ledger));
+    /// without one they are 0.
+    pub pipeline_accounted: bool,
+    /// Spans the collector acknowledged (the export returned success).
+    pub spans_acknowledged: u64,
+    /// Spans whose export failed (collector down, refused, or the exporter
+    /// shut down); [`ExportLedger::last_error`](crate::ExportLedger::last_error)
+    /// says why.
+    pub spans_export_failed: u64,
+    /// Spans whose export timed out: the collector may or may not have
+    /// them, counted as lost.
+    pub spans_export_timed_out: u64,
+    /// Spans handed to the pipeline that never reached the exporter: a batch
+    /// processor's queue was full (or the application's sampler or a
+    /// processor dropped them). Known once a later span reached the exporter.
+    pub spans_dropped_before_export: u64,
+    /// Spans handed to the pipeline and not accounted for yet: queued, or
+    /// being exported now; 0 after a flush that finished.
+    pub spans_in_pipeline: u64,
     /// Records the kernel put in the ring buffer.
     pub records_emitted: u64,
     /// Spans lost because the ring buffer was full.
@@ -50,8 +72,20 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Spans lost for any reason.
+    /// Spans lost for any reason, in kspan or after it.
     pub fn lost(&self) -> u64 {
+        self.lost_in_kspan() + self.lost_after_kspan()
+    }
+
+    /// Spans lost after kspan handed them to the pipeline (counted with an
+    /// export ledger only).
+    pub fn lost_after_kspan(&self) -> u64 {
+        self.spans_export_failed + self.spans_export_timed_out + self.spans_dropped_before_export
+    }
+
+    /// Calls recorded in the kernel, or that would have been, whose spans
+    /// were lost before they reached the pipeline.
+    pub fn lost_in_kspan(&self) -> u64 {
         self.dropped_ring_buffer_full
             + self.dropped_overload
             + self.dropped_stack_depth

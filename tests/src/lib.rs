@@ -134,6 +134,8 @@ pub fn flatten(req: &ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
 #[derive(Clone, Default)]
 struct Collector {
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    /// How long each export waits before it is answered (a slow collector).
+    delay: Duration,
 }
 
 #[tonic::async_trait]
@@ -147,6 +149,9 @@ impl TraceService for Collector {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(spans);
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
@@ -163,9 +168,18 @@ pub struct Receiver {
 impl Receiver {
     /// Starts a receiver on `127.0.0.1` at `port` (0 picks a free one).
     pub async fn start_on(port: u16) -> std::io::Result<Receiver> {
+        Self::start_slow(port, Duration::ZERO).await
+    }
+
+    /// Starts a receiver at `port` (0: a free one) that keeps each export's
+    /// spans and answers only after `delay`.
+    pub async fn start_slow(port: u16, delay: Duration) -> std::io::Result<Receiver> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
-        let collector = Collector::default();
+        let collector = Collector {
+            delay,
+            ..Collector::default()
+        };
         let service = TraceServiceServer::new(collector.clone());
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let task = tokio::spawn(async move {

@@ -160,7 +160,7 @@ fn a_blocking_span_processor_does_not_stall_a_current_thread_runtime() {
             "the runtime's own task ticked {ticked} times in 500 ms while kspan exported"
         );
         let stats = kspan.shutdown().await.unwrap();
-        assert_eq!(stats.spans_exported, 20, "{stats:?}");
+        assert_eq!(stats.spans_to_pipeline, 20, "{stats:?}");
     });
     assert_eq!(exported.load(Ordering::Relaxed), 20);
 }
@@ -196,7 +196,7 @@ fn shutdown_is_bounded_and_keeps_the_final_figures() {
                     "{err}"
                 );
                 assert_eq!(stats.records_emitted, 3, "{stats:?}");
-                assert_eq!(stats.spans_exported, 3, "{stats:?}");
+                assert_eq!(stats.spans_to_pipeline, 3, "{stats:?}");
             }
             other => panic!("expected Error::Shutdown, got {other}"),
         }
@@ -277,7 +277,7 @@ fn the_ring_buffer_is_the_size_the_builder_says() {
     );
     assert_eq!(
         getppids(&exporter.get_finished_spans().unwrap()) as u64,
-        stats.spans_exported,
+        stats.spans_to_pipeline,
         "{stats:?}"
     );
 }

@@ -82,5 +82,5 @@ fn kspan_s_own_threads_and_calls_make_no_kernel_spans() {
     // counted as kspan's own.
     assert!(stats.suppressed >= 4, "{stats:?}");
     assert_eq!(stats.lost(), 0, "{stats:?}");
-    assert_eq!(stats.spans_exported, kernel.len() as u64, "{stats:?}");
+    assert_eq!(stats.spans_to_pipeline, kernel.len() as u64, "{stats:?}");
 }

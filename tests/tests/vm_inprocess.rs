@@ -75,7 +75,7 @@ async fn fentry_mode_gives_instants_with_arguments() {
         );
     }
     assert_eq!(stats.lost(), 0, "{stats:?}");
-    assert_eq!(stats.records_emitted, stats.spans_exported, "{stats:?}");
+    assert_eq!(stats.records_emitted, stats.spans_to_pipeline, "{stats:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

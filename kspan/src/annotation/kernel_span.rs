@@ -32,6 +32,12 @@ pub mod attributes {
     /// ([`KspanBuilder::trace_all_processes`](crate::KspanBuilder::trace_all_processes)):
     /// the application's own spans are told apart by its resource.
     pub const PROCESS_PID: &str = "process.pid";
+    /// kspan's number of the span, in the order spans are handed to the
+    /// pipeline; set only with an export ledger
+    /// ([`KspanBuilder::export_ledger`](crate::KspanBuilder::export_ledger)),
+    /// whose [`AccountedExporter`](crate::AccountedExporter) removes it
+    /// before the span is exported.
+    pub const SEQUENCE: &str = "kspan.sequence";
 }
 
 /// One kernel span, decoded: what the handler sees and may change before it

@@ -12,7 +12,7 @@ pub use clock::ClockOffset;
 pub(crate) use ids::provider_has_kernel_ids;
 pub use ids::KernelSpanIds;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use opentelemetry::trace::{
@@ -27,6 +27,9 @@ use crate::consume::{decode_capture, RecordView};
 use crate::kernel::errno;
 use crate::plan::{normalize, ProbePlan};
 use attributes::capture_attributes;
+
+/// The instrumentation scope of kernel spans.
+pub(crate) const SCOPE_NAME: &str = "kspan";
 
 /// What became of one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +53,9 @@ pub struct SpanFactory<T> {
     clock: ClockOffset,
     process_pid: bool,
     parents: RefCell<ParentContexts>,
+    /// The next span's number, when spans are numbered for an export
+    /// ledger (see [`crate::export`]).
+    next_number: Option<Cell<u64>>,
 }
 
 /// Contexts of recent parents, direct-mapped by span id (span ids are
@@ -108,7 +114,16 @@ impl<T: Tracer> SpanFactory<T> {
             clock,
             process_pid: false,
             parents: RefCell::default(),
+            next_number: None,
         }
+    }
+
+    /// Whether each span carries its number in the order spans are handed
+    /// to the tracer ([`keys::SEQUENCE`]), for an export ledger to find the
+    /// spans dropped before the exporter.
+    pub fn numbered(mut self, on: bool) -> Self {
+        self.next_number = on.then(|| Cell::new(0));
+        self
     }
 
     /// Whether each span carries `process.pid`: wanted when other processes
@@ -196,13 +211,22 @@ impl<T: Tracer> SpanFactory<T> {
     /// whose parent was not sampled never leaves the kernel.
     fn export(&self, span: KernelSpan) {
         let KernelSpanParts {
-            builder,
+            mut builder,
             trace_id,
             span_id,
             parent_span_id,
             end_time,
             status,
         } = span.into_parts();
+        if let Some(next) = &self.next_number {
+            let number = next.get();
+            next.set(number + 1);
+            // First, so that span limits keep it whatever the handler added.
+            builder
+                .attributes
+                .get_or_insert_with(Vec::new)
+                .insert(0, KeyValue::new(keys::SEQUENCE, number as i64));
+        }
         let mut built = match parent_span_id {
             Some(parent) => {
                 // A clone (reference counts): the borrow ends before the

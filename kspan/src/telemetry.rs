@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! kspan's own figures ([`Stats`](crate::Stats)) as OpenTelemetry metrics,
+//! through the application's meter provider, so that a dashboard shows loss
+//! without anyone reading logs.
+//!
+//! Every instrument is an observable counter (an up-down gauge for the spans
+//! in the pipeline), read when the meter provider collects, from the same
+//! figures as [`Kspan::stats`](crate::Kspan::stats): nothing is added to
+//! the path of a span. The instruments, all under the meter `kspan`:
+//!
+//! | metric | attributes | what |
+//! |---|---|---|
+//! | `kspan.records.emitted` | | records the kernel put in the ring buffer |
+//! | `kspan.spans.handed` | | spans handed to the application's pipeline |
+//! | `kspan.spans.acknowledged` | | spans the collector acknowledged (with an export ledger) |
+//! | `kspan.spans.in_pipeline` (gauge) | | spans queued or being exported (with an export ledger) |
+//! | `kspan.spans.lost` | `kspan.reason` | spans lost, by reason: `ring_buffer_full`, `overload`, `stack_depth`, `lost_exit`, `no_storage`, `decode_error`, `unknown_probe`, `export_failed`, `export_timed_out`, `dropped_before_export` |
+//! | `kspan.calls.skipped` | `kspan.reason` | calls not recorded on purpose: `unsampled`, `orphan`, `suppressed`, `discarded_by_handler`, `unmatched_exit` |
+//! | `kspan.handler.panics` | | handlers that panicked |
+//!
+//! The callbacks hold the runtime's figures weakly: once the runtime is
+//! gone they observe nothing (the meter provider keeps callbacks for its
+//! own life).
+
+use std::sync::Weak;
+
+use opentelemetry::metrics::{AsyncInstrument, Meter};
+use opentelemetry::KeyValue;
+
+use crate::runtime::Figures;
+use crate::stats::Stats;
+
+/// The attribute naming why a span was lost or a call skipped.
+pub const REASON: &str = "kspan.reason";
+
+/// Spans lost, by reason.
+fn lost(s: &Stats) -> [(&'static str, u64); 10] {
+    [
+        ("ring_buffer_full", s.dropped_ring_buffer_full),
+        ("overload", s.dropped_overload),
+        ("stack_depth", s.dropped_stack_depth),
+        ("lost_exit", s.dropped_lost_exit),
+        ("no_storage", s.dropped_no_storage),
+        ("decode_error", s.decode_errors),
+        ("unknown_probe", s.unknown_probe),
+        ("export_failed", s.spans_export_failed),
+        ("export_timed_out", s.spans_export_timed_out),
+        ("dropped_before_export", s.spans_dropped_before_export),
+    ]
+}
+
+/// Calls not recorded on purpose, by reason.
+fn skipped(s: &Stats) -> [(&'static str, u64); 5] {
+    [
+        ("unsampled", s.unsampled),
+        ("orphan", s.orphans_dropped),
+        ("suppressed", s.suppressed),
+        ("discarded_by_handler", s.discarded_by_handler),
+        ("unmatched_exit", s.unmatched_exits),
+    ]
+}
+
+/// Calls `observe` with the figures now, if the runtime is still there and
+/// they can be read (a failed read is skipped: the next collection tries
+/// again).
+fn with_stats(figures: &Weak<Figures>, observe: impl FnOnce(&Stats)) {
+    if let Some(stats) = figures.upgrade().and_then(|f| f.read().ok()) {
+        observe(&stats);
+    }
+}
+
+/// Registers kspan's instruments on `meter`, reading `figures`.
+pub(crate) fn register(meter: &Meter, figures: Weak<Figures>) {
+    let single = |name: &'static str, description: &'static str, pick: fn(&Stats) -> u64| {
+        let figures = figures.clone();
+        meter
+            .u64_observable_counter(name)
+            .with_description(description)
+            .with_unit("{span}")
+            .with_callback(move |o: &dyn AsyncInstrument<u64>| {
+                with_stats(&figures, |s| o.observe(pick(s), &[]));
+            })
+            .build();
+    };
+    single(
+        "kspan.records.emitted",
+        "Records the kernel put in kspan's ring buffer.",
+        |s| s.records_emitted,
+    );
+    single(
+        "kspan.spans.handed",
+        "Kernel spans handed to the application's pipeline.",
+        |s| s.spans_to_pipeline,
+    );
+    single(
+        "kspan.spans.acknowledged",
+        "Kernel spans the collector acknowledged (counted with an export ledger).",
+        |s| s.spans_acknowledged,
+    );
+    single(
+        "kspan.handler.panics",
+        "Handlers of kernel spans that panicked.",
+        |s| s.handler_panics,
+    );
+    let by_reason = |name: &'static str,
+                     description: &'static str,
+                     reasons: fn(&Stats) -> Vec<(&'static str, u64)>| {
+        let figures = figures.clone();
+        meter
+            .u64_observable_counter(name)
+            .with_description(description)
+            .with_unit("{span}")
+            .with_callback(move |o: &dyn AsyncInstrument<u64>| {
+                with_stats(&figures, |s| {
+                    for (reason, value) in reasons(s) {
+                        o.observe(value, &[KeyValue::new(REASON, reason)]);
+                    }
+                });
+            })
+            .build();
+    };
+    by_reason("kspan.spans.lost", "Kernel spans lost, by reason.", |s| {
+        lost(s).to_vec()
+    });
+    by_reason(
+        "kspan.calls.skipped",
+        "Traced calls not recorded on purpose, by reason.",
+        |s| skipped(s).to_vec(),
+    );
+    let figures_now = figures.clone();
+    meter
+        .u64_observable_gauge("kspan.spans.in_pipeline")
+        .with_description(
+            "Kernel spans queued in the application's pipeline or being exported \
+             (counted with an export ledger).",
+        )
+        .with_unit("{span}")
+        .with_callback(move |o: &dyn AsyncInstrument<u64>| {
+            with_stats(&figures_now, |s| o.observe(s.spans_in_pipeline, &[]));
+        })
+        .build();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loss_has_a_reason_and_they_add_up() {
+        let s = Stats {
+            dropped_ring_buffer_full: 1,
+            dropped_overload: 2,
+            dropped_stack_depth: 4,
+            dropped_lost_exit: 8,
+            dropped_no_storage: 16,
+            decode_errors: 32,
+            unknown_probe: 64,
+            spans_export_failed: 128,
+            spans_export_timed_out: 256,
+            spans_dropped_before_export: 512,
+            ..Stats::default()
+        };
+        let reasons = lost(&s);
+        assert_eq!(reasons.iter().map(|(_, v)| v).sum::<u64>(), s.lost());
+        assert_eq!(s.lost(), 1023);
+    }
+}

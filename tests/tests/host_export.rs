@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Every span accounted for, end to end: the application exports over
+//! OTLP/gRPC through a batch processor and kspan's `AccountedExporter`, to a
+//! receiver that is up, down, late, killed and restarted, or slow; and with
+//! a queue too small for the burst. In every case
+//! `calls = acknowledged + export failed + timed out + dropped before the
+//! exporter + lost in kspan`, and the receiver holds exactly what was
+//! acknowledged. Checked on the host with a syscall source.
+
+use std::time::{Duration, Instant};
+
+use kspan::{AccountedExporter, Error, ExportLedger, Kspan, Stats};
+use kspan_tests::Receiver;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+
+#[kspan::kernel_span(syscall = "getppid")]
+fn getppid(ret: i64) {}
+
+extern "C" {
+    #[link_name = "getppid"]
+    fn libc_getppid() -> i32;
+}
+
+/// `n` calls of `getppid`, each one kernel span.
+fn calls(n: u64) {
+    for _ in 0..n {
+        // SAFETY: getppid has no arguments and cannot fail.
+        unsafe { libc_getppid() };
+    }
+}
+
+/// Every kspan runtime of this process sees every `getppid` call of the
+/// process: the tests take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A receiver on a runtime of its own, so that killing it closes its
+/// connections too.
+struct Collector {
+    runtime: tokio::runtime::Runtime,
+    receiver: Receiver,
+}
+
+impl Collector {
+    fn start(port: u16, delay: Duration) -> Collector {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime for the receiver");
+        // On a thread of its own: the test's runtime cannot block on another.
+        let receiver = std::thread::scope(|scope| {
+            scope
+                .spawn(|| runtime.block_on(Receiver::start_slow(port, delay)))
+                .join()
+                .expect("the receiver starts")
+        })
+        .expect("the receiver binds its port");
+        Collector { runtime, receiver }
+    }
+
+    /// `getppid` spans received so far.
+    fn received(&self) -> u64 {
+        self.receiver
+            .spans()
+            .iter()
+            .filter(|s| s.name == "getppid")
+            .count() as u64
+    }
+
+    /// Stops it at once, connections and all; returns what it received.
+    fn kill(self) -> u64 {
+        let received = self.received();
+        drop(self.receiver);
+        self.runtime.shutdown_background();
+        received
+    }
+}
+
+/// A loopback port nothing listens on (yet).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The application's pipeline: OTLP/gRPC to `port` with a 500 ms export
+/// timeout, batches every 100 ms from a queue of `queue` spans, through an
+/// accounted exporter; and kspan on it.
+fn start(port: u16, queue: usize) -> (SdkTracerProvider, Kspan, ExportLedger) {
+    let otlp = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(format!("http://127.0.0.1:{port}"))
+        .with_timeout(Duration::from_millis(500))
+        .build()
+        .expect("the OTLP exporter builds");
+    let exporter = AccountedExporter::new(otlp);
+    let ledger = exporter.ledger();
+    let processor = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_scheduled_delay(Duration::from_millis(100))
+                .with_max_queue_size(queue)
+                .build(),
+        )
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
+    let kspan = Kspan::builder(&provider)
+        .probe(&getppid)
+        .export_ledger(ledger.clone())
+        .shutdown_timeout(Duration::from_secs(10))
+        .start()
+        .expect("syscall sources start on the host");
+    (provider, kspan, ledger)
+}
+
+/// Waits (at most 20 s) until the live figures satisfy `done`.
+async fn until(kspan: &Kspan, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = kspan.stats().expect("live figures");
+        if done(&stats) {
+            return stats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waited 20 s for {what}: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The final figures, whether the last flush worked or not.
+async fn finish(kspan: Kspan, provider: SdkTracerProvider) -> Stats {
+    let stats = match kspan.shutdown().await {
+        Ok(stats) => stats,
+        Err(Error::Shutdown { stats, .. }) => *stats,
+        Err(e) => panic!("shutdown: {e}"),
+    };
+    let _ = provider.shutdown();
+    stats
+}
+
+/// The invariant: every call is a span the collector acknowledged, or a
+/// counted loss; nothing is left unaccounted.
+fn assert_accounted(made: u64, s: &Stats) {
+    assert!(s.pipeline_accounted, "{s:?}");
+    assert_eq!(s.spans_in_pipeline, 0, "{s:?}");
+    assert_eq!(
+        made,
+        s.spans_acknowledged + s.lost() + s.discarded_by_handler,
+        "calls = acknowledged + each counted loss: {s:?}"
+    );
+    assert_eq!(
+        s.spans_to_pipeline,
+        s.spans_acknowledged + s.lost_after_kspan(),
+        "{s:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collector_up_acknowledges_every_span() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let collector = Collector::start(0, Duration::ZERO);
+    let port = collector
+        .receiver
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (provider, kspan, _ledger) = start(port, 4096);
+    calls(2000);
+    let live = until(&kspan, "acknowledgements", |s| s.spans_acknowledged == 2000).await;
+    assert_eq!(live.lost(), 0, "{live:?}");
+    let stats = finish(kspan, provider).await;
+    assert_accounted(2000, &stats);
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    assert_eq!(collector.kill(), 2000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collector_down_counts_every_span_as_failed_live() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (provider, kspan, ledger) = start(free_port(), 4096);
+    calls(1000);
+    let live = until(&kspan, "failed exports", |s| s.lost_after_kspan() == 1000).await;
+    assert_eq!(live.spans_acknowledged, 0, "{live:?}");
+    let why = ledger.last_error().unwrap_or_default();
+    assert!(why.contains("export failed"), "the exporter's words: {why}");
+    let stats = finish(kspan, provider).await;
+    assert_accounted(1000, &stats);
+    assert_eq!(stats.spans_acknowledged, 0, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collector_late_then_up_is_counted_both_ways() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let port = free_port();
+    let (provider, kspan, _ledger) = start(port, 4096);
+    calls(500);
+    until(&kspan, "failed exports", |s| s.lost_after_kspan() == 500).await;
+    let collector = Collector::start(port, Duration::ZERO);
+    calls(700);
+    let stats_live = until(&kspan, "acknowledgements", |s| s.spans_acknowledged == 700).await;
+    assert_eq!(stats_live.lost_after_kspan(), 500, "{stats_live:?}");
+    let stats = finish(kspan, provider).await;
+    assert_accounted(1200, &stats);
+    assert_eq!(collector.kill(), stats.spans_acknowledged);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collector_killed_and_restarted_is_counted() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let port = free_port();
+    let collector = Collector::start(port, Duration::ZERO);
+    let (provider, kspan, _ledger) = start(port, 4096);
+    calls(400);
+    until(&kspan, "acknowledgements", |s| s.spans_acknowledged == 400).await;
+    let first = collector.kill();
+    calls(300);
+    until(&kspan, "failed exports", |s| s.lost_after_kspan() == 300).await;
+    let collector = Collector::start(port, Duration::ZERO);
+    calls(200);
+    until(&kspan, "acknowledgements", |s| s.spans_acknowledged == 600).await;
+    let stats = finish(kspan, provider).await;
+    assert_accounted(900, &stats);
+    assert_eq!(first + collector.kill(), stats.spans_acknowledged);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_collector_times_exports_out_and_they_are_counted() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let collector = Collector::start(0, Duration::from_secs(2));
+    let port = collector
+        .receiver
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (provider, kspan, ledger) = start(port, 4096);
+    calls(300);
+    let live = until(&kspan, "exports that time out", |s| {
+        s.lost_after_kspan() == 300
+    })
+    .await;
+    assert_eq!(live.spans_acknowledged, 0, "{live:?}");
+    // The OTLP/gRPC exporter reports its deadline as a failure; the ledger
+    // keeps its words.
+    let why = ledger.last_error().unwrap_or_default();
+    assert!(why.contains("Timeout"), "{why}");
+    let stats = finish(kspan, provider).await;
+    assert_accounted(300, &stats);
+    // A timed-out export may still have arrived: the receiver holds at
+    // least what was acknowledged, at most that and what failed.
+    let received = collector.kill();
+    assert!(
+        (stats.spans_acknowledged..=stats.spans_acknowledged + stats.lost_after_kspan())
+            .contains(&received),
+        "{received} received: {stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_drops_are_counted_live_and_exactly() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let collector = Collector::start(0, Duration::ZERO);
+    let port = collector
+        .receiver
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A queue of 64 against a burst of 20,000 calls made faster than a
+    // batch is exported.
+    let (provider, kspan, _ledger) = start(port, 64);
+    calls(20_000);
+    // Known live, as soon as a span after the dropped ones is exported;
+    // those dropped after the last exported one, at the final flush.
+    let live = until(&kspan, "drops before the exporter", |s| {
+        s.spans_dropped_before_export > 0
+    })
+    .await;
+    assert!(live.spans_acknowledged > 0, "{live:?}");
+    let stats = finish(kspan, provider).await;
+    assert_accounted(20_000, &stats);
+    assert!(stats.spans_dropped_before_export > 0, "{stats:?}");
+    assert_eq!(collector.kill(), stats.spans_acknowledged);
+}
