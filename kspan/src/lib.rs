@@ -94,6 +94,8 @@
 //! | `attach` | the order, `auto`'s fallback from one [`Hook`] to the next, one module per hook, the links ([`AttachDecision`], [`AttachError`]) |
 //! | [`consume`] | the ring buffer and the records in it |
 //! | [`span`] | records to spans through the application's tracer ([`SpanFactory`], [`KernelSpanIds`]) |
+//! | `export` | after kspan: what the application's exporter made of kernel spans ([`AccountedExporter`], [`ExportLedger`]) |
+//! | [`telemetry`] | kspan's figures ([`Stats`]) as OpenTelemetry metrics |
 //! | [`context`] | beside the stages: the application's span per thread, published for the BPF programs |
 //!
 //! `runtime` ([`KspanBuilder`], [`Kspan`], [`Stats`]) runs them in that order.

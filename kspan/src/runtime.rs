@@ -38,6 +38,7 @@ use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
 use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan};
 use crate::span::{ClockOffset, Outcome, SpanFactory, SCOPE_NAME};
 use crate::stats::Stats;
+use crate::telemetry::FigureSource;
 
 /// Configures and starts kspan.
 #[derive(Debug)]
@@ -278,7 +279,8 @@ impl KspanBuilder {
         let meter = self
             .meter
             .unwrap_or_else(|| opentelemetry::global::meter(SCOPE_NAME));
-        crate::telemetry::register(&meter, Arc::downgrade(&figures));
+        let source: Arc<dyn FigureSource> = figures.clone();
+        crate::telemetry::register(&meter, Arc::downgrade(&source));
         Ok(Kspan {
             decisions: attached.decisions,
             skipped,
@@ -304,7 +306,7 @@ struct Counters {
 /// Where the figures come from: the kernel's counters, the consumer's, and
 /// the export ledger's; shared with the metrics callbacks, which hold it
 /// weakly (they outlive the runtime in the meter provider).
-pub(crate) struct Figures {
+struct Figures {
     maps: SharedMaps,
     counters: Arc<Counters>,
     ledger: Option<ExportLedger>,
@@ -312,7 +314,7 @@ pub(crate) struct Figures {
 
 impl Figures {
     /// Every figure now.
-    pub(crate) fn read(&self) -> Result<Stats> {
+    fn read(&self) -> Result<Stats> {
         let k = {
             let _quiet = crate::context::suppress();
             self.maps.counters()?
@@ -351,6 +353,12 @@ impl Figures {
             dropped_overload: k.overload,
             suppressed: k.suppressed,
         })
+    }
+}
+
+impl FigureSource for Figures {
+    fn figures(&self) -> Option<Stats> {
+        self.read().ok()
     }
 }
 

@@ -27,8 +27,15 @@ use std::sync::Weak;
 use opentelemetry::metrics::{AsyncInstrument, Meter};
 use opentelemetry::KeyValue;
 
-use crate::runtime::Figures;
 use crate::stats::Stats;
+
+/// Where the instruments read the figures: the runtime.
+pub(crate) trait FigureSource: Send + Sync {
+    /// The figures now, or `None` when they cannot be read.
+    fn figures(&self) -> Option<Stats>;
+}
+
+type Figures = dyn FigureSource;
 
 /// The attribute naming why a span was lost or a call skipped.
 pub const REASON: &str = "kspan.reason";
@@ -64,7 +71,7 @@ fn skipped(s: &Stats) -> [(&'static str, u64); 5] {
 /// they can be read (a failed read is skipped: the next collection tries
 /// again).
 fn with_stats(figures: &Weak<Figures>, observe: impl FnOnce(&Stats)) {
-    if let Some(stats) = figures.upgrade().and_then(|f| f.read().ok()) {
+    if let Some(stats) = figures.upgrade().and_then(|f| f.figures()) {
         observe(&stats);
     }
 }
