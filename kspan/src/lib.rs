@@ -323,6 +323,8 @@ pub mod __private {
 /// A panicking handler does not stop kspan: the panic is counted
 /// ([`Stats::handler_panics`]) and reported at shutdown, and the span is
 /// exported as the handler left it, with `kspan.handler.panicked = true`.
+/// Only its first panic per probe reaches the process's panic hook (and is
+/// logged once); the later ones are counted, not printed.
 ///
 /// # Probes on the same function
 ///

@@ -7,13 +7,13 @@
 mod attributes;
 mod clock;
 mod ids;
+mod panics;
 
 pub use clock::ClockOffset;
 pub(crate) use ids::provider_has_kernel_ids;
 pub use ids::KernelSpanIds;
 
 use std::cell::{Cell, RefCell};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use opentelemetry::trace::{
     Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
@@ -53,6 +53,7 @@ pub struct SpanFactory<T> {
     clock: ClockOffset,
     process_pid: bool,
     parents: RefCell<ParentContexts>,
+    panics: RefCell<panics::HandlerPanics>,
     /// The next span's number, when spans are numbered for an export
     /// ledger (see [`crate::export`]).
     next_number: Option<Cell<u64>>,
@@ -114,6 +115,7 @@ impl<T: Tracer> SpanFactory<T> {
             clock,
             process_pid: false,
             parents: RefCell::default(),
+            panics: RefCell::default(),
             next_number: None,
         }
     }
@@ -192,7 +194,11 @@ impl<T: Tracer> SpanFactory<T> {
         });
         let captured = Captured::new(captures, ret);
         let handler = plan.probe.handler;
-        let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&captured, &mut span))) {
+        let ran = self
+            .panics
+            .borrow_mut()
+            .run(rec.probe_id, plan.function, || handler(&captured, &mut span));
+        let outcome = match ran {
             Ok(()) if span.is_discarded() => return Outcome::Discarded,
             Ok(()) => Outcome::Exported,
             Err(_) => {
