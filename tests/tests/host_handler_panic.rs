@@ -36,7 +36,9 @@ fn a_handler_panicking_on_every_call_is_printed_once_and_counted_always() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let stats = runtime.block_on(kspan.shutdown()).expect("kspan shuts down");
+    let stats = runtime
+        .block_on(kspan.shutdown())
+        .expect("kspan shuts down");
     assert_eq!(stats.handler_panics, 50, "{stats:?}");
     assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), 1, "{stats:?}");
     let spans = exporter.get_finished_spans().unwrap();

@@ -246,7 +246,9 @@ pub(super) fn plan_capture(
                 } if source.in_memory && !param.user => {
                     let have = (elem_bytes * len) as usize;
                     if let Some(n) = fixed {
-                        if n > have {
+                        // A flexible array member (`len` 0) is as long as
+                        // its object: the capture says how much to read.
+                        if n > have && len != 0 {
                             return Err(fail(format!(
                                 "`[u8; {n}]` is longer than `{}` ({have} bytes)",
                                 target.c_name
@@ -298,6 +300,15 @@ pub(super) fn plan_capture(
                     bound = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));
                 }
                 (None, None) => match target.class {
+                    TypeClass::Array { len: 0, .. } => {
+                        return Err(fail(format!(
+                            "`{}` is a flexible array member: its length is not in the type. \
+                             Capture the bytes behind it with `len = \"<parameter>\"` naming the \
+                             parameter that holds the length (e.g. `addrlen`), or as `[u8; N]` \
+                             for the first N bytes",
+                            target.c_name
+                        )))
+                    }
                     TypeClass::Array { elem_bytes, len, .. } => {
                         bpf.len_src = LEN_FIXED;
                         bound = ((elem_bytes * len) as usize).min(usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX)));

@@ -614,6 +614,46 @@ mod tests {
         assert_eq!(normalize(7, TypeClass::Pointer), 7);
     }
 
+    #[kernel_span("kspan_connect")]
+    fn flex_bytes(#[capture(path = "addr->sa_data")] sa_data: &[u8]) {}
+
+    #[kernel_span("kspan_connect")]
+    fn flex_first_bytes(#[capture(path = "addr->sa_data")] sa_data: [u8; 14]) {}
+
+    #[kernel_span("kspan_connect")]
+    fn flex_with_len(#[capture(path = "addr->sa_data", len = "addrlen")] sa_data: &[u8]) {}
+
+    #[test]
+    fn a_flexible_array_member_is_read_for_the_length_the_capture_gives() {
+        use crate::kernel::btf::builder::BtfBuilder;
+        let mut b = BtfBuilder::new();
+        let int = b.int("int", 4, true);
+        let ushort = b.int("short unsigned int", 2, false);
+        let ch = b.int("char", 1, true);
+        let index = b.int("int", 4, true);
+        let flex = b.array(ch, index, 0);
+        let sockaddr = b.struct_of(
+            "sockaddr",
+            2,
+            &[("sa_family", ushort, 0), ("sa_data", flex, 2)],
+        );
+        let sockaddr_ptr = b.ptr(sockaddr);
+        b.func(
+            "kspan_connect",
+            int,
+            &[("fd", int), ("addr", sockaddr_ptr), ("addrlen", int)],
+        );
+        let btf = Btf::parse(&b.build()).unwrap();
+        let err = plan_probe(&btf, &flex_bytes).unwrap_err().to_string();
+        assert!(
+            err.contains("flexible array member") && err.contains("len = \"<parameter>\""),
+            "{err}"
+        );
+        let first = plan_probe(&btf, &flex_first_bytes).expect("`[u8; N]` reads N bytes");
+        assert_eq!(first.captures[0].bpf.data_len, 14);
+        plan_probe(&btf, &flex_with_len).expect("the length from a parameter");
+    }
+
     #[kernel_span("do_unlinkat")]
     fn refcount_as_a_number(#[capture(path = "name->refcnt")] refcnt: i32) {}
 

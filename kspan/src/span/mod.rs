@@ -197,7 +197,9 @@ impl<T: Tracer> SpanFactory<T> {
         let ran = self
             .panics
             .borrow_mut()
-            .run(rec.probe_id, plan.function, || handler(&captured, &mut span));
+            .run(rec.probe_id, plan.function, || {
+                handler(&captured, &mut span)
+            });
         let outcome = match ran {
             Ok(()) if span.is_discarded() => return Outcome::Discarded,
             Ok(()) => Outcome::Exported,

@@ -44,7 +44,12 @@ impl HandlerPanics {
     /// Runs `handler` for probe `probe`: `Err` with the panic's message
     /// when it panicked. Only the first panic of each probe reaches the
     /// panic hook; kspan logs it once.
-    pub(super) fn run(&mut self, probe: u32, function: &str, handler: impl FnOnce()) -> Result<(), ()> {
+    pub(super) fn run(
+        &mut self,
+        probe: u32,
+        function: &str,
+        handler: impl FnOnce(),
+    ) -> Result<(), ()> {
         wrap_hook();
         let again = self.seen.contains(&probe);
         SILENT.with(|s| s.set(again));
