@@ -94,8 +94,8 @@ mod tests {
             std::mem::size_of::<types::kspan_record>(),
             16 + 32 + 8 + 12 + 4 + 64 + 8
         );
-        // 12 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
-        assert_eq!(std::mem::size_of::<types::kspan_config>(), 56 + 8 * 76);
+        // 14 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
+        assert_eq!(std::mem::size_of::<types::kspan_config>(), 64 + 8 * 76);
         assert_eq!(
             types::kspan_config::default().caps[0].steps.len(),
             MAX_STEPS

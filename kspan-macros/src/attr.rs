@@ -13,6 +13,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(user);
     syn::custom_keyword!(max);
     syn::custom_keyword!(len);
+    syn::custom_keyword!(at);
     syn::custom_keyword!(syscall);
 }
 
@@ -160,13 +161,17 @@ impl Parse for KernelSpanArgs {
     }
 }
 
-/// `#[capture(path = "...", user, max = N, len = "...")]` on a parameter.
+/// `#[capture(path = "...", user, max = N, len = "...", at = "entry")]` on
+/// a parameter.
 #[derive(Debug, Default)]
 pub(crate) struct CaptureArgs {
     pub path: Option<LitStr>,
     pub user: Option<Span>,
     pub max: Option<syn::LitInt>,
     pub len: Option<LitStr>,
+    /// `at = "entry"` (`Some(true)`) or `"exit"` (`Some(false)`), with its
+    /// token.
+    pub at: Option<(bool, LitStr)>,
 }
 
 impl Parse for CaptureArgs {
@@ -218,12 +223,34 @@ impl Parse for CaptureArgs {
                 if args.len.replace(value).is_some() {
                     push(syn::Error::new(key.span, "duplicate key `len`"));
                 }
+            } else if lookahead.peek(kw::at) {
+                let key = input.parse::<kw::at>()?;
+                input.parse::<Token![=]>()?;
+                let value: LitStr = input.parse()?;
+                let entry = match value.value().as_str() {
+                    "entry" => Some(true),
+                    "exit" => Some(false),
+                    _ => {
+                        push(syn::Error::new(
+                            value.span(),
+                            "`at` is \"entry\" (read when the call begins) or \"exit\" (when it \
+                             returns, the default)",
+                        ));
+                        None
+                    }
+                };
+                if let Some(entry) = entry {
+                    if args.at.replace((entry, value)).is_some() {
+                        push(syn::Error::new(key.span, "duplicate key `at`"));
+                    }
+                }
             } else if input.peek(syn::Ident) {
                 let key: syn::Ident = input.parse()?;
                 push(syn::Error::new(
                     key.span(),
                     format!(
-                        "unknown capture key `{key}`: the keys are `path`, `user`, `max` and `len`"
+                        "unknown capture key `{key}`: the keys are `path`, `user`, `max`, `len` \
+                         and `at`"
                     ),
                 ));
                 if input.parse::<Token![=]>().is_ok() {
@@ -350,6 +377,14 @@ mod tests {
         let err = syn::parse2::<CaptureArgs>(quote!(pth = "a", max = 0, max = 5)).unwrap_err();
         let msgs: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
         assert_eq!(msgs.len(), 3, "{msgs:?}");
+        let at: CaptureArgs = syn::parse2(quote!(path = "n->name", at = "entry")).unwrap();
+        assert!(matches!(at.at, Some((true, _))));
+        let at: CaptureArgs = syn::parse2(quote!(at = "exit")).unwrap();
+        assert!(matches!(at.at, Some((false, _))));
+        let err =
+            syn::parse2::<CaptureArgs>(quote!(at = "soon", at = "entry", at = "exit")).unwrap_err();
+        let msgs: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(msgs.len(), 2, "a bad value and a duplicate: {msgs:?}");
     }
 
     #[test]

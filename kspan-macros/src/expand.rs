@@ -233,6 +233,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                     quote!(::kspan::LenSource::Param(#l))
                 }
             }));
+            let at_entry = matches!(p.capture.at, Some((true, _)));
             quote_spanned! {ty.span()=>
                 ::kspan::ParamSpec {
                     name: #name,
@@ -241,6 +242,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                     user: #user,
                     max: #max,
                     len: #len,
+                    at_entry: #at_entry,
                 }
             }
         });
@@ -400,6 +402,21 @@ fn check_capture_args(
         )),
         (None, TypeClass::Bytes) => {}
         (None, _) => {}
+    }
+    if let Some((entry, at)) = &capture.at {
+        if !mode.value.has_return() {
+            push(syn::Error::new(
+                at.span(),
+                "`at` chooses when a span's capture is read; an instant (mode = \"fentry\" or \
+                 \"kprobe\") reads everything at entry: remove `at`",
+            ));
+        } else if *entry && capture.len.as_ref().is_some_and(|l| l.value() == "ret") {
+            push(syn::Error::new(
+                at.span(),
+                "`len = \"ret\"` is known at exit only: remove `at = \"entry\"`, or give the \
+                 length from a parameter",
+            ));
+        }
     }
     match errors {
         Some(e) => Err(e),

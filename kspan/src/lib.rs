@@ -299,8 +299,26 @@ pub mod __private {
 /// fn vfs_read(#[capture(user, len = "ret", max = 64)] buf: &[u8], ret: isize) {}
 /// ```
 ///
+/// When a span's captures are read: the arguments themselves are saved when
+/// the call begins; the memory they point to (field paths, strings, buffers)
+/// is read when it returns by default, so that what the call produced is
+/// there (`len = "ret"`, `file->f_pos` after a read). Memory the call frees
+/// or changes before it returns is read with `at = "entry"` and carried to
+/// the span's end: `do_unlinkat` drops its `struct filename` before it
+/// returns (the VM test `vm_entry_captures` finds its reference count 0 at
+/// exit), so its name is read at entry. Instants (`fentry`, `kprobe`) read
+/// everything at entry.
+///
+/// ```no_run
+/// #[kspan::kernel_span("do_unlinkat")]
+/// fn do_unlinkat(#[capture(path = "name->name", at = "entry")] name: &str, ret: i32) {}
+/// ```
+///
 /// Limits: 8 captures per probe, the first 6 kernel parameters, 8 members per
-/// path, 1024 bytes of strings and buffers per call.
+/// path, 1024 bytes of strings and buffers per call; 1,024 calls with
+/// captures read at entry in flight at once (beyond that, the values of the
+/// call waiting longest are evicted, and its span marks those captures
+/// `kernel.arg.<name>.fault`).
 ///
 /// # Handlers that shape the span
 ///

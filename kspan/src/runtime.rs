@@ -231,6 +231,9 @@ impl KspanBuilder {
                 self.keep_unsampled,
             ),
             ring_buffer_bytes: self.ring_buffer_bytes,
+            entry_values: plans
+                .iter()
+                .any(|p| p.captures.iter().any(|c| c.bpf.at_entry != 0)),
         };
         tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
 

@@ -61,6 +61,25 @@ struct {
 	__type(value, __u32);
 } kspan_control SEC(".maps");
 
+/*
+ * Values of captures read at entry (`at_entry`), by span id, until the
+ * exit. The runtime sizes it to one entry when no probe reads at entry.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KSPAN_ENTRY_CAPS_MAX);
+	__type(key, __u64);
+	__type(value, struct kspan_entry_values);
+} kspan_entry_caps SEC(".maps");
+
+/* Where entry values are assembled before they are stored (too big for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kspan_entry_values);
+} kspan_scratch SEC(".maps");
+
 /* Keeps the record layout in the object's BTF for the Rust skeleton. */
 struct kspan_record kspan_record_layout SEC(".bss.layout");
 
@@ -283,8 +302,19 @@ static __always_inline __u64 kspan_byte_len(const volatile struct kspan_capture 
 	return c->data_len;
 }
 
+/* Which captures a call of kspan_capture reads. */
+enum kspan_phase {
+	/* Every capture (an instant). */
+	KSPAN_PHASE_ALL = 0,
+	/* Those read at entry. */
+	KSPAN_PHASE_ENTRY = 1,
+	/* Those read at exit. */
+	KSPAN_PHASE_EXIT = 2,
+};
+
 /* Fills vals, cap_flags and the data area of `rec` from the capture plan. */
-static __always_inline void kspan_capture(struct kspan_record *rec, const __u64 *args, __u64 ret)
+static __always_inline void kspan_capture(struct kspan_record *rec, const __u64 *args, __u64 ret,
+					  int phase)
 {
 	__u8 *data = (__u8 *)(rec + 1);
 
@@ -297,6 +327,9 @@ static __always_inline void kspan_capture(struct kspan_record *rec, const __u64 
 
 		if (i >= kspan_cfg.nr_caps)
 			break;
+		if ((phase == KSPAN_PHASE_ENTRY && !c->at_entry) ||
+		    (phase == KSPAN_PHASE_EXIT && c->at_entry))
+			continue;
 		rec->cap_flags[i] = 0;
 		if (kspan_walk(c, args, &addr)) {
 			rec->vals[i] = 0;
@@ -332,6 +365,45 @@ static __always_inline void kspan_capture(struct kspan_record *rec, const __u64 
 		if (err < 0)
 			rec->cap_flags[i] = KSPAN_CAPF_FAULT;
 	}
+}
+
+/*
+ * Reads the captures of a call that are read at entry and keeps them under
+ * the call's span id until its exit; 0 when they are kept.
+ */
+static __always_inline int kspan_keep_entry_values(const __u64 *args, __u64 span_id)
+{
+	struct kspan_entry_values *scratch;
+	__u32 zero = 0;
+
+	scratch = bpf_map_lookup_elem(&kspan_scratch, &zero);
+	if (!scratch)
+		return -1;
+	kspan_capture(&scratch->rec, args, 0, KSPAN_PHASE_ENTRY);
+	return bpf_map_update_elem(&kspan_entry_caps, &span_id, scratch, BPF_ANY) ? -1 : 0;
+}
+
+/* Puts the values kept at entry for `span_id` into `rec`, and forgets them. */
+static __always_inline void kspan_restore_entry_values(struct kspan_record *rec, __u64 span_id)
+{
+	struct kspan_entry_values *kept = bpf_map_lookup_elem(&kspan_entry_caps, &span_id);
+	__u32 data_len = kspan_cfg.record_size - sizeof(*rec);
+
+#pragma unroll
+	for (int i = 0; i < KSPAN_MAX_CAPS; i++) {
+		if (i >= kspan_cfg.nr_caps)
+			break;
+		if (!kspan_cfg.caps[i].at_entry)
+			continue;
+		rec->vals[i] = kept ? kept->rec.vals[i] : 0;
+		rec->cap_flags[i] = kept ? kept->rec.cap_flags[i] : KSPAN_CAPF_FAULT;
+	}
+	if (!kept)
+		return;
+	/* The whole data area: the exit's captures then write their own parts. */
+	if (data_len > 0 && data_len <= KSPAN_MAX_DATA)
+		bpf_probe_read_kernel((void *)(rec + 1), data_len, kept->data);
+	bpf_map_delete_elem(&kspan_entry_caps, &span_id);
 }
 
 /* fentry mode: an instant span, emitted at once. */
@@ -381,7 +453,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	rec->ret = 0;
 	kspan_fill_ids(rec, bpf_get_current_pid_tgid(), probe_id);
 	rec->flags = 0;
-	kspan_capture(rec, args, 0);
+	kspan_capture(rec, args, 0, KSPAN_PHASE_ALL);
 	kspan_submit(rec, kspan_cfg.record_size);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;
@@ -392,7 +464,7 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
-	__u64 now;
+	__u64 now, span_id;
 	__u32 depth, suppressed;
 
 	if (!kspan_wanted())
@@ -425,12 +497,15 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 		if (!suppressed && kspan_overloaded(0))
 			suppressed = KSPAN_CTR_OVERLOAD + 1;
 	}
+	span_id = kspan_new_id();
+	if (!suppressed && kspan_cfg.entry_caps && kspan_keep_entry_values(args, span_id))
+		suppressed = KSPAN_CTR_NO_STORAGE + 1;
 	if (suppressed)
 		kspan_count(suppressed - 1);
 	frame = kspan_frame_at(st, depth);
 	frame->suppressed = suppressed;
 	frame->start_ns = now;
-	frame->span_id = kspan_new_id();
+	frame->span_id = span_id;
 	frame->probe_id = probe_id;
 	__builtin_memcpy(frame->args, args, sizeof(frame->args));
 	st->depth = depth + 1;
@@ -492,6 +567,8 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	rec = bpf_ringbuf_reserve(&kspan_events, kspan_cfg.record_size, 0);
 	if (!rec) {
 		kspan_count(KSPAN_CTR_RINGBUF_FULL);
+		if (kspan_cfg.entry_caps)
+			bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
 		return 0;
 	}
 	pid_tgid = bpf_get_current_pid_tgid();
@@ -504,7 +581,9 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	rec->ret = ret;
 	kspan_fill_ids(rec, pid_tgid, probe_id);
 	rec->flags = KSPAN_REC_HAS_RET;
-	kspan_capture(rec, frame->args, ret);
+	if (kspan_cfg.entry_caps)
+		kspan_restore_entry_values(rec, frame->span_id);
+	kspan_capture(rec, frame->args, ret, KSPAN_PHASE_EXIT);
 	kspan_submit(rec, kspan_cfg.record_size);
 	kspan_count(KSPAN_CTR_EMITTED);
 	return 0;

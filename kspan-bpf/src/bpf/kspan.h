@@ -90,7 +90,12 @@ struct kspan_capture {
 	__u16 data_off;
 	/* Bytes reserved there. */
 	__u16 data_len;
-	__u16 pad;
+	/*
+	 * 1: read when the call begins and carried to its exit (a span's
+	 * capture of memory the call frees or changes); 0: read at exit.
+	 */
+	__u8 at_entry;
+	__u8 pad;
 	struct kspan_step steps[KSPAN_MAX_STEPS];
 };
 
@@ -194,6 +199,9 @@ struct kspan_config {
 	 * 0: the context is read only to skip threads that suppress telemetry.
 	 */
 	__u32 ctx_parent;
+	/* 1: some capture is read at entry (`at_entry`). */
+	__u32 entry_caps;
+	__u32 pad;
 	__s64 thread_ctx_offset;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
@@ -225,6 +233,13 @@ struct kspan_task_stack {
 	struct kspan_frame frames[KSPAN_MAX_DEPTH];
 };
 
+/*
+ * Calls whose captures read at entry wait for their exit at once, in the
+ * map that carries those values (an LRU hash: an entry whose exit never
+ * comes is evicted in time).
+ */
+#define KSPAN_ENTRY_CAPS_MAX 1024
+
 /* One finished span, as it travels through the ring buffer. */
 struct kspan_record {
 	__u8 trace_id[16];
@@ -251,6 +266,15 @@ struct kspan_record {
 	/* Per capture: KSPAN_CAPF_* bits. */
 	__u8 cap_flags[KSPAN_MAX_CAPS];
 	/* The data area (strings, buffers) follows: config.record_size - sizeof(record). */
+};
+
+/*
+ * Captures read at entry, kept until the exit: the record's values and
+ * flags, and its data area.
+ */
+struct kspan_entry_values {
+	struct kspan_record rec;
+	__u8 data[KSPAN_MAX_DATA];
 };
 
 #endif /* KSPAN_H */

@@ -37,6 +37,11 @@ pub struct ParamSpec {
     pub max: Option<u16>,
     /// Length of a `&[u8]` buffer.
     pub len: Option<LenSource>,
+    /// Read when the call begins (`at = "entry"`) rather than when it
+    /// returns, for a span: what the call frees or changes. Arguments
+    /// themselves are saved at entry either way; this is about the memory
+    /// they point to.
+    pub at_entry: bool,
 }
 
 impl ParamSpec {
@@ -49,6 +54,7 @@ impl ParamSpec {
             user: false,
             max: None,
             len: None,
+            at_entry: false,
         }
     }
 }

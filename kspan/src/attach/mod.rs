@@ -348,6 +348,7 @@ impl<'a> Attacher<'a> {
             programs: &wanted,
             shared: self.maps.as_ref(),
             ring_buffer_bytes: self.runtime.ring_buffer_bytes,
+            entry_values: self.runtime.entry_values,
         })?;
         if self.maps.is_none() {
             self.maps = loaded.maps.take();

@@ -101,6 +101,9 @@ pub(crate) struct RuntimeSettings {
     pub thread_context: ThreadContextSettings,
     /// Bytes of the ring buffer (a power of two, at least a page).
     pub ring_buffer_bytes: u32,
+    /// Some probe reads a capture at entry: the map that carries those
+    /// values to the exit gets its full size.
+    pub entry_values: bool,
 }
 
 /// The ring buffer's size unless the builder says otherwise: 4 MiB holds
@@ -176,6 +179,8 @@ pub(crate) fn probe_config(
         orphans: context.orphans,
         keep_unsampled: u32::from(context.keep_unsampled),
         ctx_parent: u32::from(context.parent),
+        entry_caps: u32::from(plan.captures.iter().any(|c| c.bpf.at_entry != 0)),
+        pad: 0,
         thread_ctx_offset: context.slot_offset,
         caps,
     }

@@ -103,6 +103,9 @@ pub(crate) struct LoadRequest<'a> {
     pub shared: Option<&'a SharedMaps>,
     /// Bytes of the ring buffer, when this load makes the shared maps.
     pub ring_buffer_bytes: u32,
+    /// Whether some probe reads captures at entry (else the map carrying
+    /// them is made with one entry), when this load makes the shared maps.
+    pub entry_values: bool,
 }
 
 /// The maps every loaded program uses, made by the first object.
@@ -113,6 +116,8 @@ pub(crate) struct SharedMaps {
     stacks: MapHandle,
     counters: MapHandle,
     control: MapHandle,
+    entry_values: MapHandle,
+    scratch: MapHandle,
 }
 
 /// The kernel's per-CPU counters, summed (`enum kspan_counter` of kspan.h).
@@ -220,6 +225,12 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             .kspan_events
             .set_max_entries(request.ring_buffer_bytes)
             .map_err(|e| fail(e, None))?;
+        if !request.entry_values {
+            open.maps
+                .kspan_entry_caps
+                .set_max_entries(1)
+                .map_err(|e| fail(e, None))?;
+        }
     }
     if let Some(shared) = request.shared {
         for (map, with) in [
@@ -227,6 +238,8 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&mut open.maps.kspan_stacks, &shared.stacks),
             (&mut open.maps.kspan_counters, &shared.counters),
             (&mut open.maps.kspan_control, &shared.control),
+            (&mut open.maps.kspan_entry_caps, &shared.entry_values),
+            (&mut open.maps.kspan_scratch, &shared.scratch),
         ] {
             map.reuse_fd(with.as_fd()).map_err(|e| fail(e, None))?;
         }
@@ -274,6 +287,8 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             stacks: map_handle(&loaded.maps.kspan_stacks)?,
             counters: map_handle(&loaded.maps.kspan_counters)?,
             control: map_handle(&loaded.maps.kspan_control)?,
+            entry_values: map_handle(&loaded.maps.kspan_entry_caps)?,
+            scratch: map_handle(&loaded.maps.kspan_scratch)?,
         }),
     };
     let rodata_fd = loaded.maps.rodata.as_fd().as_raw_fd();
@@ -284,6 +299,8 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&loaded.maps.kspan_stacks, &shared.stacks),
             (&loaded.maps.kspan_counters, &shared.counters),
             (&loaded.maps.kspan_control, &shared.control),
+            (&loaded.maps.kspan_entry_caps, &shared.entry_values),
+            (&loaded.maps.kspan_scratch, &shared.scratch),
         ]
         .map(|(object, kept)| (object.as_fd().as_raw_fd(), kept.as_fd().as_raw_fd()))
     });

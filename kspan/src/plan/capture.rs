@@ -159,6 +159,22 @@ pub(super) fn plan_capture(
         )));
     }
     let mut bpf = kspan_capture::default();
+    if param.at_entry {
+        if !spec.mode.has_return() {
+            return Err(fail(
+                "`at = \"entry\"` applies to spans (fexit, kretprobe, syscall); an instant reads \
+                 everything at entry"
+                    .to_owned(),
+            ));
+        }
+        if param.len == Some(LenSource::Ret) {
+            return Err(fail(
+                "`len = \"ret\"` is known at exit only: it cannot be read `at = \"entry\"`"
+                    .to_owned(),
+            ));
+        }
+        bpf.at_entry = 1;
+    }
     let mut bound = 0usize;
     let mut data_len = 0usize;
     match param.ty.kind {

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Values the kernel really had (run in the VM by `cargo xtask test`):
+//! `do_unlinkat` drops its `struct filename` (`putname`) before it returns,
+//! so at exit the name's reference count is already 0; a capture read
+//! `at = "entry"` carries what the call was given to the span that ends at
+//! exit.
+
+use kspan_tests::span_attr;
+
+/// Kernels where `filename.refcnt` is an `atomic_t` (6.12).
+#[kspan::kernel_span("do_unlinkat", mode = "fexit")]
+fn unlink_atomic(
+    #[capture(path = "name->name", at = "entry")] name: &str,
+    #[capture(path = "name->refcnt.counter", at = "entry")] refs_at_entry: i32,
+    #[capture(path = "name->refcnt.counter")] refs_at_exit: i32,
+    ret: i32,
+) {
+}
+
+/// Kernels where `filename.refcnt` is an `int` (6.1).
+#[kspan::kernel_span("do_unlinkat", mode = "fexit")]
+fn unlink_int(
+    #[capture(path = "name->name", at = "entry")] name: &str,
+    #[capture(path = "name->refcnt", at = "entry")] refs_at_entry: i32,
+    #[capture(path = "name->refcnt")] refs_at_exit: i32,
+    ret: i32,
+) {
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
+async fn a_name_read_at_entry_is_the_one_the_call_was_given() {
+    let (provider, exporter) = kspan_tests::in_memory_provider();
+    let kspan = match kspan::Kspan::builder(&provider)
+        .probe(&unlink_atomic)
+        .start()
+    {
+        Ok(kspan) => kspan,
+        Err(kspan::Error::Plan(_)) => kspan::Kspan::builder(&provider)
+            .probe(&unlink_int)
+            .start()
+            .expect("one of the two layouts of `struct filename` plans"),
+        Err(e) => panic!("kspan starts: {e}"),
+    };
+    let dir = std::env::temp_dir();
+    let paths: Vec<String> = (0..5)
+        .map(|i| {
+            dir.join(format!("kspan-unlink-{}-{i}", std::process::id()))
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    for path in &paths {
+        std::fs::write(path, b"x").expect("creates the file");
+        std::fs::remove_file(path).expect("unlinks it");
+    }
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    let tid = kspan_tests::gettid();
+    let spans: Vec<_> = exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.name == "do_unlinkat" && span_attr(s, "thread.id") == Some(tid.into()))
+        .collect();
+    assert_eq!(spans.len(), paths.len(), "one span per unlink: {spans:#?}");
+    for (span, path) in spans.iter().zip(&paths) {
+        assert_eq!(
+            span_attr(span, "kernel.arg.name"),
+            Some(path.clone().into()),
+            "{span:#?}"
+        );
+        assert_eq!(span_attr(span, "kernel.return_value"), Some(0i64.into()));
+        // At entry the caller holds the name; by the exit `putname` has
+        // dropped the last reference: what a capture at exit reads through
+        // `name` is memory the kernel already released.
+        let at_entry = span_attr(span, "kernel.arg.refs_at_entry");
+        assert!(
+            matches!(at_entry, Some(opentelemetry::Value::I64(n)) if n >= 1),
+            "{span:#?}"
+        );
+        assert_eq!(
+            span_attr(span, "kernel.arg.refs_at_exit"),
+            Some(0i64.into()),
+            "{span:#?}"
+        );
+    }
+}
