@@ -56,6 +56,7 @@ async fn main() -> ExitCode {
         .with_id_generator(kspan::KernelSpanIds::default())
         .build();
     let kspan = match kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probes(probes.iter().copied())
         .start()
     {

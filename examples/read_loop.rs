@@ -60,7 +60,11 @@ async fn main() -> ExitCode {
         .with_id_generator(kspan::KernelSpanIds::default())
         .build();
     let kspan = match probe {
-        Some(probe) => match kspan::Kspan::builder(&provider).probe(probe).start() {
+        Some(probe) => match kspan::Kspan::builder(&provider)
+            .orphans(kspan::Orphans::NewTrace)
+            .probe(probe)
+            .start()
+        {
             Ok(kspan) => Some(kspan),
             Err(e) => {
                 eprintln!("read_loop: {e}");

@@ -94,9 +94,10 @@ impl KspanBuilder {
     }
 
     /// What happens to kernel calls made with no application span active on
-    /// their thread: [`Orphans::NewTrace`] (the default) or [`Orphans::Drop`].
-    /// Calls of other processes ([`Self::trace_all_processes`]) have no
-    /// application span kspan can read, so `Drop` drops them all.
+    /// their thread: [`Orphans::Drop`] (the default, counted; see
+    /// [`Orphans`] for why) or [`Orphans::NewTrace`]. Calls of other
+    /// processes ([`Self::trace_all_processes`]) have no application span
+    /// kspan can read: they always start traces of their own.
     pub fn orphans(mut self, orphans: Orphans) -> Self {
         self.orphans = orphans;
         self
@@ -113,7 +114,8 @@ impl KspanBuilder {
     /// Whether kernel spans are parented under the application span active
     /// on their thread (OTEP 4947 thread context, published by kspan's
     /// context observer, see [`Self::context_observer`]); on by default.
-    /// Off: every outermost call starts a trace of its own.
+    /// Off: every outermost call starts a trace of its own (none is an
+    /// orphan, whatever [`Self::orphans`] says).
     pub fn thread_context(mut self, on: bool) -> Self {
         self.thread_context = on;
         self
@@ -413,7 +415,7 @@ impl Kspan {
             btf_path: PathBuf::from(KERNEL_BTF),
             all_processes: false,
             disabled: Vec::new(),
-            orphans: Orphans::NewTrace,
+            orphans: Orphans::default(),
             keep_unsampled: false,
             thread_context: true,
             context_observer: true,

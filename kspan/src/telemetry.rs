@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! kspan's own figures ([`Stats`](crate::Stats)) as OpenTelemetry metrics,
+//! kspan's own figures ([`Stats`]) as OpenTelemetry metrics,
 //! through the application's meter provider, so that a dashboard shows loss
 //! without anyone reading logs.
 //!

@@ -340,6 +340,7 @@ pub async fn traced_on_this_thread(
 ) -> Vec<opentelemetry_sdk::trace::SpanData> {
     let (provider, exporter) = in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probes(probes.iter().copied())
         .start()
         .unwrap_or_else(|e| panic!("{needs}: {e}"));

@@ -61,6 +61,7 @@ fn a_runtime_without_io_or_timer_drivers_is_enough() {
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let stats = runtime.block_on(async {
         let kspan = kspan::Kspan::builder(&provider)
+            .orphans(kspan::Orphans::NewTrace)
             .probe(&getppid)
             .start()
             .expect("no driver is needed");
@@ -81,6 +82,7 @@ fn a_runtime_dropped_before_kspan_leaves_kspan_working_and_drop_detaches() {
         .unwrap();
     let kspan = runtime.block_on(async {
         kspan::Kspan::builder(&provider)
+            .orphans(kspan::Orphans::NewTrace)
             .probe(&getppid)
             .start()
             .unwrap()
@@ -137,6 +139,7 @@ fn a_blocking_span_processor_does_not_stall_a_current_thread_runtime() {
         .unwrap();
     runtime.block_on(async {
         let kspan = kspan::Kspan::builder(&provider)
+            .orphans(kspan::Orphans::NewTrace)
             .probe(&getppid)
             .start()
             .unwrap();
@@ -180,6 +183,7 @@ fn shutdown_is_bounded_and_keeps_the_final_figures() {
             .with_id_generator(kspan::KernelSpanIds::default())
             .build();
         let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
             .probe(&getppid)
             .shutdown_timeout(Duration::from_millis(300))
             .start()
@@ -226,6 +230,7 @@ fn a_failed_flush_still_gives_the_final_figures() {
             .with_id_generator(kspan::KernelSpanIds::default())
             .build();
         let kspan = kspan::Kspan::builder(&provider)
+            .orphans(kspan::Orphans::NewTrace)
             .probe(&getppid)
             .start()
             .unwrap();
@@ -245,6 +250,7 @@ fn the_ring_buffer_is_the_size_the_builder_says() {
     let _turn = turn();
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let err = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&getppid)
         .ring_buffer_size(3000)
         .start()
@@ -259,6 +265,7 @@ fn the_ring_buffer_is_the_size_the_builder_says() {
     // ring is half full, so the record of a call already under way always
     // finds room: none is lost to a full ring.
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&getppid)
         .ring_buffer_size(4096)
         .start()

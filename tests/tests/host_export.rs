@@ -77,6 +77,18 @@ impl Collector {
     }
 }
 
+impl Collector {
+    /// The port it listens on.
+    fn port(&self) -> u16 {
+        self.receiver
+            .endpoint()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the endpoint ends with a port")
+    }
+}
+
 /// A loopback port nothing listens on (yet).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -111,6 +123,7 @@ fn start(port: u16, queue: usize) -> (SdkTracerProvider, Kspan, ExportLedger) {
         .build();
     let kspan = Kspan::builder(&provider)
         .probe(&getppid)
+        .orphans(kspan::Orphans::NewTrace)
         .export_ledger(ledger.clone())
         .shutdown_timeout(Duration::from_secs(10))
         .start()
@@ -166,14 +179,7 @@ fn assert_accounted(made: u64, s: &Stats) {
 async fn collector_up_acknowledges_every_span() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let collector = Collector::start(0, Duration::ZERO);
-    let port = collector
-        .receiver
-        .endpoint()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let port = collector.port();
     let (provider, kspan, _ledger) = start(port, 4096);
     calls(2000);
     let live = until(&kspan, "acknowledgements", |s| s.spans_acknowledged == 2000).await;
@@ -237,14 +243,7 @@ async fn collector_killed_and_restarted_is_counted() {
 async fn a_slow_collector_times_exports_out_and_they_are_counted() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let collector = Collector::start(0, Duration::from_secs(2));
-    let port = collector
-        .receiver
-        .endpoint()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let port = collector.port();
     let (provider, kspan, ledger) = start(port, 4096);
     calls(300);
     let live = until(&kspan, "exports that time out", |s| {
@@ -272,27 +271,93 @@ async fn a_slow_collector_times_exports_out_and_they_are_counted() {
 async fn a_full_queue_drops_are_counted_live_and_exactly() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let collector = Collector::start(0, Duration::ZERO);
-    let port = collector
-        .receiver
-        .endpoint()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let port = collector.port();
     // A queue of 64 against a burst of 20,000 calls made faster than a
     // batch is exported.
     let (provider, kspan, _ledger) = start(port, 64);
     calls(20_000);
-    // Known live, as soon as a span after the dropped ones is exported;
-    // those dropped after the last exported one, at the final flush.
+    // Drops are known live as soon as a span handed after them is
+    // exported: a later call, once the queue has room again. Those dropped
+    // after the last exported span are known at the final flush.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    calls(10);
     let live = until(&kspan, "drops before the exporter", |s| {
         s.spans_dropped_before_export > 0
     })
     .await;
     assert!(live.spans_acknowledged > 0, "{live:?}");
     let stats = finish(kspan, provider).await;
-    assert_accounted(20_000, &stats);
+    assert_accounted(20_010, &stats);
     assert!(stats.spans_dropped_before_export > 0, "{stats:?}");
     assert_eq!(collector.kill(), stats.spans_acknowledged);
+}
+
+#[kspan::kernel_span(syscall = "sendto")]
+fn sendto(fd: i32, ret: i64) {}
+
+#[kspan::kernel_span(syscall = "writev")]
+fn writev(fd: u64, ret: i64) {}
+
+#[kspan::kernel_span(syscall = "write")]
+fn write(fd: u32, ret: i64) {}
+
+#[kspan::kernel_span(syscall = "recvfrom")]
+fn recvfrom(fd: i32, ret: i64) {}
+
+/// An idle service tracing the system calls its own OTLP exporter makes,
+/// for `idle`; returns the kernel spans the collector got, besides the one
+/// of the request, and the final figures.
+async fn idle_service(orphans: kspan::Orphans, idle: Duration) -> (u64, Stats) {
+    let collector = Collector::start(0, Duration::ZERO);
+    let port = collector.port();
+    let otlp = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(format!("http://127.0.0.1:{port}"))
+        .build()
+        .expect("the OTLP exporter builds");
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(otlp)
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
+    let mut builder =
+        Kspan::builder(&provider).probes([&getppid, &sendto, &writev, &write, &recvfrom]);
+    if orphans != kspan::Orphans::default() {
+        builder = builder.orphans(orphans);
+    }
+    let kspan = builder.start().expect("syscall sources start on the host");
+    // One request, with one traced call in it.
+    use opentelemetry::trace::{Tracer, TracerProvider as _};
+    provider.tracer("app").in_span("request", |_| calls(1));
+    tokio::time::sleep(idle).await;
+    let stats = finish(kspan, provider).await;
+    let received = collector.receiver.spans();
+    let others = received
+        .iter()
+        .filter(|s| s.name != "getppid" && s.name != "request")
+        .count() as u64;
+    assert_eq!(
+        received.iter().filter(|s| s.name == "getppid").count(),
+        1,
+        "{stats:?}"
+    );
+    collector.kill();
+    (others, stats)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_the_exporter_s_own_calls_do_not_feed_back_into_kernel_spans() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    // The default, for a long-running service: calls with no application
+    // span (the exporter's sends on the runtime's threads among them) are
+    // counted, not exported.
+    let (others, stats) = idle_service(kspan::Orphans::default(), Duration::from_secs(2)).await;
+    assert_eq!(others, 0, "{stats:?}");
+    assert!(
+        stats.orphans_dropped > 0,
+        "the exporter's sends were seen: {stats:?}"
+    );
+    // Kept as traces of their own, each export's sends become spans that
+    // the next export sends: a loop that runs while the service idles.
+    let (others, stats) = idle_service(kspan::Orphans::NewTrace, Duration::from_secs(2)).await;
+    assert!(others > 0, "{stats:?}");
 }

@@ -26,6 +26,7 @@ fn a_handler_panicking_on_every_call_is_printed_once_and_counted_always() {
     }));
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&getppid)
         .start()
         .expect("syscall sources start on the host");

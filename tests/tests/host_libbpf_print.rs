@@ -26,6 +26,7 @@ async fn the_applications_libbpf_print_hook_keeps_working() {
     // KERNEL-LAB.md: the host kernel refuses trampolines with EPERM, so the
     // load fails inside libbpf, which says so through the print callback.
     let err = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read)
         .start()
         .expect_err("the host refuses fexit");

@@ -49,6 +49,7 @@ fn kspan_s_figures_are_metrics_of_the_application_s_meter_provider() {
         .build();
     let (provider, _spans) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&getppid)
         .meter_provider(&meters)
         // One page: the burst overloads it, so a loss reason has a value.

@@ -40,6 +40,7 @@ async fn another_observer_is_reported_and_kept() {
     );
     let (provider, exporter) = in_memory_provider();
     let err = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&read)
         .start()
         .expect_err("start must fail")
@@ -59,6 +60,7 @@ async fn another_observer_is_reported_and_kept() {
 
     // The way out the error names: the layer instead of the observer.
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&read)
         .context_observer(false)
         .start()

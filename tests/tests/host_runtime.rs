@@ -86,6 +86,7 @@ async fn no_probes_and_duplicates() {
 async fn all_probes_takes_every_annotation_and_refuses_two_on_one_function() {
     // This program annotates `vfs_read` three times and `vfs_raed` once.
     let err = kspan::Kspan::builder(&provider())
+        .orphans(kspan::Orphans::NewTrace)
         .all_probes()
         .start()
         .unwrap_err();
@@ -117,6 +118,7 @@ fn outside_tokio_start_goes_as_far_as_the_kernel() {
 #[tokio::test]
 async fn host_kernel_refuses_fexit_with_eperm() {
     let err = kspan::Kspan::builder(&provider())
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read)
         .start()
         .unwrap_err();
@@ -145,6 +147,7 @@ async fn auto_on_the_host_lists_every_mechanism_it_tried() {
     // The host kernel refuses trampolines (EPERM) and has no kprobes: `auto`
     // (the default mode) must say both.
     let err = kspan::Kspan::builder(&provider())
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read_auto)
         .start()
         .unwrap_err();
@@ -181,6 +184,7 @@ fn vfs_read_fentry(count: usize) {}
 #[tokio::test]
 async fn a_mode_whose_mechanism_is_disabled_names_the_builder_call() {
     let err = kspan::Kspan::builder(&provider())
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read_fentry)
         .disable(kspan::Mechanism::Trampolines)
         .start()
@@ -235,6 +239,7 @@ fn vfs_read_kretprobe(count: usize, ret: isize) {}
 async fn host_kernel_has_no_kprobes() {
     // KERNEL-LAB.md: the host kernel is built without CONFIG_KPROBES.
     let err = kspan::Kspan::builder(&provider())
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read_kretprobe)
         .start()
         .unwrap_err();

@@ -34,6 +34,7 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
 
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&openat)
         .probe(&read)
         .start()
@@ -139,6 +140,7 @@ async fn unknown_syscalls_and_parameters_are_named() {
         .with_id_generator(kspan::KernelSpanIds::default())
         .build();
     let err = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&typo)
         .start()
         .unwrap_err()
@@ -146,6 +148,7 @@ async fn unknown_syscalls_and_parameters_are_named() {
     assert!(err.contains("unknown system call `opennat`"), "{err}");
     assert!(err.contains("did you mean `openat`"), "{err}");
     let err = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&wrong_param)
         .start()
         .unwrap_err()
@@ -253,6 +256,7 @@ async fn all_processes_spans_name_the_process_that_made_the_call() {
 
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&openat)
         .trace_all_processes(true)
         .start()

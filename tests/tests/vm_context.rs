@@ -60,6 +60,7 @@ async fn traced(
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")));
     let kspan = builder(
         kspan::Kspan::builder(&provider)
+            .orphans(kspan::Orphans::NewTrace)
             .probe(&ksys_read)
             .probe(&vfs_read),
     )
@@ -149,11 +150,11 @@ async fn calls_under_an_unsampled_span_are_dropped_in_the_kernel() {
 
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
-async fn orphans_start_traces_of_their_own_by_default() {
+async fn orphans_start_traces_of_their_own_with_new_trace() {
     let mut calls = 0;
     let t = traced(
         Sampler::AlwaysOn,
-        |b| b,
+        |b| b.orphans(kspan::Orphans::NewTrace),
         || {
             calls = read_file("kspan-ctx-orphan.txt");
         },
@@ -172,11 +173,11 @@ async fn orphans_start_traces_of_their_own_by_default() {
 
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
-async fn orphans_can_be_dropped() {
+async fn orphans_are_dropped_by_default() {
     let mut calls = 0;
     let t = traced(
         Sampler::AlwaysOn,
-        |b| b.orphans(kspan::Orphans::Drop),
+        |b| b.orphans(kspan::Orphans::default()),
         || {
             calls = read_file("kspan-ctx-orphan-drop.txt");
             let span = tracing::info_span!("kept");

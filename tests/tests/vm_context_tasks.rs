@@ -26,6 +26,7 @@ async fn concurrent_tasks_get_their_own_kernel_spans() {
         std::fs::write(dir.join(format!("task-{i}.txt")), vec![b't'; 200]).unwrap();
     }
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read)
         .start()
         .expect("needs a kernel with BPF trampolines");

@@ -43,6 +43,7 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
         (name, path)
     };
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read)
         .start()
         .expect("needs a kernel with BPF trampolines");

@@ -32,11 +32,13 @@ fn unlink_int(
 async fn a_name_read_at_entry_is_the_one_the_call_was_given() {
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = match kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&unlink_atomic)
         .start()
     {
         Ok(kspan) => kspan,
         Err(kspan::Error::Plan(_)) => kspan::Kspan::builder(&provider)
+            .orphans(kspan::Orphans::NewTrace)
             .probe(&unlink_int)
             .start()
             .expect("one of the two layouts of `struct filename` plans"),

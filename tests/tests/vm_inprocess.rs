@@ -53,6 +53,7 @@ fn this_thread_spans(
 async fn fentry_mode_gives_instants_with_arguments() {
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read_entry)
         .start()
         .unwrap();
@@ -83,6 +84,7 @@ async fn fentry_mode_gives_instants_with_arguments() {
 async fn dropping_the_handle_detaches() {
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read_exit)
         .start()
         .unwrap();
@@ -104,6 +106,7 @@ async fn dropping_the_handle_detaches() {
     );
     // The programs are gone: attaching again works and sees new calls only.
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read_exit)
         .start()
         .unwrap();

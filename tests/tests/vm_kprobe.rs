@@ -108,6 +108,7 @@ fn openat(#[capture(user)] filename: &str, ret: i64) {}
 async fn syscall_sources_work_on_the_vm_kernels_too() {
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&openat)
         .start()
         .unwrap();
@@ -145,6 +146,7 @@ async fn kprobes_of_the_same_settings_share_programs_and_keep_their_names() {
     std::fs::write(&path, vec![b's'; 300]).unwrap();
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&ksys_read_shared)
         .probe(&vfs_read_shared)
         .start()
@@ -214,7 +216,9 @@ async fn auto_plan(
     let path = std::env::temp_dir().join(file);
     std::fs::write(&path, b"auto").unwrap();
     let (provider, exporter) = kspan_tests::in_memory_provider();
-    let mut builder = kspan::Kspan::builder(&provider).probe(&vfs_read_auto);
+    let mut builder = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
+        .probe(&vfs_read_auto);
     if let Some(m) = disable {
         builder = builder.disable(m);
     }

@@ -14,6 +14,7 @@ async fn a_pattern_attaches_every_traceable_match() {
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let started = Instant::now();
     let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
         .probe(&every_vfs)
         .start()
         .unwrap();

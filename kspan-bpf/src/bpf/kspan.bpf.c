@@ -210,7 +210,8 @@ static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent)
 		*parent = __builtin_bswap64(*(__u64 *)ctx.span_id);
 		return -1;
 	}
-	if (kspan_cfg.orphans == KSPAN_ORPHANS_DROP)
+	if (kspan_cfg.orphans == KSPAN_ORPHANS_DROP &&
+	    (__u32)(bpf_get_current_pid_tgid() >> 32) == kspan_cfg.ctx_tgid)
 		return KSPAN_CTR_ORPHAN;
 	kspan_new_trace_id(trace_id);
 	*parent = 0;

@@ -108,11 +108,14 @@ enum kspan_mode {
 	KSPAN_MODE_SYSCALL = 4,
 };
 
-/* What happens to a call made with no application span active. */
+/*
+ * What happens to a call of process `ctx_tgid` made with no application span
+ * active (calls of other processes always start traces of their own).
+ */
 enum kspan_orphans {
-	/* Its span starts a trace of its own (the default). */
+	/* Its span starts a trace of its own. */
 	KSPAN_ORPHANS_NEW_TRACE = 0,
-	/* It is not recorded (counted). */
+	/* It is not recorded (counted); the runtime's default. */
 	KSPAN_ORPHANS_DROP = 1,
 };
 

@@ -12,13 +12,25 @@ use crate::plan::ProbePlan;
 
 /// What happens to a kernel call made with no application span active on
 /// its thread.
+///
+/// A long-running service does its work inside spans (requests, jobs); what
+/// it calls outside them is its runtime's and its libraries' housekeeping,
+/// the OTLP exporter's own sends on the runtime's threads among them.
+/// Exported as traces of their own, those calls would fill the backend with
+/// one-span traces, and the exporter's sends would become spans that the
+/// next export sends, a loop that runs while the service idles (the host
+/// test `host_export` shows both). So the default is [`Orphans::Drop`],
+/// counted in [`Stats::orphans_dropped`](crate::Stats::orphans_dropped);
+/// [`Orphans::NewTrace`] is for programs whose every call matters, spans or
+/// not (a batch job, a benchmark).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Orphans {
-    /// Its span starts a trace of its own (the default).
-    #[default]
+    /// Its span starts a trace of its own.
     NewTrace,
-    /// It is not recorded (counted in [`Stats::orphans_dropped`](crate::Stats::orphans_dropped)).
+    /// It is not recorded (counted in [`Stats::orphans_dropped`](crate::Stats::orphans_dropped));
+    /// the default.
+    #[default]
     Drop,
 }
 
@@ -57,9 +69,13 @@ impl ThreadContextSettings {
         keep_unsampled: bool,
     ) -> Self {
         let mut settings = ThreadContextSettings {
+            // Without parents from the context every call starts a trace:
+            // none is an orphan. The programs drop orphans only of this
+            // process, and only where they can read its thread context
+            // (`tgid` set below).
             orphans: match orphans {
-                Orphans::NewTrace => c::KSPAN_ORPHANS_NEW_TRACE,
-                Orphans::Drop => c::KSPAN_ORPHANS_DROP,
+                Orphans::Drop if parent_from_context => c::KSPAN_ORPHANS_DROP,
+                _ => c::KSPAN_ORPHANS_NEW_TRACE,
             } as u32,
             keep_unsampled,
             parent: parent_from_context,
