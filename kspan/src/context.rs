@@ -85,19 +85,29 @@ const _: () = assert!(std::mem::size_of::<ThreadContextRecord>() == RECORD_SIZE)
 const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, valid) == 24);
 const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, attrs_data_size) == 26);
 
+mod arena;
+
 /// The calling thread's record, made and hooked into the slot on first use;
-/// unhooked (slot set to NULL) before it is freed at thread exit.
+/// unhooked (slot set to NULL) before it is freed at thread exit. It lives
+/// in [`arena`]'s memory (on the heap if none can be mapped).
 struct ThreadRecord {
     record: NonNull<ThreadContextRecord>,
+    in_arena: bool,
 }
 
 impl ThreadRecord {
     fn new() -> Self {
-        let record = NonNull::from(Box::leak(Box::<ThreadContextRecord>::default()));
+        let (record, in_arena) = match arena::alloc() {
+            Some(record) => (record, true),
+            None => (
+                NonNull::from(Box::leak(Box::<ThreadContextRecord>::default())),
+                false,
+            ),
+        };
         // SAFETY: the accessor returns this thread's slot, valid for the
         // thread's life; the record is ours and outlives the hook (see Drop).
         unsafe { *kspan_otel_thread_ctx_slot() = record.as_ptr() };
-        ThreadRecord { record }
+        ThreadRecord { record, in_arena }
     }
 
     /// Writes `prepared` (its `valid` 0 means "no active span").
@@ -124,11 +134,15 @@ impl ThreadRecord {
 impl Drop for ThreadRecord {
     fn drop(&mut self) {
         // SAFETY: unhook first, so that no reader follows the pointer into
-        // freed memory, then free the box leaked in `new`.
+        // reused or freed memory, then give back what `new` took.
         unsafe {
             *kspan_otel_thread_ctx_slot() = std::ptr::null_mut();
             compiler_fence(Ordering::SeqCst);
-            drop(Box::from_raw(self.record.as_ptr()));
+            if self.in_arena {
+                arena::release(self.record);
+            } else {
+                drop(Box::from_raw(self.record.as_ptr()));
+            }
         }
     }
 }
@@ -626,6 +640,36 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_record_lives_where_the_kernel_can_always_read_it() {
+        publish(&span(7, 7, true));
+        // SAFETY: reads this thread's own slot.
+        let record = unsafe { *kspan_otel_thread_ctx_slot() } as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        // The mapping holding the record, and its flags.
+        let mut inside = false;
+        let flags = smaps
+            .lines()
+            .find_map(|line| {
+                let range = line.split_whitespace().next().unwrap_or("");
+                if let Some((from, to)) = range.split_once('-') {
+                    if let (Ok(from), Ok(to)) = (
+                        usize::from_str_radix(from, 16),
+                        usize::from_str_radix(to, 16),
+                    ) {
+                        inside = (from..to).contains(&record);
+                        return None;
+                    }
+                }
+                line.strip_prefix("VmFlags:").filter(|_| inside)
+            })
+            .expect("the record's mapping is in smaps");
+        let flags: Vec<&str> = flags.split_whitespace().collect();
+        assert!(flags.contains(&"nh"), "no huge pages: {flags:?}");
+        // Locked where the limit allows; the tests run as root.
+        assert!(flags.contains(&"lo"), "locked: {flags:?}");
     }
 
     #[test]

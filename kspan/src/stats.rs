@@ -74,24 +74,75 @@ pub struct Stats {
 impl Stats {
     /// Spans lost for any reason, in kspan or after it.
     pub fn lost(&self) -> u64 {
-        self.lost_in_kspan() + self.lost_after_kspan()
+        self.losses().iter().map(|(_, n)| n).sum()
     }
 
     /// Spans lost after kspan handed them to the pipeline (counted with an
     /// export ledger only).
     pub fn lost_after_kspan(&self) -> u64 {
-        self.spans_export_failed + self.spans_export_timed_out + self.spans_dropped_before_export
+        self.losses()[LOST_IN_KSPAN..].iter().map(|(_, n)| n).sum()
     }
 
     /// Calls recorded in the kernel, or that would have been, whose spans
     /// were lost before they reached the pipeline.
     pub fn lost_in_kspan(&self) -> u64 {
-        self.dropped_ring_buffer_full
-            + self.dropped_overload
-            + self.dropped_stack_depth
-            + self.dropped_lost_exit
-            + self.dropped_no_storage
-            + self.decode_errors
-            + self.unknown_probe
+        self.losses()[..LOST_IN_KSPAN].iter().map(|(_, n)| n).sum()
+    }
+
+    /// Every loss by its reason (the names of kspan's `kspan.spans.lost`
+    /// metric): first those in kspan, then those after it.
+    pub fn losses(&self) -> [(&'static str, u64); 10] {
+        [
+            ("ring_buffer_full", self.dropped_ring_buffer_full),
+            ("overload", self.dropped_overload),
+            ("stack_depth", self.dropped_stack_depth),
+            ("lost_exit", self.dropped_lost_exit),
+            ("no_storage", self.dropped_no_storage),
+            ("decode_error", self.decode_errors),
+            ("unknown_probe", self.unknown_probe),
+            ("export_failed", self.spans_export_failed),
+            ("export_timed_out", self.spans_export_timed_out),
+            ("dropped_before_export", self.spans_dropped_before_export),
+        ]
+    }
+
+    /// Calls not recorded on purpose, by reason (the names of kspan's
+    /// `kspan.calls.skipped` metric); none is a loss.
+    pub fn skips(&self) -> [(&'static str, u64); 5] {
+        [
+            ("unsampled", self.unsampled),
+            ("orphan", self.orphans_dropped),
+            ("suppressed", self.suppressed),
+            ("discarded_by_handler", self.discarded_by_handler),
+            ("unmatched_exit", self.unmatched_exits),
+        ]
+    }
+}
+
+/// How many of [`Stats::losses`] happen in kspan.
+const LOST_IN_KSPAN: usize = 7;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loss_has_a_reason_and_they_add_up() {
+        let s = Stats {
+            dropped_ring_buffer_full: 1,
+            dropped_overload: 2,
+            dropped_stack_depth: 4,
+            dropped_lost_exit: 8,
+            dropped_no_storage: 16,
+            decode_errors: 32,
+            unknown_probe: 64,
+            spans_export_failed: 128,
+            spans_export_timed_out: 256,
+            spans_dropped_before_export: 512,
+            ..Stats::default()
+        };
+        assert_eq!(s.lost(), 1023);
+        assert_eq!(s.lost_in_kspan(), 127);
+        assert_eq!(s.lost_after_kspan(), 896);
     }
 }

@@ -40,33 +40,6 @@ type Figures = dyn FigureSource;
 /// The attribute naming why a span was lost or a call skipped.
 pub const REASON: &str = "kspan.reason";
 
-/// Spans lost, by reason.
-fn lost(s: &Stats) -> [(&'static str, u64); 10] {
-    [
-        ("ring_buffer_full", s.dropped_ring_buffer_full),
-        ("overload", s.dropped_overload),
-        ("stack_depth", s.dropped_stack_depth),
-        ("lost_exit", s.dropped_lost_exit),
-        ("no_storage", s.dropped_no_storage),
-        ("decode_error", s.decode_errors),
-        ("unknown_probe", s.unknown_probe),
-        ("export_failed", s.spans_export_failed),
-        ("export_timed_out", s.spans_export_timed_out),
-        ("dropped_before_export", s.spans_dropped_before_export),
-    ]
-}
-
-/// Calls not recorded on purpose, by reason.
-fn skipped(s: &Stats) -> [(&'static str, u64); 5] {
-    [
-        ("unsampled", s.unsampled),
-        ("orphan", s.orphans_dropped),
-        ("suppressed", s.suppressed),
-        ("discarded_by_handler", s.discarded_by_handler),
-        ("unmatched_exit", s.unmatched_exits),
-    ]
-}
-
 /// Calls `observe` with the figures now, if the runtime is still there and
 /// they can be read (a failed read is skipped: the next collection tries
 /// again).
@@ -127,12 +100,12 @@ pub(crate) fn register(meter: &Meter, figures: Weak<Figures>) {
             .build();
     };
     by_reason("kspan.spans.lost", "Kernel spans lost, by reason.", |s| {
-        lost(s).to_vec()
+        s.losses().to_vec()
     });
     by_reason(
         "kspan.calls.skipped",
         "Traced calls not recorded on purpose, by reason.",
-        |s| skipped(s).to_vec(),
+        |s| s.skips().to_vec(),
     );
     let figures_now = figures.clone();
     meter
@@ -146,29 +119,4 @@ pub(crate) fn register(meter: &Meter, figures: Weak<Figures>) {
             with_stats(&figures_now, |s| o.observe(s.spans_in_pipeline, &[]));
         })
         .build();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_loss_has_a_reason_and_they_add_up() {
-        let s = Stats {
-            dropped_ring_buffer_full: 1,
-            dropped_overload: 2,
-            dropped_stack_depth: 4,
-            dropped_lost_exit: 8,
-            dropped_no_storage: 16,
-            decode_errors: 32,
-            unknown_probe: 64,
-            spans_export_failed: 128,
-            spans_export_timed_out: 256,
-            spans_dropped_before_export: 512,
-            ..Stats::default()
-        };
-        let reasons = lost(&s);
-        assert_eq!(reasons.iter().map(|(_, v)| v).sum::<u64>(), s.lost());
-        assert_eq!(s.lost(), 1023);
-    }
 }
