@@ -128,10 +128,10 @@ static __always_inline void kspan_count(__u32 counter)
  */
 static __always_inline int kspan_overloaded(int outermost)
 {
-	__u64 size = bpf_ringbuf_query(&kspan_events, BPF_RB_RING_SIZE);
+	__u64 size = kspan_cfg.ring_bytes;
 	__u64 waiting = bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA);
 
-	return waiting > (outermost ? size / 2 : size - size / 4);
+	return size && waiting > (outermost ? size / 2 : size - size / 4);
 }
 
 static __always_inline int kspan_wanted(void)

@@ -204,7 +204,8 @@ struct kspan_config {
 	__u32 ctx_parent;
 	/* 1: some capture is read at entry (`at_entry`). */
 	__u32 entry_caps;
-	__u32 pad;
+	/* Bytes of the ring buffer (the runtime's setting). */
+	__u32 ring_bytes;
 	__s64 thread_ctx_offset;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };

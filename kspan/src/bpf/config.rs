@@ -196,7 +196,7 @@ pub(crate) fn probe_config(
         keep_unsampled: u32::from(context.keep_unsampled),
         ctx_parent: u32::from(context.parent),
         entry_caps: u32::from(plan.captures.iter().any(|c| c.bpf.at_entry != 0)),
-        pad: 0,
+        ring_bytes: runtime.ring_buffer_bytes,
         thread_ctx_offset: context.slot_offset,
         caps,
     }
