@@ -118,8 +118,14 @@
 //!
 //! BTF (`/sys/kernel/btf/vmlinux`), CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN),
 //! and BPF trampolines (Linux 5.17+ for the helpers used, built with
-//! `CONFIG_FUNCTION_TRACER`). Where one is missing, [`KspanBuilder::start`]
-//! fails with an [`Error`] that says which, with the kernel's errno.
+//! `CONFIG_FUNCTION_TRACER`). Syscall sources and patterns also read tracefs
+//! (CAP_DAC_READ_SEARCH, as it is root's only by default), and syscall
+//! sources and kprobes without kprobe.multi open perf events (which Debian's
+//! kernels keep from CAP_PERFMON at `kernel.perf_event_paranoid = 3`); README's
+//! "Least privilege" has the `setcap` line per mechanism. Where one is
+//! missing, [`KspanBuilder::start`] fails with an [`Error`] that says which
+//! ([`KernelError::MissingPrivileges`] names each capability and the mechanism
+//! that needs it), with the kernel's errno where it refused.
 //!
 //! [`SdkTracerProvider`]: opentelemetry_sdk::trace::SdkTracerProvider
 

@@ -197,8 +197,7 @@ impl KspanBuilder {
         let started = std::time::Instant::now();
         // Privileges first: without them, reading tracefs or loading would
         // fail with errors that point elsewhere.
-        privileges::check_tracing_caps(privileges::effective())
-            .map_err(|have| KernelError::MissingPrivileges { have })?;
+        privileges::check_start(&self.probes).map_err(KernelError::MissingPrivileges)?;
 
         // 1. Plan.
         let btf = kernel::read_btf(&self.btf_path)?;

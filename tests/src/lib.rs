@@ -274,8 +274,41 @@ impl Run {
 /// `OTEL_SERVICE_NAME` set to `service`; returns when it exited. The program
 /// flushes before exiting, so every span has arrived by then.
 pub async fn run_with_receiver(program: &Path, args: &[&str], service: &str) -> Run {
+    run_via_with_receiver(&[], program, args, service).await
+}
+
+/// `setpriv` (util-linux) switching to `nobody` (uid and gid 65534, no
+/// supplementary groups) before it executes the program: the kernel clears
+/// every capability on the switch, so the program runs with its file
+/// capabilities only, if any. Put in front of a program with
+/// [`run_via_with_receiver`].
+pub const AS_NOBODY: &[&str] = &[
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--",
+];
+
+/// [`run_with_receiver`], the program started through `prefix` (a command
+/// that executes the program in its own process, such as [`AS_NOBODY`]: the
+/// pid is the program's).
+pub async fn run_via_with_receiver(
+    prefix: &[&str],
+    program: &Path,
+    args: &[&str],
+    service: &str,
+) -> Run {
     let receiver = Receiver::start().await.expect("start the OTLP receiver");
-    let child = tokio::process::Command::new(program)
+    let mut command = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = tokio::process::Command::new(first);
+            c.args(rest).arg(program);
+            c
+        }
+        None => tokio::process::Command::new(program),
+    };
+    let child = command
         .args(args)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
         .env("OTEL_SERVICE_NAME", service)
@@ -294,6 +327,48 @@ pub async fn run_with_receiver(program: &Path, args: &[&str], service: &str) -> 
         pid,
         spans: receiver.spans(),
     }
+}
+
+/// A copy of `program` in `dir` (created world-readable) with the file
+/// capabilities `caps`, set by `setcap` as README says (`cap_bpf,cap_perfmon+ep`;
+/// empty for none); checked with `getcap`. A copy, so that the build's own
+/// binary stays as it was.
+pub fn copy_with_file_caps(program: &Path, dir: &Path, caps: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.join(program.file_name().expect("a program file name"));
+    // A running copy cannot be rewritten (ETXTBSY): replace it instead.
+    let _ = std::fs::remove_file(&copy);
+    std::fs::copy(program, &copy)
+        .unwrap_or_else(|e| panic!("copy {} to {}: {e}", program.display(), copy.display()));
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if caps.is_empty() {
+        return copy;
+    }
+    let status = std::process::Command::new("setcap")
+        .arg(caps)
+        .arg(&copy)
+        .status()
+        .expect("setcap (libcap2-bin, installed by `cargo xtask deps`) runs");
+    assert!(
+        status.success(),
+        "setcap {caps} {}: {status}",
+        copy.display()
+    );
+    let got = std::process::Command::new("getcap")
+        .arg(&copy)
+        .output()
+        .expect("getcap runs");
+    let got = String::from_utf8_lossy(&got.stdout);
+    for cap in caps.trim_end_matches("+ep").split(',') {
+        assert!(
+            got.contains(cap),
+            "{} keeps its file capabilities (`{caps}`): getcap says `{got}`",
+            copy.display()
+        );
+    }
+    copy
 }
 
 /// The value of attribute `key` of an exported span (in-process tests).

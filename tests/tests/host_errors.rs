@@ -34,9 +34,20 @@ fn missing_privileges_are_named() {
         .arg(example("quickstart"))
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"));
     assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("missing privileges"), "{stderr}");
-    assert!(stderr.contains("CAP_BPF and CAP_PERFMON"), "{stderr}");
-    assert!(stderr.contains("has none of them"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "missing privileges: this process lacks CAP_BPF and CAP_PERFMON (it holds none"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("CAP_PERFMON: BPF trampolines (fexit `vfs_read`) need it"),
+        "names the mechanism and the probe: {stderr}"
+    );
+    assert!(
+        stderr.contains("`setcap cap_bpf,cap_perfmon+ep <binary>`"),
+        "{stderr}"
+    );
 }
 
 #[test]

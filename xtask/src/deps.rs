@@ -10,8 +10,9 @@ use crate::util::{is_root, run, which};
 /// libelf, zlib, pkg-config), protoc (the embedded Jaeger's OTLP protocol
 /// code is generated at build time), the VM (QEMU, busybox-static, cpio, kmod
 /// for `modinfo`, xz and zstd for compressed modules and kernel images),
-/// bpftrace (a benchmark baseline) and curl (`cargo xtask jaeger` asks the
-/// UI's API with it).
+/// bpftrace (a benchmark baseline), curl (`cargo xtask jaeger` asks the
+/// UI's API with it) and libcap2-bin (`setcap`/`getcap`: the privilege tests
+/// give a copy of an example the file capabilities README documents).
 pub const PACKAGES: &[&str] = &[
     "clang",
     "llvm",
@@ -27,6 +28,7 @@ pub const PACKAGES: &[&str] = &[
     "zstd",
     "bpftrace",
     "curl",
+    "libcap2-bin",
 ];
 
 fn installed(pkg: &str) -> Result<bool> {

@@ -93,6 +93,7 @@ pub(crate) fn refusal_reason(errno: Option<i32>, hook: Hook, step: &str) -> Stri
         Hook::Kprobe | Hook::Kretprobe => {
             kprobe_refusal_reason(errno, hook, std::path::Path::new(KPROBE_PMU).exists())
         }
+        Hook::Syscall if errno == Some(libc::EACCES) => perf_event_refused("syscall tracepoint"),
         Hook::Syscall => format!("the kernel refused to {step} the syscall tracepoint program"),
         Hook::Fentry | Hook::Fexit => trampoline_refusal_reason(errno, hook, step),
     }
@@ -140,12 +141,25 @@ fn kprobe_refusal_reason(errno: Option<i32>, hook: Hook, kernel_has_kprobes: boo
              under another name), or it is on the kernel's kprobe blacklist"
                 .to_owned()
         }
-        Some(libc::EPERM) | Some(libc::EACCES) => {
+        Some(libc::EACCES) => perf_event_refused(hook.as_str()),
+        Some(libc::EPERM) => {
             format!("the kernel refused the {hook}: kprobes are locked down here")
         }
         Some(libc::EBUSY) => "the function already has the most probes allowed".to_owned(),
         _ => format!("the kernel refused the {hook}"),
     }
+}
+
+/// A perf event (a kprobe's, a tracepoint's) refused with EACCES: the
+/// process may not open perf events (the privilege check at start names
+/// this first; this is for `auto`'s fallback to kprobes).
+fn perf_event_refused(what: &str) -> String {
+    format!(
+        "the kernel refused to open the {what}'s perf event: this process may not open perf \
+         events (they need CAP_PERFMON, and CAP_SYS_ADMIN where kernel.perf_event_paranoid is \
+         above 2 on Debian's kernels, whose default is 3; {})",
+        crate::kernel::privileges::PERF_PARANOID_FIX
+    )
 }
 
 #[cfg(test)]
@@ -161,5 +175,13 @@ mod tests {
         assert!(
             kprobe_refusal_reason(Some(libc::ENOENT), Hook::Kprobe, false).contains("no kprobes")
         );
+        let perf = kprobe_refusal_reason(Some(libc::EACCES), Hook::Kretprobe, true);
+        assert!(
+            perf.contains("refused to open the kretprobe's perf event")
+                && perf.contains("kernel.perf_event_paranoid=2"),
+            "{perf}"
+        );
+        assert!(refusal_reason(Some(libc::EACCES), Hook::Syscall, "attach")
+            .contains("syscall tracepoint's perf event"));
     }
 }

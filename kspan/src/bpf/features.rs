@@ -106,9 +106,7 @@ impl KernelCapabilities {
     pub(crate) fn probe_with(btf: Result<&Btf, &String>) -> KernelCapabilities {
         let privileges = match privileges::check_tracing_caps(privileges::effective()) {
             Ok(()) => Feature::Available,
-            Err(have) => Feature::no(format!(
-                "needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); the process has {have}"
-            )),
+            Err(why) => Feature::no(why),
         };
         let trampolines = match (&btf, &privileges) {
             (Err(e), _) => Feature::no(format!("no kernel BTF to attach against: {e}")),
@@ -130,14 +128,21 @@ impl KernelCapabilities {
             }
             (Err(_), _) => Feature::no("no kernel BTF to look for fprobe"),
         };
-        let tracepoints = if Path::new(TRACEFS).join("events").exists() {
-            Feature::Available
-        } else if Path::new(TRACEFS).exists() {
-            Feature::no(format!(
+        let events = Path::new(TRACEFS).join("events");
+        let tracepoints = match std::fs::metadata(&events) {
+            Ok(_) => Feature::Available,
+            // Mounted, but root's only (the mount point is 0700).
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Feature::Unavailable {
+                reason: format!(
+                    "tracefs at {TRACEFS} is not readable by this process: syscall sources \
+                     need CAP_DAC_READ_SEARCH (or a tracefs readable by the service's user)"
+                ),
+                errno: e.raw_os_error(),
+            },
+            Err(_) if Path::new(TRACEFS).exists() => Feature::no(format!(
                 "tracefs is not mounted at {TRACEFS} (kspan mounts it when a syscall source needs it)"
-            ))
-        } else {
-            Feature::no("the kernel has no tracefs")
+            )),
+            Err(_) => Feature::no("the kernel has no tracefs"),
         };
         KernelCapabilities {
             btf: match btf {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Facts about the running kernel, read without loading anything: its BTF,
 //! what tracefs says (syscall formats, traceable functions), the process's
-//! privileges, errno names. The first stage: it imports no other.
+//! privileges, errno names. The first stage after the annotations: it reads
+//! only their modes (which mechanisms the probes need privileges for).
 
 pub mod btf;
 pub mod errno;
@@ -13,6 +14,7 @@ pub mod tracefs;
 use std::path::{Path, PathBuf};
 
 use btf::{Btf, BtfError};
+pub use privileges::{MissingCapability, MissingPrivileges};
 
 /// Where the running kernel publishes its BTF.
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -71,16 +73,9 @@ pub enum KernelError {
         /// What went wrong.
         reason: String,
     },
-    /// The process lacks the capabilities to load BPF programs.
-    #[error(
-        "missing privileges: loading BPF programs (trampolines, kprobes and syscall \
-         tracepoints alike) needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), and this \
-         process has {have}; run as root or grant them (e.g. `setcap \
-         cap_bpf,cap_perfmon+ep <binary>`; syscall sources also read tracefs, which is \
-         root's only by default: add cap_dac_read_search)"
-    )]
-    MissingPrivileges {
-        /// The relevant capabilities the process does have, or "none of them".
-        have: String,
-    },
+    /// The process lacks capabilities that its probes' mechanisms need: each
+    /// is named, with the mechanisms that need it, and the `setcap` line that
+    /// gives a binary what it needs.
+    #[error("{0}")]
+    MissingPrivileges(MissingPrivileges),
 }

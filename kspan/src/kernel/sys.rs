@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! The raw system calls of the kernel stage: the open-files limit and
-//! mounting tracefs. Everything else reads files.
+//! The raw system calls of the kernel stage: the open-files limit,
+//! mounting tracefs, and whether this process may open perf events.
+//! Everything else reads files.
 
 use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
+
+use libbpf_rs::libbpf_sys;
 
 /// Raises the limit of open files: each traced function holds a link per
 /// direction (and a program copy for trampolines), and a thousand functions
@@ -57,4 +61,42 @@ pub(crate) fn mount_tracefs(at: &Path) -> Result<(), String> {
         return Err(std::io::Error::last_os_error().to_string());
     }
     Ok(())
+}
+
+/// Opens and closes a disabled dummy software event on CPU 0 for every
+/// process, as kprobes and syscall tracepoints are opened: the kernel runs
+/// the same permission checks (`perf_event_paranoid`, CAP_PERFMON, a
+/// distribution's own restriction, security modules) and nothing is
+/// counted. `Err` is the errno.
+pub(crate) fn open_perf_event() -> Result<(), i32> {
+    let mut attr = libbpf_sys::perf_event_attr {
+        type_: libbpf_sys::PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,
+        config: u64::from(libbpf_sys::PERF_COUNT_SW_DUMMY),
+        ..Default::default()
+    };
+    attr.set_disabled(1);
+    // SAFETY: `attr` is initialised with its size and outlives the call;
+    // pid -1 with cpu 0 is a system-wide event, as kspan's attaches open.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const libbpf_sys::perf_event_attr,
+            -1,
+            0,
+            -1,
+            libc::c_ulong::from(1u8 << 3), // PERF_FLAG_FD_CLOEXEC
+        )
+    };
+    match i32::try_from(fd) {
+        Ok(fd) if fd >= 0 => {
+            // SAFETY: the kernel just returned this descriptor, owned by no
+            // one else; dropping it closes the event.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            Ok(())
+        }
+        _ => Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)),
+    }
 }

@@ -71,11 +71,21 @@ pub fn read_syscall_formats(syscalls: &[&'static str]) -> Result<SyscallFormats,
     }
     let tracefs = Path::new(TRACEFS);
     let events = syscall_events();
-    if !events.exists() {
-        super::sys::mount_tracefs(tracefs).map_err(|e| KernelError::Tracefs {
-            path: tracefs.to_owned(),
-            reason: format!("it is not mounted, and mounting it failed: {e}"),
-        })?;
+    // Mount only what is not there: `exists()` would also say no where
+    // tracefs is mounted but this process may not look inside.
+    match std::fs::metadata(&events) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => super::sys::mount_tracefs(tracefs)
+            .map_err(|e| KernelError::Tracefs {
+                path: tracefs.to_owned(),
+                reason: format!("it is not mounted, and mounting it failed: {e}"),
+            })?,
+        Err(e) => {
+            return Err(KernelError::Tracefs {
+                path: tracefs.to_owned(),
+                reason: format!("cannot read {}: {e}", events.display()),
+            })
+        }
+        Ok(_) => {}
     }
     for &name in syscalls {
         let path = events.join(format!("sys_enter_{name}/format"));
