@@ -454,13 +454,9 @@ fn bench_host(rounds: u32) -> Result<u8> {
         bail!("the benchmark failed ({})", done.status);
     }
     let figures = others::parse(&output, &plan)?;
-    println!(
-        "{} (host, {}):",
-        others::report(&figures, &plan).join("\n"),
-        crate::util::output(std::process::Command::new("uname").arg("-r"))
-            .map(|r| r.trim().to_owned())
-            .unwrap_or_default()
-    );
+    let kernel = crate::util::output(std::process::Command::new("uname").arg("-r"))?;
+    println!("host ({}):", kernel.trim());
+    println!("{}", others::report(&figures, &plan).join("\n"));
     Ok(0)
 }
 
