@@ -343,7 +343,7 @@ pub fn bench(args: &[String]) -> Result<u8> {
         bpftrace: "bpftrace",
         held: others::HELD.iter().collect(),
         rounds,
-        // 2 to 8 ms a batch under emulation: short enough for some batches
+        // 1 to 5 ms a batch under emulation: short enough for some batches
         // to run while the host does not preempt QEMU (the fastest counts),
         // long against the guest's clock and timer ticks.
         calls: 2_000,
@@ -437,7 +437,7 @@ fn bench_host(rounds: u32) -> Result<u8> {
         bpftrace: &bpftrace,
         held: others::HELD.iter().filter(|h| h.host).collect(),
         rounds,
-        // 4 to 12 ms a batch natively.
+        // 3 to 14 ms a batch natively.
         calls: 20_000,
         batches: 20,
         ready_secs: 30,
