@@ -278,9 +278,12 @@ pub fn demo(args: &[String]) -> Result<u8> {
     vm::run_vm(&opts, &cmd, &repo_root())
 }
 
-/// `cargo xtask bench [--kernel K] [--rounds N]`: attach + detach of every
-/// `vfs_*` function, whole process, kspan against bpftrace, side by side in
-/// one guest run; prints each figure (median of the rounds) and the ratios.
+/// `cargo xtask bench [--kernel K] [--rounds N] [--only others] [--host]`:
+/// kspan against bpftrace, side by side in one guest run: attach + detach of
+/// every `vfs_*` function (whole process), the cost per traced call, and the
+/// cost to an untraced process ([`others`]); prints each figure (median of
+/// the rounds) and the ratios. `--only others` runs the last part alone,
+/// `--host` runs it natively (syscall tracepoints only).
 pub fn bench(args: &[String]) -> Result<u8> {
     let mut opts = VmOptions {
         otlp_forward: false,
