@@ -40,6 +40,7 @@
 //!   loopback to a receiver on the host's loopback (hidden subcommands
 //!   `__guest-relay` and `__host-connect`).
 //! * [`tasks`]: `test`, `demo` and `bench`.
+//! * [`others`]: `bench`'s cost to other processes (script and report).
 //! * [`jaeger`]: the `jaeger` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
@@ -48,6 +49,7 @@ mod cpio;
 mod deps;
 mod jaeger;
 mod kernel;
+mod others;
 mod relay;
 mod tasks;
 mod util;
@@ -81,8 +83,12 @@ commands:
                         the file service in the VM, its traces in the embedded
                         Jaeger UI on the host (default 127.0.0.1:16686) until
                         Ctrl-C, or a headless-Chromium picture of one trace
-  bench [--kernel K] [--rounds N]
-                        attach+detach of every vfs_* function: kspan vs bpftrace
+  bench [--kernel K] [--rounds N] [--only others] [--host]
+                        kspan vs bpftrace in the VM: attach+detach of every
+                        vfs_* function, the cost per traced call, and the cost
+                        to an untraced process while probes are held
+      --only others     the last part alone
+      --host            the last part natively, syscall tracepoints only
 ";
 
 fn main() -> ExitCode {

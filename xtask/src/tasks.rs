@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::kernel::KernelSpec;
+use crate::others;
 use crate::util::{cargo, display, opt_value, repo_root, run, sh_quote, Metadata};
 use crate::vm::{self, VmOptions};
 
@@ -277,15 +278,20 @@ pub fn demo(args: &[String]) -> Result<u8> {
     vm::run_vm(&opts, &cmd, &repo_root())
 }
 
-/// `cargo xtask bench [--kernel K] [--rounds N]`: attach + detach of every
-/// `vfs_*` function, whole process, kspan against bpftrace, side by side in
-/// one guest run; prints each figure (median of the rounds) and the ratios.
+/// `cargo xtask bench [--kernel K] [--rounds N] [--only others] [--host]`:
+/// kspan against bpftrace, side by side in one guest run: attach + detach of
+/// every `vfs_*` function (whole process), the cost per traced call, and the
+/// cost to an untraced process ([`others`]); prints each figure (median of
+/// the rounds) and the ratios. `--only others` runs the last part alone,
+/// `--host` runs it natively (syscall tracepoints only).
 pub fn bench(args: &[String]) -> Result<u8> {
     let mut opts = VmOptions {
         otlp_forward: false,
         ..VmOptions::default()
     };
     let mut rounds = 3u32;
+    let mut only_others = false;
+    let mut host = false;
     let mut i = 0;
     while i < args.len() {
         if let Some(v) = opt_value(args, &mut i, "--kernel")? {
@@ -296,9 +302,20 @@ pub fn bench(args: &[String]) -> Result<u8> {
                 .ok()
                 .filter(|r| *r > 0)
                 .ok_or_else(|| anyhow::anyhow!("--rounds: `{v}` is not a positive number"))?;
+        } else if let Some(v) = opt_value(args, &mut i, "--only")? {
+            if v != "others" {
+                bail!("--only: `{v}`: the one part that runs alone is `others`");
+            }
+            only_others = true;
+        } else if args[i] == "--host" {
+            host = true;
+            i += 1;
         } else {
             bail!("unknown bench option {}", args[i]);
         }
+    }
+    if host {
+        return bench_host(rounds);
     }
     crate::deps::ensure()?;
     run(cargo().args([
@@ -310,17 +327,38 @@ pub fn bench(args: &[String]) -> Result<u8> {
         "attach_many",
         "--example",
         "read_loop",
+        "--example",
+        "hold_probes",
+        "--example",
+        "syscall_loop",
     ]))?;
     let target = Metadata::load()?.target_dir;
     let example = target.join("release/examples/attach_many");
     let ex = path_arg(&example);
     let read_loop = path_arg(&target.join("release/examples/read_loop"));
+    let (syscall_loop, hold_probes) = (
+        path_arg(&target.join("release/examples/syscall_loop")),
+        path_arg(&target.join("release/examples/hold_probes")),
+    );
+    let others_plan = others::Plan {
+        syscall_loop: &syscall_loop,
+        hold_probes: &hold_probes,
+        bpftrace: "bpftrace",
+        held: others::HELD.iter().collect(),
+        rounds,
+        // 1 to 5 ms a batch under emulation: short enough for some batches
+        // to run while the host does not preempt QEMU (the fastest counts),
+        // long against the guest's clock and timer ticks.
+        calls: 2_000,
+        batches: 20,
+        // bpftrace's start-up (LLVM) takes seconds under emulation.
+        ready_secs: 120,
+    };
     let out = target.join("kspan-vm/bench.out");
     let _ = std::fs::remove_file(&out);
     let out_arg = path_arg(&out);
-    let script = format!(
-        r#"exec > {out_arg} 2>&1
-t() {{ name=$1; shift; s=$(date +%s%N); "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; e=$(date +%s%N); echo "BENCH $name $(( (e - s) / 1000000 ))"; grep '^attach_many:' /tmp/bench.out || true; }}
+    let attach_and_per_call = format!(
+        r#"t() {{ name=$1; shift; s=$(date +%s%N); "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; e=$(date +%s%N); echo "BENCH $name $(( (e - s) / 1000000 ))"; grep '^attach_many:' /tmp/bench.out || true; }}
 p() {{ name=$1; shift; "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; grep '^READ-LOOP' /tmp/bench.out | sed "s/^READ-LOOP/PERCALL $name/"; }}
 for r in $(seq {rounds}); do
   t bpftrace_begin bpftrace -e 'BEGIN {{ exit(); }}'
@@ -335,12 +373,24 @@ for r in $(seq {rounds}); do
     p kspan_fexit {read_loop} fexit {calls} {pause}
     p kspan_kretprobe {read_loop} kretprobe {calls} {pause}
   done
-done"#,
+done
+"#,
         calls = 200_000,
         // Spans at a rate one emulated CPU turns into OpenTelemetry spans:
         // nothing dropped (checked below), the same pause in the baseline.
         pause = 3_000,
     );
+    let script = format!(
+        "exec > {out_arg} 2>&1\n{}{}",
+        if only_others {
+            ""
+        } else {
+            &attach_and_per_call
+        },
+        others::script(&others_plan)
+    );
+    // The whole bench takes several minutes a round under emulation.
+    opts.timeout = Duration::from_secs(if only_others { 300 } else { 900 } * u64::from(rounds));
     let status = vm::run_vm(
         &opts,
         &["sh".to_string(), "-c".to_string(), script],
@@ -351,6 +401,70 @@ done"#,
         print!("{output}");
         bail!("the benchmark failed in the guest (exit status {status})");
     }
+    if !only_others {
+        attach_and_per_call_report(&output, rounds, &opts)?;
+    }
+    let figures = others::parse(&output, &others_plan)?;
+    println!("{} ({}):", opts.kernel.name(), out_arg);
+    println!("{}", others::report(&figures, &others_plan).join("\n"));
+    Ok(0)
+}
+
+/// The cost to other processes natively, on the host's own kernel: syscall
+/// tracepoints only (it runs neither trampolines nor kprobes).
+fn bench_host(rounds: u32) -> Result<u8> {
+    if !crate::util::is_root() {
+        bail!("bench --host attaches probes: run it as root");
+    }
+    let bpftrace = crate::util::which("bpftrace")
+        .ok_or_else(|| anyhow::anyhow!("bpftrace not found: run `cargo xtask deps`"))?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        EXAMPLES_PKG,
+        "--example",
+        "hold_probes",
+        "--example",
+        "syscall_loop",
+    ]))?;
+    let target = Metadata::load()?.target_dir;
+    let (syscall_loop, hold_probes, bpftrace) = (
+        path_arg(&target.join("release/examples/syscall_loop")),
+        path_arg(&target.join("release/examples/hold_probes")),
+        path_arg(&bpftrace),
+    );
+    let plan = others::Plan {
+        syscall_loop: &syscall_loop,
+        hold_probes: &hold_probes,
+        bpftrace: &bpftrace,
+        held: others::HELD.iter().filter(|h| h.host).collect(),
+        rounds,
+        // 3 to 14 ms a batch natively.
+        calls: 20_000,
+        batches: 20,
+        ready_secs: 30,
+    };
+    let done = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(others::script(&plan))
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run sh")?;
+    let output = String::from_utf8_lossy(&done.stdout);
+    if !done.status.success() {
+        print!("{output}");
+        bail!("the benchmark failed ({})", done.status);
+    }
+    let figures = others::parse(&output, &plan)?;
+    let kernel = crate::util::output(std::process::Command::new("uname").arg("-r"))?;
+    println!("host ({}):", kernel.trim());
+    println!("{}", others::report(&figures, &plan).join("\n"));
+    Ok(0)
+}
+
+/// The report of the attach + detach and per-traced-call parts.
+fn attach_and_per_call_report(output: &str, rounds: u32, opts: &VmOptions) -> Result<()> {
     let mut figures: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     let mut per_call: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for line in output.lines() {
@@ -376,7 +490,7 @@ done"#,
             {
                 figures.entry(name.to_owned()).or_default().push(ms);
             }
-        } else {
+        } else if !line.starts_with("OTHERS ") && !line.starts_with("HELD ") {
             println!("{line}");
         }
     }
@@ -444,7 +558,7 @@ done"#,
         "  ratio  kspan fexit added / kspan kretprobe added          {:.2}x (target <= 0.8x)",
         added["kspan_fexit"] / added["kspan_kretprobe"]
     );
-    Ok(0)
+    Ok(())
 }
 
 fn path_arg(p: &Path) -> String {

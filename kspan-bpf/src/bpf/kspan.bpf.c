@@ -134,12 +134,16 @@ static __always_inline int kspan_overloaded(int outermost)
 	return size && waiting > (outermost ? size / 2 : size - size / 4);
 }
 
+/*
+ * Whether this call is traced. Every program asks first, before it reads
+ * arguments, return value or cookie: the programs run for every process's
+ * calls, and another process's call should cost it no more than this check.
+ */
 static __always_inline int kspan_wanted(void)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u32 zero = 0, *enabled;
+	__u32 target = kspan_cfg.target_tgid, zero = 0, *enabled;
 
-	if (kspan_cfg.target_tgid && tgid != kspan_cfg.target_tgid)
+	if (target && (__u32)(bpf_get_current_pid_tgid() >> 32) != target)
 		return 0;
 	enabled = bpf_map_lookup_elem(&kspan_control, &zero);
 	return enabled && *enabled;
@@ -460,7 +464,10 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	return 0;
 }
 
-/* Entry of a traced call: an instant, or a frame pushed for the exit. */
+/*
+ * Entry of a traced call (kspan_wanted() said so): an instant, or a frame
+ * pushed for the exit.
+ */
 static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 {
 	struct kspan_task_stack *st;
@@ -468,8 +475,6 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 	__u64 now, span_id;
 	__u32 depth, suppressed;
 
-	if (!kspan_wanted())
-		return 0;
 	now = bpf_ktime_get_ns();
 	if (kspan_is_instant())
 		return kspan_emit_instant(args, now, probe_id);
@@ -513,7 +518,7 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 	return 0;
 }
 
-/* Exit of a traced call: pop its frame, emit one record. */
+/* Exit of a traced call (kspan_wanted() said so): pop its frame, emit one record. */
 static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 {
 	struct kspan_task_stack *st;
@@ -522,8 +527,6 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	__u64 now, pid_tgid;
 	__u32 depth, found = 0;
 
-	if (!kspan_wanted())
-		return 0;
 	now = bpf_ktime_get_ns();
 	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
 	if (!st) {
@@ -595,6 +598,8 @@ int kspan_fentry(__u64 *ctx)
 {
 	__u64 args[KSPAN_MAX_ARGS];
 
+	if (!kspan_wanted())
+		return 0;
 	kspan_trampoline_args(ctx, args);
 	return kspan_entry(args, kspan_cfg.probe_id);
 }
@@ -604,6 +609,8 @@ int kspan_fexit(__u64 *ctx)
 {
 	__u64 ret = 0;
 
+	if (!kspan_wanted())
+		return 0;
 	bpf_get_func_ret(ctx, &ret);
 	return kspan_exit(ret, kspan_cfg.probe_id);
 }
@@ -612,12 +619,16 @@ static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
 {
 	__u64 args[KSPAN_MAX_ARGS];
 
+	if (!kspan_wanted())
+		return 0;
 	kspan_kprobe_args(regs, args);
 	return kspan_entry(args, kspan_probe_id(regs));
 }
 
 static __always_inline int kspan_on_kretprobe(struct pt_regs *regs)
 {
+	if (!kspan_wanted())
+		return 0;
 	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs));
 }
 
@@ -661,6 +672,8 @@ int kspan_sys_enter(__u64 *ctx)
 {
 	__u64 args[KSPAN_MAX_ARGS];
 
+	if (!kspan_wanted())
+		return 0;
 #pragma unroll
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
 		args[i] = i < kspan_cfg.nr_args ? ctx[2 + i] : 0;
@@ -670,5 +683,7 @@ int kspan_sys_enter(__u64 *ctx)
 SEC("tracepoint")
 int kspan_sys_exit(__u64 *ctx)
 {
+	if (!kspan_wanted())
+		return 0;
 	return kspan_exit(ctx[2], kspan_cfg.probe_id);
 }
