@@ -90,7 +90,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "HOLD-PROBES done emitted {} exported {} lost {}",
         stats.records_emitted,
-        stats.spans_exported,
+        stats.spans_to_pipeline,
         stats.lost()
     );
     Ok(())
