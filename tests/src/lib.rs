@@ -569,3 +569,14 @@ pub fn install_global_context_subscriber() -> (
     kspan::context::register_observer().expect("no other context observer in this process");
     (provider, exporter)
 }
+
+/// The capabilities a missing-privileges error says are missing: between
+/// "this process lacks " and " (".
+pub fn missing_capabilities(stderr: &str) -> &str {
+    let start = stderr
+        .find("this process lacks ")
+        .unwrap_or_else(|| panic!("a missing-privileges error: {stderr}"))
+        + "this process lacks ".len();
+    let len = stderr[start..].find(" (").expect("the held capabilities");
+    &stderr[start..start + len]
+}

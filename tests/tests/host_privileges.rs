@@ -42,24 +42,13 @@ fn syscalls_as_nobody_with(caps: &str) -> (Option<i32>, String) {
     )
 }
 
-/// The capabilities the message says are missing: between "lacks " and
-/// " (".
-fn lacks(stderr: &str) -> &str {
-    let start = stderr
-        .find("this process lacks ")
-        .unwrap_or_else(|| panic!("a missing-privileges error: {stderr}"))
-        + "this process lacks ".len();
-    let len = stderr[start..].find(" (").expect("the held capabilities");
-    &stderr[start..start + len]
-}
-
 #[test]
 fn an_unprivileged_process_is_told_every_capability_it_lacks() {
     let (code, stderr) = syscalls_as_nobody_with("");
     assert_eq!(code, Some(1), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(
-        lacks(&stderr),
+        kspan_tests::missing_capabilities(&stderr),
         "CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH",
         "{stderr}"
     );
@@ -86,7 +75,11 @@ fn each_capability_missing_from_the_documented_set_is_named_with_its_mechanism()
         let cap = format!("CAP_{}", missing.to_uppercase());
         assert_eq!(code, Some(1), "without {cap}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
-        assert_eq!(lacks(&stderr), cap, "exactly the one missing: {stderr}");
+        assert_eq!(
+            kspan_tests::missing_capabilities(&stderr),
+            cap,
+            "exactly the one missing: {stderr}"
+        );
         let held_names: Vec<String> = held
             .iter()
             .map(|c| format!("CAP_{}", c.to_uppercase()))

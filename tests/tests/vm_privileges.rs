@@ -70,17 +70,6 @@ fn as_nobody(program: &Path, args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
-/// The capabilities the message says are missing: between "lacks " and
-/// " (".
-fn lacks(stderr: &str) -> &str {
-    let start = stderr
-        .find("this process lacks ")
-        .unwrap_or_else(|| panic!("a missing-privileges error: {stderr}"))
-        + "this process lacks ".len();
-    let len = stderr[start..].find(" (").expect("the held capabilities");
-    &stderr[start..start + len]
-}
-
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
 async fn quickstart_as_nobody_with_file_capabilities_exports_vfs_read_spans() {
@@ -152,7 +141,11 @@ fn fexit_without_one_of_its_capabilities_is_told_which() {
             copy_with_file_caps(&example("quickstart"), &scratch.0, &format!("{held}+ep"));
         let (code, stderr) = as_nobody(&program, &["/etc/os-release", "1"]);
         assert_eq!(code, Some(1), "{stderr}");
-        assert_eq!(lacks(&stderr), missing, "exactly the one missing: {stderr}");
+        assert_eq!(
+            kspan_tests::missing_capabilities(&stderr),
+            missing,
+            "exactly the one missing: {stderr}"
+        );
         assert!(
             stderr.contains(&format!(
                 "{missing}: BPF trampolines (fexit `vfs_read`) need it"
@@ -189,7 +182,11 @@ async fn kprobes_and_syscall_sources_need_perf_events_that_debian_keeps_from_per
             assert_eq!(code, Some(0), "kretprobe through kprobe.multi: {stderr}");
         } else {
             assert_eq!(code, Some(1), "{stderr}");
-            assert_eq!(lacks(&stderr), "CAP_SYS_ADMIN", "{stderr}");
+            assert_eq!(
+                kspan_tests::missing_capabilities(&stderr),
+                "CAP_SYS_ADMIN",
+                "{stderr}"
+            );
             assert!(
                 stderr.contains(
                     "CAP_SYS_ADMIN: kprobes (kretprobe `vfs_read`) need it to open perf events, \
@@ -204,7 +201,11 @@ async fn kprobes_and_syscall_sources_need_perf_events_that_debian_keeps_from_per
         }
         let (code, stderr) = as_nobody(&syscalls, &["/etc/os-release", "1"]);
         assert_eq!(code, Some(1), "{stderr}");
-        assert_eq!(lacks(&stderr), "CAP_SYS_ADMIN", "{stderr}");
+        assert_eq!(
+            kspan_tests::missing_capabilities(&stderr),
+            "CAP_SYS_ADMIN",
+            "{stderr}"
+        );
         assert!(
             stderr
                 .contains("CAP_SYS_ADMIN: syscall sources (`openat`) need it to open perf events"),
