@@ -25,14 +25,21 @@
 //! * [`FieldPath`]: the syntax of a field path, checked by
 //!   [`parse_field_path`] into [`Segment`]s, or a [`PathSyntaxError`] that
 //!   says what is wrong and at which byte.
+//! * [`Predicate`] and durations: the in-kernel filters
+//!   (`filter = "count >= 65536"`, `min_duration = "1ms"`), checked by
+//!   [`parse_predicate`] and [`parse_duration`].
 //!
 //! The crate uses only `std`, has no dependencies, and checks text alone: no
 //! I/O, no kernel, so every rule is unit-tested here.
 
 mod fieldpath;
+mod filter;
 mod mode;
 
 pub use fieldpath::{
     parse as parse_field_path, Access, FieldPath, PathSyntaxError, Segment, MAX_SEGMENTS,
+};
+pub use filter::{
+    parse_duration, parse_predicate, CmpOp, Comparison, FilterSyntaxError, Predicate, MAX_CLAUSES,
 };
 pub use mode::{Mode, UnknownMode};

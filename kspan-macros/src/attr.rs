@@ -15,7 +15,17 @@ pub(crate) mod kw {
     syn::custom_keyword!(len);
     syn::custom_keyword!(at);
     syn::custom_keyword!(syscall);
+    syn::custom_keyword!(min_duration);
+    syn::custom_keyword!(errors_only);
+    syn::custom_keyword!(filter);
+    syn::custom_keyword!(rate_limit);
+    syn::custom_keyword!(sum);
+    syn::custom_keyword!(spans);
 }
+
+/// The keys of `#[kernel_span]`, as the unknown-key message lists them.
+const KEYS: &str = "`mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum` \
+                    and `spans`";
 
 /// The parsed attribute.
 #[derive(Debug)]
@@ -26,6 +36,39 @@ pub(crate) struct KernelSpanArgs {
     pub mode: Mode,
     /// Whether a negative errno return fails the span (default true).
     pub errno: bool,
+    /// The in-kernel filters and what becomes of the calls they reject.
+    pub filters: Filters,
+}
+
+/// `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, `spans`:
+/// each with the token that set it, for errors that depend on the
+/// handler's parameters and the mode.
+#[derive(Debug, Default)]
+pub(crate) struct Filters {
+    /// Nanoseconds, and the literal.
+    pub min_duration: Option<(u64, LitStr)>,
+    /// Set (to true) by this token.
+    pub errors_only: Option<Span>,
+    /// The parsed predicate and its literal.
+    pub filter: Option<(kspan_dsl::Predicate, LitStr)>,
+    /// Spans per second, and the literal.
+    pub rate_limit: Option<(u32, syn::LitInt)>,
+    /// Set (to true) by this token.
+    pub sum: Option<Span>,
+    /// `spans = false`, by this token.
+    pub no_spans: Option<Span>,
+}
+
+/// `key` alone or `key = true|false`.
+fn flag(input: ParseStream<'_>, key: &str) -> syn::Result<bool> {
+    if input.peek(Token![=]) {
+        input.parse::<Token![=]>()?;
+        let value: syn::LitBool = input
+            .parse()
+            .map_err(|e| syn::Error::new(e.span(), format!("`{key}` takes `true` or `false`")))?;
+        return Ok(value.value);
+    }
+    Ok(true)
 }
 
 /// A mode, with the token that chose it (or the call site for the default).
@@ -76,6 +119,8 @@ impl Parse for KernelSpanArgs {
 
         let mut mode: Option<Mode> = None;
         let mut errno: Option<bool> = None;
+        let mut filters = Filters::default();
+        let mut seen: Vec<&'static str> = Vec::new();
         let mut errors: Option<syn::Error> = None;
         let mut push = |e: syn::Error| match errors.as_mut() {
             Some(all) => all.combine(e),
@@ -133,11 +178,77 @@ impl Parse for KernelSpanArgs {
                     continue;
                 }
                 errno = Some(value.value);
+            } else if lookahead.peek(kw::min_duration) {
+                let key = input.parse::<kw::min_duration>()?;
+                input.parse::<Token![=]>()?;
+                let value: LitStr = input.parse()?;
+                if once(&mut seen, "min_duration") {
+                    push(syn::Error::new(key.span, "duplicate key `min_duration`"));
+                    continue;
+                }
+                match kspan_dsl::parse_duration(&value.value()) {
+                    Ok(ns) => filters.min_duration = Some((ns, value)),
+                    Err(e) => push(syn::Error::new(value.span(), e.message)),
+                }
+            } else if lookahead.peek(kw::errors_only) {
+                let key = input.parse::<kw::errors_only>()?;
+                let on = flag(input, "errors_only")?;
+                if once(&mut seen, "errors_only") {
+                    push(syn::Error::new(key.span, "duplicate key `errors_only`"));
+                    continue;
+                }
+                filters.errors_only = on.then_some(key.span);
+            } else if lookahead.peek(kw::filter) {
+                let key = input.parse::<kw::filter>()?;
+                input.parse::<Token![=]>()?;
+                let value: LitStr = input.parse()?;
+                if once(&mut seen, "filter") {
+                    push(syn::Error::new(key.span, "duplicate key `filter`"));
+                    continue;
+                }
+                match kspan_dsl::parse_predicate(&value.value()) {
+                    Ok(p) => filters.filter = Some((p, value)),
+                    Err(e) => push(syn::Error::new(value.span(), e.to_string())),
+                }
+            } else if lookahead.peek(kw::rate_limit) {
+                let key = input.parse::<kw::rate_limit>()?;
+                input.parse::<Token![=]>()?;
+                let value: syn::LitInt = input.parse()?;
+                if once(&mut seen, "rate_limit") {
+                    push(syn::Error::new(key.span, "duplicate key `rate_limit`"));
+                    continue;
+                }
+                match value.base10_parse::<u32>() {
+                    Ok(n) if (1..=MAX_RATE).contains(&n) => filters.rate_limit = Some((n, value)),
+                    _ => push(syn::Error::new(
+                        value.span(),
+                        format!("`rate_limit` is spans per second, from 1 to {MAX_RATE}"),
+                    )),
+                }
+            } else if lookahead.peek(kw::sum) {
+                let key = input.parse::<kw::sum>()?;
+                let on = flag(input, "sum")?;
+                if once(&mut seen, "sum") {
+                    push(syn::Error::new(key.span, "duplicate key `sum`"));
+                    continue;
+                }
+                filters.sum = on.then_some(key.span);
+            } else if lookahead.peek(kw::spans) {
+                let key = input.parse::<kw::spans>()?;
+                input.parse::<Token![=]>()?;
+                let value: syn::LitBool = input
+                    .parse()
+                    .map_err(|e| syn::Error::new(e.span(), "`spans` takes `true` or `false`"))?;
+                if once(&mut seen, "spans") {
+                    push(syn::Error::new(key.span, "duplicate key `spans`"));
+                    continue;
+                }
+                filters.no_spans = (!value.value).then_some(value.span);
             } else if input.peek(syn::Ident) {
                 let key: syn::Ident = input.parse()?;
                 push(syn::Error::new(
                     key.span(),
-                    format!("unknown key `{key}`: the keys are `mode` and `errno`"),
+                    format!("unknown key `{key}`: the keys are {KEYS}"),
                 ));
                 // Skip `= value` so that later keys are still checked.
                 if input.parse::<Token![=]>().is_ok() {
@@ -157,8 +268,22 @@ impl Parse for KernelSpanArgs {
                 span: Span::call_site(),
             }),
             errno: errno.unwrap_or(true),
+            filters,
         })
     }
+}
+
+/// The highest `rate_limit`: past a million spans a second the limit is
+/// the consumer's own rate.
+pub(crate) const MAX_RATE: u32 = 1_000_000;
+
+/// Notes `key` as seen; true when it was already.
+fn once(seen: &mut Vec<&'static str>, key: &'static str) -> bool {
+    if seen.contains(&key) {
+        return true;
+    }
+    seen.push(key);
+    false
 }
 
 /// `#[capture(path = "...", user, max = N, len = "...", at = "entry")]` on
@@ -295,9 +420,9 @@ mod tests {
         assert_eq!(
             msgs,
             [
-                "unknown key `colour`: the keys are `mode` and `errno`",
+                "unknown key `colour`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum` and `spans`",
                 "unknown mode `x`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`",
-                "unknown key `size`: the keys are `mode` and `errno`",
+                "unknown key `size`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum` and `spans`",
             ]
         );
     }

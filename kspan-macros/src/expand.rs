@@ -201,6 +201,9 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
             capture,
         });
     }
+    for e in check_filters(args, &params) {
+        push(e);
+    }
     if let Some(errors) = errors {
         return Err(errors);
     }
@@ -246,6 +249,13 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                 }
             }
         });
+    let f = &args.filters;
+    let min_duration_ns = f.min_duration.as_ref().map_or(0, |(ns, _)| *ns);
+    let errors_only = f.errors_only.is_some();
+    let predicate = option_tokens(f.filter.as_ref().map(|(_, lit)| quote!(#lit)));
+    let rate_limit = f.rate_limit.as_ref().map_or(0, |(n, _)| *n);
+    let sum = f.sum.is_some();
+    let spans = f.no_spans.is_none();
     let ret_spec = match params.iter().find(|p| matches!(p.role, Role::Ret)) {
         Some(p) => {
             let ty = &p.ty;
@@ -288,6 +298,14 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                     params: &[#(#param_specs),*],
                     ret: #ret_spec,
                     errno: #errno,
+                    filter: ::kspan::FilterSpec {
+                        min_duration_ns: #min_duration_ns,
+                        errors_only: #errors_only,
+                        predicate: #predicate,
+                        rate_limit: #rate_limit,
+                    },
+                    sum: #sum,
+                    spans: #spans,
                     location: ::core::concat!(::core::file!(), ":", ::core::line!()),
                 },
                 handler: __kspan_call,
@@ -299,6 +317,108 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
         #[allow(non_upper_case_globals)]
         static #registration: &'static ::kspan::Probe = &#ident;
     })
+}
+
+/// The filters against the mode and the handler's parameters: a filter
+/// on a duration or a return value needs a span, and a predicate names
+/// scalar parameters read at exit, or `ret`.
+fn check_filters(args: &KernelSpanArgs, params: &[Param]) -> Vec<syn::Error> {
+    let mut errors = Vec::new();
+    let f = &args.filters;
+    let mode = args.mode.value;
+    let instant = |what: &str| {
+        format!(
+            "{what} needs a span with an end: mode = \"{mode}\" attaches at entry only; use \
+             \"fexit\", \"kretprobe\" or \"auto\""
+        )
+    };
+    if !mode.has_return() {
+        if let Some((_, lit)) = &f.min_duration {
+            errors.push(syn::Error::new(lit.span(), instant("`min_duration`")));
+        }
+        if let Some(span) = f.errors_only {
+            errors.push(syn::Error::new(span, instant("`errors_only`")));
+        }
+        if let Some(span) = f.sum {
+            errors.push(syn::Error::new(span, instant("`sum`")));
+        }
+    }
+    if let Some(span) = f.no_spans {
+        if f.sum.is_none() {
+            errors.push(syn::Error::new(
+                span,
+                "`spans = false` keeps nothing of the calls: add `sum` (totals on the \
+                 application span)",
+            ));
+        }
+        if let Some((_, lit)) = &f.rate_limit {
+            errors.push(syn::Error::new(
+                lit.span(),
+                "`rate_limit` limits spans, and `spans = false` makes none: remove one",
+            ));
+        }
+    }
+    if let Some((predicate, lit)) = &f.filter {
+        let scalars: Vec<&Param> = params
+            .iter()
+            .filter(|p| {
+                matches!(p.role, Role::Capture)
+                    && matches!(classify(&p.ty), Ok(TypeClass::Scalar))
+            })
+            .collect();
+        for c in predicate.comparisons() {
+            if c.name == "ret" {
+                if !mode.has_return() {
+                    errors.push(syn::Error::new(lit.span(), instant("`ret` in `filter`")));
+                }
+                continue;
+            }
+            match scalars.iter().find(|p| p.name == c.name) {
+                Some(p) if matches!(p.capture.at, Some((true, _))) => {
+                    errors.push(syn::Error::new(
+                        lit.span(),
+                        format!(
+                            "`{}` is read at entry (`at = \"entry\"`): a filter compares values \
+                             read at exit; capture it at exit, or filter in the handler",
+                            c.name
+                        ),
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    let names: Vec<String> =
+                        scalars.iter().map(|p| format!("`{}`", p.name)).collect();
+                    let (hint, fix) = if params.iter().any(|p| p.name == c.name) {
+                        (
+                            format!("`{}` is not an integer, `bool` or pointer", c.name),
+                            String::new(),
+                        )
+                    } else {
+                        (
+                            format!("no handler parameter is named `{}`", c.name),
+                            format!(
+                                "; add `{}: u64` (or its type) to the handler to capture it",
+                                c.name
+                            ),
+                        )
+                    };
+                    let listed = if names.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", names.join(", "))
+                    };
+                    errors.push(syn::Error::new(
+                        lit.span(),
+                        format!(
+                            "{hint}: a filter compares the handler's scalar parameters{listed} \
+                             or `ret`{fix}"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    errors
 }
 
 fn option_tokens(value: Option<TokenStream>) -> TokenStream {

@@ -153,7 +153,7 @@ mod test_rng;
 
 pub use annotation::{
     attributes, Capture, Captured, FromCapture, Hook, KernelSpan, KernelValue, LenSource,
-    Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind, ValueType,
+    FilterSpec, Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind, ValueType,
 };
 pub use attach::{AttachDecision, AttachError};
 pub use bpf::{

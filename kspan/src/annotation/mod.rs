@@ -15,6 +15,6 @@ pub use hook::{Hook, Mechanism};
 pub(crate) use kernel_span::KernelSpanParts;
 pub use kernel_span::{attributes, KernelSpan};
 pub use kspan_dsl::{Mode, UnknownMode};
-pub use probe::{Captured, LenSource, ParamSpec, Probe, ProbeSpec};
+pub use probe::{Captured, FilterSpec, LenSource, ParamSpec, Probe, ProbeSpec};
 pub use registry::PROBES;
 pub use value::{Capture, FromCapture, KernelValue, Value, ValueKind, ValueType};

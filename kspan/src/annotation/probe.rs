@@ -59,6 +59,40 @@ impl ParamSpec {
     }
 }
 
+/// The in-kernel filters of a probe: a call becomes a span only when it
+/// passes all of them. Evaluated by the BPF program at the call's exit,
+/// before any ring-buffer space is taken; what they reject is counted, per
+/// probe, never lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FilterSpec {
+    /// Calls shorter than this many nanoseconds are not spans (0: none).
+    pub min_duration_ns: u64,
+    /// Only calls whose return value is an errno (-4095..=-1) are spans.
+    pub errors_only: bool,
+    /// A predicate over captured scalars and `ret`
+    /// (`"count >= 65536 || ret < 0"`), parsed by the macro and again
+    /// against the kernel's BTF at start.
+    pub predicate: Option<&'static str>,
+    /// At most this many spans per second (0: no limit); calls over it are
+    /// counted as rate-limited.
+    pub rate_limit: u32,
+}
+
+impl FilterSpec {
+    /// Every call is a span.
+    pub const NONE: FilterSpec = FilterSpec {
+        min_duration_ns: 0,
+        errors_only: false,
+        predicate: None,
+        rate_limit: 0,
+    };
+
+    /// Whether some call may be refused at its exit.
+    pub fn is_active(&self) -> bool {
+        *self != FilterSpec::NONE
+    }
+}
+
 /// What to attach and what to capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeSpec {
@@ -72,6 +106,13 @@ pub struct ProbeSpec {
     pub ret: Option<ValueType>,
     /// Whether a negative errno return sets the span status to error.
     pub errno: bool,
+    /// Which calls become spans, decided in the kernel.
+    pub filter: FilterSpec,
+    /// Calls that do not become spans add to their application span's
+    /// `kernel.<function>.*` attributes (see [`KernelSums`](crate::KernelSums)).
+    pub sum: bool,
+    /// Whether calls become spans at all (`spans = false`: only sums).
+    pub spans: bool,
     /// Where the annotation is (`file:line`), for messages.
     pub location: &'static str,
 }
