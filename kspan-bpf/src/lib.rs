@@ -58,6 +58,12 @@ pub mod names {
     pub const COUNTERS_MAP: &str = "kspan_counters";
     /// The on/off switch (0 until the consumer runs).
     pub const CONTROL_MAP: &str = "kspan_control";
+    /// The per-probe, per-CPU counters of calls not made into spans.
+    pub const PROBE_COUNTERS_MAP: &str = "kspan_probe_counters";
+    /// The per-probe rate-limit slots.
+    pub const RATES_MAP: &str = "kspan_rates";
+    /// The totals of calls not made into spans, by application span.
+    pub const SUMS_MAP: &str = "kspan_sums";
     /// The read-only settings section.
     pub const RODATA_MAP_SUFFIX: &str = ".rodata";
 }
@@ -80,6 +86,12 @@ pub const MAX_STEPS: usize = consts::KSPAN_MAX_STEPS as usize;
 pub const MAX_DATA: usize = consts::KSPAN_MAX_DATA as usize;
 /// Record flag: the record carries a return value.
 pub const REC_HAS_RET: u32 = consts::KSPAN_REC_HAS_RET as u32;
+/// Record flag: the parent may still be refused; hold the span until known.
+pub const REC_PARENT_PENDING: u32 = consts::KSPAN_REC_PARENT_PENDING as u32;
+/// Record flag: not a span, but a refused call's parent for its children.
+pub const REC_REPARENT: u32 = consts::KSPAN_REC_REPARENT as u32;
+/// Comparisons of a filter.
+pub const MAX_CLAUSES: usize = consts::KSPAN_MAX_CLAUSES as usize;
 /// Number of per-CPU counters.
 pub const COUNTER_COUNT: usize = consts::KSPAN_CTR_COUNT as usize;
 
@@ -95,7 +107,11 @@ mod tests {
             16 + 32 + 8 + 12 + 4 + 64 + 8
         );
         // 14 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
-        assert_eq!(std::mem::size_of::<types::kspan_config>(), 64 + 8 * 76);
+        // then 8 u32s, two u64s and MAX_CLAUSES clauses of 16 bytes
+        assert_eq!(
+            std::mem::size_of::<types::kspan_config>(),
+            64 + 8 * 76 + 32 + 16 + 16 * 4
+        );
         assert_eq!(
             types::kspan_config::default().caps[0].steps.len(),
             MAX_STEPS

@@ -147,6 +147,7 @@ pub mod plan;
 mod runtime;
 pub mod span;
 mod stats;
+mod sums;
 pub mod telemetry;
 #[cfg(test)]
 mod test_rng;
@@ -161,13 +162,14 @@ pub use bpf::{
 };
 pub use error::{Error, Result};
 pub use export::{AccountedExporter, ExportLedger};
+pub use sums::{KernelSums, KernelSumsProcessor};
 pub use kernel::{KernelError, KERNEL_BTF};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
 pub use plan::PlanError;
 pub use runtime::{Kspan, KspanBuilder};
 pub use span::{KernelSpanIds, Outcome, SpanFactory};
-pub use stats::Stats;
+pub use stats::{ProbeStats, Stats};
 
 /// What the `kernel_span` macro's expansion uses; not a public API.
 #[doc(hidden)]

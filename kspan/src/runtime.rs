@@ -37,7 +37,8 @@ use crate::export::ExportLedger;
 use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
 use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan};
 use crate::span::{ClockOffset, Outcome, SpanFactory, SCOPE_NAME};
-use crate::stats::Stats;
+use crate::stats::{ProbeStats, Stats};
+use crate::sums::KernelSums;
 use crate::telemetry::FigureSource;
 
 /// Configures and starts kspan.
@@ -56,6 +57,7 @@ pub struct KspanBuilder {
     ring_buffer_bytes: u32,
     ledger: Option<ExportLedger>,
     meter: Option<Meter>,
+    sums: Option<KernelSums>,
 }
 
 impl KspanBuilder {
@@ -166,6 +168,14 @@ impl KspanBuilder {
         self
     }
 
+    /// Where the totals of probes with `sum` go: the handle whose
+    /// [`KernelSumsProcessor`](crate::KernelSumsProcessor) wraps the
+    /// application's span processor. Required when a probe sums.
+    pub fn kernel_sums(mut self, sums: KernelSums) -> Self {
+        self.sums = Some(sums);
+        self
+    }
+
     /// The meter provider kspan reports its figures through (`kspan.*`
     /// metrics, see [`crate::telemetry`]); the global one
     /// (`opentelemetry::global::meter_provider()`) by default, which records
@@ -235,7 +245,26 @@ impl KspanBuilder {
             entry_values: plans
                 .iter()
                 .any(|p| p.captures.iter().any(|c| c.bpf.at_entry != 0)),
+            probes: plans.len() as u32,
+            sums: plans.iter().any(|p| p.filter.sum),
         };
+        let summed: Vec<(u32, &'static str)> = plans
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.filter.sum)
+            .map(|(id, p)| (id as u32, p.function))
+            .collect();
+        if let (Some((_, function)), None) = (summed.first(), &self.sums) {
+            return Err(Error::InvalidSetting {
+                setting: "KspanBuilder::kernel_sums",
+                reason: format!(
+                    "the probe of `{function}` sums its calls onto application spans (`sum`), \
+                     and nothing puts the sums there: make a `kspan::KernelSums`, wrap the \
+                     tracer provider's span processor with `sums.processor(...)`, and pass \
+                     `.kernel_sums(sums)` to the builder"
+                ),
+            });
+        }
         tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
 
         // 2. The kernel's mechanisms, probed with this BTF.
@@ -255,27 +284,49 @@ impl KspanBuilder {
 
         // 4. Consume, then record.
         let stats = Arc::new(Counters::default());
-        let mut processor = Processor {
+        let functions: Vec<&'static str> = plans.iter().map(|p| p.function).collect();
+        // Shared with the consumer's last act (the spans still waiting for
+        // their parents); the lock is never contended.
+        let processor = Arc::new(Mutex::new(Processor {
             plans,
             factory: SpanFactory::new(self.provider.tracer(SCOPE_NAME), ClockOffset::measure())
                 .with_process_pid(self.all_processes)
                 .numbered(self.ledger.is_some()),
             stats: stats.clone(),
-        };
-        let ring = consume::ring_buffer(&attached.maps, move |bytes| processor.process(bytes))?;
+        }));
+        let ring = consume::ring_buffer(&attached.maps, {
+            let processor = processor.clone();
+            move |bytes| lock(&processor).process(bytes)
+        })?;
         let links = Arc::new(Mutex::new(attached.links));
-        let consumer = Consumer::start(ring, runtime, {
-            let links = links.clone();
-            // A consumer that dies stops the recording it can no longer
-            // turn into spans.
-            move || {
-                tracing::error!("kspan's consumer died: kspan detaches every probe");
-                lock(&links).detach_all();
-            }
-        })
+        let consumer = Consumer::start(
+            ring,
+            runtime,
+            {
+                let links = links.clone();
+                // A consumer that dies stops the recording it can no longer
+                // turn into spans.
+                move || {
+                    tracing::error!("kspan's consumer died: kspan detaches every probe");
+                    lock(&links).detach_all();
+                }
+            },
+            move || lock(&processor).release_waiting(),
+        )
         .map_err(|e| Error::Consumer(format!("cannot start the consumer thread: {e}")))?;
+        if let Some(sums) = &self.sums {
+            if !summed.is_empty() {
+                let map = attached.maps.sums_handle()?;
+                sums.connect(map, summed)
+                    .map_err(|reason| Error::InvalidSetting {
+                        setting: "KspanBuilder::kernel_sums",
+                        reason: reason.to_owned(),
+                    })?;
+            }
+        }
         attached.maps.set_enabled(true)?;
         let figures = Arc::new(Figures {
+            functions,
             maps: attached.maps,
             counters: stats,
             ledger: self.ledger,
@@ -305,12 +356,16 @@ struct Counters {
     unknown_probe: AtomicU64,
     handler_panics: AtomicU64,
     discarded: AtomicU64,
+    unresolved: AtomicU64,
+    waiting: AtomicU64,
 }
 
 /// Where the figures come from: the kernel's counters, the consumer's, and
 /// the export ledger's; shared with the metrics callbacks, which hold it
 /// weakly (they outlive the runtime in the meter provider).
 struct Figures {
+    /// The kernel function of each probe id.
+    functions: Vec<&'static str>,
     maps: SharedMaps,
     counters: Arc<Counters>,
     ledger: Option<ExportLedger>,
@@ -319,10 +374,11 @@ struct Figures {
 impl Figures {
     /// Every figure now.
     fn read(&self) -> Result<Stats> {
-        let k = {
+        let (k, probes) = {
             let _quiet = crate::context::suppress();
-            self.maps.counters()?
+            (self.maps.counters()?, self.probe_stats()?)
         };
+        let total = |pick: fn(&ProbeStats) -> u64| probes.iter().map(pick).sum::<u64>();
         let s = &self.counters;
         let spans_to_pipeline = s.spans.load(Ordering::Relaxed);
         let export = self
@@ -356,13 +412,42 @@ impl Figures {
             orphans_dropped: k.orphans,
             dropped_overload: k.overload,
             suppressed: k.suppressed,
+            filtered: total(|p| p.filtered),
+            rate_limited: total(|p| p.rate_limited),
+            summary_only: total(|p| p.summary_only),
+            sums_failed: k.sum_failed,
+            spans_parent_unresolved: s.unresolved.load(Ordering::Relaxed),
+            spans_waiting_for_parent: s.waiting.load(Ordering::Relaxed),
         })
+    }
+
+    /// The calls each probe recorded but did not make into spans.
+    fn probe_stats(&self) -> Result<Vec<ProbeStats>> {
+        let counters = self.maps.probe_counters(self.functions.len())?;
+        Ok(self
+            .functions
+            .iter()
+            .zip(counters)
+            .map(|(&function, c)| {
+                let mut p = ProbeStats::default();
+                p.function = function;
+                p.filtered = c.filtered;
+                p.rate_limited = c.rate_limited;
+                p.summary_only = c.no_spans;
+                p
+            })
+            .collect())
     }
 }
 
 impl FigureSource for Figures {
     fn figures(&self) -> Option<Stats> {
         self.read().ok()
+    }
+
+    fn probe_figures(&self) -> Option<Vec<ProbeStats>> {
+        let _quiet = crate::context::suppress();
+        self.probe_stats().ok()
     }
 }
 
@@ -388,8 +473,8 @@ pub struct Kspan {
     shutdown_timeout: Duration,
 }
 
-fn lock(links: &Mutex<Links>) -> std::sync::MutexGuard<'_, Links> {
-    links.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(shared: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl std::fmt::Debug for Kspan {
@@ -422,6 +507,7 @@ impl Kspan {
             ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
             ledger: None,
             meter: None,
+            sums: None,
         }
     }
 
@@ -440,6 +526,14 @@ impl Kspan {
     /// last batch the exporter got, and final after [`Self::shutdown`].
     pub fn stats(&self) -> Result<Stats> {
         self.figures.read()
+    }
+
+    /// Per probe (kernel function), the calls recorded but not made into
+    /// spans: filtered, over the rate limit, or of a probe that makes no
+    /// spans. [`Kspan::stats`] has the totals.
+    pub fn probe_stats(&self) -> Result<Vec<ProbeStats>> {
+        let _quiet = crate::context::suppress();
+        self.figures.probe_stats()
     }
 
     /// Detaches every probe, exports every span still in the ring buffer,
@@ -534,14 +628,33 @@ impl Processor {
             self.stats.unknown_probe.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let counter = match self.factory.process(plan, &view) {
-            Outcome::Exported => &self.stats.spans,
-            Outcome::Discarded => &self.stats.discarded,
-            Outcome::HandlerPanicked => {
-                self.stats.spans.fetch_add(1, Ordering::Relaxed);
-                &self.stats.handler_panics
+        let handed = self.factory.handed();
+        match self.factory.process(plan, &view) {
+            Outcome::Exported | Outcome::Reparented => {}
+            Outcome::Discarded => {
+                self.stats.discarded.fetch_add(1, Ordering::Relaxed);
             }
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+            Outcome::HandlerPanicked => {
+                self.stats.handler_panics.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count_handed(handed);
+    }
+
+    /// Hands the spans still waiting for their parents to the tracer.
+    fn release_waiting(&mut self) {
+        let handed = self.factory.handed();
+        self.factory.release_waiting();
+        self.count_handed(handed);
+    }
+
+    fn count_handed(&self, before: u64) {
+        let s = &self.stats;
+        s.spans
+            .fetch_add(self.factory.handed() - before, Ordering::Relaxed);
+        s.unresolved
+            .store(self.factory.unresolved(), Ordering::Relaxed);
+        s.waiting
+            .store(self.factory.waiting() as u64, Ordering::Relaxed);
     }
 }

@@ -69,6 +69,39 @@ pub struct Stats {
     /// OpenTelemetry context suppresses telemetry (an exporter exporting):
     /// not recorded, not a loss.
     pub suppressed: u64,
+    /// Calls a probe's filters refused (`min_duration`, `errors_only`,
+    /// `filter`): not spans, not a loss. Per probe: [`Kspan::probe_stats`](crate::Kspan::probe_stats).
+    pub filtered: u64,
+    /// Calls over a probe's `rate_limit`: not spans, not a loss.
+    pub rate_limited: u64,
+    /// Calls of probes that make no spans (`spans = false`), summed only.
+    pub summary_only: u64,
+    /// Calls a probe's `sum` could not add to their application span's
+    /// totals: the kernel's table of open sums was full (its calls are
+    /// still counted above; the totals on that span are short by these).
+    pub sums_failed: u64,
+    /// Spans whose parent's fate never arrived (its exit was lost, or it
+    /// ran longer than kspan waits): handed with that parent, which may not
+    /// be exported.
+    pub spans_parent_unresolved: u64,
+    /// Spans waiting for their parent's fate now (a parent with filters
+    /// still running); handed as soon as it ends.
+    pub spans_waiting_for_parent: u64,
+}
+
+/// What became of the calls of one probe (one kernel function) that were
+/// recorded but not made into spans; none is a loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProbeStats {
+    /// The kernel function.
+    pub function: &'static str,
+    /// Refused by the probe's filters.
+    pub filtered: u64,
+    /// Over the probe's rate limit.
+    pub rate_limited: u64,
+    /// Of a probe that makes no spans (`spans = false`).
+    pub summary_only: u64,
 }
 
 impl Stats {
@@ -108,13 +141,16 @@ impl Stats {
 
     /// Calls not recorded on purpose, by reason (the names of kspan's
     /// `kspan.calls.skipped` metric); none is a loss.
-    pub fn skips(&self) -> [(&'static str, u64); 5] {
+    pub fn skips(&self) -> [(&'static str, u64); 8] {
         [
             ("unsampled", self.unsampled),
             ("orphan", self.orphans_dropped),
             ("suppressed", self.suppressed),
             ("discarded_by_handler", self.discarded_by_handler),
             ("unmatched_exit", self.unmatched_exits),
+            ("filtered", self.filtered),
+            ("rate_limited", self.rate_limited),
+            ("summary_only", self.summary_only),
         ]
     }
 }

@@ -15,7 +15,8 @@
 //! | `kspan.spans.acknowledged` | | spans the collector acknowledged (with an export ledger) |
 //! | `kspan.spans.in_pipeline` (gauge) | | spans queued or being exported (with an export ledger) |
 //! | `kspan.spans.lost` | `kspan.reason` | spans lost, by reason: `ring_buffer_full`, `overload`, `stack_depth`, `lost_exit`, `no_storage`, `decode_error`, `unknown_probe`, `export_failed`, `export_timed_out`, `dropped_before_export` |
-//! | `kspan.calls.skipped` | `kspan.reason` | calls not recorded on purpose: `unsampled`, `orphan`, `suppressed`, `discarded_by_handler`, `unmatched_exit` |
+//! | `kspan.calls.skipped` | `kspan.reason` | calls not recorded on purpose: `unsampled`, `orphan`, `suppressed`, `discarded_by_handler`, `unmatched_exit`, `filtered`, `rate_limited`, `summary_only` |
+//! | `kspan.probe.calls.skipped` | `kspan.reason`, `code.function.name` | the last three per probe (kernel function) |
 //! | `kspan.handler.panics` | | handlers that panicked |
 //!
 //! The callbacks hold the runtime's figures weakly: once the runtime is
@@ -27,13 +28,19 @@ use std::sync::Weak;
 use opentelemetry::metrics::{AsyncInstrument, Meter};
 use opentelemetry::KeyValue;
 
-use crate::stats::Stats;
+use crate::stats::{ProbeStats, Stats};
 
 /// Where the instruments read the figures: the runtime.
 pub(crate) trait FigureSource: Send + Sync {
     /// The figures now, or `None` when they cannot be read.
     fn figures(&self) -> Option<Stats>;
+    /// The per-probe figures now, if they can be read.
+    fn probe_figures(&self) -> Option<Vec<ProbeStats>>;
 }
+
+/// The kernel function a per-probe figure is about (semantic conventions:
+/// `code.function.name`).
+pub const FUNCTION: &str = "code.function.name";
 
 type Figures = dyn FigureSource;
 
@@ -107,6 +114,35 @@ pub(crate) fn register(meter: &Meter, figures: Weak<Figures>) {
         "Traced calls not recorded on purpose, by reason.",
         |s| s.skips().to_vec(),
     );
+    let per_probe = figures.clone();
+    meter
+        .u64_observable_counter("kspan.probe.calls.skipped")
+        .with_description(
+            "Calls of one kernel function recorded but not made into spans, by reason: \
+             filtered, rate_limited, summary_only.",
+        )
+        .with_unit("{call}")
+        .with_callback(move |o: &dyn AsyncInstrument<u64>| {
+            let Some(probes) = per_probe.upgrade().and_then(|f| f.probe_figures()) else {
+                return;
+            };
+            for p in probes {
+                for (reason, value) in [
+                    ("filtered", p.filtered),
+                    ("rate_limited", p.rate_limited),
+                    ("summary_only", p.summary_only),
+                ] {
+                    o.observe(
+                        value,
+                        &[
+                            KeyValue::new(REASON, reason),
+                            KeyValue::new(FUNCTION, p.function),
+                        ],
+                    );
+                }
+            }
+        })
+        .build();
     let figures_now = figures.clone();
     meter
         .u64_observable_gauge("kspan.spans.in_pipeline")

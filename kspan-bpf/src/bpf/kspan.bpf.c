@@ -80,6 +80,38 @@ struct {
 	__type(value, struct kspan_entry_values);
 } kspan_scratch SEC(".maps");
 
+/*
+ * Calls recorded but not made into spans, by probe and reason
+ * (probe_id * KSPAN_PCTR_COUNT + enum kspan_probe_counter). The runtime
+ * sizes it to its probes.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KSPAN_PCTR_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} kspan_probe_counters SEC(".maps");
+
+/* Per probe: when its next span is due under its rate limit. Sized by the runtime. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kspan_rate);
+} kspan_rates SEC(".maps");
+
+/*
+ * Totals of the calls not made into spans, by application span and probe,
+ * until user space reads them as the application span ends. The runtime
+ * sizes it to one entry when no probe sums.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KSPAN_SUMS_MAX);
+	__type(key, struct kspan_sum_key);
+	__type(value, struct kspan_sum);
+} kspan_sums SEC(".maps");
+
 /* Keeps the record layout in the object's BTF for the Rust skeleton. */
 struct kspan_record kspan_record_layout SEC(".bss.layout");
 
@@ -411,10 +443,236 @@ static __always_inline void kspan_restore_entry_values(struct kspan_record *rec,
 	bpf_map_delete_elem(&kspan_entry_caps, &span_id);
 }
 
+static __always_inline void kspan_count_probe(__u32 probe_id, __u32 reason)
+{
+	__u32 key = probe_id * KSPAN_PCTR_COUNT + reason;
+	__u64 *value = bpf_map_lookup_elem(&kspan_probe_counters, &key);
+
+	if (value)
+		*value += 1;
+}
+
+/* `raw` read as a value of `width` bytes, sign- or zero-extended to 64 bits. */
+static __always_inline __u64 kspan_widen(__u64 raw, __u32 width, __u32 is_signed)
+{
+	__u32 shift;
+
+	if (width == 0 || width >= 8)
+		return raw;
+	shift = 64 - width * 8;
+	if (is_signed)
+		return (__u64)((__s64)(raw << shift) >> shift);
+	return (raw << shift) >> shift;
+}
+
+/* Whether the return value is an errno (-4095..-1 of a signed type). */
+static __always_inline int kspan_failed(__u64 ret)
+{
+	__s64 value = (__s64)kspan_widen(ret, kspan_cfg.ret_width, kspan_cfg.ret_signed);
+
+	return kspan_cfg.ret_signed && value < 0 && value >= -4095;
+}
+
+/*
+ * The value clause `cl` compares: the return value or a scalar capture
+ * read at exit. 0 when it was read; a value that cannot be read fails
+ * its clause.
+ */
+static __always_inline int kspan_operand(const volatile struct kspan_clause *cl, const __u64 *args,
+					 __u64 ret, __u64 *out)
+{
+	const volatile struct kspan_capture *c;
+	__u64 addr = 0, value = 0;
+	__u32 i = cl->cap;
+
+	if (i == KSPAN_CLAUSE_RET) {
+		*out = ret;
+		return 0;
+	}
+	if (i >= KSPAN_MAX_CAPS)
+		return -1;
+	c = &kspan_cfg.caps[i];
+	if (kspan_walk(c, args, &addr))
+		return -1;
+	if (c->kind == KSPAN_CAP_MEM) {
+		if (bpf_probe_read_kernel(&value, c->size, (void *)addr))
+			return -1;
+		*out = value;
+		return 0;
+	}
+	*out = addr;
+	return 0;
+}
+
+static __always_inline int kspan_compare(__u64 a, __u64 b, __u32 op, __u32 is_signed)
+{
+	__s64 x = (__s64)a, y = (__s64)b;
+
+	switch (op) {
+	case KSPAN_OP_EQ:
+		return a == b;
+	case KSPAN_OP_NE:
+		return a != b;
+	case KSPAN_OP_LT:
+		return is_signed ? x < y : a < b;
+	case KSPAN_OP_LE:
+		return is_signed ? x <= y : a <= b;
+	case KSPAN_OP_GT:
+		return is_signed ? x > y : a > b;
+	case KSPAN_OP_GE:
+		return is_signed ? x >= y : a >= b;
+	}
+	return 0;
+}
+
+/* The probe's predicate: true when every clause of some group holds. */
+static __always_inline int kspan_predicate(const __u64 *args, __u64 ret)
+{
+	int group_ok = 1;
+	__u32 group = 0;
+
+#pragma unroll
+	for (int i = 0; i < KSPAN_MAX_CLAUSES; i++) {
+		const volatile struct kspan_clause *cl = &kspan_cfg.clauses[i];
+		__u64 value = 0;
+
+		if (i >= kspan_cfg.nr_clauses)
+			break;
+		if (cl->group != group) {
+			if (group_ok)
+				return 1;
+			group = cl->group;
+			group_ok = 1;
+		}
+		if (!group_ok)
+			continue;
+		if (kspan_operand(cl, args, ret, &value) ||
+		    !kspan_compare(kspan_widen(value, cl->width, cl->is_signed), cl->value, cl->op,
+				   cl->is_signed))
+			group_ok = 0;
+	}
+	return group_ok;
+}
+
+/*
+ * The probe's rate limit (GCRA): a span is due every `rate_interval_ns`,
+ * and a burst may run up to one second ahead. Two tries at the shared
+ * slot; a call that loses both races to other CPUs is counted over the
+ * limit.
+ */
+static __always_inline int kspan_rate_ok(__u32 probe_id, __u64 now)
+{
+	__u64 interval = kspan_cfg.rate_interval_ns;
+	struct kspan_rate *rate;
+
+	if (!interval)
+		return 1;
+	rate = bpf_map_lookup_elem(&kspan_rates, &probe_id);
+	if (!rate)
+		return 1;
+#pragma unroll
+	for (int attempt = 0; attempt < 2; attempt++) {
+		__u64 due = rate->due_ns;
+		__u64 from = due > now ? due : now;
+
+		if (from - now > 1000000000ULL - interval)
+			return 0;
+		if (__sync_val_compare_and_swap(&rate->due_ns, due, from + interval) == due)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Why the call whose frame is `frame` is not a span (enum
+ * kspan_probe_counter), or -1 when it is one.
+ */
+static __always_inline int kspan_refusal(const struct kspan_frame *frame, __u64 ret, __u64 now,
+					 __u32 probe_id)
+{
+	if (kspan_cfg.no_spans)
+		return KSPAN_PCTR_NO_SPANS;
+	if (kspan_cfg.min_duration_ns && now - frame->start_ns < kspan_cfg.min_duration_ns)
+		return KSPAN_PCTR_FILTERED;
+	if (kspan_cfg.errors_only && !kspan_failed(ret))
+		return KSPAN_PCTR_FILTERED;
+	if (kspan_cfg.nr_clauses && !kspan_predicate(frame->args, ret))
+		return KSPAN_PCTR_FILTERED;
+	if (!kspan_rate_ok(probe_id, now))
+		return KSPAN_PCTR_RATE_LIMITED;
+	return -1;
+}
+
+/* Adds a call that is not a span to its application span's totals. */
+static __always_inline void kspan_add_sum(__u64 app_span_id, __u32 probe_id, __u64 duration,
+					  int failed)
+{
+	struct kspan_sum_key key = { .app_span_id = app_span_id, .probe_id = probe_id };
+	struct kspan_sum *sum;
+
+	if (!kspan_cfg.sum || !app_span_id)
+		return;
+	sum = bpf_map_lookup_elem(&kspan_sums, &key);
+	if (!sum) {
+		struct kspan_sum zero = {};
+
+		bpf_map_update_elem(&kspan_sums, &key, &zero, BPF_NOEXIST);
+		sum = bpf_map_lookup_elem(&kspan_sums, &key);
+		if (!sum) {
+			kspan_count(KSPAN_CTR_SUM_FAILED);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&sum->calls, 1);
+	__sync_fetch_and_add(&sum->duration_ns, duration);
+	if (failed)
+		__sync_fetch_and_add(&sum->errors, 1);
+}
+
+/*
+ * A record naming `parent` as the parent of what it carries: whether user
+ * space must wait for the parent's own fate, and a note on the parent
+ * that it has children out there.
+ */
+static __always_inline __u32 kspan_parent_flags(struct kspan_frame *parent)
+{
+	if (!parent)
+		return 0;
+	parent->flags |= KSPAN_FRAME_CHILD_SENT;
+	return parent->flags & KSPAN_FRAME_MAY_DROP ? KSPAN_REC_PARENT_PENDING : 0;
+}
+
+/*
+ * Call `frame` was refused after spans under it were emitted: tells user
+ * space to hang them under the call's own parent.
+ */
+static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
+						struct kspan_frame *frame,
+						struct kspan_frame *parent, __u64 parent_id,
+						__u32 probe_id)
+{
+	struct kspan_record *rec = bpf_ringbuf_reserve(&kspan_events, sizeof(*rec), 0);
+
+	if (!rec) {
+		kspan_count(KSPAN_CTR_RINGBUF_FULL);
+		return;
+	}
+	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
+	rec->span_id = frame->span_id;
+	rec->parent_span_id = parent_id;
+	rec->start_ns = frame->start_ns;
+	rec->end_ns = frame->start_ns;
+	rec->ret = 0;
+	kspan_fill_ids(rec, bpf_get_current_pid_tgid(), probe_id);
+	rec->flags = KSPAN_REC_REPARENT | kspan_parent_flags(parent);
+	kspan_submit(rec, sizeof(*rec));
+}
+
 /* fentry mode: an instant span, emitted at once. */
 static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u32 probe_id)
 {
 	struct kspan_task_stack *st;
+	struct kspan_frame *top = NULL;
 	struct kspan_record *rec;
 	__u8 trace_id[16];
 	__u64 parent;
@@ -422,8 +680,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	/* Where the instant belongs, decided before anything is reserved. */
 	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
 	if (st && st->depth > 0 && st->depth <= KSPAN_MAX_DEPTH) {
-		struct kspan_frame *top = kspan_frame_at(st, st->depth - 1);
-
+		top = kspan_frame_at(st, st->depth - 1);
 		if (top->suppressed) {
 			/* Inside a call that is not recorded. */
 			kspan_count(top->suppressed - 1);
@@ -457,7 +714,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	rec->end_ns = now;
 	rec->ret = 0;
 	kspan_fill_ids(rec, bpf_get_current_pid_tgid(), probe_id);
-	rec->flags = 0;
+	rec->flags = kspan_parent_flags(top);
 	kspan_capture(rec, args, 0, KSPAN_PHASE_ALL);
 	kspan_submit(rec, kspan_cfg.record_size);
 	kspan_count(KSPAN_CTR_EMITTED);
@@ -513,6 +770,7 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 	frame->start_ns = now;
 	frame->span_id = span_id;
 	frame->probe_id = probe_id;
+	frame->flags = kspan_cfg.may_drop ? KSPAN_FRAME_MAY_DROP : 0;
 	__builtin_memcpy(frame->args, args, sizeof(frame->args));
 	st->depth = depth + 1;
 	return 0;
@@ -522,9 +780,9 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 {
 	struct kspan_task_stack *st;
-	struct kspan_frame *frame;
+	struct kspan_frame *frame, *parent = NULL;
 	struct kspan_record *rec;
-	__u64 now, pid_tgid;
+	__u64 now, pid_tgid, parent_id;
 	__u32 depth, found = 0;
 
 	now = bpf_ktime_get_ns();
@@ -567,6 +825,23 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	if (frame->suppressed)
 		/* Counted at its entry. */
 		return 0;
+	if (found >= 2)
+		parent = kspan_frame_at(st, found - 2);
+	parent_id = parent ? parent->span_id : st->app_span_id;
+	if (kspan_cfg.may_drop) {
+		int refused = kspan_refusal(frame, ret, now, probe_id);
+
+		if (refused >= 0) {
+			kspan_count_probe(probe_id, refused);
+			kspan_add_sum(st->app_span_id, probe_id, now - frame->start_ns,
+				      kspan_failed(ret));
+			if (kspan_cfg.entry_caps)
+				bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
+			if (frame->flags & KSPAN_FRAME_CHILD_SENT)
+				kspan_emit_reparent(st, frame, parent, parent_id, probe_id);
+			return 0;
+		}
+	}
 
 	rec = bpf_ringbuf_reserve(&kspan_events, kspan_cfg.record_size, 0);
 	if (!rec) {
@@ -578,13 +853,12 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	pid_tgid = bpf_get_current_pid_tgid();
 	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
 	rec->span_id = frame->span_id;
-	rec->parent_span_id =
-		found >= 2 ? kspan_frame_at(st, found - 2)->span_id : st->app_span_id;
+	rec->parent_span_id = parent_id;
 	rec->start_ns = frame->start_ns;
 	rec->end_ns = now;
 	rec->ret = ret;
 	kspan_fill_ids(rec, pid_tgid, probe_id);
-	rec->flags = KSPAN_REC_HAS_RET;
+	rec->flags = KSPAN_REC_HAS_RET | kspan_parent_flags(parent);
 	if (kspan_cfg.entry_caps)
 		kspan_restore_entry_values(rec, frame->span_id);
 	kspan_capture(rec, frame->args, ret, KSPAN_PHASE_EXIT);

@@ -40,6 +40,56 @@
  */
 #define KSPAN_WAKEUP_BYTES (256 * 1024)
 
+/* Comparisons of a probe's filter (`filter = "count >= 65536 || ret < 0"`). */
+#define KSPAN_MAX_CLAUSES 4
+
+/* The capture a clause compares: an index in `caps`, or the return value. */
+#define KSPAN_CLAUSE_RET 255
+
+/* A clause's comparison. */
+enum kspan_op {
+	KSPAN_OP_EQ = 0,
+	KSPAN_OP_NE = 1,
+	KSPAN_OP_LT = 2,
+	KSPAN_OP_LE = 3,
+	KSPAN_OP_GT = 4,
+	KSPAN_OP_GE = 5,
+};
+
+/*
+ * One comparison of a filter. Clauses of the same group are and-ed, the
+ * groups or-ed; groups are numbered from 0 in order.
+ */
+struct kspan_clause {
+	/* A capture (a scalar read at exit) or KSPAN_CLAUSE_RET. */
+	__u8 cap;
+	/* enum kspan_op. */
+	__u8 op;
+	/* Bytes of the value's kernel type (1, 2, 4 or 8). */
+	__u8 width;
+	/* 1: the type is signed (sign-extended, compared signed). */
+	__u8 is_signed;
+	__u8 group;
+	__u8 pad[3];
+	/* The constant, as 64 bits (two's complement when negative). */
+	__u64 value;
+};
+
+/*
+ * Why a finished call of a probe is not a span although it was recorded:
+ * indexes of the per-probe, per-CPU counters (probe_id * KSPAN_PCTR_COUNT +
+ * reason). None is a loss.
+ */
+enum kspan_probe_counter {
+	/* Refused by min_duration, errors_only or the predicate. */
+	KSPAN_PCTR_FILTERED = 0,
+	/* Over the probe's rate limit. */
+	KSPAN_PCTR_RATE_LIMITED = 1,
+	/* The probe makes no spans (`spans = false`): summed only. */
+	KSPAN_PCTR_NO_SPANS = 2,
+	KSPAN_PCTR_COUNT = 3,
+};
+
 /* How a capture is read once its path has been walked. */
 enum kspan_cap_kind {
 	/* The register (or the address the path reached) itself. */
@@ -159,11 +209,54 @@ enum kspan_counter {
 	 * an all-zero thread context record; not recorded, not a loss.
 	 */
 	KSPAN_CTR_SUPPRESSED = 9,
-	KSPAN_CTR_COUNT = 10,
+	/*
+	 * Calls a probe's `sum` could not add to their application span's
+	 * totals: no room was left in the sums map.
+	 */
+	KSPAN_CTR_SUM_FAILED = 10,
+	KSPAN_CTR_COUNT = 11,
 };
 
 /* Record flags. */
 #define KSPAN_REC_HAS_RET (1u << 0)
+/*
+ * The parent (a kernel span of a probe with filters) may still be refused
+ * at its exit: user space holds the span until it knows the parent's fate.
+ */
+#define KSPAN_REC_PARENT_PENDING (1u << 1)
+/*
+ * Not a span: call `span_id` was refused at its exit after spans under it
+ * were emitted; they belong under `parent_span_id` instead. Only the
+ * header is meaningful.
+ */
+#define KSPAN_REC_REPARENT (1u << 2)
+
+/* Frame flags. */
+/* The call's probe may refuse it at its exit (filters, rate limit, no spans). */
+#define KSPAN_FRAME_MAY_DROP (1u << 0)
+/* A record (span or reparent) naming this call as parent was emitted. */
+#define KSPAN_FRAME_CHILD_SENT (1u << 1)
+
+/* A probe's rate limit (GCRA): when its next span is due, in ns. */
+struct kspan_rate {
+	__u64 due_ns;
+};
+
+/* Calls not made into spans, summed per application span and probe. */
+struct kspan_sum_key {
+	__u64 app_span_id;
+	__u32 probe_id;
+	__u32 pad;
+};
+
+struct kspan_sum {
+	__u64 calls;
+	__u64 duration_ns;
+	__u64 errors;
+};
+
+/* Application spans whose sums are kept at once (an LRU: sums of a span never ended are evicted). */
+#define KSPAN_SUMS_MAX 16384
 
 /* Settings of one loaded program pair, written into .rodata before load. */
 struct kspan_config {
@@ -206,6 +299,25 @@ struct kspan_config {
 	__u32 entry_caps;
 	/* Bytes of the ring buffer (the runtime's setting). */
 	__u32 ring_bytes;
+	/* 1: calls of this probe may be refused at exit (any setting below). */
+	__u32 may_drop;
+	/* Only calls whose return value is an errno (-4095..-1) are spans. */
+	__u32 errors_only;
+	/* Width in bytes and signedness of the return value's kernel type. */
+	__u32 ret_width;
+	__u32 ret_signed;
+	/* Valid entries of `clauses`. */
+	__u32 nr_clauses;
+	/* 1: calls not made into spans are summed onto their application span. */
+	__u32 sum;
+	/* 1: no call becomes a span (`spans = false`). */
+	__u32 no_spans;
+	__u32 pad_filters;
+	/* Calls shorter than this are not spans (0: no minimum). */
+	__u64 min_duration_ns;
+	/* Rate limit: one span per `rate_interval_ns`, bursts of up to one second (0: none). */
+	__u64 rate_interval_ns;
+	struct kspan_clause clauses[KSPAN_MAX_CLAUSES];
 	__s64 thread_ctx_offset;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
@@ -222,6 +334,9 @@ struct kspan_frame {
 	 * the KSPAN_CTR_* it is counted under, plus one. Nested calls inherit it.
 	 */
 	__u32 suppressed;
+	/* KSPAN_FRAME_* bits. */
+	__u32 flags;
+	__u32 pad;
 };
 
 /* Per-task stack of open kernel spans (task local storage). */

@@ -156,6 +156,12 @@ impl KernelSpan {
         self.parts.parent_span_id
     }
 
+    /// Hangs the span under another parent (its own was refused by a
+    /// filter); `None` makes it a root of its trace.
+    pub(crate) fn set_parent_span_id(&mut self, parent: Option<SpanId>) {
+        self.parts.parent_span_id = parent;
+    }
+
     /// Duration from entry to exit (zero in fentry mode).
     pub fn duration(&self) -> Duration {
         self.parts

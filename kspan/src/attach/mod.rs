@@ -349,6 +349,8 @@ impl<'a> Attacher<'a> {
             shared: self.maps.as_ref(),
             ring_buffer_bytes: self.runtime.ring_buffer_bytes,
             entry_values: self.runtime.entry_values,
+            probes: self.runtime.probes,
+            sums: self.runtime.sums,
         })?;
         if self.maps.is_none() {
             self.maps = loaded.maps.take();

@@ -4,7 +4,7 @@
 //! what every probe of a runtime shares.
 
 use kspan_bpf::consts as c;
-use kspan_bpf::types::{kspan_capture, kspan_config};
+use kspan_bpf::types::{kspan_capture, kspan_clause, kspan_config};
 
 use crate::annotation::Hook;
 use crate::kernel::btf::Btf;
@@ -120,6 +120,10 @@ pub(crate) struct RuntimeSettings {
     /// Some probe reads a capture at entry: the map that carries those
     /// values to the exit gets its full size.
     pub entry_values: bool,
+    /// How many probes (per-probe maps get a slot each).
+    pub probes: u32,
+    /// Some probe sums its calls onto application spans.
+    pub sums: bool,
 }
 
 /// The ring buffer's size unless the builder says otherwise: 4 MiB holds
@@ -179,7 +183,23 @@ pub(crate) fn probe_config(
         *slot = capture.bpf;
     }
     let context = &runtime.thread_context;
+    let filter = &plan.filter;
+    let mut clauses = [kspan_clause::default(); kspan_bpf::MAX_CLAUSES];
+    for (slot, clause) in clauses.iter_mut().zip(&filter.clauses) {
+        *slot = *clause;
+    }
     kspan_config {
+        may_drop: u32::from(filter.may_drop()),
+        errors_only: u32::from(filter.errors_only),
+        ret_width: filter.ret_width,
+        ret_signed: u32::from(filter.ret_signed),
+        nr_clauses: filter.clauses.len() as u32,
+        sum: u32::from(filter.sum),
+        no_spans: u32::from(filter.no_spans),
+        pad_filters: 0,
+        min_duration_ns: filter.min_duration_ns,
+        rate_interval_ns: filter.rate_interval_ns,
+        clauses,
         target_tgid: runtime.target_tgid,
         probe_id: match probe_id {
             ProbeId::Fixed(id) => id,

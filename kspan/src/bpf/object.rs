@@ -106,6 +106,11 @@ pub(crate) struct LoadRequest<'a> {
     /// Whether some probe reads captures at entry (else the map carrying
     /// them is made with one entry), when this load makes the shared maps.
     pub entry_values: bool,
+    /// How many probes the runtime has: the per-probe maps get one slot each.
+    pub probes: u32,
+    /// Some probe sums its calls onto application spans: the sums map gets
+    /// its full size.
+    pub sums: bool,
 }
 
 /// The maps every loaded program uses, made by the first object.
@@ -118,6 +123,9 @@ pub(crate) struct SharedMaps {
     control: MapHandle,
     entry_values: MapHandle,
     scratch: MapHandle,
+    probe_counters: MapHandle,
+    rates: MapHandle,
+    sums: MapHandle,
 }
 
 /// The kernel's per-CPU counters, summed (`enum kspan_counter` of kspan.h).
@@ -133,6 +141,15 @@ pub(crate) struct KernelCounters {
     pub orphans: u64,
     pub overload: u64,
     pub suppressed: u64,
+    pub sum_failed: u64,
+}
+
+/// Calls of one probe that were recorded but not made into spans.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ProbeCounters {
+    pub filtered: u64,
+    pub rate_limited: u64,
+    pub no_spans: u64,
 }
 
 impl SharedMaps {
@@ -154,6 +171,7 @@ impl SharedMaps {
                 .sum())
         };
         Ok(KernelCounters {
+            sum_failed: read(c::KSPAN_CTR_SUM_FAILED)?,
             ring_buffer_full: read(c::KSPAN_CTR_RINGBUF_FULL)?,
             stack_depth: read(c::KSPAN_CTR_STACK_DEPTH)?,
             lost_exit: read(c::KSPAN_CTR_LOST_EXIT)?,
@@ -168,6 +186,43 @@ impl SharedMaps {
     }
 
     /// Turns recording on or off in every program at once.
+    pub(crate) fn probe_counters(&self, probes: usize) -> Result<Vec<ProbeCounters>, MapError> {
+        use kspan_bpf::consts as c;
+        let per_probe = c::KSPAN_PCTR_COUNT as usize;
+        let mut out = vec![ProbeCounters::default(); probes];
+        for (probe, counters) in out.iter_mut().enumerate() {
+            let read = |reason: u64| -> Result<u64, MapError> {
+                let index = (probe * per_probe) as u32 + reason as u32;
+                let per_cpu = self
+                    .probe_counters
+                    .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|source| MapError {
+                        map: names::PROBE_COUNTERS_MAP,
+                        source,
+                    })?
+                    .unwrap_or_default();
+                Ok(per_cpu
+                    .iter()
+                    .filter_map(|v| v.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
+                    .sum())
+            };
+            *counters = ProbeCounters {
+                filtered: read(c::KSPAN_PCTR_FILTERED)?,
+                rate_limited: read(c::KSPAN_PCTR_RATE_LIMITED)?,
+                no_spans: read(c::KSPAN_PCTR_NO_SPANS)?,
+            };
+        }
+        Ok(out)
+    }
+
+    /// A handle of its own to the table of sums by application span.
+    pub(crate) fn sums_handle(&self) -> Result<MapHandle, MapError> {
+        MapHandle::try_from(&self.sums).map_err(|source| MapError {
+                map: names::SUMS_MAP,
+                source,
+            })
+    }
+
     pub(crate) fn set_enabled(&self, on: bool) -> Result<(), MapError> {
         self.control
             .update(
@@ -231,6 +286,21 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
                 .set_max_entries(1)
                 .map_err(|e| fail(e, None))?;
         }
+        let probes = request.probes.max(1);
+        open.maps
+            .kspan_probe_counters
+            .set_max_entries(probes * kspan_bpf::consts::KSPAN_PCTR_COUNT as u32)
+            .map_err(|e| fail(e, None))?;
+        open.maps
+            .kspan_rates
+            .set_max_entries(probes)
+            .map_err(|e| fail(e, None))?;
+        if !request.sums {
+            open.maps
+                .kspan_sums
+                .set_max_entries(1)
+                .map_err(|e| fail(e, None))?;
+        }
     }
     if let Some(shared) = request.shared {
         for (map, with) in [
@@ -240,6 +310,9 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&mut open.maps.kspan_control, &shared.control),
             (&mut open.maps.kspan_entry_caps, &shared.entry_values),
             (&mut open.maps.kspan_scratch, &shared.scratch),
+            (&mut open.maps.kspan_probe_counters, &shared.probe_counters),
+            (&mut open.maps.kspan_rates, &shared.rates),
+            (&mut open.maps.kspan_sums, &shared.sums),
         ] {
             map.reuse_fd(with.as_fd()).map_err(|e| fail(e, None))?;
         }
@@ -289,6 +362,9 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             control: map_handle(&loaded.maps.kspan_control)?,
             entry_values: map_handle(&loaded.maps.kspan_entry_caps)?,
             scratch: map_handle(&loaded.maps.kspan_scratch)?,
+            probe_counters: map_handle(&loaded.maps.kspan_probe_counters)?,
+            rates: map_handle(&loaded.maps.kspan_rates)?,
+            sums: map_handle(&loaded.maps.kspan_sums)?,
         }),
     };
     let rodata_fd = loaded.maps.rodata.as_fd().as_raw_fd();
@@ -301,6 +377,9 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&loaded.maps.kspan_control, &shared.control),
             (&loaded.maps.kspan_entry_caps, &shared.entry_values),
             (&loaded.maps.kspan_scratch, &shared.scratch),
+            (&loaded.maps.kspan_probe_counters, &shared.probe_counters),
+            (&loaded.maps.kspan_rates, &shared.rates),
+            (&loaded.maps.kspan_sums, &shared.sums),
         ]
         .map(|(object, kept)| (object.as_fd().as_raw_fd(), kept.as_fd().as_raw_fd()))
     });

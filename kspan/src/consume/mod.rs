@@ -56,11 +56,13 @@ impl Consumer {
     /// Starts consuming `ring` on a new thread, within `runtime` if given;
     /// `on_death` runs on that thread if it ends without being asked to (the
     /// ring buffer cannot be polled, or the pipeline panicked), before the
-    /// panic goes on.
+    /// panic goes on; `on_drained` runs there once the ring is drained after
+    /// a stop, for what the callback still holds.
     pub(crate) fn start(
         ring: RingBuffer<'static>,
         runtime: Option<tokio::runtime::Handle>,
         on_death: impl FnOnce() + Send + 'static,
+        on_drained: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
@@ -74,7 +76,7 @@ impl Consumer {
                 let ran =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ring, &stopped)));
                 match ran {
-                    Ok(true) => {}
+                    Ok(true) => on_drained(),
                     Ok(false) => on_death(),
                     Err(panic) => {
                         on_death();

@@ -6,6 +6,16 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
+    /// A filter that cannot be evaluated on this kernel's types.
+    #[error("`{function}` (probe at {location}): {reason}")]
+    Filter {
+        /// The kernel function.
+        function: String,
+        /// Where the probe is declared.
+        location: &'static str,
+        /// What is wrong and the fix.
+        reason: String,
+    },
     /// No probe was given to the runtime.
     #[error(
         "no probes: add at least one `#[kspan::kernel_span]` probe with `KspanBuilder::probe`"

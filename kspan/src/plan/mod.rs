@@ -11,6 +11,7 @@ mod capture;
 pub mod denylist;
 mod error;
 pub mod fieldpath;
+mod filter;
 mod names;
 
 use std::collections::{HashMap, HashSet};
@@ -21,6 +22,7 @@ pub use crate::kernel::tracefs::SyscallFormats;
 pub use capture::{normalize, rust_int_type, CapturePlan, DEFAULT_BYTES_MAX, DEFAULT_STR_MAX};
 pub(crate) use capture::{KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
 pub use error::PlanError;
+pub use filter::FilterPlan;
 pub use names::{closest_names, did_you_mean};
 
 use crate::annotation::{Mode, Probe};
@@ -47,6 +49,8 @@ pub struct ProbePlan {
     pub record_size: u32,
     /// Whether a negative return value is an errno that fails the span.
     pub errno_status: bool,
+    /// What the kernel checks before it makes a call a span.
+    pub filter: FilterPlan,
 }
 
 impl ProbePlan {
@@ -275,6 +279,7 @@ fn plan_function(
         check_compatible(function, "ret", &signature.ret, ret)?;
     }
 
+    let filter = filter::plan_filter(spec, function, &signature.ret, &captures)?;
     let header = std::mem::size_of::<kspan_record>();
     let record_size = (header + data_used).next_multiple_of(8) as u32;
     Ok(ProbePlan {
@@ -285,6 +290,7 @@ fn plan_function(
         nr_args: nr_args as u32,
         record_size,
         errno_status: spec.errno && spec.mode.has_return() && ret_is_errno,
+        filter,
     })
 }
 

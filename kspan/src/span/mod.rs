@@ -6,6 +6,7 @@
 
 mod attributes;
 mod clock;
+mod held;
 mod ids;
 mod panics;
 
@@ -14,6 +15,7 @@ pub(crate) use ids::provider_has_kernel_ids;
 pub use ids::KernelSpanIds;
 
 use std::cell::{Cell, RefCell};
+use std::time::Instant;
 
 use opentelemetry::trace::{
     Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
@@ -27,6 +29,7 @@ use crate::consume::{decode_capture, RecordView};
 use crate::kernel::errno;
 use crate::plan::{normalize, ProbePlan};
 use attributes::capture_attributes;
+use held::HeldSpans;
 
 /// The instrumentation scope of kernel spans.
 pub(crate) const SCOPE_NAME: &str = "kspan";
@@ -41,6 +44,9 @@ pub enum Outcome {
     /// The handler panicked; the span was exported as it was before the panic
     /// (with the attributes of the captures).
     HandlerPanicked,
+    /// Not a span: a call refused by its probe's filters after spans under
+    /// it were made; those spans now hang under the call's parent.
+    Reparented,
 }
 
 /// Turns records into spans through one tracer: what every span of a kspan
@@ -57,7 +63,18 @@ pub struct SpanFactory<T> {
     /// The next span's number, when spans are numbered for an export
     /// ledger (see [`crate::export`]).
     next_number: Option<Cell<u64>>,
+    /// Spans waiting for their parent's fate.
+    held: RefCell<HeldSpans>,
+    /// Spans handed to the tracer so far.
+    handed: Cell<u64>,
+    /// Spans that went without their parent's fate known.
+    unresolved: Cell<u64>,
+    /// Records since waiting spans were last checked for expiry.
+    since_expiry: Cell<u32>,
 }
+
+/// Records between two checks for spans that waited too long.
+const EXPIRY_EVERY: u32 = 1024;
 
 /// Contexts of recent parents, direct-mapped by span id (span ids are
 /// random). Kernel spans mostly share their parent with spans near them in
@@ -117,7 +134,65 @@ impl<T: Tracer> SpanFactory<T> {
             parents: RefCell::default(),
             panics: RefCell::default(),
             next_number: None,
+            held: RefCell::default(),
+            handed: Cell::new(0),
+            unresolved: Cell::new(0),
+            since_expiry: Cell::new(0),
         }
+    }
+
+    /// Spans handed to the tracer so far (held spans are not, yet).
+    pub fn handed(&self) -> u64 {
+        self.handed.get()
+    }
+
+    /// Spans handed without their parent's fate known (see [`held`]):
+    /// their parent's exit never came, or they waited past the limit.
+    pub fn unresolved(&self) -> u64 {
+        self.unresolved.get()
+    }
+
+    /// Spans waiting for their parent's fate now.
+    pub fn waiting(&self) -> usize {
+        self.held.borrow().len()
+    }
+
+    /// Hands every waiting span to the tracer as it is (at shutdown, and
+    /// when they waited too long), counted as unresolved.
+    pub fn release_waiting(&self) {
+        let spans = self.held.borrow_mut().drain();
+        self.export_unresolved(spans);
+    }
+
+    fn export_unresolved(&self, spans: Vec<KernelSpan>) {
+        self.unresolved.set(self.unresolved.get() + spans.len() as u64);
+        for span in spans {
+            self.export(span);
+        }
+    }
+
+    fn export_all(&self, spans: Vec<KernelSpan>) {
+        for span in spans {
+            self.export(span);
+        }
+    }
+
+    /// Now and then: spans that waited too long go as they are.
+    fn expire_waiting(&self) {
+        let n = self.since_expiry.get() + 1;
+        if n < EXPIRY_EVERY {
+            self.since_expiry.set(n);
+            return;
+        }
+        self.since_expiry.set(0);
+        if self.held.borrow().len() == 0 {
+            return;
+        }
+        let spans = self
+            .held
+            .borrow_mut()
+            .expired(Instant::now(), held::MAX_WAIT);
+        self.export_unresolved(spans);
     }
 
     /// Whether each span carries its number in the order spans are handed
@@ -140,6 +215,19 @@ impl<T: Tracer> SpanFactory<T> {
     /// unless the handler discards it.
     pub fn process(&self, plan: &ProbePlan, view: &RecordView<'_>) -> Outcome {
         let rec = &view.header;
+        self.expire_waiting();
+        let parent_pending = rec.flags & kspan_bpf::REC_PARENT_PENDING != 0;
+        let parent = (rec.parent_span_id != 0).then(|| SpanId::from(rec.parent_span_id));
+        if rec.flags & kspan_bpf::REC_REPARENT != 0 {
+            let ready = self.held.borrow_mut().parent_refused(
+                SpanId::from(rec.span_id),
+                parent,
+                parent_pending,
+                Instant::now(),
+            );
+            self.export_all(ready);
+            return Outcome::Reparented;
+        }
         let spec = &plan.probe.spec;
         // On the stack: no allocation for the captures themselves.
         let mut slots: [Capture<'_>; kspan_bpf::MAX_CAPS] = std::array::from_fn(|_| Capture::Fault);
@@ -200,8 +288,21 @@ impl<T: Tracer> SpanFactory<T> {
             .run(rec.probe_id, plan.function, || {
                 handler(&captured, &mut span)
             });
+        let span_id = span.span_id();
         let outcome = match ran {
-            Ok(()) if span.is_discarded() => return Outcome::Discarded,
+            Ok(()) if span.is_discarded() => {
+                // Like a refusal: what waits for it goes under its parent.
+                if self.held.borrow().len() > 0 {
+                    let ready = self.held.borrow_mut().parent_refused(
+                        span_id,
+                        parent,
+                        parent_pending,
+                        Instant::now(),
+                    );
+                    self.export_all(ready);
+                }
+                return Outcome::Discarded;
+            }
             Ok(()) => Outcome::Exported,
             Err(_) => {
                 // Exported with what the handler did before it panicked, and marked.
@@ -209,7 +310,16 @@ impl<T: Tracer> SpanFactory<T> {
                 Outcome::HandlerPanicked
             }
         };
-        self.export(span);
+        match parent {
+            Some(parent) if parent_pending => {
+                self.held.borrow_mut().hold(parent, span, Instant::now())
+            }
+            _ => self.export(span),
+        }
+        if self.held.borrow().len() > 0 {
+            let ready = self.held.borrow_mut().parent_stands(span_id);
+            self.export_all(ready);
+        }
         outcome
     }
 
@@ -252,6 +362,7 @@ impl<T: Tracer> SpanFactory<T> {
             built.set_status(status);
         }
         built.end_with_timestamp(end_time);
+        self.handed.set(self.handed.get() + 1);
     }
 }
 
