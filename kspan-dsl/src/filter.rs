@@ -134,10 +134,7 @@ pub fn parse_predicate(text: &str) -> Result<Predicate, FilterSyntaxError> {
                  `a > 1 && b < 2 || ret < 0`",
             ));
         } else {
-            return Err(error(
-                lexer.at,
-                "expected `&&` or `||` between comparisons",
-            ));
+            return Err(error(lexer.at, "expected `&&` or `||` between comparisons"));
         }
     }
     Ok(Predicate { any_of })
@@ -221,7 +218,10 @@ impl Lexer<'_> {
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(body.len());
         let token = body[..len].replace('_', "");
-        let parsed = match token.strip_prefix("0x").or_else(|| token.strip_prefix("0X")) {
+        let parsed = match token
+            .strip_prefix("0x")
+            .or_else(|| token.strip_prefix("0X"))
+        {
             Some(hex) => u64::from_str_radix(hex, 16),
             None => token.parse::<u64>(),
         };
@@ -359,11 +359,20 @@ mod tests {
         assert_eq!(parse_duration("2 s"), Ok(2_000_000_000));
         assert_eq!(parse_duration("10ns"), Ok(10));
         assert_eq!(parse_duration(".5ms"), Ok(500_000));
-        assert!(parse_duration("1").unwrap_err().message.contains("needs a unit"));
-        assert!(parse_duration("1 min").unwrap_err().message.contains("unknown unit `min`"));
+        assert!(parse_duration("1")
+            .unwrap_err()
+            .message
+            .contains("needs a unit"));
+        assert!(parse_duration("1 min")
+            .unwrap_err()
+            .message
+            .contains("unknown unit `min`"));
         assert!(parse_duration("ms").unwrap_err().message.contains("number"));
         assert!(parse_duration("0ms").unwrap_err().message.contains("zero"));
         assert!(parse_duration("1.2.3ms").is_err());
-        assert!(parse_duration("99999999999s").unwrap_err().message.contains("too long"));
+        assert!(parse_duration("99999999999s")
+            .unwrap_err()
+            .message
+            .contains("too long"));
     }
 }

@@ -362,8 +362,7 @@ fn check_filters(args: &KernelSpanArgs, params: &[Param]) -> Vec<syn::Error> {
         let scalars: Vec<&Param> = params
             .iter()
             .filter(|p| {
-                matches!(p.role, Role::Capture)
-                    && matches!(classify(&p.ty), Ok(TypeClass::Scalar))
+                matches!(p.role, Role::Capture) && matches!(classify(&p.ty), Ok(TypeClass::Scalar))
             })
             .collect();
         for c in predicate.comparisons() {
@@ -374,16 +373,14 @@ fn check_filters(args: &KernelSpanArgs, params: &[Param]) -> Vec<syn::Error> {
                 continue;
             }
             match scalars.iter().find(|p| p.name == c.name) {
-                Some(p) if matches!(p.capture.at, Some((true, _))) => {
-                    errors.push(syn::Error::new(
-                        lit.span(),
-                        format!(
-                            "`{}` is read at entry (`at = \"entry\"`): a filter compares values \
+                Some(p) if matches!(p.capture.at, Some((true, _))) => errors.push(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "`{}` is read at entry (`at = \"entry\"`): a filter compares values \
                              read at exit; capture it at exit, or filter in the handler",
-                            c.name
-                        ),
-                    ))
-                }
+                        c.name
+                    ),
+                )),
                 Some(_) => {}
                 None => {
                     let names: Vec<String> =

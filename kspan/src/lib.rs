@@ -153,8 +153,9 @@ pub mod telemetry;
 mod test_rng;
 
 pub use annotation::{
-    attributes, Capture, Captured, FromCapture, Hook, KernelSpan, KernelValue, LenSource,
-    FilterSpec, Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind, ValueType,
+    attributes, Capture, Captured, FilterSpec, FromCapture, Hook, KernelSpan, KernelValue,
+    LenSource, Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind,
+    ValueType,
 };
 pub use attach::{AttachDecision, AttachError};
 pub use bpf::{
@@ -162,7 +163,6 @@ pub use bpf::{
 };
 pub use error::{Error, Result};
 pub use export::{AccountedExporter, ExportLedger};
-pub use sums::{KernelSums, KernelSumsProcessor};
 pub use kernel::{KernelError, KERNEL_BTF};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
@@ -170,6 +170,7 @@ pub use plan::PlanError;
 pub use runtime::{Kspan, KspanBuilder};
 pub use span::{KernelSpanIds, Outcome, SpanFactory};
 pub use stats::{ProbeStats, Stats};
+pub use sums::{KernelSums, KernelSumsProcessor};
 
 /// What the `kernel_span` macro's expansion uses; not a public API.
 #[doc(hidden)]

@@ -112,10 +112,7 @@ impl KernelSums {
             let mut key = [0u8; 16];
             key[..8].copy_from_slice(&id.to_ne_bytes());
             key[8..12].copy_from_slice(&probe.id.to_ne_bytes());
-            let Ok(Some(value)) = table
-                .map
-                .lookup_and_delete(&key)
-            else {
+            let Ok(Some(value)) = table.map.lookup_and_delete(&key) else {
                 continue;
             };
             let word = |i: usize| {

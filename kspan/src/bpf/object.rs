@@ -218,9 +218,9 @@ impl SharedMaps {
     /// A handle of its own to the table of sums by application span.
     pub(crate) fn sums_handle(&self) -> Result<MapHandle, MapError> {
         MapHandle::try_from(&self.sums).map_err(|source| MapError {
-                map: names::SUMS_MAP,
-                source,
-            })
+            map: names::SUMS_MAP,
+            source,
+        })
     }
 
     pub(crate) fn set_enabled(&self, on: bool) -> Result<(), MapError> {

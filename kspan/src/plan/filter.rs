@@ -90,7 +90,8 @@ pub(crate) fn plan_filter(
     }
     let mut clauses = Vec::new();
     if let Some(text) = f.predicate {
-        let predicate = kspan_dsl::parse_predicate(text).map_err(|e| fail(format!("`filter`: {e}")))?;
+        let predicate =
+            kspan_dsl::parse_predicate(text).map_err(|e| fail(format!("`filter`: {e}")))?;
         for (group, comparisons) in predicate.any_of.iter().enumerate() {
             for c in comparisons {
                 let (cap, ty) = if c.name == "ret" {
@@ -180,13 +181,20 @@ mod tests {
     #[test]
     fn constants_must_fit_the_kernel_type() {
         assert_eq!(encode(-1, 8, true), Some(u64::MAX));
-        assert_eq!(encode(-1, 4, true), Some(u64::MAX), "sign-extended like the value");
+        assert_eq!(
+            encode(-1, 4, true),
+            Some(u64::MAX),
+            "sign-extended like the value"
+        );
         assert_eq!(encode(-1, 8, false), None);
         assert_eq!(encode(255, 1, false), Some(255));
         assert_eq!(encode(256, 1, false), None);
         assert_eq!(encode(i128::from(u64::MAX), 8, false), Some(u64::MAX));
         assert_eq!(encode(i128::from(u64::MAX), 8, true), None);
-        assert_eq!(encode(-2_147_483_648, 4, true), Some((-2_147_483_648i64) as u64));
+        assert_eq!(
+            encode(-2_147_483_648, 4, true),
+            Some((-2_147_483_648i64) as u64)
+        );
         assert_eq!(encode(2_147_483_648, 4, true), None);
     }
 }

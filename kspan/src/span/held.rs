@@ -185,7 +185,9 @@ mod tests {
         let mut held = HeldSpans::default();
         held.hold(SpanId::from(1), span(2, 1), t);
         held.hold(SpanId::from(3), span(4, 3), t + Duration::from_secs(5));
-        assert!(held.expired(t + Duration::from_secs(1), MAX_WAIT).is_empty());
+        assert!(held
+            .expired(t + Duration::from_secs(1), MAX_WAIT)
+            .is_empty());
         let gone = held.expired(t + MAX_WAIT, MAX_WAIT);
         assert_eq!(ids(&gone), [(2, Some(1))]);
         assert_eq!(held.len(), 1);

@@ -165,7 +165,8 @@ impl<T: Tracer> SpanFactory<T> {
     }
 
     fn export_unresolved(&self, spans: Vec<KernelSpan>) {
-        self.unresolved.set(self.unresolved.get() + spans.len() as u64);
+        self.unresolved
+            .set(self.unresolved.get() + spans.len() as u64);
         for span in spans {
             self.export(span);
         }
