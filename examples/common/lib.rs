@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -73,16 +73,30 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
 /// Sets up tracing and OpenTelemetry; returns the provider, which the caller
 /// hands to kspan and shuts down at exit.
 pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError> {
+    init_telemetry_with(scope, None)
+}
+
+/// [`init_telemetry`], the batch processor wrapped by `sums`' processor
+/// when given, so that application spans carry the kernel's totals of the
+/// probes with `sum`.
+pub fn init_telemetry_with(
+    scope: &'static str,
+    sums: Option<&kspan::KernelSums>,
+) -> Result<SdkTracerProvider, BoxError> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .build()?;
-    let provider = SdkTracerProvider::builder()
+    let batch = BatchSpanProcessor::builder(exporter).build();
+    let builder = SdkTracerProvider::builder()
         // Kernel spans keep the ids the kernel gave them.
         .with_id_generator(kspan::KernelSpanIds::default())
-        .with_batch_exporter(exporter)
         // The default detectors read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
-        .with_resource(Resource::builder().build())
-        .build();
+        .with_resource(Resource::builder().build());
+    let provider = match sums {
+        Some(sums) => builder.with_span_processor(sums.processor(batch)),
+        None => builder.with_span_processor(batch),
+    }
+    .build();
     // The exporter's own libraries have spans too (h2's connection span at
     // debug level): made OpenTelemetry spans, the exporter's sends would
     // become their children and be exported by more sends.

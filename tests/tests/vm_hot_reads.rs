@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The `hot_reads` example over OTLP (run in the VM by `cargo xtask test`):
+//! inside `hot_loop`, N one-byte reads and M 64 KiB reads of /dev/zero;
+//! `vfs_read` keeps the large ones as spans and sums the rest onto
+//! `hot_loop`. A real OTLP/gRPC receiver gets exactly M `vfs_read` spans,
+//! children of `hot_loop`, and `hot_loop` carries calls = N.
+
+use kspan_tests::{example, run_with_receiver};
+
+const SMALL: u64 = 5000;
+const LARGE: u64 = 12;
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines or kprobes; run by `cargo xtask test` in the VM"]
+async fn large_reads_are_spans_and_small_ones_add_up_on_the_loop() {
+    let run = run_with_receiver(
+        &example("hot_reads"),
+        &[&SMALL.to_string(), &LARGE.to_string()],
+        "hot-reads",
+    )
+    .await;
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let hot_loop = kspan_tests::the_span(&run.spans, "hot_loop");
+    let reads: Vec<_> = run.spans.iter().filter(|s| s.name == "vfs_read").collect();
+    assert_eq!(reads.len() as u64, LARGE, "{}", run.stdout());
+    for read in &reads {
+        assert_eq!(read.parent_span_id, hot_loop.span_id);
+        assert_eq!(read.int("kernel.arg.count"), Some(65536));
+        assert_eq!(read.int("kernel.return_value"), Some(65536));
+    }
+    assert_eq!(hot_loop.int("kernel.vfs_read.calls"), Some(SMALL as i64));
+    assert_eq!(hot_loop.int("kernel.vfs_read.errors"), Some(0));
+    let summed = hot_loop
+        .int("kernel.vfs_read.duration_ns")
+        .expect("summed time");
+    let loop_ns = (hot_loop.end_ns - hot_loop.start_ns) as i64;
+    assert!(summed > 0 && summed < loop_ns, "{summed} ns of {loop_ns}");
+    let stdout = run.stdout();
+    assert!(
+        stdout.contains(&format!("filtered in the kernel {SMALL};")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("lost 0"), "{stdout}");
+}
