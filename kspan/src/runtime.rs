@@ -428,13 +428,11 @@ impl Figures {
             .functions
             .iter()
             .zip(counters)
-            .map(|(&function, c)| {
-                let mut p = ProbeStats::default();
-                p.function = function;
-                p.filtered = c.filtered;
-                p.rate_limited = c.rate_limited;
-                p.summary_only = c.no_spans;
-                p
+            .map(|(&function, c)| ProbeStats {
+                function,
+                filtered: c.filtered,
+                rate_limited: c.rate_limited,
+                summary_only: c.no_spans,
             })
             .collect())
     }
