@@ -194,7 +194,7 @@ pub mod __private {
 ///
 /// # The attribute
 ///
-/// `#[kernel_span("function", mode = "...", errno = bool)]`
+/// `#[kernel_span("function", mode = "...", errno = bool, <filters>)]`
 ///
 /// * `"function"`: the kernel function, a string literal, first.
 /// * `mode = "auto"` (the default): a span from entry to exit through the
@@ -212,6 +212,46 @@ pub mod __private {
 /// * `errno = false`: by default a function returning a signed `int` or
 ///   `long` that returns `-1..=-4095` gets status error and an `error.type`
 ///   attribute with the errno's name (`ENOENT`); this turns that off.
+///
+/// # Hot functions: filters, rate limits and sums in the kernel
+///
+/// A span costs the service about a microsecond of consumer and SDK work.
+/// For a function called hundreds of thousands of times a second, keep the
+/// calls that matter and count the rest, in the kernel, at the call's exit,
+/// before any ring-buffer space is taken (spans only: not for `fentry` or
+/// `kprobe`):
+///
+/// * `min_duration = "1ms"` (`ns`, `us`, `ms`, `s`; decimals allowed): only
+///   calls at least that long.
+/// * `errors_only`: only calls that return an errno (`-1..=-4095` of a
+///   signed `int` or `long`).
+/// * `filter = "count >= 65536 || ret < 0"`: an or (`||`) of ands (`&&`) of
+///   up to four comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`) of the
+///   handler's scalar parameters read at exit, or `ret`, with integer
+///   constants; compared with the width and signedness of the kernel's type.
+///   No parentheses: a predicate the kernel cannot evaluate as written is a
+///   compile error at the token.
+/// * `rate_limit = 1000`: at most that many spans a second (bursts of up to
+///   a second's worth), after the filters.
+/// * `sum`: the calls that do not become spans add to their application
+///   span's attributes `kernel.<function>.calls`, `.duration_ns` and
+///   `.errors` (needs [`KernelSums`] between the tracer provider and
+///   [`KspanBuilder::kernel_sums`]).
+/// * `spans = false` (with `sum`): no call becomes a span, every call is
+///   summed.
+///
+/// Refused calls are counted per probe ([`Kspan::probe_stats`], the
+/// `kspan.probe.calls.skipped` metric) and in [`Stats`], never as loss.
+/// Nesting stays whole: a kept span under a refused call hangs under that
+/// call's parent; kspan holds it until the parent's fate is known.
+///
+/// ```no_run
+/// #[kspan::kernel_span("vfs_read", filter = "count >= 65536", sum)]
+/// fn vfs_read(count: usize, ret: isize) {}
+///
+/// #[kspan::kernel_span("tcp_sendmsg", min_duration = "500us", rate_limit = 100)]
+/// fn tcp_sendmsg(size: usize, ret: i32) {}
+/// ```
 ///
 /// # Parameters
 ///

@@ -146,8 +146,8 @@ impl<T: Tracer> SpanFactory<T> {
         self.handed.get()
     }
 
-    /// Spans handed without their parent's fate known (see [`held`]):
-    /// their parent's exit never came, or they waited past the limit.
+    /// Spans handed without their parent's fate known: a parent with
+    /// filters whose exit never came, or that ran longer than kspan waits.
     pub fn unresolved(&self) -> u64 {
         self.unresolved.get()
     }
