@@ -428,6 +428,48 @@ mod tests {
     }
 
     #[test]
+    fn filters_and_sums() {
+        let a = parse(quote!(
+            "vfs_read",
+            min_duration = "1.5ms",
+            errors_only,
+            filter = "count >= 65536 || ret < 0",
+            rate_limit = 250,
+            sum = true,
+            spans = false
+        ))
+        .unwrap();
+        let f = &a.filters;
+        assert_eq!(f.min_duration.as_ref().map(|(ns, _)| *ns), Some(1_500_000));
+        assert!(f.errors_only.is_some() && f.sum.is_some() && f.no_spans.is_some());
+        assert_eq!(f.rate_limit.as_ref().map(|(n, _)| *n), Some(250));
+        let predicate = &f.filter.as_ref().unwrap().0;
+        assert_eq!(predicate.any_of.len(), 2);
+        let a = parse(quote!("f", errors_only = false, sum = false, spans = true)).unwrap();
+        assert!(a.filters.errors_only.is_none() && a.filters.sum.is_none());
+        assert!(a.filters.no_spans.is_none());
+    }
+
+    #[test]
+    fn every_bad_filter_is_reported() {
+        let err = parse(quote!(
+            "f",
+            min_duration = "1",
+            filter = "a >",
+            rate_limit = 2000000,
+            sum,
+            sum
+        ))
+        .unwrap_err();
+        let msgs: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(msgs.len(), 4, "{msgs:?}");
+        assert!(msgs[0].contains("needs a unit"));
+        assert!(msgs[1].contains("integer constant"));
+        assert!(msgs[2].contains("from 1 to 1000000"));
+        assert_eq!(msgs[3], "duplicate key `sum`");
+    }
+
+    #[test]
     fn missing_or_non_string_name() {
         assert!(parse(quote!())
             .unwrap_err()

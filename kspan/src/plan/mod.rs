@@ -313,6 +313,67 @@ mod tests {
     #[kernel_span("vfs_read")]
     fn count_and_ret(count: usize, ret: isize) {}
 
+    #[kernel_span(
+        "vfs_read",
+        filter = "count >= 65536 && ret > 0 || ret == -11",
+        min_duration = "2us",
+        rate_limit = 1000,
+        sum
+    )]
+    fn filtered_read(count: usize) {}
+
+    #[kernel_span("kspan_void_fn", errors_only)]
+    fn errors_of_void(flag: bool) {}
+
+    #[kernel_span("kspan_void_fn", filter = "kind > 4294967296")]
+    fn too_big(kind: u64) {}
+
+    #[kernel_span("vfs_read", filter = "count > -1")]
+    fn negative_of_unsigned(count: usize) {}
+
+    #[test]
+    fn filters_are_bound_to_captures_and_kernel_types() {
+        use kspan_bpf::consts as c;
+        let plan = plan_probe(&btf(), &filtered_read).unwrap();
+        let f = &plan.filter;
+        assert!(f.may_drop() && f.sum && !f.no_spans);
+        assert_eq!(f.min_duration_ns, 2_000);
+        assert_eq!(f.rate_interval_ns, 1_000_000);
+        assert_eq!((f.ret_width, f.ret_signed), (8, true), "ssize_t");
+        let clauses: Vec<(u8, u8, u8, u8, u8, u64)> = f
+            .clauses
+            .iter()
+            .map(|c| (c.cap, c.op, c.width, c.is_signed, c.group, c.value))
+            .collect();
+        let ret = c::KSPAN_CLAUSE_RET as u8;
+        assert_eq!(
+            clauses,
+            [
+                (0, c::KSPAN_OP_GE as u8, 8, 0, 0, 65536),
+                (ret, c::KSPAN_OP_GT as u8, 8, 1, 0, 0),
+                (ret, c::KSPAN_OP_EQ as u8, 8, 1, 1, (-11i64) as u64),
+            ]
+        );
+        let plain = plan_probe(&btf(), &count_and_ret).unwrap();
+        assert!(!plain.filter.may_drop() && plain.filter.clauses.is_empty());
+    }
+
+    #[test]
+    fn filters_the_kernel_types_cannot_hold_are_refused() {
+        let e = err(&errors_of_void);
+        assert!(
+            e.contains("`errors_only`") && e.contains("returns `void`"),
+            "{e}"
+        );
+        let e = err(&too_big);
+        assert!(e.contains("4294967296 does not fit `kind`"), "{e}");
+        let e = err(&negative_of_unsigned);
+        assert!(
+            e.contains("-1 does not fit `count`") && e.contains("unsigned 64-bit"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn plans_vfs_read_count_and_ret() {
         let plan = plan_probe(&btf(), &count_and_ret).unwrap();
