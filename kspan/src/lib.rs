@@ -95,6 +95,7 @@
 //! | [`consume`] | the ring buffer and the records in it |
 //! | [`span`] | records to spans through the application's tracer ([`SpanFactory`], [`KernelSpanIds`]) |
 //! | `export` | after kspan: what the application's exporter made of kernel spans ([`AccountedExporter`], [`ExportLedger`]) |
+//! | `sums` | the kernel's totals of calls not made into spans, onto application spans as they end ([`KernelSums`], [`KernelSumsProcessor`]) |
 //! | [`telemetry`] | kspan's figures ([`Stats`]) as OpenTelemetry metrics |
 //! | [`context`] | beside the stages: the application's span per thread, published for the BPF programs |
 //!
@@ -108,6 +109,7 @@
 //! | --- | --- |
 //! | `kernel.arg.<name>` | each captured parameter |
 //! | `kernel.return_value` | the return value (fexit) |
+//! | `kernel.<function>.calls`, `.duration_ns`, `.errors` | on application spans: the calls of a probe with `sum` not made into spans |
 //! | `thread.id` | the calling thread (kernel pid) |
 //! | `process.pid` | the calling process (kernel tgid), with `trace_all_processes` only |
 //!
