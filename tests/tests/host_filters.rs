@@ -9,7 +9,9 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{SpanId, TraceContextExt, Tracer, TracerProvider as _};
-use opentelemetry::Value;
+use opentelemetry::{KeyValue, Value};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{
     InMemorySpanExporter, SdkTracerProvider, SimpleSpanProcessor, SpanData,
 };
@@ -52,6 +54,31 @@ fn int(span: &SpanData, key: &str) -> Option<i64> {
         })
 }
 
+/// `kspan.probe.calls.skipped` for `function` and `reason`, last collected.
+fn skipped_metric(exporter: &InMemoryMetricExporter, function: &str, reason: &str) -> Option<u64> {
+    let want = [
+        KeyValue::new(kspan::telemetry::REASON, reason.to_owned()),
+        KeyValue::new(kspan::telemetry::FUNCTION, function.to_owned()),
+    ];
+    let collections = exporter.get_finished_metrics().ok()?;
+    let metric = collections
+        .last()?
+        .scope_metrics()
+        .flat_map(|s| s.metrics())
+        .find(|m| m.name() == "kspan.probe.calls.skipped")?;
+    let AggregatedMetrics::U64(MetricData::Sum(sum)) = metric.data() else {
+        return None;
+    };
+    let value = sum
+        .data_points()
+        .find(|p| {
+            let have: Vec<&KeyValue> = p.attributes().collect();
+            have.len() == want.len() && want.iter().all(|kv| have.contains(&kv))
+        })
+        .map(|p| p.value());
+    value
+}
+
 fn probe<'a>(stats: &'a [kspan::ProbeStats], function: &str) -> &'a kspan::ProbeStats {
     stats
         .iter()
@@ -88,9 +115,14 @@ fn filters_keep_exactly_the_calls_asked_for_and_count_the_rest() {
     let sums = kspan::KernelSums::new();
     let (provider, exporter) = provider(&sums);
     let tracer = provider.tracer("app");
+    let metrics = InMemoryMetricExporter::default();
+    let meters = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(metrics.clone()).build())
+        .build();
     let kspan = kspan::Kspan::builder(&provider)
         .probes([&read, &clock_nanosleep, &openat, &getppid, &getpid, &getuid])
         .kernel_sums(sums.clone())
+        .meter_provider(&meters)
         .start()
         .expect("syscall sources start on the host");
 
@@ -131,6 +163,7 @@ fn filters_keep_exactly_the_calls_asked_for_and_count_the_rest() {
         cx.span().span_context().span_id()
     });
     let elapsed = started.elapsed();
+    meters.force_flush().expect("the reader collects");
     let per_probe = kspan.probe_stats().expect("per-probe figures");
     let stats = runtime
         .block_on(kspan.shutdown())
@@ -196,6 +229,22 @@ fn filters_keep_exactly_the_calls_asked_for_and_count_the_rest() {
     // getuid: filtered calls are summed too.
     assert!(under_app("getuid").is_empty());
     assert_eq!(int(app_span, "kernel.getuid.calls"), Some(UID_CALLS as i64));
+    // The per-probe figures are metrics too: collected just before
+    // `probe_stats` read them, with no traced call in between.
+    for p in &per_probe {
+        for (reason, figure) in [
+            ("filtered", p.filtered),
+            ("rate_limited", p.rate_limited),
+            ("summary_only", p.summary_only),
+        ] {
+            assert_eq!(
+                skipped_metric(&metrics, p.function, reason),
+                Some(figure),
+                "{} {reason}",
+                p.function
+            );
+        }
+    }
     // Nothing lost; the totals add up.
     assert_eq!(stats.lost(), 0, "{stats:?}");
     assert_eq!(stats.spans_parent_unresolved, 0);
