@@ -41,12 +41,14 @@
 //!   `__guest-relay` and `__host-connect`).
 //! * [`tasks`]: `test`, `demo` and `bench`.
 //! * [`others`]: `bench`'s cost to other processes (script and report).
+//! * [`filters`]: `bench --host --only filters`, the cost of refused calls.
 //! * [`jaeger`]: the `jaeger` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
 mod bpf;
 mod cpio;
 mod deps;
+mod filters;
 mod jaeger;
 mod kernel;
 mod others;

@@ -278,12 +278,13 @@ pub fn demo(args: &[String]) -> Result<u8> {
     vm::run_vm(&opts, &cmd, &repo_root())
 }
 
-/// `cargo xtask bench [--kernel K] [--rounds N] [--only others] [--host]`:
+/// `cargo xtask bench [--kernel K] [--rounds N] [--only others|filters] [--host]`:
 /// kspan against bpftrace, side by side in one guest run: attach + detach of
 /// every `vfs_*` function (whole process), the cost per traced call, and the
 /// cost to an untraced process ([`others`]); prints each figure (median of
 /// the rounds) and the ratios. `--only others` runs the last part alone,
-/// `--host` runs it natively (syscall tracepoints only).
+/// `--host` runs it natively (syscall tracepoints only); `--host --only
+/// filters` measures refused calls ([`crate::filters`]).
 pub fn bench(args: &[String]) -> Result<u8> {
     let mut opts = VmOptions {
         otlp_forward: false,
@@ -291,6 +292,7 @@ pub fn bench(args: &[String]) -> Result<u8> {
     };
     let mut rounds = 3u32;
     let mut only_others = false;
+    let mut only_filters = false;
     let mut host = false;
     let mut i = 0;
     while i < args.len() {
@@ -303,16 +305,23 @@ pub fn bench(args: &[String]) -> Result<u8> {
                 .filter(|r| *r > 0)
                 .ok_or_else(|| anyhow::anyhow!("--rounds: `{v}` is not a positive number"))?;
         } else if let Some(v) = opt_value(args, &mut i, "--only")? {
-            if v != "others" {
-                bail!("--only: `{v}`: the one part that runs alone is `others`");
+            match v.as_str() {
+                "others" => only_others = true,
+                "filters" => only_filters = true,
+                _ => bail!("--only: `{v}`: the parts that run alone are `others` and `filters`"),
             }
-            only_others = true;
         } else if args[i] == "--host" {
             host = true;
             i += 1;
         } else {
             bail!("unknown bench option {}", args[i]);
         }
+    }
+    if only_filters {
+        if !host {
+            bail!("--only filters runs natively: add --host");
+        }
+        return crate::filters::bench_host(rounds);
     }
     if host {
         return bench_host(rounds);
