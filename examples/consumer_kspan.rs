@@ -13,6 +13,10 @@
 //! pipeline). Each of FILLS fills prints `CONSUMER kspan records <n> ns
 //! <ns> lost <n>`; `lost` counts every loss kspan knows (ring buffer full,
 //! overload, the SDK's queue), and the exporter must have every span.
+//!
+//! With `no-export` as a third argument the gate is the only processor:
+//! what kspan and the SDK's span building cost without the batch
+//! processor's queue and export thread (the report's breakdown).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,10 +124,17 @@ fn main() -> ExitCode {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn run() -> Result<(), BoxError> {
-    let (records, fills) = args()?;
+    let (records, fills, export) = args()?;
     let gate = Arc::new(Gate::default());
-    let (provider, exporter) =
-        discard::provider_with((records as usize + 1) * 2, GateProcessor(gate.clone()));
+    let (provider, exporter) = if export {
+        discard::provider_with((records as usize + 1) * 2, GateProcessor(gate.clone()))
+    } else {
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_id_generator(kspan::KernelSpanIds::default())
+            .with_span_processor(GateProcessor(gate.clone()))
+            .build();
+        (provider, discard::DiscardExporter::default())
+    };
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&sys_getppid)
         // The calls are made under no application span.
@@ -143,7 +154,11 @@ fn run() -> Result<(), BoxError> {
             load::call();
         }
         let target = gate.ended.load(Ordering::Relaxed) + u64::from(records);
-        let exported_target = exporter.exported() + u64::from(records) + 1;
+        let exported_target = if export {
+            exporter.exported() + u64::from(records) + 1
+        } else {
+            0
+        };
         let started = Instant::now();
         gate.open();
         while gate.ended.load(Ordering::Relaxed) < target {
@@ -160,7 +175,8 @@ fn run() -> Result<(), BoxError> {
         let lost = after.lost() - before.lost();
         let missing = exported_target.saturating_sub(exporter.exported());
         println!(
-            "CONSUMER kspan records {} ns {} lost {}",
+            "CONSUMER {} records {} ns {} lost {}",
+            if export { "kspan" } else { "kspan_no_export" },
             records + 1,
             took.as_nanos(),
             lost + missing
@@ -178,16 +194,18 @@ fn run() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// `RECORDS FILLS`.
-fn args() -> Result<(u32, u32), BoxError> {
+/// `RECORDS FILLS [no-export]`: whether spans go on to the batch
+/// processor and the exporter.
+fn args() -> Result<(u32, u32, bool), BoxError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |i: usize| {
         args.get(i)
             .and_then(|n| n.parse::<u32>().ok())
             .filter(|n| *n > 0)
     };
-    match (number(0), number(1)) {
-        (Some(records), Some(fills)) => Ok((records, fills)),
-        _ => Err("usage: consumer_kspan RECORDS FILLS (positive numbers)".into()),
+    match (number(0), number(1), args.get(2).map(String::as_str)) {
+        (Some(records), Some(fills), None) => Ok((records, fills, true)),
+        (Some(records), Some(fills), Some("no-export")) => Ok((records, fills, false)),
+        _ => Err("usage: consumer_kspan RECORDS FILLS [no-export] (positive numbers)".into()),
     }
 }

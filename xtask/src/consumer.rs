@@ -19,12 +19,19 @@ use anyhow::{bail, Context, Result};
 
 use crate::util::{median, min_max, output};
 
-/// The two sides, the baseline first.
-pub const SIDES: [&str; 2] = ["bare", "kspan"];
+/// The sides: a name, which program runs it (`consumer_bare`, then
+/// `consumer_kspan`) and its extra argument; the baseline first. The third
+/// is a breakdown: kspan's consumer without the SDK's batch processor and
+/// exporter.
+pub const SIDES: [(&str, usize, Option<&str>); 3] = [
+    ("bare", 0, None),
+    ("kspan", 1, None),
+    ("kspan_no_export", 1, Some("no-export")),
+];
 
 /// How the bench runs.
 pub struct Plan<'a> {
-    /// The `consumer_bare` and `consumer_kspan` examples, in [`SIDES`]' order.
+    /// The `consumer_bare` and `consumer_kspan` examples.
     pub programs: [&'a str; 2],
     pub rounds: u32,
     /// Records per fill (one more is the call that holds kspan's consumer).
@@ -61,18 +68,18 @@ pub fn parse_run(out: &str, side: &str, fills: u32) -> Result<f64> {
 pub fn measure(p: &Plan) -> Result<BTreeMap<&'static str, Vec<f64>>> {
     let mut figures: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     for round in 1..=p.rounds {
-        let mut order = [0, 1];
+        let mut order = SIDES;
         if round % 2 == 0 {
             order.reverse();
         }
-        for i in order {
-            let out = output(
-                Command::new(p.programs[i]).args([p.records.to_string(), p.fills.to_string()]),
-            )
-            .with_context(|| format!("the {} consumer failed", SIDES[i]))?;
-            let rate = parse_run(&out, SIDES[i], p.fills)?;
-            eprintln!("round {round}: {} {:.0} records/s", SIDES[i], rate);
-            figures.entry(SIDES[i]).or_default().push(rate);
+        for (side, program, extra) in order {
+            let mut cmd = Command::new(p.programs[program]);
+            cmd.args([p.records.to_string(), p.fills.to_string()]);
+            cmd.args(extra);
+            let out = output(&mut cmd).with_context(|| format!("the {side} consumer failed"))?;
+            let rate = parse_run(&out, side, p.fills)?;
+            eprintln!("round {round}: {side} {rate:.0} records/s");
+            figures.entry(side).or_default().push(rate);
         }
     }
     Ok(figures)
@@ -86,12 +93,14 @@ pub fn report(figures: &BTreeMap<&'static str, Vec<f64>>, p: &Plan) -> Result<Ve
             .filter(|v| v.len() == p.rounds as usize)
             .with_context(|| format!("not {} figures for {side}", p.rounds))
     };
-    let (bare, kspan) = (get("bare")?, get("kspan")?);
+    let (bare, kspan, alone) = (get("bare")?, get("kspan")?, get("kspan_no_export")?);
     let ratios: Vec<f64> = kspan.iter().zip(bare).map(|(k, b)| k / b).collect();
     let m = |v: &[f64]| -> Vec<f64> { v.iter().map(|r| r / 1e6).collect() };
     let (blo, bhi) = min_max(&m(bare));
     let (klo, khi) = min_max(&m(kspan));
+    let (alo, ahi) = min_max(&m(alone));
     let (rlo, rhi) = min_max(&ratios);
+    let ns = |v: &[f64]| 1e9 / median(v.to_vec());
     Ok(vec![
         format!(
             "consumer, natively: records drained a second from a ring buffer pre-filled with {} \
@@ -102,12 +111,19 @@ pub fn report(figures: &BTreeMap<&'static str, Vec<f64>>, p: &Plan) -> Result<Ve
             p.fills
         ),
         format!(
-            "  bare libbpf-rs consumer (reads each record)            {:>7.2} M records/s [{blo:.2}..{bhi:.2}]",
-            median(m(bare))
+            "  bare libbpf-rs consumer (reads each record)            {:>7.2} M records/s [{blo:.2}..{bhi:.2}], {:.0} ns a record",
+            median(m(bare)),
+            ns(bare)
         ),
         format!(
-            "  kspan -> OpenTelemetry SDK (batch, discarding exporter) {:>7.2} M records/s [{klo:.2}..{khi:.2}]",
-            median(m(kspan))
+            "  kspan -> OpenTelemetry SDK (batch, discarding exporter) {:>7.2} M records/s [{klo:.2}..{khi:.2}], {:.0} ns a record",
+            median(m(kspan)),
+            ns(kspan)
+        ),
+        format!(
+            "  kspan -> SDK, no batch processor nor exporter           {:>7.2} M records/s [{alo:.2}..{ahi:.2}], {:.0} ns a record",
+            median(m(alone)),
+            ns(alone)
         ),
         format!(
             "  kspan/bare {:.3}x [{rlo:.3}..{rhi:.3}] (target >= 0.5x)",
@@ -144,8 +160,13 @@ mod tests {
         let mut f = BTreeMap::new();
         f.insert("bare", vec![10e6, 20e6]);
         f.insert("kspan", vec![5e6, 4e6]);
+        f.insert("kspan_no_export", vec![8e6, 8e6]);
         let r = report(&f, &p).unwrap().join("\n");
         assert!(r.contains("kspan/bare 0.350x [0.200..0.500]"), "{r}");
+        assert!(
+            r.contains("8.00 M records/s [8.00..8.00], 125 ns a record"),
+            "{r}"
+        );
         f.insert("kspan", vec![5e6]);
         assert!(report(&f, &p).is_err());
     }

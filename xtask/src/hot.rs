@@ -45,6 +45,9 @@ pub struct Plan<'a> {
 pub struct Run {
     /// Units of work a second.
     pub units_per_sec: f64,
+    /// Units of work per second of the service thread's CPU time: what
+    /// the service got done when it ran, whatever else the machine ran.
+    pub units_per_cpu_sec: f64,
     /// Wall seconds.
     pub secs: f64,
     pub calls: u64,
@@ -76,6 +79,7 @@ pub fn parse_line(line: &str) -> Result<(String, u64, Run)> {
     }
     let run = Run {
         units_per_sec: field("units")? / field("secs")?,
+        units_per_cpu_sec: field("units")? / field("thread_cpu_ns")? * 1e9,
         secs: field("secs")?,
         calls: calls as u64,
         call_ns: field("call_ns")? / calls,
@@ -174,6 +178,11 @@ pub fn report(figures: &Figures, p: &Plan) -> Result<Vec<String>> {
             .zip(base)
             .map(|(t, b)| t.units_per_sec / b.units_per_sec)
             .collect();
+        let cpu_ratios: Vec<f64> = traced
+            .iter()
+            .zip(base)
+            .map(|(t, b)| t.units_per_cpu_sec / b.units_per_cpu_sec)
+            .collect();
         let target = if rate == 10_000 {
             " (target >= 0.98x)"
         } else {
@@ -181,13 +190,16 @@ pub fn report(figures: &Figures, p: &Plan) -> Result<Vec<String>> {
         };
         out.push(format!(
             "  {rate:>7} calls/s: untraced {:.3} M units/s {}, exported {:.3} M units/s {}, \
-             exported/untraced {:.3}x {}{target}",
+             exported/untraced {:.3}x {}{target}; per second of the service thread's CPU \
+             {:.3}x {}",
             median(per_sec(base)),
             range(&per_sec(base), 3),
             median(per_sec(traced)),
             range(&per_sec(traced), 3),
             median(ratios.clone()),
             range(&ratios, 3),
+            median(cpu_ratios.clone()),
+            range(&cpu_ratios, 3),
         ));
     }
     out.push(
@@ -241,6 +253,7 @@ mod tests {
         .unwrap();
         assert_eq!((v.as_str(), rate), ("exported", 10_000));
         assert_eq!(run.units_per_sec, 1e6);
+        assert_eq!(run.units_per_cpu_sec, 1e6);
         assert_eq!(run.call_ns, 400.0);
         assert_eq!(run.others_cpu_ns, 500.0);
         assert!(parse_line("SERVICE exported rate 1").is_err());

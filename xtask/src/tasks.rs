@@ -279,9 +279,9 @@ pub fn demo(args: &[String]) -> Result<u8> {
 }
 
 /// `cargo xtask bench [--kernel K] [--rounds N] [--only others|hot|consumer]
-/// [--host]`: kspan against bpftrace, side by side in one guest run: attach
-/// + detach of every `vfs_*` function (whole process), the cost per traced
-/// call, and the cost to an untraced process ([`others`]); prints each
+/// [--host]`: kspan against bpftrace, side by side in one guest run:
+/// attach and detach of every `vfs_*` function (whole process), the cost per
+/// traced call, and the cost to an untraced process ([`others`]); prints each
 /// figure (median of the rounds) and the ratios. `--only others` runs the
 /// last part alone, `--host` runs it natively (syscall tracepoints only).
 /// `--host --only hot` and `--host --only consumer` run issue 13's hot
