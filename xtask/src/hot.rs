@@ -50,6 +50,10 @@ pub struct Run {
     pub units_per_cpu_sec: f64,
     /// Wall seconds.
     pub secs: f64,
+    /// Units of work done.
+    pub units: f64,
+    /// CPU time of the service thread, in nanoseconds.
+    pub thread_cpu_ns: f64,
     pub calls: u64,
     /// Time in the call, per call, as the calling thread saw it.
     pub call_ns: f64,
@@ -81,6 +85,8 @@ pub fn parse_line(line: &str) -> Result<(String, u64, Run)> {
         units_per_sec: field("units")? / field("secs")?,
         units_per_cpu_sec: field("units")? / field("thread_cpu_ns")? * 1e9,
         secs: field("secs")?,
+        units: field("units")?,
+        thread_cpu_ns: field("thread_cpu_ns")?,
         calls: calls as u64,
         call_ns: field("call_ns")? / calls,
         others_cpu_ns: (field("process_cpu_ns")? - field("thread_cpu_ns")?) / calls,
@@ -139,6 +145,17 @@ fn check(name: &str, variant: &str, got_rate: u64, rate: u64, run: &Run, line: &
         bail!("{line}: the service made fewer calls than its rate");
     }
     Ok(())
+}
+
+/// What an exported span adds per call to the service thread's CPU time,
+/// from its CPU time and units of work in the two runs: untraced, `T = W u
+/// + C c0` (units W of cost u, calls C of cost c0, timed around the call);
+/// traced, `T' = W' u + C' (c0 + a)`. Unlike the time around the call, it
+/// does not count the thread's waits while another process had its CPU.
+fn thread_added(traced: &Run, base: &Run) -> f64 {
+    let c0 = base.call_ns;
+    let unit = (base.thread_cpu_ns - base.calls as f64 * c0) / base.units;
+    (traced.thread_cpu_ns - traced.units * unit) / traced.calls as f64 - c0
 }
 
 /// `[lo..hi]` of `v`.
@@ -211,12 +228,20 @@ pub fn report(figures: &Figures, p: &Plan) -> Result<Vec<String>> {
             traced.iter().zip(base).map(|(t, b)| f(t) - f(b)).collect()
         };
         let in_call = added(|r| r.call_ns);
+        let in_thread: Vec<f64> = traced
+            .iter()
+            .zip(base)
+            .map(|(t, b)| thread_added(t, b))
+            .collect();
         let others = added(|r| r.others_cpu_ns);
-        let total: Vec<f64> = in_call.iter().zip(&others).map(|(a, b)| a + b).collect();
+        let total: Vec<f64> = in_thread.iter().zip(&others).map(|(a, b)| a + b).collect();
         let untraced_call: Vec<f64> = base.iter().map(|r| r.call_ns).collect();
         out.push(format!(
-            "  {rate:>7} calls/s: in the call {:+.0} ns {} (untraced getppid {:.0} ns), \
-             kspan's consumer and the SDK (other threads' CPU) {:+.0} ns {}, total {:+.0} ns {}",
+            "  {rate:>7} calls/s: the service thread's CPU {:+.0} ns {} (timed around the call: \
+             {:+.0} ns {}, untraced getppid {:.0} ns); kspan's consumer and the SDK (the other \
+             threads' CPU) {:+.0} ns {}; total CPU {:+.0} ns {}",
+            median(in_thread.clone()),
+            range(&in_thread, 0),
             median(in_call.clone()),
             range(&in_call, 0),
             median(untraced_call),
@@ -294,11 +319,14 @@ mod tests {
             "{r}"
         );
         assert!(
-            r.contains("in the call +200 ns [200..200] (untraced getppid 200 ns)"),
+            r.contains(
+                "thread's CPU +1996 ns [1996..1996] (timed around the call: +200 ns [200..200], \
+                 untraced getppid 200 ns)"
+            ),
             "{r}"
         );
         assert!(
-            r.contains("(other threads' CPU) +1000 ns [1000..1000], total +1200 ns"),
+            r.contains("threads' CPU) +1000 ns [1000..1000]; total CPU +2996 ns"),
             "{r}"
         );
         figures.clear();
