@@ -124,14 +124,15 @@ fn run() -> Result<(), BoxError> {
         state = load::work_unit(state, a.rounds);
         units += 1;
         let now = Instant::now();
-        let elapsed = now.duration_since(started);
-        if elapsed >= duration {
-            break elapsed;
-        }
         for _ in 0..pacer.due(now) {
             let before = Instant::now();
             load::call();
             call_ns += before.elapsed().as_nanos() as u64;
+        }
+        // Every call due until the end is made.
+        let elapsed = now.duration_since(started);
+        if elapsed >= duration {
+            break elapsed;
         }
     };
     let thread_cpu = load::thread_cpu_ns() - thread_cpu;
