@@ -13,7 +13,8 @@
 //! `consumer_bare RECORDS FILLS`: per fill, RECORDS + 1 `getppid` calls
 //! with nobody consuming (as `consumer_kspan` makes one call, then RECORDS
 //! while its consumer is held), then the time to consume them all; prints
-//! `CONSUMER bare records <n> ns <ns> lost <n>`, `lost` from the kernel's
+//! `CONSUMER bare records <n> ns <ns> cpu_ns <ns> lost <n>` (`cpu_ns`: the
+//! process's CPU time meanwhile), `lost` from the kernel's
 //! counters (ring buffer full, overload) and any record not consumed.
 
 use std::cell::Cell;
@@ -143,6 +144,7 @@ fn run() -> Result<(), BoxError> {
             load::call();
         }
         let target = from + u64::from(records) + 1;
+        let cpu = load::process_cpu_ns();
         let started = Instant::now();
         while consumed.get() < target {
             if started.elapsed() > Duration::from_secs(30) {
@@ -151,10 +153,11 @@ fn run() -> Result<(), BoxError> {
             ring.consume()?;
         }
         let took = started.elapsed();
+        let cpu = load::process_cpu_ns() - cpu;
         let lost_now = counters()?;
         let missing = target.saturating_sub(consumed.get());
         println!(
-            "CONSUMER bare records {} ns {} lost {}",
+            "CONSUMER bare records {} ns {} cpu_ns {cpu} lost {}",
             records + 1,
             took.as_nanos(),
             lost_now - lost_before + missing

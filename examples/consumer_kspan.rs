@@ -11,8 +11,11 @@
 //! wait in the ring buffer, opens the gate and times until the exporter
 //! has every span (a `force_flush` after the last one reached the
 //! pipeline). Each of FILLS fills prints `CONSUMER kspan records <n> ns
-//! <ns> lost <n>`; `lost` counts every loss kspan knows (ring buffer full,
-//! overload, the SDK's queue), and the exporter must have every span.
+//! <ns> cpu_ns <ns> lost <n>` (`cpu_ns`: the CPU time of every thread of
+//! the process meanwhile: the consumer's, the SDK's export thread's, and
+//! the waiting main thread's); `lost` counts every loss kspan knows (ring
+//! buffer full, overload, the SDK's queue), and the exporter must have
+//! every span.
 //!
 //! With `no-export` as a third argument the gate is the only processor:
 //! what kspan and the SDK's span building cost without the batch
@@ -159,6 +162,7 @@ fn run() -> Result<(), BoxError> {
         } else {
             0
         };
+        let cpu = load::process_cpu_ns();
         let started = Instant::now();
         gate.open();
         while gate.ended.load(Ordering::Relaxed) < target {
@@ -171,11 +175,12 @@ fn run() -> Result<(), BoxError> {
         }
         provider.force_flush()?;
         let took = started.elapsed();
+        let cpu = load::process_cpu_ns() - cpu;
         let after = kspan.stats()?;
         let lost = after.lost() - before.lost();
         let missing = exported_target.saturating_sub(exporter.exported());
         println!(
-            "CONSUMER {} records {} ns {} lost {}",
+            "CONSUMER {} records {} ns {} cpu_ns {cpu} lost {}",
             if export { "kspan" } else { "kspan_no_export" },
             records + 1,
             took.as_nanos(),

@@ -40,14 +40,32 @@ pub struct Plan<'a> {
     pub fills: u32,
 }
 
-/// The median records a second of one run's fills, from its `CONSUMER
-/// <side> records <n> ns <ns> lost <n>` lines; fails on any loss.
-pub fn parse_run(out: &str, side: &str, fills: u32) -> Result<f64> {
-    let mut rates = Vec::new();
+/// One run's figures: the medians of its fills.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Run {
+    /// Records drained a second (wall time).
+    pub rate: f64,
+    /// CPU time of the process per record drained, in nanoseconds: not
+    /// inflated while another process has the CPU.
+    pub cpu_ns: f64,
+}
+
+/// One run's figures, from its `CONSUMER <side> records <n> ns <ns> cpu_ns
+/// <ns> lost <n>` lines; fails on any loss.
+pub fn parse_run(out: &str, side: &str, fills: u32) -> Result<Run> {
+    let (mut rates, mut cpu) = (Vec::new(), Vec::new());
     for line in out.lines().filter(|l| l.starts_with("CONSUMER ")) {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
-        let (Some(records), Some(ns), Some(lost)) = (num(3), num(5), num(7)) else {
+        let field = |name: &str| -> Option<f64> {
+            let at = f.iter().position(|w| *w == name)?;
+            f.get(at + 1)?.parse().ok()
+        };
+        let (Some(records), Some(ns), Some(cpu_ns), Some(lost)) = (
+            field("records"),
+            field("ns"),
+            field("cpu_ns"),
+            field("lost"),
+        ) else {
             bail!("unreadable line: `{line}`");
         };
         if f[1] != side {
@@ -57,16 +75,23 @@ pub fn parse_run(out: &str, side: &str, fills: u32) -> Result<f64> {
             bail!("`{line}`: records were lost during the fill or the drain; figures void");
         }
         rates.push(records / ns * 1e9);
+        cpu.push(cpu_ns / records);
     }
     if rates.len() != fills as usize {
         bail!("{side}: {} fills, not {fills}:\n{out}", rates.len());
     }
-    Ok(median(rates))
+    Ok(Run {
+        rate: median(rates),
+        cpu_ns: median(cpu),
+    })
 }
 
-/// Records a second per side, one figure per round.
-pub fn measure(p: &Plan) -> Result<BTreeMap<&'static str, Vec<f64>>> {
-    let mut figures: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+/// Side -> one run per round.
+pub type Figures = BTreeMap<&'static str, Vec<Run>>;
+
+/// Runs every round.
+pub fn measure(p: &Plan) -> Result<Figures> {
+    let mut figures = Figures::new();
     for round in 1..=p.rounds {
         let mut order = SIDES;
         if round % 2 == 0 {
@@ -77,59 +102,83 @@ pub fn measure(p: &Plan) -> Result<BTreeMap<&'static str, Vec<f64>>> {
             cmd.args([p.records.to_string(), p.fills.to_string()]);
             cmd.args(extra);
             let out = output(&mut cmd).with_context(|| format!("the {side} consumer failed"))?;
-            let rate = parse_run(&out, side, p.fills)?;
-            eprintln!("round {round}: {side} {rate:.0} records/s");
-            figures.entry(side).or_default().push(rate);
+            let run = parse_run(&out, side, p.fills)?;
+            eprintln!(
+                "round {round}: {side} {:.0} records/s, {:.1} ns of CPU a record",
+                run.rate, run.cpu_ns
+            );
+            figures.entry(side).or_default().push(run);
         }
     }
     Ok(figures)
 }
 
+/// `<median><unit> [lo..hi]` of `v`.
+fn spread(v: &[f64], digits: usize, unit: &str) -> String {
+    let (lo, hi) = min_max(v);
+    format!(
+        "{:.digits$}{unit} [{lo:.digits$}..{hi:.digits$}]",
+        median(v.to_vec())
+    )
+}
+
 /// The report's lines.
-pub fn report(figures: &BTreeMap<&'static str, Vec<f64>>, p: &Plan) -> Result<Vec<String>> {
-    let get = |side: &str| -> Result<&Vec<f64>> {
+pub fn report(figures: &Figures, p: &Plan) -> Result<Vec<String>> {
+    let get = |side: &str| -> Result<&Vec<Run>> {
         figures
             .get(side)
             .filter(|v| v.len() == p.rounds as usize)
             .with_context(|| format!("not {} figures for {side}", p.rounds))
     };
-    let (bare, kspan, alone) = (get("bare")?, get("kspan")?, get("kspan_no_export")?);
-    let ratios: Vec<f64> = kspan.iter().zip(bare).map(|(k, b)| k / b).collect();
-    let m = |v: &[f64]| -> Vec<f64> { v.iter().map(|r| r / 1e6).collect() };
-    let (blo, bhi) = min_max(&m(bare));
-    let (klo, khi) = min_max(&m(kspan));
-    let (alo, ahi) = min_max(&m(alone));
-    let (rlo, rhi) = min_max(&ratios);
-    let ns = |v: &[f64]| 1e9 / median(v.to_vec());
-    Ok(vec![
-        format!(
-            "consumer, natively: records drained a second from a ring buffer pre-filled with {} \
-             getppid records ({} rounds of {} fills per side, alternating order; per run the \
-             median fill, medians over the rounds, the rounds' range in brackets; no record lost):",
-            p.records + 1,
-            p.rounds,
-            p.fills
+    let bare = get("bare")?;
+    let mut out = vec![format!(
+        "consumer, natively: records drained from a ring buffer pre-filled with {} getppid \
+         records ({} rounds of {} fills per side, alternating order; per run the median fill; \
+         medians over the rounds, the rounds' range in brackets; no record lost); kspan/bare \
+         is paired within a round (target >= 0.5x):",
+        p.records + 1,
+        p.rounds,
+        p.fills
+    )];
+    for (side, what) in [
+        ("bare", "bare libbpf-rs consumer (reads each record)"),
+        (
+            "kspan",
+            "kspan -> SDK batch processor -> discarding exporter",
         ),
-        format!(
-            "  bare libbpf-rs consumer (reads each record)            {:>7.2} M records/s [{blo:.2}..{bhi:.2}], {:.0} ns a record",
-            median(m(bare)),
-            ns(bare)
+        (
+            "kspan_no_export",
+            "kspan -> SDK, no batch processor nor exporter",
         ),
-        format!(
-            "  kspan -> OpenTelemetry SDK (batch, discarding exporter) {:>7.2} M records/s [{klo:.2}..{khi:.2}], {:.0} ns a record",
-            median(m(kspan)),
-            ns(kspan)
-        ),
-        format!(
-            "  kspan -> SDK, no batch processor nor exporter           {:>7.2} M records/s [{alo:.2}..{ahi:.2}], {:.0} ns a record",
-            median(m(alone)),
-            ns(alone)
-        ),
-        format!(
-            "  kspan/bare {:.3}x [{rlo:.3}..{rhi:.3}] (target >= 0.5x)",
-            median(ratios.clone())
-        ),
-    ])
+    ] {
+        let runs = get(side)?;
+        let rates: Vec<f64> = runs.iter().map(|r| r.rate / 1e6).collect();
+        let cpu: Vec<f64> = runs.iter().map(|r| r.cpu_ns).collect();
+        let mut line = format!(
+            "  {what:<52} {}, {} of CPU a record",
+            spread(&rates, 2, " M records/s"),
+            spread(&cpu, 0, " ns")
+        );
+        if side != "bare" {
+            let by_rate: Vec<f64> = runs
+                .iter()
+                .zip(bare)
+                .map(|(k, b)| k.rate / b.rate)
+                .collect();
+            let by_cpu: Vec<f64> = runs
+                .iter()
+                .zip(bare)
+                .map(|(k, b)| b.cpu_ns / k.cpu_ns)
+                .collect();
+            line += &format!(
+                "; kspan/bare {} by rate, {} by CPU",
+                spread(&by_rate, 3, "x"),
+                spread(&by_cpu, 3, "x")
+            );
+        }
+        out.push(line);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -138,36 +187,41 @@ mod tests {
 
     #[test]
     fn a_run_is_its_median_fill_and_losses_void_it() {
-        let out = "CONSUMER kspan records 1000 ns 1000000 lost 0\n\
+        let out = "CONSUMER kspan records 1000 ns 1000000 cpu_ns 500000 lost 0\n\
                    noise\n\
-                   CONSUMER kspan records 1000 ns 2000000 lost 0\n\
-                   CONSUMER kspan records 1000 ns 500000 lost 0\n";
-        assert_eq!(parse_run(out, "kspan", 3).unwrap(), 1e6);
+                   CONSUMER kspan records 1000 ns 2000000 cpu_ns 2000000 lost 0\n\
+                   CONSUMER kspan records 1000 ns 500000 cpu_ns 400000 lost 0\n";
+        let run = parse_run(out, "kspan", 3).unwrap();
+        assert_eq!((run.rate, run.cpu_ns), (1e6, 500.0));
         assert!(parse_run(out, "kspan", 2).is_err());
         assert!(parse_run(out, "bare", 3).is_err());
-        let lost = out.replace("ns 500000 lost 0", "ns 500000 lost 3");
+        let lost = out.replace("cpu_ns 400000 lost 0", "cpu_ns 400000 lost 3");
         assert!(parse_run(&lost, "kspan", 3).is_err());
     }
 
     #[test]
-    fn the_ratio_is_paired_within_rounds() {
+    fn the_ratios_are_paired_within_rounds() {
         let p = Plan {
             programs: ["b", "k"],
             rounds: 2,
             records: 99,
             fills: 1,
         };
-        let mut f = BTreeMap::new();
-        f.insert("bare", vec![10e6, 20e6]);
-        f.insert("kspan", vec![5e6, 4e6]);
-        f.insert("kspan_no_export", vec![8e6, 8e6]);
+        let run = |rate: f64, cpu_ns: f64| Run { rate, cpu_ns };
+        let mut f = Figures::new();
+        f.insert("bare", vec![run(10e6, 10.0), run(20e6, 20.0)]);
+        f.insert("kspan", vec![run(5e6, 100.0), run(4e6, 100.0)]);
+        f.insert("kspan_no_export", vec![run(8e6, 50.0), run(8e6, 50.0)]);
         let r = report(&f, &p).unwrap().join("\n");
-        assert!(r.contains("kspan/bare 0.350x [0.200..0.500]"), "{r}");
         assert!(
-            r.contains("8.00 M records/s [8.00..8.00], 125 ns a record"),
+            r.contains("kspan/bare 0.350x [0.200..0.500] by rate, 0.150x [0.100..0.200] by CPU"),
             "{r}"
         );
-        f.insert("kspan", vec![5e6]);
+        assert!(
+            r.contains("8.00 M records/s [8.00..8.00], 50 ns [50..50] of CPU"),
+            "{r}"
+        );
+        f.insert("kspan", vec![run(5e6, 1.0)]);
         assert!(report(&f, &p).is_err());
     }
 }
