@@ -171,7 +171,7 @@ fn run() -> Result<(), BoxError> {
             }
             // Polled with sleeps: a spinning thread here would take a CPU
             // from the consumer or the SDK's export thread (2 CPUs).
-            std::thread::sleep(Duration::from_micros(100));
+            std::thread::sleep(Duration::from_micros(250));
         }
         provider.force_flush()?;
         let took = started.elapsed();

@@ -148,10 +148,11 @@ fn check(name: &str, variant: &str, got_rate: u64, rate: u64, run: &Run, line: &
 }
 
 /// What an exported span adds per call to the service thread's CPU time,
-/// from its CPU time and units of work in the two runs: untraced, `T = W u
-/// + C c0` (units W of cost u, calls C of cost c0, timed around the call);
-/// traced, `T' = W' u + C' (c0 + a)`. Unlike the time around the call, it
-/// does not count the thread's waits while another process had its CPU.
+/// from its CPU time and units of work in the two runs: untraced,
+/// `T = W u + C c0` (units W of cost u, calls C of cost c0, timed around the
+/// call); traced, `T' = W' u + C' (c0 + a)`. Unlike the time around the
+/// call, it does not count the thread's waits while another process had
+/// its CPU.
 fn thread_added(traced: &Run, base: &Run) -> f64 {
     let c0 = base.call_ns;
     let unit = (base.thread_cpu_ns - base.calls as f64 * c0) / base.units;
