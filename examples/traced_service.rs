@@ -129,10 +129,9 @@ fn run() -> Result<(), BoxError> {
             load::call();
             call_ns += before.elapsed().as_nanos() as u64;
         }
-        // Every call due until the end is made.
-        let elapsed = now.duration_since(started);
-        if elapsed >= duration {
-            break elapsed;
+        // Every call due until the end is made, and timed.
+        if now.duration_since(started) >= duration {
+            break started.elapsed();
         }
     };
     let thread_cpu = load::thread_cpu_ns() - thread_cpu;
