@@ -4,6 +4,8 @@
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, ...), with `tracing`
 //! spans bridged into it, and a small argument reader.
 
+pub mod hot;
+
 use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -77,19 +77,6 @@ fn parse(out: &str, mode: &str) -> Option<(f64, f64)> {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
 /// Per mode the medians and the added cost over `none` (CPU of the whole
 /// process per call, the consumer's and the SDK's included; and the
 /// fastest batch's time per call on the calling thread), then the ratios

@@ -42,13 +42,18 @@
 //! * [`tasks`]: `test`, `demo` and `bench`.
 //! * [`others`]: `bench`'s cost to other processes (script and report).
 //! * [`filters`]: `bench --host --only filters`, the cost of refused calls.
+//! * [`hot`]: `bench --host --only hot`, a traced service's throughput.
+//! * [`consumer`]: `bench --host --only consumer`, kspan's consumer against
+//!   a bare libbpf-rs one.
 //! * [`jaeger`]: the `jaeger` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
 mod bpf;
+mod consumer;
 mod cpio;
 mod deps;
 mod filters;
+mod hot;
 mod jaeger;
 mod kernel;
 mod others;
@@ -85,12 +90,16 @@ commands:
                         the file service in the VM, its traces in the embedded
                         Jaeger UI on the host (default 127.0.0.1:16686) until
                         Ctrl-C, or a headless-Chromium picture of one trace
-  bench [--kernel K] [--rounds N] [--only others] [--host]
+  bench [--kernel K] [--rounds N] [--only others|hot|consumer] [--host]
                         kspan vs bpftrace in the VM: attach+detach of every
                         vfs_* function, the cost per traced call, and the cost
                         to an untraced process while probes are held
       --only others     the last part alone
       --host            the last part natively, syscall tracepoints only
+      --host --only hot       a service's throughput at 10k and 100k traced
+                              calls/s against untraced, and the cost per span
+      --host --only consumer  kspan's consumer (to the SDK, discarding) against
+                              a bare libbpf-rs ring-buffer consumer
 ";
 
 fn main() -> ExitCode {

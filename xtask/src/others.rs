@@ -15,6 +15,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
 
+use crate::util::{median, min_max};
+
 /// One probe held by another process while the loops run.
 pub struct Held {
     /// The name in the script's output lines.
@@ -265,23 +267,6 @@ pub fn parse(output: &str, p: &Plan) -> Result<Figures> {
         }
     }
     Ok(figures)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn min_max(v: &[f64]) -> (f64, f64) {
-    v.iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
-            (lo.min(*x), hi.max(*x))
-        })
 }
 
 /// The report's lines, from checked figures.

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::kernel::KernelSpec;
-use crate::others;
 use crate::util::{cargo, display, opt_value, repo_root, run, sh_quote, Metadata};
 use crate::vm::{self, VmOptions};
+use crate::{consumer, hot, others};
 
 /// The package holding the tests that need a real kernel (run in the VM).
 pub const TESTS_PKG: &str = "kspan-tests";
@@ -278,21 +278,23 @@ pub fn demo(args: &[String]) -> Result<u8> {
     vm::run_vm(&opts, &cmd, &repo_root())
 }
 
-/// `cargo xtask bench [--kernel K] [--rounds N] [--only others|filters] [--host]`:
-/// kspan against bpftrace, side by side in one guest run: attach + detach of
-/// every `vfs_*` function (whole process), the cost per traced call, and the
-/// cost to an untraced process ([`others`]); prints each figure (median of
-/// the rounds) and the ratios. `--only others` runs the last part alone,
-/// `--host` runs it natively (syscall tracepoints only); `--host --only
-/// filters` measures refused calls ([`crate::filters`]).
+/// `cargo xtask bench [--kernel K] [--rounds N] [--only others|hot|consumer|filters]
+/// [--host]`: kspan against bpftrace, side by side in one guest run:
+/// attach and detach of every `vfs_*` function (whole process), the cost per
+/// traced call, and the cost to an untraced process ([`others`]); prints each
+/// figure (median of the rounds) and the ratios. `--only others` runs the
+/// last part alone, `--host` runs it natively (syscall tracepoints only).
+/// `--host --only hot`, `consumer` and `filters` run issue 13's hot
+/// function benchmarks natively: a traced service's throughput ([`hot`]),
+/// the consumer's drain rate against a bare one ([`consumer`]) and the cost
+/// of a refused call ([`crate::filters`]).
 pub fn bench(args: &[String]) -> Result<u8> {
     let mut opts = VmOptions {
         otlp_forward: false,
         ..VmOptions::default()
     };
     let mut rounds = 3u32;
-    let mut only_others = false;
-    let mut only_filters = false;
+    let mut only: Option<String> = None;
     let mut host = false;
     let mut i = 0;
     while i < args.len() {
@@ -305,11 +307,13 @@ pub fn bench(args: &[String]) -> Result<u8> {
                 .filter(|r| *r > 0)
                 .ok_or_else(|| anyhow::anyhow!("--rounds: `{v}` is not a positive number"))?;
         } else if let Some(v) = opt_value(args, &mut i, "--only")? {
-            match v.as_str() {
-                "others" => only_others = true,
-                "filters" => only_filters = true,
-                _ => bail!("--only: `{v}`: the parts that run alone are `others` and `filters`"),
+            if !["others", "hot", "consumer", "filters"].contains(&v.as_str()) {
+                bail!(
+                    "--only: `{v}`: the parts that run alone are `others`, `hot`, `consumer` \
+                     and `filters`"
+                );
             }
+            only = Some(v);
         } else if args[i] == "--host" {
             host = true;
             i += 1;
@@ -317,15 +321,17 @@ pub fn bench(args: &[String]) -> Result<u8> {
             bail!("unknown bench option {}", args[i]);
         }
     }
-    if only_filters {
-        if !host {
-            bail!("--only filters runs natively: add --host");
+    match (only.as_deref(), host) {
+        (Some("hot"), true) => return bench_hot(rounds),
+        (Some("consumer"), true) => return bench_consumer(rounds),
+        (Some("filters"), true) => return crate::filters::bench_host(rounds),
+        (Some(part @ ("hot" | "consumer" | "filters")), false) => {
+            bail!("--only {part} runs natively, with syscall sources: add --host")
         }
-        return crate::filters::bench_host(rounds);
+        (_, true) => return bench_host(rounds),
+        _ => {}
     }
-    if host {
-        return bench_host(rounds);
-    }
+    let only_others = only.is_some();
     crate::deps::ensure()?;
     run(cargo().args([
         "build",
@@ -469,6 +475,66 @@ fn bench_host(rounds: u32) -> Result<u8> {
     let kernel = crate::util::output(std::process::Command::new("uname").arg("-r"))?;
     println!("host ({}):", kernel.trim());
     println!("{}", others::report(&figures, &plan).join("\n"));
+    Ok(0)
+}
+
+/// Builds `examples` (release) and returns their paths.
+fn release_examples(examples: &[&str]) -> Result<Vec<String>> {
+    if !crate::util::is_root() {
+        bail!("bench --host attaches probes: run it as root");
+    }
+    let mut cmd = cargo();
+    cmd.args(["build", "--release", "-p", EXAMPLES_PKG]);
+    for e in examples {
+        cmd.args(["--example", e]);
+    }
+    run(&mut cmd)?;
+    let target = Metadata::load()?.target_dir;
+    Ok(examples
+        .iter()
+        .map(|e| path_arg(&target.join("release/examples").join(e)))
+        .collect())
+}
+
+/// The machine, for the reports: the kernel and the processors.
+fn host_line() -> Result<String> {
+    let kernel = crate::util::output(std::process::Command::new("uname").arg("-r"))?;
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    Ok(format!("host ({}, {cpus} CPUs)", kernel.trim()))
+}
+
+/// A traced service's throughput at fixed rates of traced calls, natively
+/// ([`hot`]).
+fn bench_hot(rounds: u32) -> Result<u8> {
+    let service = release_examples(&["traced_service"])?.remove(0);
+    let plan = hot::Plan {
+        service: &service,
+        rounds,
+        seconds: 2.0,
+        // About a microsecond of work a unit.
+        work_rounds: 256,
+    };
+    let figures = hot::measure(&plan)?;
+    println!("{}:", host_line()?);
+    println!("{}", hot::report(&figures, &plan)?.join("\n"));
+    Ok(0)
+}
+
+/// kspan's consumer against a bare libbpf-rs consumer, natively
+/// ([`consumer`]).
+fn bench_consumer(rounds: u32) -> Result<u8> {
+    let programs = release_examples(&["consumer_bare", "consumer_kspan"])?;
+    let plan = consumer::Plan {
+        programs: [&programs[0], &programs[1]],
+        rounds,
+        // About 23 MB of records: under half of the 64 MiB ring, where
+        // kspan's programs start counting new calls as overload.
+        records: 150_000,
+        fills: 5,
+    };
+    let figures = consumer::measure(&plan)?;
+    println!("{}:", host_line()?);
+    println!("{}", consumer::report(&figures, &plan)?.join("\n"));
     Ok(0)
 }
 

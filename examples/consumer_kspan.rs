@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! kspan's consumer draining a pre-filled ring buffer: the kspan side of
+//! `cargo xtask bench --host --only consumer` (issue 13); `consumer_bare`
+//! is the other side.
+//!
+//! `consumer_kspan RECORDS FILLS`: kspan traces `getppid` (a syscall
+//! source) into a pipeline whose batch processor holds every span and whose
+//! exporter discards them ([`kspan_examples::hot::discard`]). A first
+//! processor, the gate, holds kspan's consumer inside its first span; the
+//! program then makes RECORDS more `getppid` calls, so that their records
+//! wait in the ring buffer, opens the gate and times until the exporter
+//! has every span (a `force_flush` after the last one reached the
+//! pipeline). Each of FILLS fills prints `CONSUMER kspan records <n> ns
+//! <ns> cpu_ns <ns> lost <n>` (`cpu_ns`: the CPU time of every thread of
+//! the process meanwhile: the consumer's, the SDK's export thread's, and
+//! the waiting main thread's); `lost` counts every loss kspan knows (ring
+//! buffer full, overload, the SDK's queue), and the exporter must have
+//! every span.
+//!
+//! With `no-export` as a third argument the gate is the only processor:
+//! what kspan and the SDK's span building cost without the batch
+//! processor's queue and export thread (the report's breakdown).
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry::Context;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
+
+use kspan_examples::hot::{discard, load};
+
+/// The traced call: `getppid` as a syscall source.
+#[kspan::kernel_span(syscall = "getppid")]
+fn sys_getppid(ret: i64) {}
+
+/// Ring buffer bytes, the same on both sides: room for about 440,000
+/// records of this probe (152 bytes with the ring's header), of which kspan
+/// fills half before it counts new calls as overload.
+const RING_BYTES: u32 = 64 << 20;
+
+/// Holds whoever ends a span while it is closed.
+#[derive(Debug, Default)]
+struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+    /// Spans that reached the gate.
+    ended: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    closed: bool,
+    holding: bool,
+}
+
+impl Gate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+    }
+
+    /// Waits until the gate holds someone (at most `limit`).
+    fn wait_holding(&self, limit: Duration) -> bool {
+        let state = self.lock();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, limit, |s| !s.holding)
+            .unwrap_or_else(|p| p.into_inner());
+        state.holding
+    }
+
+    fn open(&self) {
+        self.lock().closed = false;
+        self.changed.notify_all();
+    }
+}
+
+#[derive(Debug)]
+struct GateProcessor(Arc<Gate>);
+
+impl SpanProcessor for GateProcessor {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, _span: SpanData) {
+        self.0.ended.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.0.lock();
+        if state.closed {
+            state.holding = true;
+            self.0.changed.notify_all();
+            while state.closed {
+                state = self
+                    .0
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            state.holding = false;
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        self.0.open();
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("consumer_kspan: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn run() -> Result<(), BoxError> {
+    let (records, fills, export) = args()?;
+    let gate = Arc::new(Gate::default());
+    let (provider, exporter) = if export {
+        discard::provider_with((records as usize + 1) * 2, GateProcessor(gate.clone()))
+    } else {
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_id_generator(kspan::KernelSpanIds::default())
+            .with_span_processor(GateProcessor(gate.clone()))
+            .build();
+        (provider, discard::DiscardExporter::default())
+    };
+    let kspan = kspan::Kspan::builder(&provider)
+        .probe(&sys_getppid)
+        // The calls are made under no application span.
+        .orphans(kspan::Orphans::NewTrace)
+        .ring_buffer_size(RING_BYTES)
+        .start()?;
+    let mut before = kspan.stats()?;
+    for _ in 0..fills {
+        gate.close();
+        // The consumer takes this call's span (within its 50 ms poll) and
+        // stays in the gate.
+        load::call();
+        if !gate.wait_holding(Duration::from_secs(5)) {
+            return Err("the consumer did not reach the gate within 5 s".into());
+        }
+        for _ in 0..records {
+            load::call();
+        }
+        let target = gate.ended.load(Ordering::Relaxed) + u64::from(records);
+        let exported_target = if export {
+            exporter.exported() + u64::from(records) + 1
+        } else {
+            0
+        };
+        let cpu = load::process_cpu_ns();
+        let started = Instant::now();
+        gate.open();
+        while gate.ended.load(Ordering::Relaxed) < target {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("the consumer did not drain the ring buffer within 30 s".into());
+            }
+            // Polled with sleeps: a spinning thread here would take a CPU
+            // from the consumer or the SDK's export thread (2 CPUs).
+            std::thread::sleep(Duration::from_micros(250));
+        }
+        provider.force_flush()?;
+        let took = started.elapsed();
+        let cpu = load::process_cpu_ns() - cpu;
+        let after = kspan.stats()?;
+        let lost = after.lost() - before.lost();
+        let missing = exported_target.saturating_sub(exporter.exported());
+        println!(
+            "CONSUMER {} records {} ns {} cpu_ns {cpu} lost {}",
+            if export { "kspan" } else { "kspan_no_export" },
+            records + 1,
+            took.as_nanos(),
+            lost + missing
+        );
+        before = after;
+    }
+    let stats = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(kspan.shutdown())?;
+    if stats.lost() > 0 {
+        return Err(format!("kspan lost spans: {stats:?}").into());
+    }
+    provider.shutdown()?;
+    Ok(())
+}
+
+/// `RECORDS FILLS [no-export]`: whether spans go on to the batch
+/// processor and the exporter.
+fn args() -> Result<(u32, u32, bool), BoxError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize| {
+        args.get(i)
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| *n > 0)
+    };
+    match (number(0), number(1), args.get(2).map(String::as_str)) {
+        (Some(records), Some(fills), None) => Ok((records, fills, true)),
+        (Some(records), Some(fills), Some("no-export")) => Ok((records, fills, false)),
+        _ => Err("usage: consumer_kspan RECORDS FILLS [no-export] (positive numbers)".into()),
+    }
+}
