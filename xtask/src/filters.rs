@@ -82,13 +82,9 @@ fn parse(out: &str, mode: &str) -> Option<(f64, f64)> {
 /// fastest batch's time per call on the calling thread), then the ratios
 /// the issue asks for.
 fn report(figures: &BTreeMap<&str, Vec<(f64, f64)>>) -> Vec<String> {
-    let med = |mode: &str, pick: fn(&(f64, f64)) -> f64| {
-        median(
-            figures
-                .get(mode)
-                .map(|v| v.iter().map(pick).collect())
-                .unwrap_or_default(),
-        )
+    let med = |mode: &str, pick: fn(&(f64, f64)) -> f64| match figures.get(mode) {
+        Some(v) if !v.is_empty() => crate::util::median(v.iter().map(pick).collect()),
+        _ => f64::NAN,
     };
     let mut lines = vec![format!(
         "  {:<10} {:>12} {:>12} {:>12} {:>12}",
