@@ -29,20 +29,8 @@ use kspan_examples::hot::{discard, load};
 #[kspan::kernel_span(syscall = "getppid")]
 fn exported(ret: i64) {}
 
-// TODO(issue 13, filters): once the in-kernel filters and rate limits are
-// in main, the variants that reject calls in the kernel are the same probe
-// with another attribute, e.g.
-//
-//     /// A filter that rejects every call (getppid never takes a second).
-//     #[kspan::kernel_span(syscall = "getppid", min_duration = "1s")]
-//     fn rejected(ret: i64) {}
-//
-//     /// A rate limit far below the calls' rate.
-//     #[kspan::kernel_span(syscall = "getppid", rate_limit = "...")]
-//     fn rate_limited(ret: i64) {}
-//
-// added below as `("rejected", Some(&rejected))` and `("rate_limited",
-// Some(&rate_limited))`, and to `xtask/src/hot.rs`'s `VARIANTS`.
+// What a call refused by a filter costs instead is `filter_cost`'s figure
+// (`cargo xtask bench --host --only filters`).
 
 /// Ring buffer bytes: room for 2 s of records at 100,000 calls a second
 /// before kspan counts new calls as overload (past half of it), so that a
