@@ -216,6 +216,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
 
     let function = &args.function;
     let errno = args.errno;
+    let histogram = args.histogram;
     let mode = format_ident!("{}", args.mode.value.variant_name(), span = args.mode.span);
     let param_specs = params
         .iter()
@@ -288,6 +289,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                     params: &[#(#param_specs),*],
                     ret: #ret_spec,
                     errno: #errno,
+                    histogram: #histogram,
                     location: ::core::concat!(::core::file!(), ":", ::core::line!()),
                 },
                 handler: __kspan_call,
@@ -458,6 +460,7 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("errno : true"), "{out}");
+        assert!(out.contains("histogram : false"), "off by default: {out}");
         assert!(
             out.contains("__kspan_handler (captured . param :: < usize > (0usize) , captured . ret :: < isize > ())"),
             "{out}"
@@ -487,6 +490,18 @@ mod tests {
             "default mode: {out}"
         );
         assert!(out.contains("errno : false"), "{out}");
+    }
+
+    #[test]
+    fn histogram_reaches_the_spec() {
+        let out = expand_str(
+            quote!("vfs_read", mode = "fexit", histogram),
+            quote!(
+                fn v(ret: isize) {}
+            ),
+        );
+        assert!(out.contains("histogram : true"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
     }
 
     #[test]

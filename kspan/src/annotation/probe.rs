@@ -72,6 +72,10 @@ pub struct ProbeSpec {
     pub ret: Option<ValueType>,
     /// Whether a negative errno return sets the span status to error.
     pub errno: bool,
+    /// Whether the kernel keeps a latency histogram of the calls, published
+    /// as an OpenTelemetry histogram (`kernel.<function>.duration`, see
+    /// [`crate::latency`]). Needs a mode with a duration (not an instant).
+    pub histogram: bool,
     /// Where the annotation is (`file:line`), for messages.
     pub location: &'static str,
 }

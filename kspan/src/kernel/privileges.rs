@@ -866,6 +866,7 @@ mod tests {
                     params: &[],
                     ret: None,
                     errno: false,
+                    histogram: false,
                     location: "here",
                 },
                 handler: |_, _| {},
