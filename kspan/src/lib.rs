@@ -143,6 +143,7 @@ pub mod context;
 mod error;
 mod export;
 pub mod kernel;
+pub mod latency;
 pub mod plan;
 mod runtime;
 pub mod span;

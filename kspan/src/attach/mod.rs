@@ -349,6 +349,7 @@ impl<'a> Attacher<'a> {
             shared: self.maps.as_ref(),
             ring_buffer_bytes: self.runtime.ring_buffer_bytes,
             entry_values: self.runtime.entry_values,
+            histograms: self.runtime.histograms,
         })?;
         if self.maps.is_none() {
             self.maps = loaded.maps.take();
