@@ -144,7 +144,10 @@ impl Parse for KernelSpanArgs {
                 let value = if input.peek(Token![=]) {
                     input.parse::<Token![=]>()?;
                     let value: syn::LitBool = input.parse().map_err(|e| {
-                        syn::Error::new(e.span(), "`histogram` takes `true` or `false`, or no value")
+                        syn::Error::new(
+                            e.span(),
+                            "`histogram` takes `true` or `false`, or no value",
+                        )
                     })?;
                     value.value
                 } else {
@@ -159,9 +162,7 @@ impl Parse for KernelSpanArgs {
                 let key: syn::Ident = input.parse()?;
                 push(syn::Error::new(
                     key.span(),
-                    format!(
-                        "unknown key `{key}`: the keys are `mode`, `errno` and `histogram`"
-                    ),
+                    format!("unknown key `{key}`: the keys are `mode`, `errno` and `histogram`"),
                 ));
                 // Skip `= value` so that later keys are still checked.
                 if input.parse::<Token![=]>().is_ok() {
@@ -368,15 +369,23 @@ mod tests {
     fn histogram_key() {
         assert!(!parse(quote!("f")).unwrap().histogram, "off by default");
         assert!(parse(quote!("f", histogram)).unwrap().histogram);
-        assert!(parse(quote!("f", mode = "fexit", histogram, errno = false))
-            .unwrap()
-            .histogram);
+        assert!(
+            parse(quote!("f", mode = "fexit", histogram, errno = false))
+                .unwrap()
+                .histogram
+        );
         assert!(parse(quote!("f", histogram = true)).unwrap().histogram);
         assert!(!parse(quote!("f", histogram = false)).unwrap().histogram);
-        assert!(parse(quote!(syscall = "read", histogram)).unwrap().histogram);
-        assert!(parse(quote!("f", mode = "kretprobe", histogram))
-            .unwrap()
-            .histogram);
+        assert!(
+            parse(quote!(syscall = "read", histogram))
+                .unwrap()
+                .histogram
+        );
+        assert!(
+            parse(quote!("f", mode = "kretprobe", histogram))
+                .unwrap()
+                .histogram
+        );
         let err = parse(quote!("f", histogram = 1)).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -400,9 +409,11 @@ mod tests {
             );
         }
         // Off is no histogram: nothing to refuse.
-        assert!(!parse(quote!("f", mode = "fentry", histogram = false))
-            .unwrap()
-            .histogram);
+        assert!(
+            !parse(quote!("f", mode = "fentry", histogram = false))
+                .unwrap()
+                .histogram
+        );
     }
 
     fn path_err(text: &str) -> String {
