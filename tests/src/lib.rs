@@ -696,3 +696,74 @@ pub fn missing_capabilities(stderr: &str) -> &str {
     let len = stderr[start..].find(" (").expect("the held capabilities");
     &stderr[start..start + len]
 }
+
+/// Helpers of the latency histogram tests (`host_latency`, `vm_latency`).
+pub mod latency {
+    use std::time::Duration;
+
+    use kspan::latency::{boundaries, BUCKETS, ERROR_TYPE};
+    use opentelemetry_otlp::WithExportConfig;
+    use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+
+    use super::ReceivedHistogramPoint;
+
+    /// The meter provider of the application: OTLP/gRPC to `endpoint`,
+    /// collected only when flushed (or shut down).
+    pub fn otlp_meters(endpoint: &str) -> SdkMeterProvider {
+        let exporter = opentelemetry_otlp::MetricExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .build()
+            .expect("the OTLP metric exporter builds");
+        SdkMeterProvider::builder()
+            .with_reader(
+                PeriodicReader::builder(exporter)
+                    .with_interval(Duration::from_secs(3600))
+                    .build(),
+            )
+            .build()
+    }
+
+    /// Checks what every point of a kernel histogram must be: the kernel's
+    /// boundaries, `ns`, buckets adding up to the count, and a sum each bucket
+    /// could hold.
+    pub fn check_shape(p: &ReceivedHistogramPoint) {
+        assert_eq!(p.unit, "ns", "{p:?}");
+        assert_eq!(p.bounds, boundaries(), "{p:?}");
+        assert_eq!(p.bucket_counts.len(), BUCKETS, "{p:?}");
+        assert_eq!(p.bucket_counts.iter().sum::<u64>(), p.count, "{p:?}");
+        let (mut low, mut high) = (0f64, 0f64);
+        for (i, &n) in p.bucket_counts.iter().enumerate() {
+            let (l, h) = match i {
+                0 => (0.0, 1.0),
+                _ => ((1u64 << (i - 1)) as f64 + 1.0, (1u64 << i) as f64),
+            };
+            low += n as f64 * l;
+            high += n as f64 * h;
+        }
+        let sum = p.sum.expect("a sum");
+        assert!(
+            low <= sum && sum <= high,
+            "{sum} outside [{low}, {high}]: {p:?}"
+        );
+    }
+
+    /// The point of `points` whose `error.type` is `error` (`None`: the
+    /// successes, which have none).
+    pub fn point<'a>(
+        points: &'a [ReceivedHistogramPoint],
+        error: Option<&str>,
+    ) -> Option<&'a ReceivedHistogramPoint> {
+        points.iter().find(|p| p.str(ERROR_TYPE) == error)
+    }
+
+    /// Collects and exports now (from a blocking thread: the exporter
+    /// waits for the receiver, served by this runtime).
+    pub async fn flush_metrics(meters: &SdkMeterProvider) {
+        let meters = meters.clone();
+        tokio::task::spawn_blocking(move || meters.force_flush())
+            .await
+            .unwrap()
+            .expect("the metrics export");
+    }
+}

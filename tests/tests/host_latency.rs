@@ -7,10 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use kspan::latency::{boundaries, bucket_of, BUCKETS, ERROR_TYPE};
-use kspan_tests::{ReceivedHistogramPoint, Receiver};
-use opentelemetry_otlp::WithExportConfig;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use kspan::latency::{bucket_of, ERROR_TYPE};
+use kspan_tests::latency::{check_shape, flush_metrics, otlp_meters, point};
+use kspan_tests::Receiver;
 
 #[kspan::kernel_span(syscall = "getppid", histogram)]
 fn getppid() {}
@@ -61,66 +60,10 @@ fn sleep_once(d: Duration) -> Duration {
     took
 }
 
-/// The meter provider of the application: OTLP/gRPC to `endpoint`,
-/// collected only when flushed (or shut down).
-fn meters(endpoint: &str) -> SdkMeterProvider {
-    let exporter = opentelemetry_otlp::MetricExporter::builder()
-        .with_tonic()
-        .with_endpoint(endpoint)
-        .build()
-        .expect("the OTLP metric exporter builds");
-    SdkMeterProvider::builder()
-        .with_reader(
-            PeriodicReader::builder(exporter)
-                .with_interval(Duration::from_secs(3600))
-                .build(),
-        )
-        .build()
-}
-
-/// Checks what every point of a kernel histogram must be: the kernel's
-/// boundaries, `ns`, buckets adding up to the count, and a sum each bucket
-/// could hold.
-fn check_shape(p: &ReceivedHistogramPoint) {
-    assert_eq!(p.unit, "ns", "{p:?}");
-    assert_eq!(p.bounds, boundaries(), "{p:?}");
-    assert_eq!(p.bucket_counts.len(), BUCKETS, "{p:?}");
-    assert_eq!(p.bucket_counts.iter().sum::<u64>(), p.count, "{p:?}");
-    let (mut low, mut high) = (0f64, 0f64);
-    for (i, &n) in p.bucket_counts.iter().enumerate() {
-        let (l, h) = match i {
-            0 => (0.0, 1.0),
-            _ => ((1u64 << (i - 1)) as f64 + 1.0, (1u64 << i) as f64),
-        };
-        low += n as f64 * l;
-        high += n as f64 * h;
-    }
-    let sum = p.sum.expect("a sum");
-    assert!(
-        low <= sum && sum <= high,
-        "{sum} outside [{low}, {high}]: {p:?}"
-    );
-}
-
-fn point<'a>(
-    points: &'a [ReceivedHistogramPoint],
-    error: Option<&str>,
-) -> Option<&'a ReceivedHistogramPoint> {
-    points.iter().find(|p| p.str(ERROR_TYPE) == error)
-}
-
-async fn flush(meters: &SdkMeterProvider) {
-    let meters = meters.clone();
-    tokio::task::spawn_blocking(move || meters.force_flush())
-        .await
-        .unwrap()
-        .expect("the metrics export");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn histograms_reach_a_real_otlp_receiver_with_exact_counts() {
     let receiver = Receiver::start().await.unwrap();
-    let meters = meters(&receiver.endpoint());
+    let meters = otlp_meters(&receiver.endpoint());
     let (provider, spans) = kspan_tests::in_memory_provider();
     // The default orphan policy: no application span is active, so none of
     // these calls becomes a span; the histograms count them all the same.
@@ -134,7 +77,7 @@ async fn histograms_reach_a_real_otlp_receiver_with_exact_counts() {
     // calls getppid; kspan's own threads are left out by the kernel).
     const K: u64 = 1000;
     getppid_calls(K);
-    flush(&meters).await;
+    flush_metrics(&meters).await;
     let first = receiver.latest_histogram("kernel.getppid.duration");
     assert_eq!(first.len(), 1, "successes only: {first:?}");
     let p = point(&first, None).expect("a point without error.type");

@@ -628,6 +628,11 @@ static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __
 	index = probe_id * 2 + failed;
 	row = bpf_map_lookup_elem(&kspan_hist, &index);
 	if (row) {
+		/*
+		 * clang knows bucket < 64 and would drop the mask; older
+		 * verifiers (6.1) lose that bound on a copy of the register.
+		 */
+		barrier_var(bucket);
 		row->buckets[bucket & (KSPAN_HIST_BUCKETS - 1)] += 1;
 		row->sum_ns += ns;
 	}
