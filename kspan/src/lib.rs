@@ -96,6 +96,7 @@
 //! | [`span`] | records to spans through the application's tracer ([`SpanFactory`], [`KernelSpanIds`]) |
 //! | `export` | after kspan: what the application's exporter made of kernel spans ([`AccountedExporter`], [`ExportLedger`]) |
 //! | [`telemetry`] | kspan's figures ([`Stats`]) as OpenTelemetry metrics |
+//! | [`latency`] | the kernel's latency histograms as OpenTelemetry histograms |
 //! | [`context`] | beside the stages: the application's span per thread, published for the BPF programs |
 //!
 //! `runtime` ([`KspanBuilder`], [`Kspan`], [`Stats`]) runs them in that order.
@@ -192,7 +193,7 @@ pub mod __private {
 ///
 /// # The attribute
 ///
-/// `#[kernel_span("function", mode = "...", errno = bool)]`
+/// `#[kernel_span("function", mode = "...", errno = bool, histogram)]`
 ///
 /// * `"function"`: the kernel function, a string literal, first.
 /// * `mode = "auto"` (the default): a span from entry to exit through the
@@ -210,6 +211,20 @@ pub mod __private {
 /// * `errno = false`: by default a function returning a signed `int` or
 ///   `long` that returns `-1..=-4095` gets status error and an `error.type`
 ///   attribute with the errno's name (`ENOENT`); this turns that off.
+/// * `histogram` (or `histogram = true`): the kernel also counts every call
+///   in a latency histogram (power-of-two buckets of nanoseconds, per CPU,
+///   with the sum), published through the meter provider of
+///   [`KspanBuilder::meter_provider`] as the OpenTelemetry histogram
+///   `kernel.<function>.duration` (unit `ns`), with `error.type` (the
+///   errno's name) on failed calls when `errno` applies. Every call counts,
+///   whether or not it becomes a span. It needs a duration: with
+///   `mode = "fentry"` or `"kprobe"` (instants) it is a compile error. See
+///   [`latency`] for the shape and the cost.
+///
+///   ```no_run
+///   #[kspan::kernel_span("vfs_read", mode = "fexit", histogram)]
+///   fn vfs_read(ret: isize) {}
+///   ```
 ///
 /// # Parameters
 ///
@@ -369,7 +384,8 @@ pub mod __private {
 ///
 /// Misuse is a compile error at the offending token: a missing, empty or
 /// non-string function name, an unknown mode, an unknown or duplicate key,
-/// `errno` not a bool, `ret` in fentry mode or of a non-scalar type, `span` of
+/// `errno` or `histogram` not a bool, `histogram` on an instant mode, `ret`
+/// in fentry mode or of a non-scalar type, `span` of
 /// another type, an unsupported parameter type, a malformed path, `user`,
 /// `max` or `len` where they mean nothing, `len = "ret"` in fentry mode.
 pub use kspan_macros::kernel_span;

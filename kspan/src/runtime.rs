@@ -169,7 +169,9 @@ impl KspanBuilder {
     }
 
     /// The meter provider kspan reports its figures through (`kspan.*`
-    /// metrics, see [`crate::telemetry`]); the global one
+    /// metrics, see [`crate::telemetry`]) and the latency histograms of
+    /// `histogram` probes (`kernel.<function>.duration`, see
+    /// [`crate::latency`]); the global one
     /// (`opentelemetry::global::meter_provider()`) by default, which records
     /// nothing until the application sets one.
     pub fn meter_provider(mut self, provider: &impl MeterProvider) -> Self {

@@ -15,17 +15,17 @@ use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,
 };
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as ProtoValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -321,7 +321,10 @@ impl Receiver {
     pub fn latest_histogram(&self, metric: &str) -> Vec<ReceivedHistogramPoint> {
         let mut latest: Vec<ReceivedHistogramPoint> = Vec::new();
         for req in self.metrics() {
-            for p in histogram_points(&req).into_iter().filter(|p| p.metric == metric) {
+            for p in histogram_points(&req)
+                .into_iter()
+                .filter(|p| p.metric == metric)
+            {
                 match latest.iter_mut().find(|q| q.attributes == p.attributes) {
                     Some(q) if q.time_unix_nano <= p.time_unix_nano => *q = p,
                     Some(_) => {}

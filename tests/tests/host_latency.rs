@@ -30,8 +30,12 @@ extern "C" {
     #[link_name = "getppid"]
     fn libc_getppid() -> i32;
     #[link_name = "clock_nanosleep"]
-    fn libc_clock_nanosleep(clock: i32, flags: i32, req: *const Timespec, rem: *mut Timespec)
-        -> i32;
+    fn libc_clock_nanosleep(
+        clock: i32,
+        flags: i32,
+        req: *const Timespec,
+        rem: *mut Timespec,
+    ) -> i32;
 }
 
 /// CLOCK_MONOTONIC.
