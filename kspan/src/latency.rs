@@ -59,7 +59,8 @@
 //!   `error.type = "_OTHER"` (the semantic conventions' fallback).
 //!
 //! The bucket math and the delta-to-values conversion here are pure; the
-//! runtime supplies the counts through [`HistogramSource`].
+//! runtime supplies the counts through a `HistogramSource` (as it supplies
+//! kspan's figures to [`telemetry`](crate::telemetry)).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
