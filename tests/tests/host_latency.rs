@@ -38,6 +38,10 @@ extern "C" {
     ) -> i32;
 }
 
+/// The tests of this file one at a time: each runtime counts the calls of
+/// the whole process, the other test's included.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// CLOCK_MONOTONIC.
 const MONOTONIC: i32 = 1;
 
@@ -66,6 +70,7 @@ fn sleep_once(d: Duration) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn histograms_reach_a_real_otlp_receiver_with_exact_counts() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let receiver = Receiver::start().await.unwrap();
     let meters = otlp_meters(&receiver.endpoint());
     let (provider, spans) = kspan_tests::in_memory_provider();
@@ -160,4 +165,38 @@ async fn histograms_reach_a_real_otlp_receiver_with_exact_counts() {
         sum >= 3.0 * sleep.as_nanos() as f64 && sum <= user as f64,
         "sum {sum} ns, user space saw {user} ns"
     );
+}
+
+/// A histogram and spans of the same calls: every call is a span and is in
+/// the histogram, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_and_histogram_of_the_same_calls() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let receiver = Receiver::start().await.unwrap();
+    let meters = otlp_meters(&receiver.endpoint());
+    let (provider, spans) = kspan_tests::in_memory_provider();
+    let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
+        .probe(&getppid)
+        .meter_provider(&meters)
+        .start()
+        .expect("syscall sources start on the host");
+    const K: u64 = 200;
+    getppid_calls(K);
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    tokio::task::spawn_blocking(move || meters.shutdown())
+        .await
+        .unwrap()
+        .expect("the meter provider shuts down");
+    let exported = spans
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.name == "getppid")
+        .count() as u64;
+    assert_eq!(exported, K, "{stats:?}");
+    let points = receiver.latest_histogram("kernel.getppid.duration");
+    assert_eq!(points.len(), 1, "{points:?}");
+    check_shape(&points[0]);
+    assert_eq!(points[0].count, K, "{points:?}");
 }

@@ -26,6 +26,10 @@ fn do_sys_openat2(ret: i64) {}
 #[kspan::kernel_span("hrtimer_nanosleep", mode = "fexit", histogram)]
 fn hrtimer_nanosleep() {}
 
+/// The tests of this file one at a time: each runtime counts the calls of
+/// the whole process, the other tests' included.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 extern "C" {
     #[link_name = "getpgid"]
     fn libc_getpgid(pid: i32) -> i32;
@@ -41,6 +45,7 @@ fn getpgid_calls(n: u64) {
 /// The getpgid histogram of one probe, after K calls collected, then K
 /// more at shutdown: exactly K, then 2K.
 async fn getpgid_counts_exactly(probe: &'static kspan::Probe) {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let receiver = Receiver::start().await.unwrap();
     let meters = otlp_meters(&receiver.endpoint());
     let (provider, _spans) = kspan_tests::in_memory_provider();
@@ -86,6 +91,7 @@ async fn kretprobe_histogram_counts_every_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kernel with BPF trampolines or kprobes; run in the VM (`cargo xtask vm`)"]
 async fn errors_and_slow_calls_land_where_they_belong() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let receiver = Receiver::start().await.unwrap();
     let meters = otlp_meters(&receiver.endpoint());
     let (provider, _spans) = kspan_tests::in_memory_provider();
