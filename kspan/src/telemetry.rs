@@ -17,6 +17,7 @@
 //! | `kspan.spans.lost` | `kspan.reason` | spans lost, by reason: `ring_buffer_full`, `overload`, `stack_depth`, `lost_exit`, `no_storage`, `decode_error`, `unknown_probe`, `export_failed`, `export_timed_out`, `dropped_before_export` |
 //! | `kspan.calls.skipped` | `kspan.reason` | calls not recorded on purpose: `unsampled`, `orphan`, `suppressed`, `discarded_by_handler`, `unmatched_exit` |
 //! | `kspan.handler.panics` | | handlers that panicked |
+//! | `kspan.histogram.calls` | | calls counted in the latency histograms, with `histogram` probes only (see [`crate::latency`]) |
 //!
 //! The callbacks hold the runtime's figures weakly: once the runtime is
 //! gone they observe nothing (the meter provider keeps callbacks for its
