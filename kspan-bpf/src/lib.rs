@@ -110,7 +110,7 @@ mod tests {
         // then 8 u32s, two u64s and MAX_CLAUSES clauses of 16 bytes
         assert_eq!(
             std::mem::size_of::<types::kspan_config>(),
-            64 + 8 * 76 + 32 + 16 + 16 * 4
+            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8
         );
         assert_eq!(
             types::kspan_config::default().caps[0].steps.len(),

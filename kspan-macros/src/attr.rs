@@ -9,6 +9,7 @@ use syn::{LitStr, Token};
 pub(crate) mod kw {
     syn::custom_keyword!(mode);
     syn::custom_keyword!(errno);
+    syn::custom_keyword!(histogram);
     syn::custom_keyword!(path);
     syn::custom_keyword!(user);
     syn::custom_keyword!(max);
@@ -24,8 +25,8 @@ pub(crate) mod kw {
 }
 
 /// The keys of `#[kernel_span]`, as the unknown-key message lists them.
-const KEYS: &str = "`mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum` \
-                    and `spans`";
+const KEYS: &str = "`mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, \
+                    `spans` and `histogram`";
 
 /// The parsed attribute.
 #[derive(Debug)]
@@ -36,6 +37,9 @@ pub(crate) struct KernelSpanArgs {
     pub mode: Mode,
     /// Whether a negative errno return fails the span (default true).
     pub errno: bool,
+    /// Whether the kernel keeps a latency histogram of the calls (default
+    /// false).
+    pub histogram: bool,
     /// The in-kernel filters and what becomes of the calls they reject.
     pub filters: Filters,
 }
@@ -121,6 +125,7 @@ impl Parse for KernelSpanArgs {
         let mut errno: Option<bool> = None;
         let mut filters = Filters::default();
         let mut seen: Vec<&'static str> = Vec::new();
+        let mut histogram: Option<(bool, Span)> = None;
         let mut errors: Option<syn::Error> = None;
         let mut push = |e: syn::Error| match errors.as_mut() {
             Some(all) => all.combine(e),
@@ -244,6 +249,26 @@ impl Parse for KernelSpanArgs {
                     continue;
                 }
                 filters.no_spans = (!value.value).then_some(value.span);
+            } else if lookahead.peek(kw::histogram) {
+                let key = input.parse::<kw::histogram>()?;
+                // `histogram` alone means `histogram = true`.
+                let value = if input.peek(Token![=]) {
+                    input.parse::<Token![=]>()?;
+                    let value: syn::LitBool = input.parse().map_err(|e| {
+                        syn::Error::new(
+                            e.span(),
+                            "`histogram` takes `true` or `false`, or no value",
+                        )
+                    })?;
+                    value.value
+                } else {
+                    true
+                };
+                if histogram.is_some() {
+                    push(syn::Error::new(key.span, "duplicate key `histogram`"));
+                    continue;
+                }
+                histogram = Some((value, key.span));
             } else if input.peek(syn::Ident) {
                 let key: syn::Ident = input.parse()?;
                 push(syn::Error::new(
@@ -258,17 +283,31 @@ impl Parse for KernelSpanArgs {
                 return Err(lookahead.error());
             }
         }
+        let mode = syscall.or(mode).unwrap_or(Mode {
+            value: kspan_dsl::Mode::Auto,
+            span: Span::call_site(),
+        });
+        if let Some((true, span)) = histogram {
+            if !mode.value.has_return() {
+                push(syn::Error::new(
+                    span,
+                    format!(
+                        "`histogram` needs a duration: mode `{}` attaches at entry only (an \
+                         instant); use mode = \"fexit\" or \"kretprobe\" (or remove `mode`)",
+                        mode.value
+                    ),
+                ));
+            }
+        }
         if let Some(errors) = errors {
             return Err(errors);
         }
         Ok(KernelSpanArgs {
             function,
-            mode: syscall.or(mode).unwrap_or(Mode {
-                value: kspan_dsl::Mode::Auto,
-                span: Span::call_site(),
-            }),
+            mode,
             errno: errno.unwrap_or(true),
             filters,
+            histogram: histogram.is_some_and(|(on, _)| on),
         })
     }
 }
@@ -420,9 +459,9 @@ mod tests {
         assert_eq!(
             msgs,
             [
-                "unknown key `colour`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum` and `spans`",
+                "unknown key `colour`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, `spans` and `histogram`",
                 "unknown mode `x`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`",
-                "unknown key `size`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum` and `spans`",
+                "unknown key `size`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, `spans` and `histogram`",
             ]
         );
     }
@@ -491,6 +530,57 @@ mod tests {
         assert!(parse(quote!("f")).unwrap().errno);
         let err = parse(quote!("f", errno = 1)).unwrap_err();
         assert_eq!(err.to_string(), "`errno` takes `true` or `false`");
+    }
+
+    #[test]
+    fn histogram_key() {
+        assert!(!parse(quote!("f")).unwrap().histogram, "off by default");
+        assert!(parse(quote!("f", histogram)).unwrap().histogram);
+        assert!(
+            parse(quote!("f", mode = "fexit", histogram, errno = false))
+                .unwrap()
+                .histogram
+        );
+        assert!(parse(quote!("f", histogram = true)).unwrap().histogram);
+        assert!(!parse(quote!("f", histogram = false)).unwrap().histogram);
+        assert!(
+            parse(quote!(syscall = "read", histogram))
+                .unwrap()
+                .histogram
+        );
+        assert!(
+            parse(quote!("f", mode = "kretprobe", histogram))
+                .unwrap()
+                .histogram
+        );
+        let err = parse(quote!("f", histogram = 1)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`histogram` takes `true` or `false`, or no value"
+        );
+        let err = parse(quote!("f", histogram, histogram = false)).unwrap_err();
+        assert_eq!(err.to_string(), "duplicate key `histogram`");
+    }
+
+    #[test]
+    fn histogram_of_an_instant_is_refused() {
+        for mode in ["fentry", "kprobe"] {
+            let lit = LitStr::new(mode, Span::call_site());
+            let err = parse(quote!("f", mode = #lit, histogram)).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "`histogram` needs a duration: mode `{mode}` attaches at entry only (an \
+                     instant); use mode = \"fexit\" or \"kretprobe\" (or remove `mode`)"
+                )
+            );
+        }
+        // Off is no histogram: nothing to refuse.
+        assert!(
+            !parse(quote!("f", mode = "fentry", histogram = false))
+                .unwrap()
+                .histogram
+        );
     }
 
     fn path_err(text: &str) -> String {

@@ -219,6 +219,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
 
     let function = &args.function;
     let errno = args.errno;
+    let histogram = args.histogram;
     let mode = format_ident!("{}", args.mode.value.variant_name(), span = args.mode.span);
     let param_specs = params
         .iter()
@@ -306,6 +307,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                     },
                     sum: #sum,
                     spans: #spans,
+                    histogram: #histogram,
                     location: ::core::concat!(::core::file!(), ":", ::core::line!()),
                 },
                 handler: __kspan_call,
@@ -344,11 +346,11 @@ fn check_filters(args: &KernelSpanArgs, params: &[Param]) -> Vec<syn::Error> {
         }
     }
     if let Some(span) = f.no_spans {
-        if f.sum.is_none() {
+        if f.sum.is_none() && !args.histogram {
             errors.push(syn::Error::new(
                 span,
-                "`spans = false` keeps nothing of the calls: add `sum` (totals on the \
-                 application span)",
+                "`spans = false` keeps nothing of the calls: add `histogram` (a latency \
+                 histogram metric), `sum` (totals on the application span), or both",
             ));
         }
         if let Some((_, lit)) = &f.rate_limit {
@@ -575,6 +577,7 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("errno : true"), "{out}");
+        assert!(out.contains("histogram : false"), "off by default: {out}");
         assert!(
             out.contains("__kspan_handler (captured . param :: < usize > (0usize) , captured . ret :: < isize > ())"),
             "{out}"
@@ -604,6 +607,18 @@ mod tests {
             "default mode: {out}"
         );
         assert!(out.contains("errno : false"), "{out}");
+    }
+
+    #[test]
+    fn histogram_reaches_the_spec() {
+        let out = expand_str(
+            quote!("vfs_read", mode = "fexit", histogram),
+            quote!(
+                fn v(ret: isize) {}
+            ),
+        );
+        assert!(out.contains("histogram : true"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
     }
 
     #[test]

@@ -97,6 +97,7 @@
 //! | `export` | after kspan: what the application's exporter made of kernel spans ([`AccountedExporter`], [`ExportLedger`]) |
 //! | `sums` | the kernel's totals of calls not made into spans, onto application spans as they end ([`KernelSums`], [`KernelSumsProcessor`]) |
 //! | [`telemetry`] | kspan's figures ([`Stats`]) as OpenTelemetry metrics |
+//! | [`latency`] | the kernel's latency histograms as OpenTelemetry histograms |
 //! | [`context`] | beside the stages: the application's span per thread, published for the BPF programs |
 //!
 //! `runtime` ([`KspanBuilder`], [`Kspan`], [`Stats`]) runs them in that order.
@@ -145,6 +146,7 @@ pub mod context;
 mod error;
 mod export;
 pub mod kernel;
+pub mod latency;
 pub mod plan;
 mod runtime;
 pub mod span;
@@ -196,7 +198,7 @@ pub mod __private {
 ///
 /// # The attribute
 ///
-/// `#[kernel_span("function", mode = "...", errno = bool, <filters>)]`
+/// `#[kernel_span("function", mode = "...", errno = bool, histogram, <filters>)]`
 ///
 /// * `"function"`: the kernel function, a string literal, first.
 /// * `mode = "auto"` (the default): a span from entry to exit through the
@@ -214,6 +216,20 @@ pub mod __private {
 /// * `errno = false`: by default a function returning a signed `int` or
 ///   `long` that returns `-1..=-4095` gets status error and an `error.type`
 ///   attribute with the errno's name (`ENOENT`); this turns that off.
+/// * `histogram` (or `histogram = true`): the kernel also counts every call
+///   in a latency histogram (power-of-two buckets of nanoseconds, per CPU,
+///   with the sum), published through the meter provider of
+///   [`KspanBuilder::meter_provider`] as the OpenTelemetry histogram
+///   `kernel.<function>.duration` (unit `ns`), with `error.type` (the
+///   errno's name) on failed calls when `errno` applies. Every call counts,
+///   whether or not it becomes a span. It needs a duration: with
+///   `mode = "fentry"` or `"kprobe"` (instants) it is a compile error. See
+///   [`latency`] for the shape and the cost.
+///
+///   ```no_run
+///   #[kspan::kernel_span("vfs_read", mode = "fexit", histogram)]
+///   fn vfs_read(ret: isize) {}
+///   ```
 ///
 /// # Hot functions: filters, rate limits and sums in the kernel
 ///
@@ -239,8 +255,8 @@ pub mod __private {
 ///   span's attributes `kernel.<function>.calls`, `.duration_ns` and
 ///   `.errors` (needs [`KernelSums`] between the tracer provider and
 ///   [`KspanBuilder::kernel_sums`]).
-/// * `spans = false` (with `sum`): no call becomes a span, every call is
-///   summed.
+/// * `spans = false` (with `sum` or `histogram`): no call becomes a span;
+///   every call is summed, or counted in the histogram.
 ///
 /// Refused calls are counted per probe ([`Kspan::probe_stats`], the
 /// `kspan.probe.calls.skipped` metric) and in [`Stats`], never as loss.
@@ -413,7 +429,8 @@ pub mod __private {
 ///
 /// Misuse is a compile error at the offending token: a missing, empty or
 /// non-string function name, an unknown mode, an unknown or duplicate key,
-/// `errno` not a bool, `ret` in fentry mode or of a non-scalar type, `span` of
+/// `errno` or `histogram` not a bool, `histogram` on an instant mode, `ret`
+/// in fentry mode or of a non-scalar type, `span` of
 /// another type, an unsupported parameter type, a malformed path, `user`,
 /// `max` or `len` where they mean nothing, `len = "ret"` in fentry mode.
 pub use kspan_macros::kernel_span;

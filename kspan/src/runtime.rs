@@ -27,7 +27,8 @@ use std::time::Duration;
 use crate::annotation::{Mechanism, Mode, Probe};
 use crate::attach::{AttachDecision, Attacher, Links};
 use crate::bpf::config::{
-    ring_buffer_size_problem, RuntimeSettings, ThreadContextSettings, DEFAULT_RING_BUFFER_BYTES,
+    ring_buffer_size_problem, HistogramSizes, RuntimeSettings, ThreadContextSettings,
+    DEFAULT_RING_BUFFER_BYTES,
 };
 use crate::bpf::object::SharedMaps;
 use crate::bpf::{KernelCapabilities, Orphans};
@@ -35,6 +36,7 @@ use crate::consume::{self, parse_record, Consumer};
 use crate::error::{Error, Result};
 use crate::export::ExportLedger;
 use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
+use crate::latency::{Counts, HistogramSource, Latency, ProbeCounts};
 use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan};
 use crate::span::{ClockOffset, Outcome, SpanFactory, SCOPE_NAME};
 use crate::stats::{ProbeStats, Stats};
@@ -177,7 +179,9 @@ impl KspanBuilder {
     }
 
     /// The meter provider kspan reports its figures through (`kspan.*`
-    /// metrics, see [`crate::telemetry`]); the global one
+    /// metrics, see [`crate::telemetry`]) and the latency histograms of
+    /// `histogram` probes (`kernel.<function>.duration`, see
+    /// [`crate::latency`]); the global one
     /// (`opentelemetry::global::meter_provider()`) by default, which records
     /// nothing until the application sets one.
     pub fn meter_provider(mut self, provider: &impl MeterProvider) -> Self {
@@ -247,6 +251,7 @@ impl KspanBuilder {
                 .any(|p| p.captures.iter().any(|c| c.bpf.at_entry != 0)),
             probes: plans.len() as u32,
             sums: plans.iter().any(|p| p.filter.sum),
+            histograms: HistogramSizes::of(&plans),
         };
         let summed: Vec<(u32, &'static str)> = plans
             .iter()
@@ -283,6 +288,12 @@ impl KspanBuilder {
         tracing::debug!(functions = attached.decisions.len(), elapsed = ?started.elapsed(), "kspan attached");
 
         // 4. Consume, then record.
+        let histogram_probes = plans
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.probe.spec.histogram)
+            .map(|(id, p)| (id as u32, p.function))
+            .collect();
         let stats = Arc::new(Counters::default());
         let functions: Vec<&'static str> = plans.iter().map(|p| p.function).collect();
         // Shared with the consumer's last act (the spans still waiting for
@@ -325,9 +336,11 @@ impl KspanBuilder {
             }
         }
         attached.maps.set_enabled(true)?;
+        let histogram_probes: Vec<(u32, &'static str)> = histogram_probes;
         let figures = Arc::new(Figures {
             functions,
             maps: attached.maps,
+            histogram_probes: histogram_probes.iter().map(|&(id, _)| id).collect(),
             counters: stats,
             ledger: self.ledger,
         });
@@ -336,7 +349,10 @@ impl KspanBuilder {
             .unwrap_or_else(|| opentelemetry::global::meter(SCOPE_NAME));
         let source: Arc<dyn FigureSource> = figures.clone();
         crate::telemetry::register(&meter, Arc::downgrade(&source));
+        let histograms: Arc<dyn HistogramSource> = figures.clone();
+        let latency = Latency::register(&meter, &histogram_probes, Arc::downgrade(&histograms));
         Ok(Kspan {
+            latency,
             decisions: attached.decisions,
             skipped,
             links,
@@ -367,6 +383,8 @@ struct Figures {
     /// The kernel function of each probe id.
     functions: Vec<&'static str>,
     maps: SharedMaps,
+    /// The probe ids with a latency histogram.
+    histogram_probes: Vec<u32>,
     counters: Arc<Counters>,
     ledger: Option<ExportLedger>,
 }
@@ -438,6 +456,43 @@ impl Figures {
     }
 }
 
+impl HistogramSource for Figures {
+    fn histograms(&self) -> Option<Vec<(u32, ProbeCounts)>> {
+        let read = {
+            let _quiet = crate::context::suppress();
+            self.maps.histograms(&self.histogram_probes)
+        };
+        let counts = |row: &crate::bpf::object::HistogramRow| {
+            let mut c = Counts::default();
+            c.buckets.copy_from_slice(&row[..crate::latency::BUCKETS]);
+            c.sum_ns = row[crate::latency::BUCKETS];
+            c
+        };
+        match read {
+            Ok(rows) => Some(
+                self.histogram_probes
+                    .iter()
+                    .zip(rows)
+                    .map(|(&id, h)| {
+                        (
+                            id,
+                            ProbeCounts {
+                                succeeded: counts(&h.succeeded),
+                                failed: counts(&h.failed),
+                                by_errno: h.by_errno.iter().map(|(e, r)| (*e, counts(r))).collect(),
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::debug!(error = %e, "kspan cannot read the latency histograms now");
+                None
+            }
+        }
+    }
+}
+
 impl FigureSource for Figures {
     fn figures(&self) -> Option<Stats> {
         self.read().ok()
@@ -462,6 +517,8 @@ impl FigureSource for Figures {
 /// only, and kspan keeps working when the runtime it was started in is
 /// dropped. A consumer that dies detaches every probe and says so.
 pub struct Kspan {
+    /// The latency histograms, when some probe has one.
+    latency: Option<Arc<Latency>>,
     decisions: Vec<AttachDecision>,
     skipped: Vec<(String, String)>,
     links: Arc<Mutex<Links>>,
@@ -545,6 +602,11 @@ impl Kspan {
             let _quiet = crate::context::suppress();
             lock(&self.links).detach_all();
         }
+        // The calls counted since the last collection, for the meter
+        // provider's next export.
+        if let Some(latency) = &self.latency {
+            latency.publish();
+        }
         let consumer = self.consumer.stop().map_err(Error::Consumer);
         let flushed = match consumer {
             Ok(()) => flush(self.provider.clone(), self.shutdown_timeout).await,
@@ -602,6 +664,11 @@ impl Drop for Kspan {
     fn drop(&mut self) {
         let _quiet = crate::context::suppress();
         lock(&self.links).detach_all();
+        // Dropped without `shutdown`: the last histogram counts still
+        // reach the meter provider (again a no-op after `shutdown`).
+        if let Some(latency) = &self.latency {
+            latency.publish();
+        }
         // The consumer stops when it is dropped, after this.
     }
 }

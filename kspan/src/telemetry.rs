@@ -18,6 +18,7 @@
 //! | `kspan.calls.skipped` | `kspan.reason` | calls not recorded on purpose: `unsampled`, `orphan`, `suppressed`, `discarded_by_handler`, `unmatched_exit`, `filtered`, `rate_limited`, `summary_only` |
 //! | `kspan.probe.calls.skipped` | `kspan.reason`, `code.function.name` | the last three per probe (kernel function) |
 //! | `kspan.handler.panics` | | handlers that panicked |
+//! | `kspan.histogram.calls` | | calls counted in the latency histograms, with `histogram` probes only (see [`crate::latency`]) |
 //!
 //! The callbacks hold the runtime's figures weakly: once the runtime is
 //! gone they observe nothing (the meter provider keeps callbacks for its

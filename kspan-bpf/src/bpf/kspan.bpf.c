@@ -112,6 +112,29 @@ struct {
 	__type(value, struct kspan_sum);
 } kspan_sums SEC(".maps");
 
+/*
+ * Latency histograms: two rows per probe id (success, failure), per CPU.
+ * The runtime sizes it (two rows per probe when some probe has a
+ * histogram, else one entry).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kspan_hist_row);
+} kspan_hist SEC(".maps");
+
+/*
+ * Failed calls of histogram probes by errno, per CPU; sized by the runtime
+ * (KSPAN_HIST_ERRNO_KEYS per histogram probe).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct kspan_hist_errno_key);
+	__type(value, __u64);
+} kspan_hist_errno SEC(".maps");
+
 /* Keeps the record layout in the object's BTF for the Rust skeleton. */
 struct kspan_record kspan_record_layout SEC(".bss.layout");
 
@@ -776,6 +799,111 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 	return 0;
 }
 
+/* floor(log2(v)) for v > 0, in six compare-and-shift steps (no loop). */
+static __always_inline __u32 kspan_log2(__u64 v)
+{
+	__u32 r = 0, s;
+
+	s = (v > 0xFFFFFFFFull) << 5;
+	v >>= s;
+	r |= s;
+	s = (v > 0xFFFF) << 4;
+	v >>= s;
+	r |= s;
+	s = (v > 0xFF) << 3;
+	v >>= s;
+	r |= s;
+	s = (v > 0xF) << 2;
+	v >>= s;
+	r |= s;
+	s = (v > 0x3) << 1;
+	v >>= s;
+	r |= s;
+	return r | (__u32)(v >> 1);
+}
+
+/*
+ * The histogram bucket of a duration (see KSPAN_HIST_BUCKETS): 0 for 0 and
+ * 1 ns, else ceil(log2(ns)), at most 63.
+ */
+static __always_inline __u32 kspan_hist_bucket(__u64 ns)
+{
+	__u32 b;
+
+	if (ns <= 1)
+		return 0;
+	b = kspan_log2(ns - 1) + 1;
+	return b < KSPAN_HIST_BUCKETS ? b : KSPAN_HIST_BUCKETS - 1;
+}
+
+/* Adds `add` to this CPU's value of `key` in kspan_hist_errno. */
+static __always_inline void kspan_hist_errno_add(struct kspan_hist_errno_key *key, __u64 add)
+{
+	__u64 *value = bpf_map_lookup_elem(&kspan_hist_errno, key);
+
+	if (value) {
+		*value += add;
+		return;
+	}
+	/*
+	 * A new key. Another CPU may insert it first (this update then fails
+	 * and the lookup finds it); a full map fails for good, and the call is
+	 * counted in kspan_hist only.
+	 */
+	if (!bpf_map_update_elem(&kspan_hist_errno, key, &add, BPF_NOEXIST))
+		return;
+	value = bpf_map_lookup_elem(&kspan_hist_errno, key);
+	if (value)
+		*value += add;
+}
+
+/*
+ * Counts a finished call of a `histogram` probe: its bucket and duration
+ * in its row (success or failure), and a failure again under its errno.
+ * Every call whose frame was pushed is counted, recorded as a span or not
+ * (unsampled, orphan, overload): metrics are not sampled and take no ring
+ * space; only the calls of threads that suppress telemetry (kspan's own)
+ * are left out.
+ */
+static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __u64 end_ns,
+					      __u64 ret)
+{
+	struct kspan_hist_errno_key key = {};
+	struct kspan_hist_row *row;
+	__u64 ns = end_ns - start_ns;
+	__s64 r = (__s64)ret;
+	__u32 bucket, index, failed = 0;
+
+	if (!kspan_cfg.histogram)
+		return;
+	if (kspan_cfg.hist_errno_bytes == 4)
+		r = (__s64)(__s32)ret;
+	if (kspan_cfg.hist_errno_bytes && r >= -4095 && r <= -1)
+		failed = 1;
+	if (end_ns < start_ns)
+		ns = 0;
+	bucket = kspan_hist_bucket(ns);
+	index = probe_id * 2 + failed;
+	row = bpf_map_lookup_elem(&kspan_hist, &index);
+	if (row) {
+		/*
+		 * clang knows bucket < 64 and would drop the mask; older
+		 * verifiers (6.1) lose that bound on a copy of the register.
+		 */
+		barrier_var(bucket);
+		row->buckets[bucket & (KSPAN_HIST_BUCKETS - 1)] += 1;
+		row->sum_ns += ns;
+	}
+	if (!failed)
+		return;
+	key.probe_id = probe_id;
+	key.errno_nr = (__u16)-r;
+	key.slot = bucket;
+	kspan_hist_errno_add(&key, 1);
+	key.slot = KSPAN_HIST_BUCKETS;
+	kspan_hist_errno_add(&key, ns);
+}
+
 /* Exit of a traced call (kspan_wanted() said so): pop its frame, emit one record. */
 static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 {
@@ -822,6 +950,8 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 		kspan_count(KSPAN_CTR_LOST_EXIT);
 	st->depth = found - 1;
 	frame = kspan_frame_at(st, found - 1);
+	if (frame->suppressed != KSPAN_CTR_SUPPRESSED + 1)
+		kspan_hist_record(probe_id, frame->start_ns, now, ret);
 	if (frame->suppressed)
 		/* Counted at its entry. */
 		return 0;

@@ -217,6 +217,42 @@ enum kspan_counter {
 	KSPAN_CTR_COUNT = 11,
 };
 
+/*
+ * Latency histograms (`histogram` probes). Bucket 0 holds durations of 0
+ * and 1 ns, bucket i (1..62) durations in (2^(i-1), 2^i] ns, bucket 63
+ * everything above 2^62 ns: the upper bounds are exactly the explicit
+ * boundaries 1, 2, 4, ..., 2^62 of an OpenTelemetry histogram in ns, so
+ * user space publishes each call in the bucket the kernel put it in.
+ */
+#define KSPAN_HIST_BUCKETS 64
+
+/*
+ * One histogram row, per CPU: the calls per bucket and the sum of their
+ * durations in ns. `kspan_hist` holds two per probe id (index
+ * probe_id * 2 + failed), so every call of a histogram probe is counted
+ * there whatever its errno.
+ */
+struct kspan_hist_row {
+	__u64 buckets[KSPAN_HIST_BUCKETS];
+	__u64 sum_ns;
+};
+
+/*
+ * The failed calls again, by errno (`kspan_hist_errno`, a per-CPU hash, as
+ * many keys per histogram probe as KSPAN_HIST_ERRNO_KEYS): `slot` is a
+ * bucket, or KSPAN_HIST_BUCKETS for the sum in ns. When the map is full a
+ * failed call is only in `kspan_hist`; user space reports the difference
+ * as error.type `_OTHER`.
+ */
+struct kspan_hist_errno_key {
+	__u32 probe_id;
+	__u16 errno_nr;
+	__u16 slot;
+};
+
+/* Keys of `kspan_hist_errno` per histogram probe (bucket and sum keys). */
+#define KSPAN_HIST_ERRNO_KEYS 256
+
 /* Record flags. */
 #define KSPAN_REC_HAS_RET (1u << 0)
 /*
@@ -318,6 +354,14 @@ struct kspan_config {
 	/* Rate limit: one span per `rate_interval_ns`, bursts of up to one second (0: none). */
 	__u64 rate_interval_ns;
 	struct kspan_clause clauses[KSPAN_MAX_CLAUSES];
+	/* 1: count every call in the latency histogram (`kspan_hist`). */
+	__u32 histogram;
+	/*
+	 * Width of the return value when it follows the -errno convention (4:
+	 * a signed int, 8: a long), for the histogram's failed calls; 0: it
+	 * does not (every call is a success).
+	 */
+	__u32 hist_errno_bytes;
 	__s64 thread_ctx_offset;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };

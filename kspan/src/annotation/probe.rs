@@ -111,8 +111,13 @@ pub struct ProbeSpec {
     /// Calls that do not become spans add to their application span's
     /// `kernel.<function>.*` attributes (see [`KernelSums`](crate::KernelSums)).
     pub sum: bool,
-    /// Whether calls become spans at all (`spans = false`: only sums).
+    /// Whether calls become spans at all (`spans = false`: only the
+    /// histogram and the sums).
     pub spans: bool,
+    /// Whether the kernel keeps a latency histogram of the calls, published
+    /// as an OpenTelemetry histogram (`kernel.<function>.duration`, see
+    /// [`crate::latency`]). Needs a mode with a duration (not an instant).
+    pub histogram: bool,
     /// Where the annotation is (`file:line`), for messages.
     pub location: &'static str,
 }

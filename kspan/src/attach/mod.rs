@@ -351,6 +351,7 @@ impl<'a> Attacher<'a> {
             entry_values: self.runtime.entry_values,
             probes: self.runtime.probes,
             sums: self.runtime.sums,
+            histograms: self.runtime.histograms,
         })?;
         if self.maps.is_none() {
             self.maps = loaded.maps.take();

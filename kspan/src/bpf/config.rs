@@ -124,6 +124,33 @@ pub(crate) struct RuntimeSettings {
     pub probes: u32,
     /// Some probe sums its calls onto application spans.
     pub sums: bool,
+    /// Histogram sizes: the probe ids with a row pair in `kspan_hist`
+    /// (every probe of the runtime when one has a histogram, else 0), and
+    /// the keys of `kspan_hist_errno`.
+    pub histograms: HistogramSizes,
+}
+
+/// The sizes of the histogram maps; zeros make them one entry each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HistogramSizes {
+    /// Probe ids (rows are `2 * probes`).
+    pub probes: u32,
+    /// Keys of the per-errno map.
+    pub errno_keys: u32,
+}
+
+impl HistogramSizes {
+    /// The sizes for a runtime whose probes are `plans` (probe id = index).
+    pub(crate) fn of(plans: &[ProbePlan]) -> Self {
+        let with = plans.iter().filter(|p| p.probe.spec.histogram).count() as u32;
+        if with == 0 {
+            return HistogramSizes::default();
+        }
+        HistogramSizes {
+            probes: plans.len() as u32,
+            errno_keys: with.saturating_mul(c::KSPAN_HIST_ERRNO_KEYS as u32),
+        }
+    }
 }
 
 /// The ring buffer's size unless the builder says otherwise: 4 MiB holds
@@ -217,8 +244,19 @@ pub(crate) fn probe_config(
         ctx_parent: u32::from(context.parent),
         entry_caps: u32::from(plan.captures.iter().any(|c| c.bpf.at_entry != 0)),
         ring_bytes: runtime.ring_buffer_bytes,
+        histogram: u32::from(plan.probe.spec.histogram),
+        hist_errno_bytes: errno_bytes(plan),
         thread_ctx_offset: context.slot_offset,
         caps,
+    }
+}
+
+/// The width of `plan`'s return value when a negative one is an errno (the
+/// span's status, the histogram's failed calls), else 0.
+fn errno_bytes(plan: &ProbePlan) -> u32 {
+    match plan.signature.ret.class {
+        crate::kernel::btf::TypeClass::Int { bytes, .. } if plan.errno_status => bytes,
+        _ => 0,
     }
 }
 
@@ -238,6 +276,9 @@ mod tests {
 
     #[kspan::kernel_span("vfs_read")]
     fn count_and_ret(count: usize, ret: isize) {}
+
+    #[kspan::kernel_span("vfs_read", histogram, errno = false)]
+    fn histogram_of_reads(ret: isize) {}
 
     #[test]
     fn settings_of_a_probe() {
@@ -259,5 +300,22 @@ mod tests {
             (0, 1, 3)
         );
         assert_ne!(config_key(&cfg), config_key(&shared));
+        assert_eq!(
+            (cfg.histogram, cfg.hist_errno_bytes),
+            (0, 8),
+            "no histogram; ssize_t is an 8-byte errno return"
+        );
+        let with = probe_config(
+            &plan_probe(&btf, &histogram_of_reads).unwrap(),
+            Hook::Fexit,
+            ProbeId::Fixed(3),
+            &runtime,
+        );
+        assert_eq!((with.histogram, with.hist_errno_bytes), (1, 0));
+        assert_ne!(
+            config_key(&cfg),
+            config_key(&with),
+            "a histogram probe shares no program with one without"
+        );
     }
 }

@@ -20,6 +20,7 @@ use kspan_bpf::{names, KspanSkelBuilder, OpenKspanProgs};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, MapCore, MapFlags, MapHandle, OpenObject, OpenProgramMut};
 
+use super::config::HistogramSizes;
 use super::copies::ProgramTemplate;
 use super::error::{LoadError, MapError};
 use crate::annotation::Hook;
@@ -111,6 +112,8 @@ pub(crate) struct LoadRequest<'a> {
     /// Some probe sums its calls onto application spans: the sums map gets
     /// its full size.
     pub sums: bool,
+    /// The histogram maps' sizes, when this load makes the shared maps.
+    pub histograms: HistogramSizes,
 }
 
 /// The maps every loaded program uses, made by the first object.
@@ -126,6 +129,8 @@ pub(crate) struct SharedMaps {
     probe_counters: MapHandle,
     rates: MapHandle,
     sums: MapHandle,
+    hist: MapHandle,
+    hist_errno: MapHandle,
 }
 
 /// The kernel's per-CPU counters, summed (`enum kspan_counter` of kspan.h).
@@ -152,7 +157,113 @@ pub(crate) struct ProbeCounters {
     pub no_spans: u64,
 }
 
+/// One histogram row of `kspan.h` (`struct kspan_hist_row`), summed over
+/// the CPUs: calls per bucket, then the sum of their durations in ns.
+pub(crate) type HistogramRow = [u64; kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1];
+
+/// One probe's histogram rows, summed over the CPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KernelHistogram {
+    /// Calls that did not fail.
+    pub succeeded: HistogramRow,
+    /// Calls that returned an errno.
+    pub failed: HistogramRow,
+    /// The failed calls by errno, as far as `kspan_hist_errno` had room.
+    pub by_errno: Vec<(u16, HistogramRow)>,
+}
+
+/// Sums per-CPU values of 8-byte slots: `per_cpu[cpu]` holds `into.len()`
+/// native-endian u64s (or fewer, read as missing).
+fn sum_per_cpu(per_cpu: &[Vec<u8>], into: &mut [u64]) {
+    for cpu in per_cpu {
+        for (slot, bytes) in into.iter_mut().zip(cpu.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(bytes);
+            *slot = slot.wrapping_add(u64::from_ne_bytes(b));
+        }
+    }
+}
+
 impl SharedMaps {
+    /// The histograms of `probe_ids`, summed over the CPUs, in that order.
+    pub(crate) fn histograms(&self, probe_ids: &[u32]) -> Result<Vec<KernelHistogram>, MapError> {
+        let hist_err = |source| MapError {
+            map: "kspan_hist",
+            source,
+        };
+        let row = |index: u32| -> Result<HistogramRow, MapError> {
+            let mut out: HistogramRow = [0; kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1];
+            let per_cpu = self
+                .hist
+                .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+                .map_err(hist_err)?
+                .unwrap_or_default();
+            sum_per_cpu(&per_cpu, &mut out);
+            Ok(out)
+        };
+        let mut out: Vec<KernelHistogram> = probe_ids
+            .iter()
+            .map(|&id| {
+                Ok(KernelHistogram {
+                    succeeded: row(id.saturating_mul(2))?,
+                    failed: row(id.saturating_mul(2).saturating_add(1))?,
+                    by_errno: Vec::new(),
+                })
+            })
+            .collect::<Result<_, MapError>>()?;
+        // The per-errno keys: {probe_id u32, errno u16, slot u16}. Read
+        // after the rows, so that calls counted in between make the errno
+        // series ahead of the failed row, never behind: the failed calls
+        // not kept by errno (`_OTHER`) are then under-read for a moment,
+        // and made good at the next read, never over-read.
+        let errno_err = |source| MapError {
+            map: "kspan_hist_errno",
+            source,
+        };
+        let buckets = kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize;
+        for key in self.hist_errno.keys() {
+            let (Some(id), Some(nr), Some(slot)) = (
+                key.get(0..4)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u32::from_ne_bytes),
+                key.get(4..6)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u16::from_ne_bytes),
+                key.get(6..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u16::from_ne_bytes),
+            ) else {
+                continue;
+            };
+            let Some(at) = probe_ids.iter().position(|&p| p == id) else {
+                continue;
+            };
+            let slot = usize::from(slot);
+            if slot > buckets {
+                continue;
+            }
+            // A key inserted a moment ago and deleted never: absent is 0.
+            let per_cpu = self
+                .hist_errno
+                .lookup_percpu(&key, MapFlags::ANY)
+                .map_err(errno_err)?
+                .unwrap_or_default();
+            let mut value = [0u64; 1];
+            sum_per_cpu(&per_cpu, &mut value);
+            let by_errno = &mut out[at].by_errno;
+            let i = match by_errno.iter().position(|(e, _)| *e == nr) {
+                Some(i) => i,
+                None => {
+                    by_errno.push((nr, [0; kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1]));
+                    by_errno.len() - 1
+                }
+            };
+            let entry = &mut by_errno[i].1;
+            entry[slot] = entry[slot].wrapping_add(value[0]);
+        }
+        Ok(out)
+    }
+
     /// Sums the per-CPU kernel counters.
     pub(crate) fn counters(&self) -> Result<KernelCounters, MapError> {
         use kspan_bpf::consts as c;
@@ -301,6 +412,15 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
                 .set_max_entries(1)
                 .map_err(|e| fail(e, None))?;
         }
+        let sizes = request.histograms;
+        open.maps
+            .kspan_hist
+            .set_max_entries(sizes.probes.saturating_mul(2).max(1))
+            .map_err(|e| fail(e, None))?;
+        open.maps
+            .kspan_hist_errno
+            .set_max_entries(sizes.errno_keys.max(1))
+            .map_err(|e| fail(e, None))?;
     }
     if let Some(shared) = request.shared {
         for (map, with) in [
@@ -313,6 +433,8 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&mut open.maps.kspan_probe_counters, &shared.probe_counters),
             (&mut open.maps.kspan_rates, &shared.rates),
             (&mut open.maps.kspan_sums, &shared.sums),
+            (&mut open.maps.kspan_hist, &shared.hist),
+            (&mut open.maps.kspan_hist_errno, &shared.hist_errno),
         ] {
             map.reuse_fd(with.as_fd()).map_err(|e| fail(e, None))?;
         }
@@ -365,6 +487,8 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             probe_counters: map_handle(&loaded.maps.kspan_probe_counters)?,
             rates: map_handle(&loaded.maps.kspan_rates)?,
             sums: map_handle(&loaded.maps.kspan_sums)?,
+            hist: map_handle(&loaded.maps.kspan_hist)?,
+            hist_errno: map_handle(&loaded.maps.kspan_hist_errno)?,
         }),
     };
     let rodata_fd = loaded.maps.rodata.as_fd().as_raw_fd();
@@ -380,6 +504,8 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&loaded.maps.kspan_probe_counters, &shared.probe_counters),
             (&loaded.maps.kspan_rates, &shared.rates),
             (&loaded.maps.kspan_sums, &shared.sums),
+            (&loaded.maps.kspan_hist, &shared.hist),
+            (&loaded.maps.kspan_hist_errno, &shared.hist_errno),
         ]
         .map(|(object, kept)| (object.as_fd().as_raw_fd(), kept.as_fd().as_raw_fd()))
     });

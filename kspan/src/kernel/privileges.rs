@@ -869,6 +869,7 @@ mod tests {
                     filter: crate::annotation::FilterSpec::NONE,
                     sum: false,
                     spans: true,
+                    histogram: false,
                     location: "here",
                 },
                 handler: |_, _| {},

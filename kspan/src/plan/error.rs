@@ -2,6 +2,8 @@
 //! Why a probe cannot be planned: each error names the probe's function,
 //! parameter or annotation, and the fix.
 
+use crate::annotation::Mode;
+
 /// A probe that cannot work on this kernel, found before anything is loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -158,6 +160,20 @@ pub enum PlanError {
         function: String,
         /// Why there is none.
         reason: String,
+    },
+    /// A histogram was asked of an instant, which has no duration.
+    #[error(
+        "`{function}` (probe at {location}): `histogram` needs a duration, and mode `{mode}` \
+         attaches at entry only (an instant); use mode = \"fexit\" or \"kretprobe\", or \
+         remove `histogram`"
+    )]
+    HistogramWithoutDuration {
+        /// The kernel function.
+        function: String,
+        /// Where the probe is declared.
+        location: &'static str,
+        /// The probe's mode.
+        mode: Mode,
     },
     /// Two probes name the same kernel function.
     #[error(

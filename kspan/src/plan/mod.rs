@@ -225,6 +225,16 @@ fn plan_function(
         });
     }
 
+    if spec.histogram && !spec.mode.has_return() {
+        // The macro refuses this at the token; a spec made by hand is
+        // refused here.
+        return Err(PlanError::HistogramWithoutDuration {
+            function: function.to_owned(),
+            location: spec.location,
+            mode: spec.mode,
+        });
+    }
+
     let mut captures = Vec::with_capacity(spec.params.len());
     let mut data_used = 0usize;
     let mut nr_args = 0usize;
@@ -390,6 +400,39 @@ mod tests {
             plan.record_size as usize,
             std::mem::size_of::<kspan_record>()
         );
+    }
+
+    #[test]
+    fn a_histogram_needs_a_duration() {
+        static INSTANT: Probe = Probe {
+            spec: crate::annotation::ProbeSpec {
+                function: "vfs_read",
+                mode: Mode::Fentry,
+                params: &[],
+                ret: None,
+                errno: true,
+                histogram: true,
+                filter: crate::annotation::FilterSpec::NONE,
+                sum: false,
+                spans: true,
+                location: "made:by_hand",
+            },
+            handler: |_, _| {},
+        };
+        assert_eq!(
+            err(&INSTANT),
+            "`vfs_read` (probe at made:by_hand): `histogram` needs a duration, and mode `fentry` \
+             attaches at entry only (an instant); use mode = \"fexit\" or \"kretprobe\", or \
+             remove `histogram`"
+        );
+        static SPAN: Probe = Probe {
+            spec: crate::annotation::ProbeSpec {
+                mode: Mode::Fexit,
+                ..INSTANT.spec
+            },
+            handler: |_, _| {},
+        };
+        assert!(plan_probe(&btf(), &SPAN).is_ok());
     }
 
     #[kernel_span("vfs_read", mode = "fentry")]
