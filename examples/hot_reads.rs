@@ -7,16 +7,18 @@
 //! for 64 KiB or more become spans (M of them, children of `hot_loop`); the
 //! N small ones cost a few instructions each in the kernel and add up on
 //! `hot_loop` itself (`sum`): `kernel.vfs_read.calls`,
-//! `kernel.vfs_read.duration_ns`, `kernel.vfs_read.errors`. Everything goes
-//! over OTLP/gRPC to `OTEL_EXPORTER_OTLP_ENDPOINT` (the standard `OTEL_*`
-//! variables apply).
+//! `kernel.vfs_read.duration_ns`, `kernel.vfs_read.errors`. Every call, kept
+//! or not, is counted in the kernel's latency histogram, published as the
+//! OpenTelemetry histogram `kernel.vfs_read.duration` (ns). Traces and
+//! metrics go over OTLP/gRPC to `OTEL_EXPORTER_OTLP_ENDPOINT` (the standard
+//! `OTEL_*` variables apply).
 
 use std::io::Read;
 use std::process::ExitCode;
 
 /// `vfs_read`: spans for the large reads only, the others summed onto the
-/// application span.
-#[kspan::kernel_span("vfs_read", filter = "count >= 65536", sum)]
+/// application span; every call in the latency histogram.
+#[kspan::kernel_span("vfs_read", filter = "count >= 65536", sum, histogram)]
 fn vfs_read(count: usize, ret: isize) {}
 
 #[tokio::main]
@@ -48,9 +50,11 @@ async fn run() -> Result<(), kspan_examples::BoxError> {
     let (small, large) = counts()?;
     let sums = kspan::KernelSums::new();
     let provider = kspan_examples::init_telemetry_with("kspan-examples", Some(&sums))?;
+    let meters = kspan_examples::init_metrics()?;
     let kspan = kspan::Kspan::builder(&provider)
         .probe(&vfs_read)
         .kernel_sums(sums)
+        .meter_provider(&meters)
         .start()?;
 
     {
@@ -72,6 +76,8 @@ async fn run() -> Result<(), kspan_examples::BoxError> {
         .iter()
         .find(|p| p.function == "vfs_read")
         .map_or(0, |p| p.filtered);
+    // kspan first: its shutdown records the histogram's last calls, which
+    // the meter provider's shutdown then exports.
     let stats = kspan.shutdown().await?;
     println!(
         "hot_reads: {small} small and {large} large reads; vfs_read calls filtered in the \
@@ -80,5 +86,6 @@ async fn run() -> Result<(), kspan_examples::BoxError> {
         stats.lost()
     );
     provider.shutdown()?;
+    meters.shutdown()?;
     Ok(())
 }

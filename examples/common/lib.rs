@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
@@ -118,6 +119,19 @@ pub fn init_telemetry_with(
     // 4947), so kernel spans become children of the application's spans.
     kspan::context::register_observer()?;
     Ok(provider)
+}
+
+/// A meter provider exporting over OTLP/gRPC (the same `OTEL_*`
+/// variables), read every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default)
+/// and at shutdown.
+pub fn init_metrics() -> Result<SdkMeterProvider, BoxError> {
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_tonic()
+        .build()?;
+    Ok(SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter).build())
+        .with_resource(Resource::builder().build())
+        .build())
 }
 
 /// Whether `target` belongs to the OTLP exporter's stack (gRPC, HTTP/2,

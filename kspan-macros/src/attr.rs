@@ -25,7 +25,8 @@ pub(crate) mod kw {
 }
 
 /// The keys of `#[kernel_span]`, as the unknown-key message lists them.
-const KEYS: &str = "`mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, \
+const KEYS: &str =
+    "`mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, \
                     `spans` and `histogram`";
 
 /// The parsed attribute.

@@ -319,22 +319,31 @@ impl Receiver {
     /// The latest point of histogram `metric` per attribute set (cumulative
     /// temporality: the latest is the total), sorted by `error.type`.
     pub fn latest_histogram(&self, metric: &str) -> Vec<ReceivedHistogramPoint> {
-        let mut latest: Vec<ReceivedHistogramPoint> = Vec::new();
-        for req in self.metrics() {
-            for p in histogram_points(&req)
-                .into_iter()
-                .filter(|p| p.metric == metric)
-            {
-                match latest.iter_mut().find(|q| q.attributes == p.attributes) {
-                    Some(q) if q.time_unix_nano <= p.time_unix_nano => *q = p,
-                    Some(_) => {}
-                    None => latest.push(p),
-                }
+        latest_histogram(&self.metrics(), metric)
+    }
+}
+
+/// The latest point of histogram `metric` per attribute set among
+/// `requests`, sorted by `error.type`.
+pub fn latest_histogram(
+    requests: &[ExportMetricsServiceRequest],
+    metric: &str,
+) -> Vec<ReceivedHistogramPoint> {
+    let mut latest: Vec<ReceivedHistogramPoint> = Vec::new();
+    for req in requests {
+        for p in histogram_points(req)
+            .into_iter()
+            .filter(|p| p.metric == metric)
+        {
+            match latest.iter_mut().find(|q| q.attributes == p.attributes) {
+                Some(q) if q.time_unix_nano <= p.time_unix_nano => *q = p,
+                Some(_) => {}
+                None => latest.push(p),
             }
         }
-        latest.sort_by(|a, b| a.str("error.type").cmp(&b.str("error.type")));
-        latest
     }
+    latest.sort_by(|a, b| a.str("error.type").cmp(&b.str("error.type")));
+    latest
 }
 
 impl Drop for Receiver {
@@ -375,6 +384,8 @@ pub struct Run {
     pub pid: u32,
     /// Every span received (after the process exited).
     pub spans: Vec<ReceivedSpan>,
+    /// Every metrics export received.
+    pub metrics: Vec<ExportMetricsServiceRequest>,
 }
 
 impl Run {
@@ -445,6 +456,7 @@ pub async fn run_via_with_receiver(
         output,
         pid,
         spans: receiver.spans(),
+        metrics: receiver.metrics(),
     }
 }
 

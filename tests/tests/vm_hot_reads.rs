@@ -2,8 +2,10 @@
 //! The `hot_reads` example over OTLP (run in the VM by `cargo xtask test`):
 //! inside `hot_loop`, N one-byte reads and M 64 KiB reads of /dev/zero;
 //! `vfs_read` keeps the large ones as spans and sums the rest onto
-//! `hot_loop`. A real OTLP/gRPC receiver gets exactly M `vfs_read` spans,
-//! children of `hot_loop`, and `hot_loop` carries calls = N.
+//! `hot_loop`, and counts every call in its latency histogram. A real
+//! OTLP/gRPC receiver gets exactly M `vfs_read` spans, children of
+//! `hot_loop`; `hot_loop` carries calls = N; the histogram
+//! `kernel.vfs_read.duration` counts at least N + M calls.
 
 use kspan_tests::{example, run_with_receiver};
 
@@ -41,4 +43,21 @@ async fn large_reads_are_spans_and_small_ones_add_up_on_the_loop() {
         "{stdout}"
     );
     assert!(stdout.contains("lost 0"), "{stdout}");
+
+    let points = kspan_tests::latest_histogram(&run.metrics, "kernel.vfs_read.duration");
+    let ok: Vec<_> = points
+        .iter()
+        .filter(|p| p.str("error.type").is_none())
+        .collect();
+    assert_eq!(ok.len(), 1, "{points:?}");
+    kspan_tests::latency::check_shape(ok[0]);
+    assert!(
+        ok[0].count >= SMALL + LARGE,
+        "{} calls in the histogram, {} made in hot_loop",
+        ok[0].count,
+        SMALL + LARGE
+    );
+    // The loop's summed time is part of the histogram's.
+    let total = ok[0].sum.expect("a sum") as i64;
+    assert!(total >= summed, "{total} < {summed}");
 }
