@@ -277,6 +277,28 @@ static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent)
 	return -1;
 }
 
+/*
+ * The context of the task's current tree of calls, read once, when its
+ * first call needs it: the counter of why the tree is not recorded, or -1
+ * (trace id and application parent in `st`).
+ */
+static __always_inline int kspan_tree_context(struct kspan_task_stack *st)
+{
+	if (!st->ctx_known) {
+		st->ctx_skip = kspan_outermost(st->trace_id, &st->app_span_id);
+		st->ctx_known = 1;
+	}
+	return st->ctx_skip;
+}
+
+/* The span id of `frame`, made on first use. */
+static __always_inline __u64 kspan_frame_id(struct kspan_frame *frame)
+{
+	if (!frame->span_id)
+		frame->span_id = kspan_new_id();
+	return frame->span_id;
+}
+
 /* Arguments of a trampoline program, from the trampoline's saved registers. */
 static __always_inline void kspan_trampoline_args(__u64 *ctx, __u64 *args)
 {
@@ -671,8 +693,7 @@ static __always_inline __u32 kspan_parent_flags(struct kspan_frame *parent)
  */
 static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
 						struct kspan_frame *frame,
-						struct kspan_frame *parent, __u64 parent_id,
-						__u32 probe_id)
+						struct kspan_frame *parent, __u32 probe_id)
 {
 	struct kspan_record *rec = bpf_ringbuf_reserve(&kspan_events, sizeof(*rec), 0);
 
@@ -681,8 +702,8 @@ static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
 		return;
 	}
 	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
-	rec->span_id = frame->span_id;
-	rec->parent_span_id = parent_id;
+	rec->span_id = kspan_frame_id(frame);
+	rec->parent_span_id = parent ? kspan_frame_id(parent) : st->app_span_id;
 	rec->start_ns = frame->start_ns;
 	rec->end_ns = frame->start_ns;
 	rec->ret = 0;
@@ -703,18 +724,23 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	/* Where the instant belongs, decided before anything is reserved. */
 	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
 	if (st && st->depth > 0 && st->depth <= KSPAN_MAX_DEPTH) {
+		int skip;
+
 		top = kspan_frame_at(st, st->depth - 1);
 		if (top->suppressed) {
 			/* Inside a call that is not recorded. */
 			kspan_count(top->suppressed - 1);
 			return 0;
 		}
-		if (kspan_overloaded(0)) {
-			kspan_count(KSPAN_CTR_OVERLOAD);
+		skip = kspan_tree_context(st);
+		if (skip < 0 && kspan_overloaded(0))
+			skip = KSPAN_CTR_OVERLOAD;
+		if (skip >= 0) {
+			kspan_count(skip);
 			return 0;
 		}
 		__builtin_memcpy(trace_id, st->trace_id, sizeof(trace_id));
-		parent = top->span_id;
+		parent = kspan_frame_id(top);
 	} else {
 		int skip = kspan_outermost(trace_id, &parent);
 
@@ -772,18 +798,17 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 		return 0;
 	}
 	if (depth == 0) {
-		int skip = kspan_outermost(st->trace_id, &st->app_span_id);
-
-		if (skip < 0 && kspan_overloaded(1))
-			skip = KSPAN_CTR_OVERLOAD;
-		suppressed = skip >= 0 ? skip + 1 : 0;
+		/* A new tree: its context is read when a call of it needs it. */
+		st->ctx_known = 0;
+		suppressed = kspan_overloaded(1) ? KSPAN_CTR_OVERLOAD + 1 : 0;
 	} else {
 		/* A call inside one that is not recorded is not recorded either. */
 		suppressed = kspan_frame_at(st, depth - 1)->suppressed;
 		if (!suppressed && kspan_overloaded(0))
 			suppressed = KSPAN_CTR_OVERLOAD + 1;
 	}
-	span_id = kspan_new_id();
+	/* The id is the key of the values read at entry; otherwise made when needed. */
+	span_id = kspan_cfg.entry_caps ? kspan_new_id() : 0;
 	if (!suppressed && kspan_cfg.entry_caps && kspan_keep_entry_values(args, span_id))
 		suppressed = KSPAN_CTR_NO_STORAGE + 1;
 	if (suppressed)
@@ -950,28 +975,41 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 		kspan_count(KSPAN_CTR_LOST_EXIT);
 	st->depth = found - 1;
 	frame = kspan_frame_at(st, found - 1);
-	if (frame->suppressed != KSPAN_CTR_SUPPRESSED + 1)
+	/* Every call but those of threads that suppress telemetry (kspan's own). */
+	if (kspan_cfg.histogram && kspan_tree_context(st) != KSPAN_CTR_SUPPRESSED)
 		kspan_hist_record(probe_id, frame->start_ns, now, ret);
 	if (frame->suppressed)
 		/* Counted at its entry. */
 		return 0;
 	if (found >= 2)
 		parent = kspan_frame_at(st, found - 2);
-	parent_id = parent ? parent->span_id : st->app_span_id;
 	if (kspan_cfg.may_drop) {
 		int refused = kspan_refusal(frame, ret, now, probe_id);
 
 		if (refused >= 0) {
 			kspan_count_probe(probe_id, refused);
-			kspan_add_sum(st->app_span_id, probe_id, now - frame->start_ns,
-				      kspan_failed(ret));
+			if (kspan_cfg.sum && kspan_tree_context(st) < 0)
+				kspan_add_sum(st->app_span_id, probe_id, now - frame->start_ns,
+					      kspan_failed(ret));
 			if (kspan_cfg.entry_caps)
 				bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
 			if (frame->flags & KSPAN_FRAME_CHILD_SENT)
-				kspan_emit_reparent(st, frame, parent, parent_id, probe_id);
+				kspan_emit_reparent(st, frame, parent, probe_id);
 			return 0;
 		}
 	}
+	{
+		/* About to be a span: whether its tree is recorded at all. */
+		int skip = kspan_tree_context(st);
+
+		if (skip >= 0) {
+			kspan_count(skip);
+			if (kspan_cfg.entry_caps)
+				bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
+			return 0;
+		}
+	}
+	parent_id = parent ? kspan_frame_id(parent) : st->app_span_id;
 
 	rec = bpf_ringbuf_reserve(&kspan_events, kspan_cfg.record_size, 0);
 	if (!rec) {
@@ -982,7 +1020,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	}
 	pid_tgid = bpf_get_current_pid_tgid();
 	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
-	rec->span_id = frame->span_id;
+	rec->span_id = kspan_frame_id(frame);
 	rec->parent_span_id = parent_id;
 	rec->start_ns = frame->start_ns;
 	rec->end_ns = now;

@@ -369,13 +369,14 @@ struct kspan_config {
 /* One open kernel span on a task's stack. */
 struct kspan_frame {
 	__u64 start_ns;
+	/* Made when first needed (its record, a child's, a reparent); 0 until then. */
 	__u64 span_id;
 	__u64 args[KSPAN_MAX_ARGS];
 	__u32 probe_id;
 	/*
-	 * 0: the call is recorded. Otherwise it is not (its outermost call was
-	 * under an unsampled application span, or an orphan the policy drops):
-	 * the KSPAN_CTR_* it is counted under, plus one. Nested calls inherit it.
+	 * 0: the call may be recorded. Otherwise it is not (the ring buffer was
+	 * running short, or its entry values found no room): the KSPAN_CTR_* it
+	 * is counted under, plus one. Nested calls inherit it.
 	 */
 	__u32 suppressed;
 	/* KSPAN_FRAME_* bits. */
@@ -393,6 +394,15 @@ struct kspan_task_stack {
 	__u32 depth;
 	/* Entries not pushed because the stack was full; their exits are skipped. */
 	__u32 overflow;
+	/*
+	 * The application's context for the current outermost call, read at
+	 * the first call of its tree that needs it (one about to become a
+	 * span, or summed, or counted in a histogram), not at entry: a call
+	 * its filters refuse never pays for the read. 0: not read yet.
+	 */
+	__u32 ctx_known;
+	/* Once read: the counter of why the tree is not recorded, or -1. */
+	__s32 ctx_skip;
 	struct kspan_frame frames[KSPAN_MAX_DEPTH];
 };
 
