@@ -3,11 +3,12 @@
 //! the workload of `cargo xtask bench`'s per-call figures. Each `read` is
 //! one `vfs_read` call.
 //!
-//! `read_loop none|fexit|kretprobe [N] [PAUSE_NS]`: `none` traces nothing
-//! (the baseline, and the command bpftrace runs under its latency script);
-//! the others trace `vfs_read` with kspan, capturing two arguments and the
-//! return value, with the consumer running (spans go to a pipeline with no
-//! exporter). `PAUSE_NS` (default 0) spins between reads, so that the rate of
+//! `read_loop none|fexit|kretprobe|histogram [N] [PAUSE_NS]`: `none` traces
+//! nothing (the baseline, and the command bpftrace runs under its latency
+//! script); `fexit` and `kretprobe` trace `vfs_read` with kspan, capturing
+//! two arguments and the return value, with the consumer running (spans go
+//! to a pipeline with no exporter); `histogram` counts every call in the
+//! kernel's latency histogram and makes no spans (fexit). `PAUSE_NS` (default 0) spins between reads, so that the rate of
 //! spans stays within what the consumer builds: under emulation a bare loop
 //! makes spans faster than one emulated CPU turns them into OpenTelemetry
 //! spans, and records dropped at a full ring buffer would make the traced
@@ -28,6 +29,11 @@ fn read_fexit(file: *const u8, count: usize, ret: isize) {}
 #[kspan::kernel_span("vfs_read", mode = "kretprobe")]
 fn read_kretprobe(file: *const u8, count: usize, ret: isize) {}
 
+/// `vfs_read` through a BPF trampoline, no spans: every call counted in the
+/// kernel's latency histogram only.
+#[kspan::kernel_span("vfs_read", mode = "fexit", spans = false, histogram)]
+fn read_histogram(ret: isize) {}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
 async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -35,8 +41,11 @@ async fn main() -> ExitCode {
         Some("none") => None,
         Some("fexit") => Some(&read_fexit),
         Some("kretprobe") => Some(&read_kretprobe),
+        Some("histogram") => Some(&read_histogram),
         other => {
-            eprintln!("read_loop: mode {other:?}: expected `none`, `fexit` or `kretprobe`");
+            eprintln!(
+                "read_loop: mode {other:?}: expected `none`, `fexit`, `kretprobe` or `histogram`"
+            );
             return ExitCode::from(2);
         }
     };

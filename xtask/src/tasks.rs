@@ -283,7 +283,9 @@ pub fn demo(args: &[String]) -> Result<u8> {
 /// attach and detach of every `vfs_*` function (whole process), the cost per
 /// traced call, and the cost to an untraced process ([`others`]); prints each
 /// figure (median of the rounds) and the ratios. `--only others` runs the
-/// last part alone, `--host` runs it natively (syscall tracepoints only).
+/// last part alone, `--only percall` the per-call part alone (kspan's
+/// spans, its histogram-only mode and bpftrace's `hist()` latency script),
+/// `--host` runs it natively (syscall tracepoints only).
 /// `--host --only hot`, `consumer` and `filters` run issue 13's hot
 /// function benchmarks natively: a traced service's throughput ([`hot`]),
 /// the consumer's drain rate against a bare one ([`consumer`]) and the cost
@@ -307,10 +309,10 @@ pub fn bench(args: &[String]) -> Result<u8> {
                 .filter(|r| *r > 0)
                 .ok_or_else(|| anyhow::anyhow!("--rounds: `{v}` is not a positive number"))?;
         } else if let Some(v) = opt_value(args, &mut i, "--only")? {
-            if !["others", "hot", "consumer", "filters"].contains(&v.as_str()) {
+            if !["others", "percall", "hot", "consumer", "filters"].contains(&v.as_str()) {
                 bail!(
-                    "--only: `{v}`: the parts that run alone are `others`, `hot`, `consumer` \
-                     and `filters`"
+                    "--only: `{v}`: the parts that run alone are `others`, `percall`, `hot`, \
+                     `consumer` and `filters`"
                 );
             }
             only = Some(v);
@@ -331,7 +333,8 @@ pub fn bench(args: &[String]) -> Result<u8> {
         (_, true) => return bench_host(rounds),
         _ => {}
     }
-    let only_others = only.is_some();
+    let only_per_call = only.as_deref() == Some("percall");
+    let only_others = only.as_deref() == Some("others");
     crate::deps::ensure()?;
     run(cargo().args([
         "build",
@@ -376,20 +379,24 @@ pub fn bench(args: &[String]) -> Result<u8> {
         r#"t() {{ name=$1; shift; s=$(date +%s%N); "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; e=$(date +%s%N); echo "BENCH $name $(( (e - s) / 1000000 ))"; grep '^attach_many:' /tmp/bench.out || true; }}
 p() {{ name=$1; shift; "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; grep '^READ-LOOP' /tmp/bench.out | sed "s/^READ-LOOP/PERCALL $name/"; }}
 for r in $(seq {rounds}); do
+  if [ {attach} = 1 ]; then
   t bpftrace_begin bpftrace -e 'BEGIN {{ exit(); }}'
   t bpftrace_kfunc bpftrace -e 'kfunc:vfs_* {{ }} BEGIN {{ exit(); }}'
   t kspan_fexit {ex} fexit
   t bpftrace_kprobe bpftrace -e 'kprobe:vfs_* {{ }} BEGIN {{ exit(); }}'
   t kspan_kretprobe {ex} kretprobe
   t kspan_kretprobe_1000 {ex} kretprobe-1000
+  fi
   for i in 1 2 3; do
     p none {read_loop} none {calls} {pause}
     p bpftrace_latency bpftrace -e 'kfunc:vfs_read /pid == cpid/ {{ @s[tid] = nsecs; }} kretfunc:vfs_read /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}' -c '{read_loop} none {calls} {pause}'
     p kspan_fexit {read_loop} fexit {calls} {pause}
     p kspan_kretprobe {read_loop} kretprobe {calls} {pause}
+    p kspan_histogram {read_loop} histogram {calls} {pause}
   done
 done
 "#,
+        attach = u8::from(!only_per_call),
         calls = 200_000,
         // Spans at a rate one emulated CPU turns into OpenTelemetry spans:
         // nothing dropped (checked below), the same pause in the baseline.
@@ -402,7 +409,11 @@ done
         } else {
             &attach_and_per_call
         },
-        others::script(&others_plan)
+        if only_per_call {
+            String::new()
+        } else {
+            others::script(&others_plan)
+        }
     );
     // The whole bench takes several minutes a round under emulation.
     opts.timeout = Duration::from_secs(if only_others { 300 } else { 900 } * u64::from(rounds));
@@ -417,7 +428,10 @@ done
         bail!("the benchmark failed in the guest (exit status {status})");
     }
     if !only_others {
-        attach_and_per_call_report(&output, rounds, &opts)?;
+        attach_and_per_call_report(&output, rounds, &opts, !only_per_call)?;
+    }
+    if only_per_call {
+        return Ok(0);
     }
     let figures = others::parse(&output, &others_plan)?;
     println!("{} ({}):", opts.kernel.name(), out_arg);
@@ -539,7 +553,12 @@ fn bench_consumer(rounds: u32) -> Result<u8> {
 }
 
 /// The report of the attach + detach and per-traced-call parts.
-fn attach_and_per_call_report(output: &str, rounds: u32, opts: &VmOptions) -> Result<()> {
+fn attach_and_per_call_report(
+    output: &str,
+    rounds: u32,
+    opts: &VmOptions,
+    attach: bool,
+) -> Result<()> {
     let mut figures: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     let mut per_call: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for line in output.lines() {
@@ -577,6 +596,18 @@ fn attach_and_per_call_report(output: &str, rounds: u32, opts: &VmOptions) -> Re
         v.sort_unstable();
         Ok(v[v.len() / 2] as f64)
     };
+    if attach {
+        attach_report(&median, rounds, opts)?;
+    }
+    per_call_report(&per_call, rounds)
+}
+
+/// The attach + detach figures, medians by `median`.
+fn attach_report(
+    median: &dyn Fn(&str) -> Result<f64>,
+    rounds: u32,
+    opts: &VmOptions,
+) -> Result<()> {
     println!(
         "attach + detach of every vfs_* function, whole process, median of {rounds} rounds ({}):",
         opts.kernel.name()
@@ -602,6 +633,14 @@ fn attach_and_per_call_report(output: &str, rounds: u32, opts: &VmOptions) -> Re
         "  kspan kretprobe, about 1,000 functions (tcp_*, security_*, blk_*, sock_*): {:.0} ms",
         median("kspan_kretprobe_1000")?
     );
+    Ok(())
+}
+
+/// The per-call figures: added cost over the untraced loop, and the ratios.
+fn per_call_report(
+    per_call: &std::collections::BTreeMap<String, Vec<f64>>,
+    rounds: u32,
+) -> Result<()> {
     let ns = |name: &str| -> Result<f64> {
         let mut v = per_call.get(name).cloned().unwrap_or_default();
         if v.is_empty() {
@@ -617,7 +656,12 @@ fn attach_and_per_call_report(output: &str, rounds: u32, opts: &VmOptions) -> Re
     );
     println!("  untraced                      {base:>8.0} ns/call");
     let mut added = std::collections::BTreeMap::new();
-    for name in ["bpftrace_latency", "kspan_fexit", "kspan_kretprobe"] {
+    for name in [
+        "bpftrace_latency",
+        "kspan_fexit",
+        "kspan_kretprobe",
+        "kspan_histogram",
+    ] {
         let traced = ns(name)?;
         added.insert(name, traced - base);
         println!(
@@ -632,6 +676,10 @@ fn attach_and_per_call_report(output: &str, rounds: u32, opts: &VmOptions) -> Re
     println!(
         "  ratio  kspan fexit added / kspan kretprobe added          {:.2}x (target <= 0.8x)",
         added["kspan_fexit"] / added["kspan_kretprobe"]
+    );
+    println!(
+        "  ratio  kspan histogram only added / bpftrace hist() added {:.2}x (target <= 1.0x)",
+        added["kspan_histogram"] / added["bpftrace_latency"]
     );
     Ok(())
 }
