@@ -278,7 +278,7 @@ pub fn demo(args: &[String]) -> Result<u8> {
     vm::run_vm(&opts, &cmd, &repo_root())
 }
 
-/// `cargo xtask bench [--kernel K] [--rounds N] [--only others|hot|consumer|filters]
+/// `cargo xtask bench [--kernel K] [--rounds N] [--only others|percall|hot|consumer|filters]
 /// [--host]`: kspan against bpftrace, side by side in one guest run:
 /// attach and detach of every `vfs_*` function (whole process), the cost per
 /// traced call, and the cost to an untraced process ([`others`]); prints each
