@@ -70,7 +70,9 @@ pub struct Stats {
     /// not recorded, not a loss.
     pub suppressed: u64,
     /// Calls a probe's filters refused (`min_duration`, `errors_only`,
-    /// `filter`): not spans, not a loss. Per probe: [`Kspan::probe_stats`](crate::Kspan::probe_stats).
+    /// `filter`): not spans, not a loss. Filters run before the thread's
+    /// context is read, so a refused call is counted here even when it was
+    /// also an orphan, unsampled or kspan's own. Per probe: [`Kspan::probe_stats`](crate::Kspan::probe_stats).
     pub filtered: u64,
     /// Calls over a probe's `rate_limit`: not spans, not a loss.
     pub rate_limited: u64,

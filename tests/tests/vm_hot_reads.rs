@@ -38,10 +38,15 @@ async fn large_reads_are_spans_and_small_ones_add_up_on_the_loop() {
     let loop_ns = (hot_loop.end_ns - hot_loop.start_ns) as i64;
     assert!(summed > 0 && summed < loop_ns, "{summed} ns of {loop_ns}");
     let stdout = run.stdout();
-    assert!(
-        stdout.contains(&format!("filtered in the kernel {SMALL};")),
-        "{stdout}"
-    );
+    // The filter runs before the thread's context is read: the process's
+    // small reads outside `hot_loop` (its start-up) are refused too.
+    let filtered: u64 = stdout
+        .split("filtered in the kernel ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no filtered count in {stdout}"));
+    assert!(filtered >= SMALL, "{stdout}");
     assert!(stdout.contains("lost 0"), "{stdout}");
 
     let points = kspan_tests::latest_histogram(&run.metrics, "kernel.vfs_read.duration");
