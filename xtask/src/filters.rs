@@ -31,7 +31,7 @@ pub fn bench_host(rounds: u32) -> Result<u8> {
         "build",
         "--release",
         "-p",
-        crate::tasks::EXAMPLES_PKG,
+        crate::util::EXAMPLES_PKG,
         "--example",
         "filter_cost",
     ]))?;

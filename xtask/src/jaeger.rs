@@ -65,7 +65,7 @@ pub fn command(args: &[String]) -> Result<u8> {
     run(cargo().args([
         "build",
         "-p",
-        crate::tasks::EXAMPLES_PKG,
+        crate::util::EXAMPLES_PKG,
         "-p",
         crate::tasks::TESTS_PKG,
         "--example",

@@ -7,14 +7,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::kernel::KernelSpec;
-use crate::util::{cargo, display, opt_value, repo_root, run, sh_quote, Metadata};
+use crate::util::{cargo, display, opt_value, repo_root, run, sh_quote, Metadata, EXAMPLES_PKG};
 use crate::vm::{self, VmOptions};
 use crate::{consumer, hot, others};
 
 /// The package holding the tests that need a real kernel (run in the VM).
 pub const TESTS_PKG: &str = "kspan-tests";
-/// The package holding the examples.
-pub const EXAMPLES_PKG: &str = "kspan-examples";
 
 /// One line of the final summary.
 struct Stage {

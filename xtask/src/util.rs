@@ -13,6 +13,9 @@ pub fn repo_root() -> PathBuf {
     root.canonicalize().unwrap_or_else(|_| root.to_path_buf())
 }
 
+/// The package holding the examples.
+pub const EXAMPLES_PKG: &str = "kspan-examples";
+
 /// A `cargo` command, the same cargo that runs us when there is one.
 pub fn cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

@@ -184,6 +184,17 @@ fn sum_per_cpu(per_cpu: &[Vec<u8>], into: &mut [u64]) {
     }
 }
 
+/// Slot `index` of the per-CPU counter array `map`, summed over the CPUs.
+fn percpu_count(map: &MapHandle, name: &'static str, index: u32) -> Result<u64, MapError> {
+    let per_cpu = map
+        .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+        .map_err(|source| MapError { map: name, source })?
+        .unwrap_or_default();
+    let mut total = [0u64; 1];
+    sum_per_cpu(&per_cpu, &mut total);
+    Ok(total[0])
+}
+
 impl SharedMaps {
     /// The histograms of `probe_ids`, summed over the CPUs, in that order.
     pub(crate) fn histograms(&self, probe_ids: &[u32]) -> Result<Vec<KernelHistogram>, MapError> {
@@ -267,20 +278,7 @@ impl SharedMaps {
     /// Sums the per-CPU kernel counters.
     pub(crate) fn counters(&self) -> Result<KernelCounters, MapError> {
         use kspan_bpf::consts as c;
-        let read = |index: u64| -> Result<u64, MapError> {
-            let per_cpu = self
-                .counters
-                .lookup_percpu(&(index as u32).to_ne_bytes(), MapFlags::ANY)
-                .map_err(|source| MapError {
-                    map: names::COUNTERS_MAP,
-                    source,
-                })?
-                .unwrap_or_default();
-            Ok(per_cpu
-                .iter()
-                .filter_map(|v| v.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
-                .sum())
-        };
+        let read = |index: u64| percpu_count(&self.counters, names::COUNTERS_MAP, index as u32);
         Ok(KernelCounters {
             sum_failed: read(c::KSPAN_CTR_SUM_FAILED)?,
             ring_buffer_full: read(c::KSPAN_CTR_RINGBUF_FULL)?,
@@ -302,20 +300,9 @@ impl SharedMaps {
         let per_probe = c::KSPAN_PCTR_COUNT as usize;
         let mut out = vec![ProbeCounters::default(); probes];
         for (probe, counters) in out.iter_mut().enumerate() {
-            let read = |reason: u64| -> Result<u64, MapError> {
+            let read = |reason: u64| {
                 let index = (probe * per_probe) as u32 + reason as u32;
-                let per_cpu = self
-                    .probe_counters
-                    .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(|source| MapError {
-                        map: names::PROBE_COUNTERS_MAP,
-                        source,
-                    })?
-                    .unwrap_or_default();
-                Ok(per_cpu
-                    .iter()
-                    .filter_map(|v| v.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
-                    .sum())
+                percpu_count(&self.probe_counters, names::PROBE_COUNTERS_MAP, index)
             };
             *counters = ProbeCounters {
                 filtered: read(c::KSPAN_PCTR_FILTERED)?,
