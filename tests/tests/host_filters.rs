@@ -339,3 +339,18 @@ fn summed_time_is_the_time_the_spans_of_the_same_calls_add_up_to() {
         "summed {summed:?}, spans add up to {spanned:?}"
     );
 }
+
+#[test]
+fn a_summing_probe_without_kernel_sums_is_refused_with_the_fix() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (provider, _exporter) = kspan_tests::in_memory_provider();
+    let err = kspan::Kspan::builder(&provider)
+        .probe(&getpid)
+        .start()
+        .expect_err("nothing would put the sums on the spans");
+    let text = err.to_string();
+    assert!(
+        text.contains("`getpid`") && text.contains("KernelSums") && text.contains(".kernel_sums("),
+        "{text}"
+    );
+}
