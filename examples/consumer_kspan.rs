@@ -22,14 +22,11 @@
 //! processor's queue and export thread (the report's breakdown).
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use opentelemetry::Context;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
-
+use kspan_examples::hot::gate::{Gate, GateProcessor};
 use kspan_examples::hot::{discard, load};
 
 /// The traced call: `getppid` as a syscall source.
@@ -40,79 +37,6 @@ fn sys_getppid(ret: i64) {}
 /// records of this probe (152 bytes with the ring's header), of which kspan
 /// fills half before it counts new calls as overload.
 const RING_BYTES: u32 = 64 << 20;
-
-/// Holds whoever ends a span while it is closed.
-#[derive(Debug, Default)]
-struct Gate {
-    state: Mutex<GateState>,
-    changed: Condvar,
-    /// Spans that reached the gate.
-    ended: AtomicU64,
-}
-
-#[derive(Debug, Default)]
-struct GateState {
-    closed: bool,
-    holding: bool,
-}
-
-impl Gate {
-    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn close(&self) {
-        self.lock().closed = true;
-    }
-
-    /// Waits until the gate holds someone (at most `limit`).
-    fn wait_holding(&self, limit: Duration) -> bool {
-        let state = self.lock();
-        let (state, _) = self
-            .changed
-            .wait_timeout_while(state, limit, |s| !s.holding)
-            .unwrap_or_else(|p| p.into_inner());
-        state.holding
-    }
-
-    fn open(&self) {
-        self.lock().closed = false;
-        self.changed.notify_all();
-    }
-}
-
-#[derive(Debug)]
-struct GateProcessor(Arc<Gate>);
-
-impl SpanProcessor for GateProcessor {
-    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
-
-    fn on_end(&self, _span: SpanData) {
-        self.0.ended.fetch_add(1, Ordering::Relaxed);
-        let mut state = self.0.lock();
-        if state.closed {
-            state.holding = true;
-            self.0.changed.notify_all();
-            while state.closed {
-                state = self
-                    .0
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(|p| p.into_inner());
-            }
-            state.holding = false;
-        }
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        self.0.open();
-        Ok(())
-    }
-}
 
 fn main() -> ExitCode {
     match run() {

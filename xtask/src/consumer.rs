@@ -5,6 +5,11 @@
 //! ring-buffer consumer of the same records (a callback that only reads
 //! each one), from the same BPF object, programs and probe (`getppid`).
 //!
+//! A second baseline, `bare_spans`, is the same bare consumer turning each
+//! record into the same span with the SDK's `SpanBuilder` through the same
+//! pipeline: what a hand-written records-to-spans consumer costs, so that
+//! kspan's own share shows apart from the SDK's.
+//!
 //! Each side is a process of its own (the `consumer_kspan` and
 //! `consumer_bare` examples) that fills the ring with its consumer held,
 //! then times the drain, several fills a run; per round each side runs
@@ -20,11 +25,12 @@ use anyhow::{bail, Context, Result};
 use crate::util::{median, min_max, output};
 
 /// The sides: a name, which program runs it (`consumer_bare`, then
-/// `consumer_kspan`) and its extra argument; the baseline first. The third
+/// `consumer_kspan`) and its extra argument; the baselines first. The last
 /// is a breakdown: kspan's consumer without the SDK's batch processor and
 /// exporter.
-pub const SIDES: [(&str, usize, Option<&str>); 3] = [
+pub const SIDES: [(&str, usize, Option<&str>); 4] = [
     ("bare", 0, None),
+    ("bare_spans", 0, Some("spans")),
     ("kspan", 1, None),
     ("kspan_no_export", 1, Some("no-export")),
 ];
@@ -122,6 +128,26 @@ fn spread(v: &[f64], digits: usize, unit: &str) -> String {
     )
 }
 
+/// `<by rate> by rate, <by CPU> by CPU` of `runs` against `baseline`,
+/// paired by round: above 1 is faster than the baseline.
+fn ratios(runs: &[Run], baseline: &[Run]) -> String {
+    let by_rate: Vec<f64> = runs
+        .iter()
+        .zip(baseline)
+        .map(|(k, b)| k.rate / b.rate)
+        .collect();
+    let by_cpu: Vec<f64> = runs
+        .iter()
+        .zip(baseline)
+        .map(|(k, b)| b.cpu_ns / k.cpu_ns)
+        .collect();
+    format!(
+        "{} by rate, {} by CPU",
+        spread(&by_rate, 3, "x"),
+        spread(&by_cpu, 3, "x")
+    )
+}
+
 /// The report's lines.
 pub fn report(figures: &Figures, p: &Plan) -> Result<Vec<String>> {
     let get = |side: &str| -> Result<&Vec<Run>> {
@@ -131,17 +157,22 @@ pub fn report(figures: &Figures, p: &Plan) -> Result<Vec<String>> {
             .with_context(|| format!("not {} figures for {side}", p.rounds))
     };
     let bare = get("bare")?;
+    let bare_spans = get("bare_spans")?;
     let mut out = vec![format!(
         "consumer, natively: records drained from a ring buffer pre-filled with {} getppid \
          records ({} rounds of {} fills per side, alternating order; per run the median fill; \
          medians over the rounds, the rounds' range in brackets; no record lost); kspan/bare \
-         is paired within a round (target >= 0.5x):",
+         is paired within a round (target >= 0.5x), and so is kspan/bare_spans:",
         p.records + 1,
         p.rounds,
         p.fills
     )];
     for (side, what) in [
         ("bare", "bare libbpf-rs consumer (reads each record)"),
+        (
+            "bare_spans",
+            "bare libbpf-rs consumer -> SDK spans -> batch -> discard",
+        ),
         (
             "kspan",
             "kspan -> SDK batch processor -> discarding exporter",
@@ -159,22 +190,14 @@ pub fn report(figures: &Figures, p: &Plan) -> Result<Vec<String>> {
             spread(&rates, 2, " M records/s"),
             spread(&cpu, 0, " ns")
         );
-        if side != "bare" {
-            let by_rate: Vec<f64> = runs
-                .iter()
-                .zip(bare)
-                .map(|(k, b)| k.rate / b.rate)
-                .collect();
-            let by_cpu: Vec<f64> = runs
-                .iter()
-                .zip(bare)
-                .map(|(k, b)| b.cpu_ns / k.cpu_ns)
-                .collect();
-            line += &format!(
-                "; kspan/bare {} by rate, {} by CPU",
-                spread(&by_rate, 3, "x"),
-                spread(&by_cpu, 3, "x")
-            );
+        let baselines: &[(&str, &Vec<Run>)] = match side {
+            "bare" => &[],
+            "bare_spans" => &[("bare_spans/bare", bare)],
+            "kspan" => &[("kspan/bare", bare), ("kspan/bare_spans", bare_spans)],
+            _ => &[("kspan/bare", bare)],
+        };
+        for (name, baseline) in baselines {
+            line += &format!("; {name} {}", ratios(runs, baseline));
         }
         out.push(line);
     }
@@ -212,6 +235,7 @@ mod tests {
         f.insert("bare", vec![run(10e6, 10.0), run(20e6, 20.0)]);
         f.insert("kspan", vec![run(5e6, 100.0), run(4e6, 100.0)]);
         f.insert("kspan_no_export", vec![run(8e6, 50.0), run(8e6, 50.0)]);
+        f.insert("bare_spans", vec![run(10e6, 50.0), run(8e6, 200.0)]);
         let r = report(&f, &p).unwrap().join("\n");
         assert!(
             r.contains("kspan/bare 0.350x [0.200..0.500] by rate, 0.150x [0.100..0.200] by CPU"),
@@ -219,6 +243,12 @@ mod tests {
         );
         assert!(
             r.contains("8.00 M records/s [8.00..8.00], 50 ns [50..50] of CPU"),
+            "{r}"
+        );
+        assert!(
+            r.contains(
+                "kspan/bare_spans 0.500x [0.500..0.500] by rate, 1.250x [0.500..2.000] by CPU"
+            ),
             "{r}"
         );
         f.insert("kspan", vec![run(5e6, 1.0)]);
