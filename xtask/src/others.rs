@@ -137,6 +137,9 @@ loops() {{
 }}
 held() {{
   r=$1; side=$2; name=$3; shift 3
+  # Emptied first: the background job's own redirection can come after the
+  # first poll below, which would then see the previous holder's ready line.
+  : >/tmp/others-held.out
   "$@" >/tmp/others-held.out 2>&1 &
   h=$!; n=0
   until grep -qE '^(READY|HOLD-PROBES ready)' /tmp/others-held.out; do
