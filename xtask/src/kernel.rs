@@ -3,11 +3,13 @@
 //!
 //! A Debian kernel is cached unpacked (`dpkg -x`) under
 //! `<target>/kspan-vm/kernels/<name>/root/`. The package is the one that the
-//! suite's `linux-image-amd64` depends on. For the machine's own suite the
-//! machine's apt state is used; for another suite (e.g. trixie on a bookworm
-//! machine) a private apt state in a temporary directory is used, pointing at
-//! the same Debian mirror host as the machine's own sources, so no file of the
-//! machine's apt configuration or state is touched.
+//! suite's `linux-image-amd64` depends on; since Debian 14 (sid's 7.x) that
+//! one is a meta package, and the three it depends on (image, modules, module
+//! lists and config) are unpacked together instead. For the machine's own
+//! suite the machine's apt state is used; for another suite (e.g. trixie on a
+//! bookworm machine) a private apt state in a temporary directory is used,
+//! pointing at the same Debian mirror host as the machine's own sources, so no
+//! file of the machine's apt configuration or state is touched.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -33,7 +35,13 @@ pub enum KernelSpec {
 }
 
 impl KernelSpec {
-    /// Parses `debian12`, `debian13` (or their code names), or a path.
+    /// Parses `debian12`, `debian13`, `debian14` (or their code names), or a
+    /// path.
+    ///
+    /// `debian14` is Debian's newest packaged kernel: it tracks sid
+    /// (unstable), where a new kernel lands first, rather than forky
+    /// (testing, the Debian 14 in the making), whose kernel lags behind
+    /// sid's; so `forky` and `sid` both name it.
     pub fn parse(s: &str) -> Result<KernelSpec> {
         Ok(match s {
             "debian12" | "bookworm" => KernelSpec::Debian {
@@ -44,10 +52,17 @@ impl KernelSpec {
                 label: "debian13",
                 suite: "trixie",
             },
+            "debian14" | "forky" | "sid" => KernelSpec::Debian {
+                label: "debian14",
+                suite: "sid",
+            },
             _ if s.contains('/') || Path::new(s).exists() => {
                 KernelSpec::Path(fs::canonicalize(s).with_context(|| format!("kernel path {s}"))?)
             }
-            _ => bail!("unknown kernel `{s}`: use debian12, debian13 or a path to a vmlinuz"),
+            _ => bail!(
+                "unknown kernel `{s}`: use debian12, debian13, debian14 (sid), a path to a \
+                 vmlinuz or the directory of an unpacked kernel package"
+            ),
         })
     }
 
@@ -69,6 +84,9 @@ pub struct Kernel {
     pub release: String,
     /// `lib/modules/<release>` of this kernel, when there is one.
     pub modules: Option<PathBuf>,
+    /// The kernel's build configuration, when known: it says whether the
+    /// image can boot uncompressed.
+    pub config: Option<PathBuf>,
 }
 
 /// Resolves `spec` to a kernel, fetching a Debian package into `cache` once.
@@ -83,58 +101,96 @@ pub fn prepare(spec: &KernelSpec, cache: &Path) -> Result<Kernel> {
             Ok(kernel)
         }
         KernelSpec::Path(p) if p.is_dir() => from_package_root(p),
-        KernelSpec::Path(p) => {
-            let file = p.file_name().unwrap_or_default().to_string_lossy();
-            let release = file.strip_prefix("vmlinuz-").unwrap_or("").to_string();
-            let mut modules = None;
-            if !release.is_empty() {
-                let parent = p.parent().unwrap_or(Path::new("/"));
-                let pkg_root = parent.parent().unwrap_or(Path::new("/"));
-                modules = [pkg_root, Path::new("/")]
-                    .iter()
-                    .flat_map(|r| [r.join("lib/modules"), r.join("usr/lib/modules")])
-                    .map(|d| d.join(&release))
-                    .find(|d| d.is_dir());
-            }
-            Ok(Kernel {
-                vmlinuz: p.clone(),
-                release,
-                modules,
-            })
-        }
+        KernelSpec::Path(p) => Ok(from_image_file(p)),
     }
 }
 
-/// A kernel from an unpacked package: `boot/vmlinuz-<rel>` and
-/// `lib/modules/<rel>` or `usr/lib/modules/<rel>`.
+/// A kernel from its image file: `<dir>/vmlinuz-<rel>`, its modules looked
+/// for in the package root above `<dir>`, then in the running system's; or
+/// Debian 14's `.../modules/<rel>/vmlinuz`, the modules beside it.
+fn from_image_file(p: &Path) -> Kernel {
+    let file = p.file_name().unwrap_or_default().to_string_lossy();
+    let parent = p.parent().unwrap_or(Path::new("/"));
+    if file == "vmlinuz"
+        && parent
+            .parent()
+            .is_some_and(|d| d.file_name().is_some_and(|n| n == "modules"))
+    {
+        return Kernel {
+            vmlinuz: p.to_path_buf(),
+            release: parent
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+            modules: Some(parent.to_path_buf()),
+            config: Some(parent.join("config")).filter(|c| c.is_file()),
+        };
+    }
+    let release = file.strip_prefix("vmlinuz-").unwrap_or("").to_string();
+    let mut modules = None;
+    if !release.is_empty() {
+        let pkg_root = parent.parent().unwrap_or(Path::new("/"));
+        modules = [pkg_root, Path::new("/")]
+            .iter()
+            .flat_map(|r| [r.join("lib/modules"), r.join("usr/lib/modules")])
+            .map(|d| d.join(&release))
+            .find(|d| d.is_dir());
+    }
+    Kernel {
+        vmlinuz: p.to_path_buf(),
+        config: Some(parent.join(format!("config-{release}")))
+            .filter(|c| !release.is_empty() && c.is_file()),
+        release,
+        modules,
+    }
+}
+
+/// A kernel from an unpacked package, in either of Debian's layouts: up to
+/// Debian 13, `boot/vmlinuz-<rel>` and `boot/config-<rel>`, the modules in
+/// `lib/modules/<rel>` or `usr/lib/modules/<rel>`; since Debian 14 (sid's
+/// 7.x), all of it in `usr/lib/modules/<rel>/` (`vmlinuz`, `config`,
+/// `modules.builtin`, `kernel/`). The highest release wins when there are
+/// several.
 fn from_package_root(root: &Path) -> Result<Kernel> {
-    let boot = root.join("boot");
-    let mut images: Vec<PathBuf> = fs::read_dir(&boot)
-        .with_context(|| format!("reading {}", boot.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .collect();
+    let mut images: Vec<(String, PathBuf)> = Vec::new();
+    for dir in ["boot", "lib/modules", "usr/lib/modules"] {
+        let Ok(entries) = fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if dir == "boot" {
+                if let Some(release) = name.strip_prefix("vmlinuz-") {
+                    images.push((release.to_string(), e.path()));
+                }
+            } else if e.path().join("vmlinuz").is_file() {
+                images.push((name, e.path().join("vmlinuz")));
+            }
+        }
+    }
     images.sort();
-    let Some(vmlinuz) = images.pop() else {
-        bail!("no boot/vmlinuz-* in {}", root.display());
+    let Some((release, vmlinuz)) = images.pop() else {
+        bail!(
+            "no kernel image in {}: neither boot/vmlinuz-<release> (Debian 12, 13) nor \
+             usr/lib/modules/<release>/vmlinuz (Debian 14); unpack the package holding the \
+             image there (linux-image-<release>, or linux-binary-<release> where that is a \
+             meta package)",
+            root.display()
+        );
     };
-    let release = vmlinuz
-        .file_name()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .trim_start_matches("vmlinuz-")
-        .to_string();
     let modules = ["lib/modules", "usr/lib/modules"]
         .iter()
         .map(|d| root.join(d).join(&release))
         .find(|d| d.is_dir());
+    let config = std::iter::once(root.join("boot").join(format!("config-{release}")))
+        .chain(modules.iter().map(|m| m.join("config")))
+        .find(|c| c.is_file());
     Ok(Kernel {
         vmlinuz,
         release,
         modules,
+        config,
     })
 }
 
@@ -149,8 +205,7 @@ fn uncompressed_image(root: &Path, kernel: &Kernel) -> Option<PathBuf> {
     if out.is_file() {
         return Some(out);
     }
-    let config =
-        fs::read_to_string(root.join("boot").join(format!("config-{}", kernel.release))).ok()?;
+    let config = fs::read_to_string(kernel.config.as_ref()?).ok()?;
     if !config.lines().any(|l| l == "CONFIG_PVH=y") {
         return None;
     }
@@ -236,7 +291,8 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
     let pkg = pkg.ok_or_else(|| {
         anyhow!("`apt-cache depends linux-image-amd64` names no linux-image-* package (run apt-get update?)")
     })?;
-    eprintln!("kspan-vm: fetching {pkg} ({suite})");
+    let packages = image_packages(&pkg, &apt_depends(&apt_opts, &pkg)?);
+    eprintln!("kspan-vm: fetching {} ({suite})", packages.join(", "));
     let dl = tmp.join("dl");
     fs::create_dir_all(&dl)?;
     let mut get = Command::new("apt-get");
@@ -246,18 +302,31 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
         get.args(["-o", "APT::Sandbox::User=root"]);
     }
     // apt's progress goes to stderr: our stdout is the guest command's.
-    run(get.args(["-q", "download", &pkg]).stdout(std::io::stderr()))?;
-    let deb = fs::read_dir(&dl)?
+    run(get
+        .args(["-q", "download"])
+        .args(&packages)
+        .stdout(std::io::stderr()))?;
+    let debs: Vec<PathBuf> = fs::read_dir(&dl)?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .ok_or_else(|| anyhow!("apt-get download left no .deb"))?;
-    run(Command::new("dpkg")
-        .arg("-x")
-        .arg(&deb)
-        .arg(tmp.join("root")))?;
+        .filter(|p| p.extension().is_some_and(|e| e == "deb"))
+        .collect();
+    if debs.len() != packages.len() {
+        bail!(
+            "apt-get download left {} .deb files for {} packages ({})",
+            debs.len(),
+            packages.len(),
+            packages.join(", ")
+        );
+    }
+    for deb in &debs {
+        run(Command::new("dpkg")
+            .arg("-x")
+            .arg(deb)
+            .arg(tmp.join("root")))?;
+    }
     let _ = fs::remove_dir_all(&dl);
     let _ = fs::remove_dir_all(tmp.join("apt"));
-    fs::write(tmp.join("package"), format!("{pkg}\n"))?;
+    fs::write(tmp.join("package"), packages.join("\n") + "\n")?;
     fs::write(tmp.join("ready"), "")?;
     Ok(())
 }
@@ -272,12 +341,53 @@ fn kernel_package(apt_opts: &[String]) -> Result<Option<String>> {
     Ok(parse_depends(&String::from_utf8_lossy(&out.stdout)))
 }
 
-fn parse_depends(text: &str) -> Option<String> {
+/// What `apt-cache depends <pkg>` prints.
+fn apt_depends(apt_opts: &[String], pkg: &str) -> Result<String> {
+    output(
+        Command::new("apt-cache")
+            .args(apt_opts)
+            .args(["depends", pkg]),
+    )
+}
+
+/// The packages on the `Depends:` lines of `apt-cache depends` output
+/// (alternatives but the last, `|Depends:`, left out), virtual ones
+/// (`<name>`) unwrapped.
+fn depends(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
         .filter_map(|l| l.trim().strip_prefix("Depends:"))
         .map(|p| p.trim().trim_start_matches('<').trim_end_matches('>'))
+}
+
+fn parse_depends(text: &str) -> Option<String> {
+    depends(text)
         .find(|p| p.starts_with("linux-image-") && p != &"linux-image-amd64")
         .map(str::to_string)
+}
+
+/// The packages that hold the kernel of `image` (`linux-image-<release>`),
+/// from `deps`, its `apt-cache depends` output.
+///
+/// Up to Debian 13 that is `image` itself. Since Debian 14 (sid's 7.x)
+/// `image` is a meta package over `linux-binary-<release>` (the image, in
+/// `usr/lib/modules/<release>/vmlinuz`), `linux-modules-<release>` (the
+/// `.ko.xz` files) and `linux-base-<release>` (`modules.builtin`, `config`),
+/// and holds none of it.
+fn image_packages(image: &str, deps: &str) -> Vec<String> {
+    let release = image.strip_prefix("linux-image-").unwrap_or(image);
+    let parts: Vec<String> = depends(deps)
+        .filter(|d| {
+            ["linux-binary-", "linux-modules-", "linux-base-"]
+                .iter()
+                .any(|part| d.strip_prefix(part) == Some(release))
+        })
+        .map(str::to_string)
+        .collect();
+    if parts.is_empty() {
+        vec![image.to_string()]
+    } else {
+        parts
+    }
 }
 
 fn os_release_codename() -> Option<String> {
@@ -564,7 +674,9 @@ mod tests {
 
     #[test]
     fn skips_builtin_modules() {
-        // Debian 13: virtio, virtio_ring, virtio_pci and fscache are built in.
+        // Debian 13's 6.12 and Debian 14's 7.2 (`.ko.xz` files, the same
+        // `modinfo -F depends`): virtio, virtio_ring, virtio_pci and fscache
+        // are built in.
         let g = graph(&[
             ("netfs", &[]),
             ("9pnet", &["netfs"]),
@@ -595,6 +707,148 @@ mod tests {
             parse_depends("linux-image-amd64\n  Depends: linux-image-6.1.0-56-amd64\n"),
             Some("linux-image-6.1.0-56-amd64".into())
         );
+    }
+
+    #[test]
+    fn kernel_names() {
+        let debian14 = KernelSpec::Debian {
+            label: "debian14",
+            suite: "sid",
+        };
+        for name in ["debian14", "sid", "forky"] {
+            assert_eq!(KernelSpec::parse(name).unwrap(), debian14, "{name}");
+        }
+        assert_eq!(KernelSpec::parse("trixie").unwrap().name(), "debian13");
+        let err = KernelSpec::parse("debian15").unwrap_err().to_string();
+        assert!(err.contains("debian14 (sid)"), "{err}");
+    }
+
+    /// `apt-cache depends` in sid on 2026-12-01.
+    const SID_IMAGE_AMD64: &str = "linux-image-amd64\n  Depends: linux-base-amd64\n  \
+                                   Depends: linux-image-7.2.13+deb14-amd64\n";
+    const SID_IMAGE: &str = "linux-image-7.2.13+deb14-amd64\n  PreDepends: linux-base\n \
+                             |Depends: dracut\n |Depends: initramfs-tools\n  \
+                             Depends: <linux-initramfs-tool>\n    dracut\n    \
+                             initramfs-tools\n    tiny-initramfs\n  \
+                             Depends: linux-base-7.2.13+deb14-amd64\n  \
+                             Depends: linux-binary-7.2.13+deb14-amd64\n  \
+                             Depends: linux-modules-7.2.13+deb14-amd64\n  \
+                             Breaks: <fwupdate>\n  Suggests: linux-doc-7.2\n";
+    /// `apt-cache depends` in bookworm on 2026-12-01.
+    const BOOKWORM_IMAGE: &str = "linux-image-6.1.0-57-amd64\n  Depends: kmod\n  \
+                                  Depends: linux-base\n |Depends: initramfs-tools\n  \
+                                  Depends: <linux-initramfs-tool>\n    dracut\n  \
+                                  Conflicts: linux-image-6.1.0-57-amd64-unsigned\n  \
+                                  Suggests: linux-doc-6.1\n";
+
+    #[test]
+    fn meta_package_parts() {
+        let image = parse_depends(SID_IMAGE_AMD64).unwrap();
+        assert_eq!(image, "linux-image-7.2.13+deb14-amd64");
+        assert_eq!(
+            image_packages(&image, SID_IMAGE),
+            [
+                "linux-base-7.2.13+deb14-amd64",
+                "linux-binary-7.2.13+deb14-amd64",
+                "linux-modules-7.2.13+deb14-amd64"
+            ]
+        );
+        // Before Debian 14 the image package holds the kernel itself; the
+        // unversioned `linux-base` is a tool, not a part.
+        assert_eq!(
+            image_packages("linux-image-6.1.0-57-amd64", BOOKWORM_IMAGE),
+            ["linux-image-6.1.0-57-amd64"]
+        );
+        // Another release's parts are not this image's.
+        let other = SID_IMAGE.replace("7.2.13+deb14", "7.3.4+deb13");
+        assert_eq!(
+            image_packages("linux-image-7.2.13+deb14-amd64", &other),
+            ["linux-image-7.2.13+deb14-amd64"]
+        );
+    }
+
+    /// A directory tree for one test, removed when dropped.
+    struct Tree(PathBuf);
+
+    impl Tree {
+        fn new(name: &str, files: &[&str]) -> Tree {
+            let root =
+                std::env::temp_dir().join(format!("xtask-kernel-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&root);
+            for f in files {
+                let path = root.join(f);
+                fs::create_dir_all(path.parent().unwrap()).unwrap();
+                if !f.ends_with('/') {
+                    fs::write(&path, "x").unwrap();
+                }
+            }
+            Tree(root)
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn finds_the_image_of_debian14_packages() {
+        // linux-binary-*, linux-modules-* and linux-base-* unpacked together.
+        let rel = "7.2.13+deb14-amd64";
+        let dir = format!("usr/lib/modules/{rel}");
+        let t = Tree::new(
+            "debian14",
+            &[
+                &format!("{dir}/vmlinuz"),
+                &format!("{dir}/config"),
+                &format!("{dir}/modules.builtin"),
+                &format!("{dir}/kernel/fs/9p/9p.ko.xz"),
+                "usr/share/doc/linux-base-7.2.13+deb14-amd64/copyright",
+            ],
+        );
+        let k = from_package_root(&t.0).unwrap();
+        assert_eq!(k.release, rel);
+        assert_eq!(k.vmlinuz, t.0.join(&dir).join("vmlinuz"));
+        assert_eq!(k.modules, Some(t.0.join(&dir)));
+        assert_eq!(k.config, Some(t.0.join(&dir).join("config")));
+        // The same image named as a file.
+        let k = from_image_file(&t.0.join(&dir).join("vmlinuz"));
+        assert_eq!(k.release, rel);
+        assert_eq!(k.modules, Some(t.0.join(&dir)));
+        assert_eq!(k.config, Some(t.0.join(&dir).join("config")));
+    }
+
+    #[test]
+    fn finds_the_image_of_older_packages() {
+        // Debian 13's linux-image-*: the image in boot/, the modules in usr/lib.
+        let rel = "6.12.117+deb13-amd64";
+        let t = Tree::new(
+            "debian13",
+            &[
+                &format!("boot/vmlinuz-{rel}"),
+                &format!("boot/config-{rel}"),
+                &format!("usr/lib/modules/{rel}/kernel/fs/9p/9p.ko.xz"),
+            ],
+        );
+        let k = from_package_root(&t.0).unwrap();
+        assert_eq!(k.release, rel);
+        assert_eq!(k.vmlinuz, t.0.join(format!("boot/vmlinuz-{rel}")));
+        assert_eq!(k.modules, Some(t.0.join(format!("usr/lib/modules/{rel}"))));
+        assert_eq!(k.config, Some(t.0.join(format!("boot/config-{rel}"))));
+        let k = from_image_file(&t.0.join(format!("boot/vmlinuz-{rel}")));
+        assert_eq!(k.release, rel);
+        assert_eq!(k.modules, Some(t.0.join(format!("usr/lib/modules/{rel}"))));
+
+        // Only the modules (linux-modules-* alone): no image, and the error
+        // names both layouts.
+        let t = Tree::new(
+            "modules-only",
+            &["usr/lib/modules/7.2.13+deb14-amd64/kernel/"],
+        );
+        let err = from_package_root(&t.0).unwrap_err().to_string();
+        assert!(err.contains("usr/lib/modules/<release>/vmlinuz"), "{err}");
+        assert!(err.contains("linux-binary-<release>"), "{err}");
     }
 
     #[test]

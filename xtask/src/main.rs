@@ -14,14 +14,15 @@
 //!   `--check` fails when the committed object is stale.
 //! * `vm [--kernel K] [--timeout SECS] [--mem SIZE] [--no-otlp-forward] -- CMD...`:
 //!   runs `CMD` as root inside a QEMU guest (software emulation) booting a
-//!   stock Debian kernel (`debian12`, `debian13`, or a path). The guest sees
-//!   the host's root file system read-only, the repository writable at its
-//!   own path, a fresh `/tmp`, tracefs, debugfs and bpffs; `CMD` runs in the
-//!   caller's working directory and its output streams out live. The guest's
-//!   exit status becomes ours.
+//!   stock Debian kernel (`debian12`, `debian13`, `debian14`: sid's, the
+//!   newest; or a path). The guest sees the host's root file system
+//!   read-only, the repository writable at its own path, a fresh `/tmp`,
+//!   tracefs, debugfs and bpffs; `CMD` runs in the caller's working directory
+//!   and its output streams out live. The guest's exit status becomes ours.
 //! * `test [--host-only|--vm-only] [--kernel K]... [--kernels K1,K2]`: the one
 //!   test command: host build and tests, then the `#[ignore]`d tests of the
-//!   `kspan-tests` package inside one VM per kernel.
+//!   `kspan-tests` package inside one VM per kernel (by default Debian 12's,
+//!   13's and sid's).
 //! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
 //! * `jaeger [--kernel K] [--ui ADDR] [--screenshot PNG]`: the file service
 //!   in the VM, exporting to the embedded Jaeger (`kspan-jaeger`) on the host;
@@ -72,8 +73,10 @@ commands:
   bpf [--check]         compile kspan-bpf/src/bpf/kspan.bpf.c into the object
                         kspan-bpf ships (--check: fail if the committed one is stale)
   vm [opts] -- CMD...   run CMD inside a QEMU VM booting a stock Debian kernel
-      --kernel K        debian12 (default), debian13, or a path to a vmlinuz
-                        file or an unpacked kernel package directory
+      --kernel K        debian12 (default; 6.1), debian13 (6.12), debian14 (the
+                        newest Debian kernel, sid's: 7.x; also `sid`, `forky`),
+                        or a path to a vmlinuz file or an unpacked kernel
+                        package directory
       --timeout SECS    kill the VM after SECS seconds (default 900)
       --mem SIZE        guest memory (default 2G)
       --smp N           guest CPUs (default 2)
@@ -82,7 +85,8 @@ commands:
       --verbose         also show the guest's boot console
   test [opts]           host build + tests, then the VM tests per kernel
       --host-only | --vm-only
-      --kernel K        (repeatable) kernels of the VM matrix (default debian12 and debian13)
+      --kernel K        (repeatable) kernels of the VM matrix (default debian12,
+                        debian13 and debian14)
       --kernels K1,K2   same, comma separated
       --timeout SECS    per VM
   demo [--kernel K]     run kspan-receive -- examples/quickstart in the VM

@@ -14,6 +14,12 @@ use crate::{consumer, hot, others};
 /// The package holding the tests that need a real kernel (run in the VM).
 pub const TESTS_PKG: &str = "kspan-tests";
 
+/// The kernels every VM test runs on when `test` is given none: Debian 12's
+/// 6.1, Debian 13's 6.12 and Debian's newest (sid's 7.x), so that
+/// BTF-resolved captures are proven on three kernel layouts and each attach
+/// mechanism on the oldest and the newest kernels that have it.
+const VM_MATRIX: &[&str] = &["debian12", "debian13", "debian14"];
+
 /// One line of the final summary.
 struct Stage {
     name: String,
@@ -86,10 +92,9 @@ pub fn test(args: &[String]) -> Result<u8> {
         bail!("--host-only and --vm-only exclude each other");
     }
     if kernels.is_empty() {
-        // The matrix: every VM test on Debian 12's 6.1 and Debian 13's 6.12,
-        // so that BTF-resolved captures are proven on two kernel layouts.
-        kernels.push(KernelSpec::parse("debian12")?);
-        kernels.push(KernelSpec::parse("debian13")?);
+        for k in VM_MATRIX {
+            kernels.push(KernelSpec::parse(k)?);
+        }
     }
 
     let mut stages = Vec::new();
@@ -689,6 +694,18 @@ fn path_arg(p: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_matrix_is_three_debian_kernels() {
+        let labels: Vec<String> = VM_MATRIX
+            .iter()
+            .map(|k| match KernelSpec::parse(k).unwrap() {
+                KernelSpec::Debian { label, .. } => label.to_string(),
+                other => panic!("{other:?} is not a Debian kernel"),
+            })
+            .collect();
+        assert_eq!(labels, ["debian12", "debian13", "debian14"]);
+    }
 
     #[test]
     fn picks_test_executables() {

@@ -196,13 +196,13 @@ mod tests {
 
     #[test]
     fn options() {
-        let args: Vec<String> = ["--kernel", "debian13", "--timeout=5", "x"]
+        let args: Vec<String> = ["--kernel", "debian14", "--timeout=5", "x"]
             .map(String::from)
             .to_vec();
         let mut i = 0;
         assert_eq!(
             opt_value(&args, &mut i, "--kernel").unwrap().as_deref(),
-            Some("debian13")
+            Some("debian14")
         );
         assert_eq!(i, 2);
         assert_eq!(opt_value(&args, &mut i, "--kernel").unwrap(), None);

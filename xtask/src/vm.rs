@@ -733,6 +733,10 @@ mod tests {
         let (o, cmd) = parse_args(&a).unwrap();
         assert_eq!(o.kernel.name(), "debian12");
         assert_eq!(cmd, ["uname", "-r"]);
+        let a: Vec<String> = ["--kernel=sid", "uname"].map(String::from).to_vec();
+        let (o, cmd) = parse_args(&a).unwrap();
+        assert_eq!(o.kernel.name(), "debian14");
+        assert_eq!(cmd, ["uname"]);
         assert!(parse_args(&["--bogus".to_string()]).is_err());
     }
 
