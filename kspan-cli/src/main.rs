@@ -53,7 +53,7 @@ use std::process::ExitCode;
 
 use kspan::kernel::btf::Btf;
 use kspan::kernel::tracefs::{self, TRACEFS};
-use kspan::{Feature, KernelCapabilities, Mode};
+use kspan::{Attachment, Feature, Hook, KernelCapabilities, Mode};
 
 use render::{NotTraced, Target};
 
@@ -179,17 +179,20 @@ fn doctor() -> Outcome {
         Err(e) => format!("unknown (cannot read /proc/sys/kernel/osrelease: {e})"),
     };
     let caps = KernelCapabilities::probe();
-    let features: [(&str, &Feature); 6] = [
+    let features: [(&str, &Feature); 9] = [
         ("btf", &caps.btf),
         ("privileges", &caps.privileges),
         ("trampolines", &caps.trampolines),
+        ("fsession", &caps.trampoline_sessions),
+        ("fsession.multi", &caps.trampoline_multi),
         ("kprobes", &caps.kprobes),
-        ("kprobe_multi", &caps.kprobe_multi),
+        ("kprobe.multi", &caps.kprobe_multi),
+        ("kprobe.session", &caps.kprobe_sessions),
         ("tracepoints", &caps.tracepoints),
     ];
     let mut text = format!("kernel {release}\n\nmechanisms:\n");
     for (name, feature) in features {
-        text.push_str(&format!("  {name:<13} {feature}\n"));
+        text.push_str(&format!("  {name:<15} {feature}\n"));
     }
 
     // What each mode needs besides its mechanism: BTF to plan the probes
@@ -237,8 +240,32 @@ fn doctor() -> Outcome {
             other => yes_no(other),
         }
     ));
-    let auto = if trampolines.is_ok() {
-        "would use fexit".to_owned()
+    // Per hook, its attachments best first, and the one a probe would get.
+    let ladder = |hook: Hook, usable: bool| -> (String, Option<Attachment>) {
+        let mut chosen = None;
+        let steps: Vec<String> = Attachment::ladder(hook)
+            .iter()
+            .map(|&a| {
+                let feature = match a {
+                    Attachment::FsessionMulti => Some(&caps.trampoline_multi),
+                    Attachment::Fsession => Some(&caps.trampoline_sessions),
+                    Attachment::KprobeSession => Some(&caps.kprobe_sessions),
+                    Attachment::KprobeMulti => Some(&caps.kprobe_multi),
+                    _ => None,
+                };
+                let ok = usable && feature.is_none_or(Feature::is_available);
+                if ok && chosen.is_none() {
+                    chosen = Some(a);
+                }
+                format!("{a} {}", if ok { "yes" } else { "no" })
+            })
+            .collect();
+        (steps.join(" > "), chosen)
+    };
+    let (fexit_ladder, fexit_choice) = ladder(Hook::Fexit, trampolines.is_ok());
+    let (kret_ladder, _) = ladder(Hook::Kretprobe, kprobes.is_ok());
+    let auto = if let (true, Some(a)) = (trampolines.is_ok(), fexit_choice) {
+        format!("would use fexit through {a}")
     } else if kprobes.is_ok() {
         "would use kretprobe (no trampolines)".to_owned()
     } else if syscalls.is_ok() {
@@ -249,6 +276,13 @@ fn doctor() -> Outcome {
         "nothing works for kernel functions, and syscall sources do not work either".to_owned()
     };
     text.push_str(&format!("  auto: {auto}\n"));
+    text.push_str(
+        "\nattachments, best first (spans are the same; cost per call and attach differ):\n",
+    );
+    text.push_str(&format!("  fexit: {fexit_ladder}\n"));
+    text.push_str(&format!(
+        "  kretprobe: {kret_ladder} (the first two for explicit kretprobe probes)\n"
+    ));
     print(&text)
 }
 

@@ -253,8 +253,11 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
         ("btf", &caps.btf),
         ("privileges", &caps.privileges),
         ("trampolines", &caps.trampolines),
+        ("fsession", &caps.trampoline_sessions),
+        ("fsession.multi", &caps.trampoline_multi),
         ("kprobes", &caps.kprobes),
-        ("kprobe_multi", &caps.kprobe_multi),
+        ("kprobe.multi", &caps.kprobe_multi),
+        ("kprobe.session", &caps.kprobe_sessions),
         ("tracepoints", &caps.tracepoints),
     ] {
         let line = run
@@ -281,14 +284,28 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
     };
     assert!(run.stdout.contains(kprobes), "{}", run.stdout);
     assert!(run.stdout.contains("  syscall sources: "));
-    let auto = if fexit.ends_with("yes\n") {
-        "  auto: would use fexit\n"
-    } else if kprobes.ends_with("yes\n") {
-        "  auto: would use kretprobe"
+    // The cheapest trampoline attachment the kernel has.
+    let (fexit_through, yes_no) = if caps.trampoline_multi.is_available() {
+        ("fsession.multi", ["yes", "yes", "yes"])
+    } else if caps.trampoline_sessions.is_available() {
+        ("fsession", ["no", "yes", "yes"])
     } else {
-        "  auto: nothing works for kernel functions"
+        ("fentry+fexit", ["no", "no", "yes"])
     };
-    assert!(run.stdout.contains(auto), "{}", run.stdout);
+    let auto = if fexit.ends_with("yes\n") {
+        format!("  auto: would use fexit through {fexit_through}\n")
+    } else if kprobes.ends_with("yes\n") {
+        "  auto: would use kretprobe".to_owned()
+    } else {
+        "  auto: nothing works for kernel functions".to_owned()
+    };
+    assert!(run.stdout.contains(&auto), "{}", run.stdout);
+    if fexit.ends_with("yes\n") {
+        let [multi, single, pair] = yes_no;
+        let line =
+            format!("  fexit: fsession.multi {multi} > fsession {single} > fentry+fexit {pair}\n");
+        assert!(run.stdout.contains(&line), "{line}\n{}", run.stdout);
+    }
     assert!(run.stdout.ends_with('\n'));
 
     let run = kspan(&["doctor", "--verbose"]);

@@ -157,9 +157,9 @@ pub mod telemetry;
 mod test_rng;
 
 pub use annotation::{
-    attributes, Capture, Captured, FilterSpec, FromCapture, Hook, KernelSpan, KernelValue,
-    LenSource, Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value, ValueKind,
-    ValueType,
+    attributes, Attachment, Capture, Captured, FilterSpec, FromCapture, Hook, KernelSpan,
+    KernelValue, LenSource, Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value,
+    ValueKind, ValueType,
 };
 pub use attach::{AttachDecision, AttachError};
 pub use bpf::{

@@ -1035,6 +1035,15 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	return 0;
 }
 
+/*
+ * The session kfuncs (7.0+ prototypes, the program's context as argument),
+ * weak: an object that has them still loads where the kernel does not, and
+ * only the session programs, never loaded there, call them.
+ */
+extern _Bool bpf_session_is_return(void *ctx) __ksym __weak;
+/* The 6.10 to 6.19 prototype of the same kfunc (kprobe.session only). */
+extern _Bool bpf_session_is_return___noctx(void) __ksym __weak;
+
 SEC("fentry")
 int kspan_fentry(__u64 *ctx)
 {
@@ -1055,6 +1064,34 @@ int kspan_fexit(__u64 *ctx)
 		return 0;
 	bpf_get_func_ret(ctx, &ret);
 	return kspan_exit(ret, kspan_cfg.probe_id);
+}
+
+/*
+ * fsession (Linux 7.0+): one program at both ends of the function, so one
+ * trampoline link where fentry + fexit take two. The per-task stack pairs
+ * the ends as it does for fentry/fexit (nesting, recursion, lost exits);
+ * the session cookie is not needed for that. The probe id is the attach
+ * cookie when one program serves many functions through one
+ * fsession.multi link (Linux 7.2+: user space loads a copy of this program
+ * with that attach type; it reads arguments and the return value through
+ * helpers, as that attach type requires). Must return 0.
+ */
+SEC("fsession")
+int kspan_fsession(__u64 *ctx)
+{
+	__u64 args[KSPAN_MAX_ARGS];
+	__u64 ret = 0;
+
+	if (!kspan_wanted())
+		return 0;
+	if (bpf_session_is_return(ctx)) {
+		bpf_get_func_ret(ctx, &ret);
+		kspan_exit(ret, kspan_probe_id(ctx));
+		return 0;
+	}
+	kspan_trampoline_args(ctx, args);
+	kspan_entry(args, kspan_probe_id(ctx));
+	return 0;
 }
 
 static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
@@ -1101,6 +1138,32 @@ SEC("kretprobe.multi")
 int kspan_kretprobe_multi(struct pt_regs *regs)
 {
 	return kspan_on_kretprobe(regs);
+}
+
+/*
+ * kprobe.session (Linux 6.10+, a kprobe.multi link): one program at entry
+ * and return. An entry that returns nonzero skips the return: calls of
+ * other processes, and calls while kspan is off, cost one entry only.
+ */
+SEC("kprobe.session")
+int kspan_kprobe_session(struct pt_regs *regs)
+{
+	__u64 args[KSPAN_MAX_ARGS];
+	_Bool is_return;
+
+	if (!kspan_wanted())
+		return 1;
+	if (bpf_ksym_exists(bpf_session_is_return))
+		is_return = bpf_session_is_return(regs);
+	else
+		is_return = bpf_session_is_return___noctx();
+	if (is_return) {
+		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs));
+		return 0;
+	}
+	kspan_kprobe_args(regs, args);
+	kspan_entry(args, kspan_probe_id(regs));
+	return 0;
 }
 
 /*

@@ -109,6 +109,14 @@ pub enum Mechanism {
     Kprobes,
     /// Tracepoints: syscall sources.
     Tracepoints,
+    /// Session programs (fsession, fsession.multi, kprobe.session): one
+    /// program for both ends of a function. Turned off, full spans use a
+    /// program at each end; the spans are the same.
+    Sessions,
+    /// Links that attach many functions at once (fsession.multi,
+    /// kprobe.multi, kprobe.session). Turned off, each function gets links
+    /// of its own; the spans are the same.
+    MultiLinks,
 }
 
 impl fmt::Display for Mechanism {
@@ -117,7 +125,94 @@ impl fmt::Display for Mechanism {
             Mechanism::Trampolines => "trampolines (fentry/fexit)",
             Mechanism::Kprobes => "kprobes",
             Mechanism::Tracepoints => "tracepoints",
+            Mechanism::Sessions => "session programs (fsession, kprobe.session)",
+            Mechanism::MultiLinks => "multi-function links (fsession.multi, kprobe.multi)",
         })
+    }
+}
+
+/// How a function's programs are attached: the kernel mechanism under a
+/// [`Hook`]. Several can serve one hook; the spans are the same, the cost
+/// per call and per attach is not. Listed best first within each hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Attachment {
+    /// One fsession program for every function of the same settings,
+    /// through one link (Linux 7.2+), the probe id in each target's cookie.
+    #[doc(alias = "BPF_TRACE_FSESSION_MULTI")]
+    FsessionMulti,
+    /// One fsession program and link per function, run at both ends
+    /// (Linux 7.0+).
+    #[doc(alias = "BPF_TRACE_FSESSION")]
+    Fsession,
+    /// An fentry and an fexit program per function, a link each.
+    #[doc(alias = "BPF_TRACE_FEXIT")]
+    FentryFexit,
+    /// An fentry program per function (instants).
+    #[doc(alias = "BPF_TRACE_FENTRY")]
+    Fentry,
+    /// One kprobe.session program for every function of the same settings,
+    /// through one kprobe.multi link (Linux 6.10+).
+    #[doc(alias = "BPF_TRACE_KPROBE_SESSION")]
+    KprobeSession,
+    /// kprobe.multi links (fprobe): one per direction for every function of
+    /// the same settings.
+    #[doc(alias = "BPF_TRACE_KPROBE_MULTI")]
+    KprobeMulti,
+    /// A kprobe (and kretprobe) perf event per function.
+    #[doc(alias = "BPF_PERF_EVENT")]
+    Kprobes,
+    /// The syscall's enter and exit tracepoints.
+    Tracepoints,
+}
+
+impl Attachment {
+    /// The name, as libbpf spells the section (`fsession.multi`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attachment::FsessionMulti => "fsession.multi",
+            Attachment::Fsession => "fsession",
+            Attachment::FentryFexit => "fentry+fexit",
+            Attachment::Fentry => "fentry",
+            Attachment::KprobeSession => "kprobe.session",
+            Attachment::KprobeMulti => "kprobe.multi",
+            Attachment::Kprobes => "kprobe+kretprobe",
+            Attachment::Tracepoints => "tracepoints",
+        }
+    }
+
+    /// The attachments that can serve `hook`, best first: least cost per
+    /// call, then per attach.
+    pub fn ladder(hook: Hook) -> &'static [Attachment] {
+        match hook {
+            Hook::Fexit => &[
+                Attachment::FsessionMulti,
+                Attachment::Fsession,
+                Attachment::FentryFexit,
+            ],
+            Hook::Fentry => &[Attachment::Fentry],
+            Hook::Kretprobe => &[
+                Attachment::KprobeSession,
+                Attachment::KprobeMulti,
+                Attachment::Kprobes,
+            ],
+            Hook::Kprobe => &[Attachment::KprobeMulti, Attachment::Kprobes],
+            Hook::Syscall => &[Attachment::Tracepoints],
+        }
+    }
+
+    /// Whether one link serves many functions.
+    pub fn is_multi(self) -> bool {
+        matches!(
+            self,
+            Attachment::FsessionMulti | Attachment::KprobeSession | Attachment::KprobeMulti
+        )
+    }
+}
+
+impl fmt::Display for Attachment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -11,7 +11,7 @@ mod probe;
 mod registry;
 mod value;
 
-pub use hook::{Hook, Mechanism};
+pub use hook::{Attachment, Hook, Mechanism};
 pub(crate) use kernel_span::KernelSpanParts;
 pub use kernel_span::{attributes, KernelSpan};
 pub use kspan_dsl::{Mode, UnknownMode};

@@ -2,18 +2,20 @@
 //! kprobes and kretprobes: one program pair per distinct settings serves
 //! every function with those settings, the probe id in each link's BPF
 //! cookie; where the kernel has kprobe.multi (fprobe), the functions of
-//! explicit `kprobe`/`kretprobe` probes attach in batches, one link per
-//! direction for every function of the same settings.
+//! explicit `kprobe`/`kretprobe` probes attach in batches: one
+//! kprobe.session program and link for both ends of every kretprobe
+//! function of the same settings (Linux 6.10+), else one kprobe.multi link
+//! per direction.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::links::{Link, LinkKind};
-use super::{AttachDecision, AttachError, Attacher};
-use crate::annotation::{Hook, Mechanism};
+use super::{AttachDecision, AttachError, Attacher, Batches};
+use crate::annotation::{Attachment, Hook, Mechanism};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::object::Program;
-use crate::bpf::sys;
+use crate::bpf::sys::{self, KprobeMultiKind};
 use crate::plan::ProbePlan;
 
 /// The shared programs `programs` of `hook` for `plan`'s settings, loaded
@@ -47,7 +49,7 @@ pub(super) fn attach(
     hook: Hook,
     probe_id: u32,
     fallbacks: &mut Vec<String>,
-) -> Result<(), AttachError> {
+) -> Result<Attachment, AttachError> {
     let (entry, exit, cookie) = match shared_programs(at, plan, hook, Program::of(hook), fallbacks)
     {
         Ok((entry, exit)) => (entry, exit, u64::from(probe_id)),
@@ -72,25 +74,18 @@ pub(super) fn attach(
             .map(|fd| Link::new(LinkKind::Kprobe, fd))
             .map_err(|e| AttachError::refused(function, hook, e))
     };
-    at.attach_pair(entry, exit, link)
-}
-
-/// What the kprobe.multi batches did, by plan index.
-#[derive(Default)]
-pub(super) struct Batches {
-    /// The functions attached.
-    pub attached: HashMap<usize, AttachDecision>,
-    /// The functions of batches the kernel refused, with why: each is then
-    /// attached alone, which reports errors per function.
-    pub refused: HashMap<usize, String>,
+    at.attach_pair(entry, exit, link)?;
+    Ok(Attachment::Kprobes)
 }
 
 /// Where the kernel has kprobe.multi: attaches the functions of explicit
-/// `kprobe`/`kretprobe` probes in batches, one per distinct settings. A
-/// refused batch is said at `warn` and in its functions' decisions.
+/// `kprobe`/`kretprobe` probes in batches, one per distinct settings:
+/// kretprobes through one kprobe.session link where the kernel has it (else
+/// a kprobe.multi link per direction). A refused batch is said at `warn`
+/// and in its functions' decisions.
 pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batches {
     let mut batches = Batches::default();
-    if !at.capabilities.kprobe_multi.is_available() || at.disabled.contains(&Mechanism::Kprobes) {
+    if at.unusable(Attachment::KprobeMulti).is_some() || at.disabled.contains(&Mechanism::Kprobes) {
         return batches;
     }
     let mut groups: BTreeMap<Vec<u8>, (Hook, Vec<usize>)> = BTreeMap::new();
@@ -109,32 +104,45 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
     }
     for (hook, members) in groups.into_values() {
         let mut fallbacks = Vec::new();
-        match attach_multi(at, plans, hook, &members, &mut fallbacks) {
-            Ok(()) => {
-                for &i in &members {
-                    batches.attached.insert(
-                        i,
-                        AttachDecision {
-                            function: plans[i].function(),
-                            requested: plans[i].mode(),
-                            chosen: hook,
-                            rejected: Vec::new(),
-                            multi: true,
-                            fallbacks: fallbacks.clone(),
-                        },
+        let mut passed_over = Vec::new();
+        let mut attached = None;
+        for attachment in [Attachment::KprobeSession, Attachment::KprobeMulti] {
+            if !Attachment::ladder(hook).contains(&attachment) {
+                continue;
+            }
+            if let Some(why) = at.unusable(attachment) {
+                passed_over.push((attachment, why));
+                continue;
+            }
+            match attach_multi(at, plans, hook, attachment, &members, &mut fallbacks) {
+                Ok(()) => {
+                    attached = Some(attachment);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        functions = members.len(),
+                        error = %e,
+                        "kspan: {attachment} failed for a batch of kprobes"
                     );
+                    let why = format!("{attachment} refused the batch: {e}");
+                    fallbacks.push(why.clone());
+                    passed_over.push((attachment, why));
                 }
             }
-            Err(e) => {
-                tracing::warn!(
-                    functions = members.len(),
-                    error = %e,
-                    "kspan attaches these kprobes one by one: kprobe.multi failed"
-                );
-                for &i in &members {
-                    batches
-                        .refused
-                        .insert(i, format!("kprobe.multi refused the batch: {e}"));
+        }
+        for &i in &members {
+            match attached {
+                Some(attachment) => {
+                    let mut decision =
+                        AttachDecision::new(&plans[i], hook, attachment, passed_over.clone());
+                    decision.fallbacks = fallbacks.clone();
+                    batches.attached.insert(i, decision);
+                }
+                None => {
+                    if let Some(last) = passed_over.last() {
+                        batches.refused.insert(i, last.clone());
+                    }
                 }
             }
         }
@@ -142,12 +150,14 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
     batches
 }
 
-/// One kprobe.multi link per direction for the functions `members` of
-/// `plans`, the probe ids (plan indexes) as cookies.
+/// One kprobe.session link, or one kprobe.multi link per direction, for
+/// the functions `members` of `plans`, the probe ids (plan indexes) as
+/// cookies.
 fn attach_multi(
     at: &mut Attacher<'_>,
     plans: &[ProbePlan],
     hook: Hook,
+    attachment: Attachment,
     members: &[usize],
     fallbacks: &mut Vec<String>,
 ) -> Result<(), AttachError> {
@@ -155,15 +165,29 @@ fn attach_multi(
         return Ok(());
     };
     let plan = &plans[first];
-    let (entry, exit) = shared_programs(at, plan, hook, Program::multi_of(hook), fallbacks)?;
     let functions: Vec<(&str, u64)> = members
         .iter()
         .map(|&i| (plans[i].function(), i as u64))
         .collect();
-    let link = |prog: &OwnedFd, retprobe: bool| {
-        sys::attach_kprobe_multi(prog.as_fd(), &functions, retprobe)
+    let refused = |e| AttachError::refused(plan.function(), hook, e);
+    if attachment == Attachment::KprobeSession {
+        let (prog, _) = shared_programs(at, plan, hook, (Program::KprobeSession, None), fallbacks)?;
+        let link = sys::attach_kprobe_multi(prog.as_fd(), &functions, KprobeMultiKind::Session)
             .map(|fd| Link::new(LinkKind::Kprobe, fd))
-            .map_err(|e| AttachError::refused(plan.function(), hook, e))
+            .map_err(refused)?;
+        at.links.keep(None, link, [Some(prog)]);
+        return Ok(());
+    }
+    let (entry, exit) = shared_programs(at, plan, hook, Program::multi_of(hook), fallbacks)?;
+    let link = |prog: &OwnedFd, retprobe: bool| {
+        let kind = if retprobe {
+            KprobeMultiKind::Return
+        } else {
+            KprobeMultiKind::Entry
+        };
+        sys::attach_kprobe_multi(prog.as_fd(), &functions, kind)
+            .map(|fd| Link::new(LinkKind::Kprobe, fd))
+            .map_err(refused)
     };
     at.attach_pair(entry, exit, link)
 }

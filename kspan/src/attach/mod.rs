@@ -21,7 +21,7 @@ use std::os::fd::OwnedFd;
 
 use kspan_bpf::types::kspan_config;
 
-use crate::annotation::{Hook, Mechanism, Mode};
+use crate::annotation::{Attachment, Hook, Mechanism, Mode};
 use crate::bpf::config::RuntimeSettings;
 use crate::bpf::copies::{self, ProgramTemplate};
 use crate::bpf::object::{self, LoadRequest, Program, SharedMaps};
@@ -43,8 +43,16 @@ pub struct AttachDecision {
     pub chosen: Hook,
     /// Hooks tried or skipped before, each with why.
     pub rejected: Vec<(Hook, String)>,
+    /// How the chosen hook's programs are attached.
+    pub attachment: Attachment,
+    /// The attachments of the chosen hook that cost less than
+    /// `attachment` and were not used, best first, each with why (not on
+    /// this kernel, turned off, refused): with `attachment`, every
+    /// mechanism considered.
+    pub passed_over: Vec<(Attachment, String)>,
     /// Attached together with the other functions of the same settings by
-    /// one kprobe.multi link per direction (kprobes on kernels with fprobe).
+    /// one link (fsession.multi, kprobe.session, or kprobe.multi per
+    /// direction).
     pub multi: bool,
     /// Faster ways that failed before the one that worked, each with why
     /// (a program copy the kernel refused, a kprobe.multi batch).
@@ -52,6 +60,37 @@ pub struct AttachDecision {
 }
 
 impl AttachDecision {
+    /// The decision for `plan`, attached on `chosen` through `attachment`.
+    fn new(
+        plan: &ProbePlan,
+        chosen: Hook,
+        attachment: Attachment,
+        passed_over: Vec<(Attachment, String)>,
+    ) -> Self {
+        AttachDecision {
+            function: plan.function(),
+            requested: plan.mode(),
+            chosen,
+            rejected: Vec::new(),
+            attachment,
+            passed_over,
+            multi: attachment.is_multi(),
+            fallbacks: Vec::new(),
+        }
+    }
+
+    /// The attachments passed over and why, on one line (`-` for none).
+    pub fn passed_over_summary(&self) -> String {
+        if self.passed_over.is_empty() {
+            return "-".to_owned();
+        }
+        self.passed_over
+            .iter()
+            .map(|(a, why)| format!("{a}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// The rejected hooks and reasons on one line (`-` for none).
     pub fn rejected_summary(&self) -> String {
         if self.rejected.is_empty() {
@@ -131,6 +170,17 @@ impl AttachError {
     }
 }
 
+/// What the multi-function links did, by plan index.
+#[derive(Default)]
+pub(super) struct Batches {
+    /// The functions attached.
+    pub attached: HashMap<usize, AttachDecision>,
+    /// The functions of batches the kernel refused, with the attachment
+    /// and why: each is then attached alone, which reports errors per
+    /// function.
+    pub refused: HashMap<usize, (Attachment, String)>,
+}
+
 /// What attaching leaves running.
 #[derive(Debug)]
 pub(crate) struct Attached {
@@ -182,7 +232,10 @@ impl<'a> Attacher<'a> {
         let total = plans.len();
         let mut decisions = Vec::with_capacity(total);
         let mut prepared_ahead = false;
-        let mut batched = kprobe::attach_batches(&mut self, plans);
+        let mut batched = trampoline::attach_batches(&mut self, plans);
+        let kprobes = kprobe::attach_batches(&mut self, plans);
+        batched.attached.extend(kprobes.attached);
+        batched.refused.extend(kprobes.refused);
         for (probe_id, plan) in plans.iter().enumerate() {
             // A progress line for large sets (patterns): every tenth.
             if total >= 20 && probe_id % (total / 10) == 0 {
@@ -191,21 +244,22 @@ impl<'a> Attacher<'a> {
             let decision = match batched.attached.remove(&probe_id) {
                 Some(decision) => decision,
                 None => {
-                    let fallbacks = batched.refused.remove(&probe_id).into_iter().collect();
-                    self.attach_one(plan, probe_id as u32, fallbacks)?
+                    let refused = batched.refused.remove(&probe_id);
+                    self.attach_one(plan, probe_id as u32, refused)?
                 }
             };
             // The first trampoline attached gave templates: load the copies
             // of the rest in parallel, ahead of their attaches.
             if decision.chosen.is_trampoline() && !prepared_ahead {
                 prepared_ahead = true;
-                trampoline::prepare(&mut self, plans, probe_id + 1);
+                trampoline::prepare(&mut self, plans, probe_id + 1, &batched.attached);
             }
             tracing::info!(
                 function = decision.function,
                 requested = decision.requested.as_str(),
                 chosen = decision.chosen.as_str(),
-                kprobe_multi = decision.multi,
+                attachment = decision.attachment.as_str(),
+                passed_over = %decision.passed_over_summary(),
                 rejected = %decision.rejected_summary(),
                 fallbacks = ?decision.fallbacks,
                 "kspan attach plan"
@@ -225,17 +279,66 @@ impl<'a> Attacher<'a> {
         })
     }
 
+    /// Why `attachment` cannot be used here, before trying it: the kernel
+    /// lacks it, or the builder turned it off.
+    fn unusable(&self, attachment: Attachment) -> Option<String> {
+        let caps = self.capabilities;
+        let (feature, needs): (Option<&crate::bpf::Feature>, &[Mechanism]) = match attachment {
+            Attachment::FsessionMulti => (
+                Some(&caps.trampoline_multi),
+                &[Mechanism::Sessions, Mechanism::MultiLinks],
+            ),
+            Attachment::Fsession => (Some(&caps.trampoline_sessions), &[Mechanism::Sessions]),
+            Attachment::KprobeSession => (
+                Some(&caps.kprobe_sessions),
+                &[Mechanism::Sessions, Mechanism::MultiLinks],
+            ),
+            Attachment::KprobeMulti => (Some(&caps.kprobe_multi), &[Mechanism::MultiLinks]),
+            _ => (None, &[]),
+        };
+        if let Some(off) = needs.iter().find(|m| self.disabled.contains(m)) {
+            return Some(format!(
+                "turned off by KspanBuilder::disable(Mechanism::{off:?})"
+            ));
+        }
+        feature.filter(|f| !f.is_available()).map(|f| f.to_string())
+    }
+
+    /// The attachments of `hook` better than `chosen`, each with why it was
+    /// not used: `why` where the caller knows (a refusal), else
+    /// [`Self::unusable`].
+    fn passed_over(
+        &self,
+        hook: Hook,
+        chosen: Attachment,
+        mut why: impl FnMut(Attachment) -> Option<String>,
+    ) -> Vec<(Attachment, String)> {
+        Attachment::ladder(hook)
+            .iter()
+            .take_while(|a| **a != chosen)
+            .map(|&a| {
+                let reason = why(a)
+                    .or_else(|| self.unusable(a))
+                    .unwrap_or_else(|| "not tried".to_owned());
+                (a, reason)
+            })
+            .collect()
+    }
+
     /// Attaches one probe: its own hook, or for `auto` the first that
-    /// works, recording why each earlier one was passed over.
+    /// works, recording why each earlier one was passed over. `refused`:
+    /// a multi-function link that took this function and failed, and why.
     fn attach_one(
         &mut self,
         plan: &ProbePlan,
         probe_id: u32,
-        mut fallbacks: Vec<String>,
+        refused: Option<(Attachment, String)>,
     ) -> Result<AttachDecision, AttachError> {
         let requested = plan.mode();
         let auto = requested == Mode::Auto;
         let mut rejected = Vec::new();
+        let mut fallbacks: Vec<String> = refused.iter().map(|(_, why)| why.clone()).collect();
+        let mut reasons: Vec<(Attachment, String)> = refused.into_iter().collect();
         for &hook in Hook::candidates(requested) {
             if !auto && self.disabled.contains(&hook.mechanism()) {
                 return Err(AttachError::Disabled {
@@ -259,7 +362,7 @@ impl<'a> Attacher<'a> {
             }
             let attached = match hook {
                 Hook::Fentry | Hook::Fexit => {
-                    trampoline::attach(self, plan, hook, probe_id, &mut fallbacks)
+                    trampoline::attach(self, plan, hook, probe_id, &mut fallbacks, &mut reasons)
                 }
                 Hook::Kprobe | Hook::Kretprobe => {
                     kprobe::attach(self, plan, hook, probe_id, &mut fallbacks)
@@ -267,15 +370,17 @@ impl<'a> Attacher<'a> {
                 Hook::Syscall => tracepoint::attach(self, plan, probe_id, &mut fallbacks),
             };
             match attached {
-                Ok(()) => {
-                    return Ok(AttachDecision {
-                        function: plan.function(),
-                        requested,
-                        chosen: hook,
-                        rejected,
-                        multi: false,
-                        fallbacks,
-                    })
+                Ok(attachment) => {
+                    let passed_over = self.passed_over(hook, attachment, |a| {
+                        reasons
+                            .iter()
+                            .find(|(r, _)| *r == a)
+                            .map(|(_, why)| why.clone())
+                    });
+                    let mut decision = AttachDecision::new(plan, hook, attachment, passed_over);
+                    decision.rejected = rejected;
+                    decision.fallbacks = fallbacks;
+                    return Ok(decision);
                 }
                 Err(e) if auto => rejected.push((hook, e.to_string())),
                 Err(e) => return Err(e),

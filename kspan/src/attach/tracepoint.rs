@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 
 use super::links::{Link, LinkKind};
 use super::{AttachError, Attacher};
-use crate::annotation::Hook;
+use crate::annotation::{Attachment, Hook};
 use crate::bpf::config::{probe_config, ProbeId};
 use crate::bpf::object::Program;
 use crate::bpf::sys;
@@ -18,7 +18,7 @@ pub(super) fn attach(
     plan: &ProbePlan,
     probe_id: u32,
     fallbacks: &mut Vec<String>,
-) -> Result<(), AttachError> {
+) -> Result<Attachment, AttachError> {
     let hook = Hook::Syscall;
     let config = probe_config(plan, hook, ProbeId::Fixed(probe_id), at.runtime);
     let (entry, exit) = at.programs(plan, hook, &config, 0, Program::of(hook), fallbacks)?;
@@ -29,5 +29,6 @@ pub(super) fn attach(
             .map(|fd| Link::new(LinkKind::Tracepoint, fd))
             .map_err(|e| AttachError::refused(syscall, hook, e))
     };
-    at.attach_pair(entry, exit, link)
+    at.attach_pair(entry, exit, link)?;
+    Ok(Attachment::Tracepoints)
 }

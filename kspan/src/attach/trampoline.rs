@@ -1,23 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! fentry and fexit: BPF trampolines, one program pair per function,
-//! loaded against the function's BTF id.
+//! BPF trampolines, cheapest first: one fsession program for every
+//! function of the same settings through one fsession.multi link (Linux
+//! 7.2+); else one fsession program and link per function (7.0+); else an
+//! fentry and an fexit program per function, loaded against the function's
+//! BTF id. fentry alone makes instants.
 //!
-//! Verifying a copy is most of a function's cost, and it runs in parallel
-//! where attaches cannot (the kernel serialises trampoline updates): once
-//! the first trampoline gave templates, the copies of every later
-//! trampoline function are loaded from several threads ahead of their
-//! attaches ([`prepare`]).
+//! The kernel serialises trampoline updates, each waiting for RCU, so the
+//! number of links is what attaching costs: fsession halves it, a multi link
+//! makes it one per settings group. Verifying a copy is most of the rest,
+//! and it runs in parallel where attaches cannot: once the first trampoline
+//! gave templates, the copies of every later trampoline function are loaded
+//! from several threads ahead of their attaches ([`prepare`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libbpf_rs::libbpf_sys;
 
 use super::links::{Link, LinkKind};
-use super::{AttachError, Attacher};
-use crate::annotation::{Hook, Mechanism};
-use crate::bpf::config::{probe_config, ProbeId};
+use super::{AttachDecision, AttachError, Attacher, Batches};
+use crate::annotation::{Attachment, Hook, Mechanism};
+use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::copies;
 use crate::bpf::object::Program;
 use crate::bpf::sys;
@@ -26,20 +30,43 @@ use crate::plan::ProbePlan;
 /// A copy loaded ahead of its attach.
 pub(super) struct Prepared {
     hook: Hook,
+    /// An fsession program (`entry`), not an fentry/fexit pair.
+    session: bool,
     entry: OwnedFd,
     exit: Option<OwnedFd>,
 }
 
-/// Loads and attaches `plan` on `hook` (fentry or fexit).
+/// Whether full spans on this runtime use fsession programs.
+fn sessions(at: &Attacher<'_>) -> bool {
+    at.unusable(Attachment::Fsession).is_none()
+}
+
+/// Loads and attaches `plan` on `hook` (fentry or fexit): through fsession
+/// where the kernel has it, else (or when that fails, said in `fallbacks`
+/// and `reasons`) through an fentry/fexit pair.
 pub(super) fn attach(
     at: &mut Attacher<'_>,
     plan: &ProbePlan,
     hook: Hook,
     probe_id: u32,
     fallbacks: &mut Vec<String>,
-) -> Result<(), AttachError> {
+    reasons: &mut Vec<(Attachment, String)>,
+) -> Result<Attachment, AttachError> {
+    if hook == Hook::Fexit && sessions(at) {
+        match attach_session(at, plan, probe_id, fallbacks) {
+            Ok(()) => return Ok(Attachment::Fsession),
+            Err(e) => {
+                let why = format!("fsession failed ({e}); attached through fentry+fexit");
+                tracing::warn!(function = plan.function(), "kspan: {why}");
+                fallbacks.push(why);
+                reasons.push((Attachment::Fsession, e.to_string()));
+            }
+        }
+    }
     let (entry, exit) = match at.prepared.remove(&probe_id) {
-        Some(prepared) if prepared.hook == hook => (prepared.entry, prepared.exit),
+        Some(prepared) if prepared.hook == hook && !prepared.session => {
+            (prepared.entry, prepared.exit)
+        }
         _ => {
             let config = probe_config(plan, hook, ProbeId::Fixed(probe_id), at.runtime);
             at.programs(
@@ -62,29 +89,174 @@ pub(super) fn attach(
             .map(|fd| Link::new(LinkKind::Trampoline, fd))
             .map_err(|e| AttachError::refused(plan.function(), hook, e))
     };
-    at.attach_pair(entry, exit, link)
+    at.attach_pair(entry, exit, link)?;
+    Ok(if hook == Hook::Fexit {
+        Attachment::FentryFexit
+    } else {
+        Attachment::Fentry
+    })
+}
+
+/// One fsession program and link for `plan`.
+fn attach_session(
+    at: &mut Attacher<'_>,
+    plan: &ProbePlan,
+    probe_id: u32,
+    fallbacks: &mut Vec<String>,
+) -> Result<(), AttachError> {
+    let prog = match at.prepared.remove(&probe_id) {
+        Some(prepared) if prepared.session => prepared.entry,
+        _ => {
+            let config = probe_config(plan, Hook::Fexit, ProbeId::Fixed(probe_id), at.runtime);
+            at.programs(
+                plan,
+                Hook::Fexit,
+                &config,
+                plan.signature.btf_id,
+                (Program::Fsession, None),
+                fallbacks,
+            )?
+            .0
+        }
+    };
+    let link = sys::attach_trace(prog.as_fd(), libbpf_sys::BPF_TRACE_FSESSION)
+        .map(|fd| Link::new(LinkKind::Trampoline, fd))
+        .map_err(|e| AttachError::refused(plan.function(), Hook::Fexit, e))?;
+    at.links.keep(None, link, [Some(prog)]);
+    Ok(())
+}
+
+/// Where the kernel has fsession.multi: attaches every function whose
+/// first hook is fexit (explicit `fexit` and `auto` probes), one link per
+/// distinct settings, the probe ids in the targets' cookies. A refused
+/// batch is said at `warn`; its functions are then attached one by one,
+/// which reports errors per function.
+pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batches {
+    let mut batches = Batches::default();
+    if at.disabled.contains(&Mechanism::Trampolines)
+        || at.unusable(Attachment::FsessionMulti).is_some()
+    {
+        return batches;
+    }
+    let mut groups: BTreeMap<Vec<u8>, Vec<usize>> = BTreeMap::new();
+    for (i, plan) in plans.iter().enumerate() {
+        if Hook::candidates(plan.mode()).first() == Some(&Hook::Fexit) {
+            let config = probe_config(plan, Hook::Fexit, ProbeId::FromCookie, at.runtime);
+            groups.entry(config_key(&config)).or_default().push(i);
+        }
+    }
+    for members in groups.into_values() {
+        let mut fallbacks = Vec::new();
+        match attach_multi(at, plans, &members, &mut fallbacks) {
+            Ok(()) => {
+                for &i in &members {
+                    let mut decision = AttachDecision::new(
+                        &plans[i],
+                        Hook::Fexit,
+                        Attachment::FsessionMulti,
+                        Vec::new(),
+                    );
+                    decision.fallbacks = fallbacks.clone();
+                    batches.attached.insert(i, decision);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    functions = members.len(),
+                    error = %e,
+                    "kspan attaches these functions one by one: fsession.multi failed"
+                );
+                for &i in &members {
+                    batches.refused.insert(
+                        i,
+                        (
+                            Attachment::FsessionMulti,
+                            format!("fsession.multi refused the batch: {e}"),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    batches
+}
+
+/// One fsession.multi program and link for the functions `members` of
+/// `plans`, the probe ids (plan indexes) as cookies.
+fn attach_multi(
+    at: &mut Attacher<'_>,
+    plans: &[ProbePlan],
+    members: &[usize],
+    fallbacks: &mut Vec<String>,
+) -> Result<(), AttachError> {
+    let Some(&first) = members.first() else {
+        return Ok(());
+    };
+    let plan = &plans[first];
+    let refused = |e| AttachError::refused(plan.function(), Hook::Fexit, e);
+    let config = probe_config(plan, Hook::Fexit, ProbeId::FromCookie, at.runtime);
+    if !at.templates.contains_key(&Program::Fsession) {
+        // libbpf loads the program once, against the first function (the
+        // shared maps and the template come from that load); only copies
+        // of it are attached.
+        at.programs(
+            plan,
+            Hook::Fexit,
+            &config,
+            plan.signature.btf_id,
+            (Program::Fsession, None),
+            fallbacks,
+        )?;
+    }
+    let template = at
+        .templates
+        .get(&Program::Fsession)
+        .ok_or_else(|| refused(std::io::Error::from_raw_os_error(libc::ENOTSUP)))?;
+    let prog = copies::load_multi_copy(&config, template, sys::BPF_TRACE_FSESSION_MULTI)
+        .map_err(refused)?;
+    let targets: Vec<(u32, u64)> = members
+        .iter()
+        .map(|&i| (plans[i].signature.btf_id, i as u64))
+        .collect();
+    let link = sys::attach_tracing_multi(prog.as_fd(), sys::BPF_TRACE_FSESSION_MULTI, &targets)
+        .map(|fd| Link::new(LinkKind::Trampoline, fd))
+        .map_err(refused)?;
+    at.links.keep(None, link, [Some(prog)]);
+    Ok(())
 }
 
 /// Loads, from several threads, the copies of the trampoline functions of
-/// `plans` from index `from` on, once there are templates. Whatever fails
-/// here is loaded again, and reported, by its attach.
-pub(super) fn prepare(at: &mut Attacher<'_>, plans: &[ProbePlan], from: usize) {
+/// `plans` from index `from` on that are not `attached` yet, once there
+/// are templates. Whatever fails here is loaded again, and reported, by
+/// its attach.
+pub(super) fn prepare(
+    at: &mut Attacher<'_>,
+    plans: &[ProbePlan],
+    from: usize,
+    attached: &HashMap<usize, AttachDecision>,
+) {
     if at.disabled.contains(&Mechanism::Trampolines) {
         return;
     }
-    let (Some(entry_t), Some(exit_t)) = (
-        at.templates.get(&Program::Fentry),
-        at.templates.get(&Program::Fexit),
-    ) else {
-        return;
+    let session = sessions(at);
+    let templates = &at.templates;
+    // The templates of the programs `hook` attaches here.
+    let for_hook = |hook: Hook| match hook {
+        Hook::Fexit if session => Some((templates.get(&Program::Fsession)?, None)),
+        Hook::Fexit => Some((
+            templates.get(&Program::Fentry)?,
+            Some(templates.get(&Program::Fexit)?),
+        )),
+        _ => Some((templates.get(&Program::Fentry)?, None)),
     };
     let work: Vec<(u32, &ProbePlan, Hook)> = plans
         .iter()
         .enumerate()
         .skip(from)
+        .filter(|(id, _)| !attached.contains_key(id))
         .filter_map(|(id, plan)| {
             let hook = Hook::candidates(plan.mode())[0];
-            hook.is_trampoline().then_some((id as u32, plan, hook))
+            (hook.is_trampoline() && for_hook(hook).is_some()).then_some((id as u32, plan, hook))
         })
         .collect();
     if work.is_empty() {
@@ -104,10 +276,20 @@ pub(super) fn prepare(at: &mut Attacher<'_>, plans: &[ProbePlan], from: usize) {
                     while let Some(&(id, plan, hook)) =
                         work.get(next.fetch_add(1, Ordering::Relaxed))
                     {
+                        let Some((entry_t, exit_t)) = for_hook(hook) else {
+                            continue;
+                        };
                         let config = probe_config(plan, hook, ProbeId::Fixed(id), runtime);
-                        let exit_t = hook.has_return().then_some(exit_t);
                         match copies::load_copy(&config, plan.signature.btf_id, entry_t, exit_t) {
-                            Ok((entry, exit)) => done.push((id, Prepared { hook, entry, exit })),
+                            Ok((entry, exit)) => done.push((
+                                id,
+                                Prepared {
+                                    hook,
+                                    session: session && hook == Hook::Fexit,
+                                    entry,
+                                    exit,
+                                },
+                            )),
                             Err(e) => tracing::debug!(
                                 function = plan.function(),
                                 error = %e,

@@ -26,7 +26,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use kspan_bpf::types::kspan_config;
-use libbpf_rs::{libbpf_sys, MapCore, MapFlags, MapHandle, MapType};
+use libbpf_rs::{libbpf_sys, AsRawLibbpf, MapCore, MapFlags, MapHandle, MapType};
 
 use super::sys::owned;
 
@@ -61,7 +61,12 @@ impl ProgramTemplate {
             ProgramTemplate {
                 name: CString::new(prog.name().as_encoded_bytes()).unwrap_or_default(),
                 prog_type: prog.prog_type() as libbpf_sys::bpf_prog_type,
-                attach_type: prog.attach_type() as libbpf_sys::bpf_attach_type,
+                // From libbpf: libbpf-rs 0.27 maps the attach types it does
+                // not know (fsession) to one no kernel accepts.
+                // SAFETY: `prog` is a live libbpf program.
+                attach_type: unsafe {
+                    libbpf_sys::bpf_program__expected_attach_type(prog.as_libbpf_object().as_ptr())
+                },
                 insns: prog.insns().to_vec(),
                 rodata_fd,
             },
@@ -123,13 +128,25 @@ impl ProgramTemplate {
     /// Loads a copy reading its settings from `rodata`, for trampolines
     /// against kernel function `attach_btf_id` (0 for other program types).
     pub(crate) fn load(&self, rodata: &OwnedFd, attach_btf_id: u32) -> io::Result<OwnedFd> {
+        self.load_as(rodata, self.attach_type, attach_btf_id)
+    }
+
+    /// [`Self::load`] with another expected attach type: an fsession
+    /// program's code loaded as fsession.multi (it reads its arguments
+    /// through helpers, as that attach type requires).
+    fn load_as(
+        &self,
+        rodata: &OwnedFd,
+        attach_type: libbpf_sys::bpf_attach_type,
+        attach_btf_id: u32,
+    ) -> io::Result<OwnedFd> {
         let mut insns = self.insns.clone();
         for at in self.rodata_slots() {
             insns[at].imm = rodata.as_raw_fd();
         }
         let mut opts = libbpf_sys::bpf_prog_load_opts {
             sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
-            expected_attach_type: self.attach_type,
+            expected_attach_type: attach_type,
             attach_btf_id,
             ..Default::default()
         };
@@ -166,6 +183,18 @@ pub(crate) fn load_copy(
     let entry = entry_t.load(&rodata, btf_id)?;
     let exit = exit_t.map(|t| t.load(&rodata, btf_id)).transpose()?;
     Ok((entry, exit))
+}
+
+/// A copy of `template` reading `config` from a `.rodata` of its own,
+/// loaded with the multi-function `attach_type` (no target: the link names
+/// the functions).
+pub(crate) fn load_multi_copy(
+    config: &kspan_config,
+    template: &ProgramTemplate,
+    attach_type: libbpf_sys::bpf_attach_type,
+) -> io::Result<OwnedFd> {
+    let rodata = rodata_map(config).map_err(io::Error::other)?;
+    template.load_as(&rodata, attach_type, 0)
 }
 
 /// A fresh frozen read-only array map of one element holding `config`: a

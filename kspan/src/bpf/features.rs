@@ -13,6 +13,8 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use libbpf_rs::libbpf_sys;
+
 use super::sys::KPROBE_PMU;
 use crate::annotation::Hook;
 use crate::kernel::btf::Btf;
@@ -78,6 +80,14 @@ pub struct KernelCapabilities {
     pub kprobes: Feature,
     /// kprobe.multi links (many functions in one attach).
     pub kprobe_multi: Feature,
+    /// fsession (Linux 7.0+): one trampoline program and link for both
+    /// ends of a function, where fentry + fexit take two.
+    pub trampoline_sessions: Feature,
+    /// fsession.multi (Linux 7.2+): one trampoline link for many functions.
+    pub trampoline_multi: Feature,
+    /// kprobe.session (Linux 6.10+): one kprobe.multi program for both
+    /// ends.
+    pub kprobe_sessions: Feature,
     /// Tracepoints (syscall sources), through tracefs.
     pub tracepoints: Feature,
 }
@@ -128,6 +138,16 @@ impl KernelCapabilities {
             }
             (Err(_), _) => Feature::no("no kernel BTF to look for fprobe"),
         };
+        let (trampoline_sessions, trampoline_multi) = match (&btf, &trampolines) {
+            (Ok(btf), Feature::Available) => probe_sessions(btf),
+            _ => (Feature::no("no trampolines"), Feature::no("no trampolines")),
+        };
+        let kprobe_sessions = match (&btf, &kprobe_multi) {
+            (_, Feature::Unavailable { .. }) => Feature::no("no kprobe.multi"),
+            (Ok(btf), _) if btf.function("bpf_session_is_return").is_some() => Feature::Available,
+            (Ok(_), _) => Feature::no("kernel before 6.10 (no bpf_session_is_return kfunc in BTF)"),
+            (Err(_), _) => Feature::no("no kernel BTF to look for kprobe.session"),
+        };
         let events = Path::new(TRACEFS).join("events");
         let tracepoints = match std::fs::metadata(&events) {
             Ok(_) => Feature::Available,
@@ -153,6 +173,9 @@ impl KernelCapabilities {
             trampolines,
             kprobes,
             kprobe_multi,
+            trampoline_sessions,
+            trampoline_multi,
+            kprobe_sessions,
             tracepoints,
         }
     }
@@ -168,16 +191,20 @@ impl KernelCapabilities {
     }
 }
 
-/// Loads kspan's fentry program against a function every kernel has, and
+/// A function every kernel has, to load test programs against.
+fn probe_target(btf: &Btf) -> Option<(&'static str, u32)> {
+    ["vfs_read", "ksys_read", "vfs_write"]
+        .into_iter()
+        .find_map(|f| Some((f, btf.function(f)?.btf_id)))
+}
+
+/// Loads a minimal fentry program against a function every kernel has, and
 /// unloads it: nothing is attached.
 fn probe_trampolines(btf: &Btf) -> Feature {
-    let Some((target, signature)) = ["vfs_read", "ksys_read", "vfs_write"]
-        .into_iter()
-        .find_map(|f| Some((f, btf.function(f)?)))
-    else {
+    let Some((target, btf_id)) = probe_target(btf) else {
         return Feature::no("no known function in BTF to load a trampoline against");
     };
-    match super::sys::load_fentry_probe(signature.btf_id) {
+    match super::sys::load_trampoline_probe(libbpf_sys::BPF_TRACE_FENTRY, btf_id) {
         Ok(_) => Feature::Available,
         Err(e) => Feature::Unavailable {
             reason: format!(
@@ -187,4 +214,30 @@ fn probe_trampolines(btf: &Btf) -> Feature {
             errno: e.raw_os_error(),
         },
     }
+}
+
+/// fsession and fsession.multi, each by loading a minimal program of its
+/// attach type (trampolines are known to work): kernels without them
+/// refuse the attach type (EINVAL).
+fn probe_sessions(btf: &Btf) -> (Feature, Feature) {
+    let Some((target, btf_id)) = probe_target(btf) else {
+        let no = || Feature::no("no known function in BTF to load a trampoline against");
+        return (no(), no());
+    };
+    let refused = |what: &str, since: &str, e: std::io::Error| Feature::Unavailable {
+        reason: format!(
+            "this kernel has no {what} ({since}): a minimal {what} program was refused"
+        ),
+        errno: e.raw_os_error(),
+    };
+    // Loaded against `target`: fsession programs have one target each.
+    let single = match super::sys::load_trampoline_probe(libbpf_sys::BPF_TRACE_FSESSION, btf_id) {
+        Ok(_) => Feature::Available,
+        Err(e) => refused("fsession", &format!("Linux 7.0+; tried on `{target}`"), e),
+    };
+    let multi = match super::sys::load_trampoline_probe(super::sys::BPF_TRACE_FSESSION_MULTI, 0) {
+        Ok(_) => Feature::Available,
+        Err(e) => refused("fsession.multi", "Linux 7.2+", e),
+    };
+    (single, multi)
 }

@@ -38,6 +38,11 @@ pub(crate) enum Program {
     Kretprobe,
     KprobeMulti,
     KretprobeMulti,
+    /// One program at both ends of a trampoline function (fsession; a copy
+    /// loaded as fsession.multi serves many).
+    Fsession,
+    /// One program at both ends of kprobe.multi functions.
+    KprobeSession,
     SysEnter,
     SysExit,
 }
@@ -61,13 +66,15 @@ impl Program {
         )
     }
 
-    const ALL: [Program; 8] = [
+    const ALL: [Program; 10] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
         Program::Kretprobe,
         Program::KprobeMulti,
         Program::KretprobeMulti,
+        Program::Fsession,
+        Program::KprobeSession,
         Program::SysEnter,
         Program::SysExit,
     ];
@@ -83,6 +90,8 @@ impl Program {
             Program::Kretprobe => &mut progs.kspan_kretprobe,
             Program::KprobeMulti => &mut progs.kspan_kprobe_multi,
             Program::KretprobeMulti => &mut progs.kspan_kretprobe_multi,
+            Program::Fsession => &mut progs.kspan_fsession,
+            Program::KprobeSession => &mut progs.kspan_kprobe_session,
             Program::SysEnter => &mut progs.kspan_sys_enter,
             Program::SysExit => &mut progs.kspan_sys_exit,
         }
@@ -294,7 +303,8 @@ impl SharedMaps {
         })
     }
 
-    /// Turns recording on or off in every program at once.
+    /// The per-probe counters of the first `probes` probes, summed over the
+    /// CPUs.
     pub(crate) fn probe_counters(&self, probes: usize) -> Result<Vec<ProbeCounters>, MapError> {
         use kspan_bpf::consts as c;
         let per_probe = c::KSPAN_PCTR_COUNT as usize;
@@ -321,6 +331,7 @@ impl SharedMaps {
         })
     }
 
+    /// Turns recording on or off in every program at once.
     pub(crate) fn set_enabled(&self, on: bool) -> Result<(), MapError> {
         self.control
             .update(
@@ -506,6 +517,8 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             Program::Kretprobe => &loaded.progs.kspan_kretprobe,
             Program::KprobeMulti => &loaded.progs.kspan_kprobe_multi,
             Program::KretprobeMulti => &loaded.progs.kspan_kretprobe_multi,
+            Program::Fsession => &loaded.progs.kspan_fsession,
+            Program::KprobeSession => &loaded.progs.kspan_kprobe_session,
             Program::SysEnter => &loaded.progs.kspan_sys_enter,
             Program::SysExit => &loaded.progs.kspan_sys_exit,
         };

@@ -36,12 +36,20 @@ pub(crate) fn attach_trace(
     owned(fd)
 }
 
-/// Loads the smallest fentry program (`r0 = 0; exit`) against the kernel
-/// function of BTF id `btf_id`, attaching nothing: whether this kernel lets
-/// this process load trampolines at all, asked without libbpf (whose log
-/// lines about an expected refusal would reach the application's print
-/// hook).
-pub(crate) fn load_fentry_probe(btf_id: u32) -> io::Result<OwnedFd> {
+/// `BPF_TRACE_FSESSION_MULTI` of the UAPI (Linux 7.2), past what
+/// libbpf-sys 1.7 knows.
+pub(crate) const BPF_TRACE_FSESSION_MULTI: libbpf_sys::bpf_attach_type = 61;
+
+/// Loads the smallest tracing program (`r0 = 0; exit`) with
+/// `attach_type` against the kernel function of BTF id `btf_id` (0 for the
+/// multi-function attach types), attaching nothing: whether this kernel has
+/// that attach type and lets this process load it, asked without libbpf
+/// (whose log lines about an expected refusal would reach the
+/// application's print hook).
+pub(crate) fn load_trampoline_probe(
+    attach_type: libbpf_sys::bpf_attach_type,
+    btf_id: u32,
+) -> io::Result<OwnedFd> {
     let insns = [
         // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0
         libbpf_sys::bpf_insn {
@@ -56,7 +64,7 @@ pub(crate) fn load_fentry_probe(btf_id: u32) -> io::Result<OwnedFd> {
     ];
     let mut opts = libbpf_sys::bpf_prog_load_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
-        expected_attach_type: libbpf_sys::BPF_TRACE_FENTRY,
+        expected_attach_type: attach_type,
         attach_btf_id: btf_id,
         ..Default::default()
     };
@@ -174,13 +182,24 @@ pub(crate) fn attach_kprobe(
     perf_event_link(&attr, prog, cookie)
 }
 
-/// One kprobe.multi link attaching `prog` (loaded as `kprobe.multi`) to
-/// every function of `functions`, each with its cookie; at their returns
-/// when `retprobe`.
+/// Where a kprobe.multi link runs its program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KprobeMultiKind {
+    /// At the functions' entries (`kprobe.multi`).
+    Entry,
+    /// At their returns (`kretprobe.multi`).
+    Return,
+    /// At both, one program (`kprobe.session`, Linux 6.10+).
+    Session,
+}
+
+/// One kprobe.multi link attaching `prog` (loaded as `kprobe.multi`, or
+/// `kprobe.session` for [`KprobeMultiKind::Session`]) to every function of
+/// `functions`, each with its cookie.
 pub(crate) fn attach_kprobe_multi(
     prog: BorrowedFd<'_>,
     functions: &[(&str, u64)],
-    retprobe: bool,
+    kind: KprobeMultiKind,
 ) -> io::Result<OwnedFd> {
     let names = functions
         .iter()
@@ -195,7 +214,7 @@ pub(crate) fn attach_kprobe_multi(
     };
     opts.__bindgen_anon_1.kprobe_multi =
         libbpf_sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
-            flags: if retprobe {
+            flags: if kind == KprobeMultiKind::Return {
                 libbpf_sys::BPF_F_KPROBE_MULTI_RETURN
             } else {
                 0
@@ -205,18 +224,66 @@ pub(crate) fn attach_kprobe_multi(
             addrs: std::ptr::null(),
             cookies: cookies.as_ptr(),
         };
+    let attach_type = if kind == KprobeMultiKind::Session {
+        libbpf_sys::BPF_TRACE_KPROBE_SESSION
+    } else {
+        libbpf_sys::BPF_TRACE_KPROBE_MULTI
+    };
     // SAFETY: `syms` points at `names.len()` NUL-terminated strings and
     // `cookies` at as many cookies, all alive across the call; `opts` is
     // initialised with its size.
-    let link = unsafe {
-        libbpf_sys::bpf_link_create(
-            prog.as_raw_fd(),
-            0,
-            libbpf_sys::BPF_TRACE_KPROBE_MULTI,
-            &opts,
+    let link = unsafe { libbpf_sys::bpf_link_create(prog.as_raw_fd(), 0, attach_type, &opts) };
+    owned(link)
+}
+
+/// `union bpf_attr` as `BPF_LINK_CREATE` reads it for the multi-function
+/// tracing attach types (Linux 7.2 UAPI: `link_create.tracing_multi`),
+/// which libbpf 1.7's `bpf_link_create` does not pass on.
+#[repr(C)]
+#[derive(Default)]
+struct TracingMultiLinkAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    /// User pointer to `cnt` BTF ids (`__u32`) of the target functions.
+    ids: u64,
+    /// User pointer to `cnt` cookies (`__u64`), one per target.
+    cookies: u64,
+    cnt: u32,
+    _pad: u32,
+}
+
+/// One link attaching `prog` (loaded with the multi-function
+/// `attach_type`, no target) to every kernel function of `targets` (BTF
+/// id, cookie). The kernel attaches all or none.
+pub(crate) fn attach_tracing_multi(
+    prog: BorrowedFd<'_>,
+    attach_type: libbpf_sys::bpf_attach_type,
+    targets: &[(u32, u64)],
+) -> io::Result<OwnedFd> {
+    let ids: Vec<u32> = targets.iter().map(|(id, _)| *id).collect();
+    let cookies: Vec<u64> = targets.iter().map(|(_, c)| *c).collect();
+    let attr = TracingMultiLinkAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        attach_type,
+        ids: ids.as_ptr() as u64,
+        cookies: cookies.as_ptr() as u64,
+        cnt: u32::try_from(ids.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?,
+        ..Default::default()
+    };
+    // SAFETY: `attr` is a valid, initialised `bpf_attr` prefix of the size
+    // passed; `ids` and `cookies` hold `cnt` entries each and outlive the
+    // call. The kernel zero-fills the rest of its `bpf_attr`.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            libbpf_sys::BPF_LINK_CREATE as libc::c_long,
+            &attr as *const TracingMultiLinkAttr,
+            std::mem::size_of::<TracingMultiLinkAttr>() as libc::c_long,
         )
     };
-    owned(link)
+    owned(i32::try_from(fd).unwrap_or(-1))
 }
 
 /// The kprobe PMU's type and the config bit that makes a probe a return

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The attachments under one hook give the same spans (run in the VM by
+//! `cargo xtask test`, on every kernel of the matrix): fsession.multi,
+//! fsession and the fentry+fexit pair for fexit; kprobe.session,
+//! kprobe.multi and per-function kprobes for kretprobe. Each run traces the
+//! same reads with one attachment forced by turning the better ones off
+//! (`KspanBuilder::disable`), and the spans, reduced to what does not
+//! change from run to run (names, nesting, attributes but the thread,
+//! status), must be equal. Each run also checks that the attach plan chose
+//! the cheapest attachment the kernel has.
+
+use std::io::Read;
+
+use kspan::{Attachment, KernelCapabilities, Mechanism};
+use opentelemetry::trace::Status;
+use opentelemetry_sdk::trace::SpanData;
+
+#[kspan::kernel_span("ksys_read", mode = "auto")]
+fn ksys_read_auto(count: usize, ret: isize) {}
+
+#[kspan::kernel_span("vfs_read", mode = "fexit")]
+fn vfs_read_fexit(count: usize, ret: isize) {}
+
+#[kspan::kernel_span("vfs_read", mode = "fexit")]
+fn vfs_read_named(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
+
+#[kspan::kernel_span("ksys_read", mode = "kretprobe")]
+fn ksys_read_kretprobe(count: usize, ret: isize) {}
+
+#[kspan::kernel_span("vfs_read", mode = "kretprobe")]
+fn vfs_read_kretprobe(count: usize, ret: isize) {}
+
+/// A span as every attachment must make it: name, its parent's name,
+/// attributes (but the thread id), status.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Seen {
+    name: String,
+    parent: Option<String>,
+    attributes: Vec<String>,
+    error: bool,
+}
+
+/// The spans of this thread's reads of a 700-byte file with a 256-byte
+/// buffer (256, 256, 188, 0 bytes) and of one read of a closed
+/// descriptor (EBADF), traced by `probes` with `disabled` turned off; and
+/// the attachment of each probe.
+async fn reads(
+    probes: &[&'static kspan::Probe],
+    disabled: &[Mechanism],
+) -> (Vec<Seen>, Vec<Attachment>) {
+    let path = std::env::temp_dir().join("kspan-sessions.txt");
+    std::fs::write(&path, vec![b's'; 700]).unwrap();
+    let (provider, exporter) = kspan_tests::in_memory_provider();
+    let mut builder = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
+        .probes(probes.iter().copied());
+    for &m in disabled {
+        builder = builder.disable(m);
+    }
+    let kspan = builder
+        .start()
+        .unwrap_or_else(|e| panic!("needs trampolines and kprobes: {e}"));
+    let attachments = kspan.attach_plan().iter().map(|d| d.attachment).collect();
+    let mut f = std::fs::File::open(&path).unwrap();
+    let mut buf = [0u8; 256];
+    while f.read(&mut buf).unwrap() > 0 {}
+    // SAFETY: a read of a descriptor that is not open (fails with EBADF).
+    let bad = unsafe { libc::read(-1, buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!(bad, -1);
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    let tid = kspan_tests::gettid();
+    let spans: Vec<SpanData> = exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| kspan_tests::span_attr(s, "thread.id") == Some(tid.into()))
+        .collect();
+    let name_of = |id| {
+        spans
+            .iter()
+            .find(|s| s.span_context.span_id() == id)
+            .map(|s| s.name.to_string())
+    };
+    let mut seen: Vec<Seen> = spans
+        .iter()
+        .map(|s| {
+            let mut attributes: Vec<String> = s
+                .attributes
+                .iter()
+                .filter(|kv| kv.key.as_str() != "thread.id")
+                .map(|kv| format!("{}={}", kv.key, kv.value))
+                .collect();
+            attributes.sort();
+            Seen {
+                name: s.name.to_string(),
+                parent: name_of(s.parent_span_id),
+                attributes,
+                error: matches!(s.status, Status::Error { .. }),
+            }
+        })
+        .collect();
+    seen.sort();
+    (seen, attachments)
+}
+
+/// The cheapest of `ladder` the kernel has, with `disabled` turned off.
+fn expected(ladder: &[(Attachment, bool, &[Mechanism])], disabled: &[Mechanism]) -> Attachment {
+    ladder
+        .iter()
+        .find(|(_, available, needs)| *available && !needs.iter().any(|m| disabled.contains(m)))
+        .map(|(a, _, _)| *a)
+        .expect("the last attachment needs nothing")
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with trampolines; run by `cargo xtask test` in the VM"]
+async fn trampoline_spans_are_the_same_through_every_attachment() {
+    let caps = KernelCapabilities::get();
+    let ladder: [(Attachment, bool, &[Mechanism]); 3] = [
+        (
+            Attachment::FsessionMulti,
+            caps.trampoline_multi.is_available(),
+            &[Mechanism::Sessions, Mechanism::MultiLinks],
+        ),
+        (
+            Attachment::Fsession,
+            caps.trampoline_sessions.is_available(),
+            &[Mechanism::Sessions],
+        ),
+        (Attachment::FentryFexit, true, &[]),
+    ];
+    println!("fsession: {}", caps.trampoline_sessions);
+    println!("fsession.multi: {}", caps.trampoline_multi);
+    let probes = [&ksys_read_auto, &vfs_read_fexit];
+    let mut runs = Vec::new();
+    for disabled in [
+        &[][..],
+        &[Mechanism::MultiLinks][..],
+        &[Mechanism::Sessions][..],
+    ] {
+        let (seen, attachments) = reads(&probes, disabled).await;
+        let want = expected(&ladder, disabled);
+        assert_eq!(
+            attachments,
+            [want, want],
+            "the cheapest attachment the kernel has, with {disabled:?} off"
+        );
+        runs.push((disabled, seen));
+    }
+    let (_, first) = &runs[0];
+    // 4 reads of the file and the failed one, each a ksys_read span; the 4
+    // file reads reach vfs_read under it (the bad descriptor does not).
+    let count = |name: &str| first.iter().filter(|s| s.name == name).count();
+    assert_eq!(
+        (count("ksys_read"), count("vfs_read")),
+        (5, 4),
+        "{first:#?}"
+    );
+    assert!(first
+        .iter()
+        .filter(|s| s.name == "vfs_read")
+        .all(|s| s.parent.as_deref() == Some("ksys_read")));
+    assert_eq!(
+        first.iter().filter(|s| s.error).count(),
+        1,
+        "EBADF: {first:#?}"
+    );
+    for (disabled, seen) in &runs[1..] {
+        assert_eq!(seen, first, "with {disabled:?} off");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with trampolines; run by `cargo xtask test` in the VM"]
+async fn a_capture_reads_the_same_through_a_session() {
+    let caps = KernelCapabilities::get();
+    let (with, attachments) = reads(&[&vfs_read_named], &[]).await;
+    let (without, _) = reads(&[&vfs_read_named], &[Mechanism::Sessions]).await;
+    if caps.trampoline_sessions.is_available() {
+        assert_ne!(attachments, [Attachment::FentryFexit]);
+    }
+    assert_eq!(with.len(), 4, "{with:#?}");
+    assert!(
+        with.iter().all(|s| s
+            .attributes
+            .contains(&"kernel.arg.name=kspan-sessions.txt".to_owned())),
+        "{with:#?}"
+    );
+    assert_eq!(with, without);
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with kprobes; run by `cargo xtask test` in the VM"]
+async fn kretprobe_spans_are_the_same_through_every_attachment() {
+    let caps = KernelCapabilities::get();
+    let ladder: [(Attachment, bool, &[Mechanism]); 3] = [
+        (
+            Attachment::KprobeSession,
+            caps.kprobe_sessions.is_available(),
+            &[Mechanism::Sessions, Mechanism::MultiLinks],
+        ),
+        (
+            Attachment::KprobeMulti,
+            caps.kprobe_multi.is_available(),
+            &[Mechanism::MultiLinks],
+        ),
+        (Attachment::Kprobes, true, &[]),
+    ];
+    println!("kprobe.session: {}", caps.kprobe_sessions);
+    let probes = [&ksys_read_kretprobe, &vfs_read_kretprobe];
+    let mut runs = Vec::new();
+    for disabled in [
+        &[][..],
+        &[Mechanism::Sessions][..],
+        &[Mechanism::MultiLinks][..],
+    ] {
+        let (seen, attachments) = reads(&probes, disabled).await;
+        let want = expected(&ladder, disabled);
+        assert_eq!(attachments, [want, want], "with {disabled:?} off");
+        runs.push((disabled, seen));
+    }
+    let (_, first) = &runs[0];
+    let count = |name: &str| first.iter().filter(|s| s.name == name).count();
+    assert_eq!(
+        (count("ksys_read"), count("vfs_read")),
+        (5, 4),
+        "{first:#?}"
+    );
+    for (disabled, seen) in &runs[1..] {
+        assert_eq!(seen, first, "with {disabled:?} off");
+    }
+}
