@@ -24,11 +24,20 @@
 //!
 //! # Why it is shaped this way
 //!
-//! * **The kernel pairs entry and exit.** One generic fentry program pushes a
-//!   frame (start time, span id, captured arguments) on a per-task stack in
-//!   task local storage; one generic fexit program pops it and emits a single
-//!   ring-buffer record per finished span. Nesting and recursion fall out of
-//!   the stack; a missed exit is detected and counted instead of corrupting it.
+//! * **The kernel pairs entry and exit.** At a call's entry a generic
+//!   program pushes a frame (start time, span id, captured arguments) on a
+//!   per-task stack in task local storage; at its exit it pops it and emits
+//!   a single ring-buffer record per finished span. Nesting and recursion
+//!   fall out of the stack; a missed exit is detected and counted instead of
+//!   corrupting it. The two ends are one session program where the kernel
+//!   has them (fsession, kprobe.session), else an fentry/fexit or
+//!   kprobe/kretprobe pair: the stack pairs them the same way.
+//! * **The fewest links.** The kernel serialises trampoline updates, each
+//!   waiting for RCU, so attaching costs what the number of links does:
+//!   every function of the same settings attaches through one
+//!   fsession.multi (Linux 7.2+) or kprobe.multi link where the kernel has
+//!   it, and each [`AttachDecision`] says which attachment it got and why
+//!   the better ones were passed over.
 //! * **One compiled program, many functions.** The BPF object is compiled
 //!   once (`kspan-bpf`); each function's settings are constants in a frozen
 //!   read-only map, so the verifier specialises the program to them. libbpf

@@ -232,4 +232,35 @@ mod tests {
         }
         assert_eq!(Hook::Kretprobe.mechanism(), Mechanism::Kprobes);
     }
+
+    #[test]
+    fn every_hook_has_attachments_ending_in_one_every_kernel_has() {
+        for hook in [
+            Hook::Fentry,
+            Hook::Fexit,
+            Hook::Kprobe,
+            Hook::Kretprobe,
+            Hook::Syscall,
+        ] {
+            let ladder = Attachment::ladder(hook);
+            let last = ladder.last().expect("at least one attachment");
+            assert!(!last.is_multi(), "{hook}: the last needs no newer kernel");
+            assert!(
+                !matches!(last, Attachment::Fsession | Attachment::KprobeSession),
+                "{hook}"
+            );
+        }
+        assert_eq!(
+            Attachment::ladder(Hook::Fexit),
+            [
+                Attachment::FsessionMulti,
+                Attachment::Fsession,
+                Attachment::FentryFexit
+            ]
+        );
+        assert_eq!(
+            Attachment::ladder(Hook::Kretprobe)[0].as_str(),
+            "kprobe.session"
+        );
+    }
 }

@@ -480,3 +480,88 @@ impl<'a> Attacher<'a> {
         Ok((entry_fd, exit_fd))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::Feature;
+
+    fn caps(multi: bool, session: bool, kprobe_session: bool) -> KernelCapabilities {
+        let feature = |on: bool, why: &str| {
+            if on {
+                Feature::Available
+            } else {
+                Feature::Unavailable {
+                    reason: why.to_owned(),
+                    errno: Some(libc::EINVAL),
+                }
+            }
+        };
+        KernelCapabilities {
+            btf: Feature::Available,
+            privileges: Feature::Available,
+            trampolines: Feature::Available,
+            kprobes: Feature::Available,
+            kprobe_multi: Feature::Available,
+            trampoline_sessions: feature(session, "no fsession"),
+            trampoline_multi: feature(multi, "no fsession.multi"),
+            kprobe_sessions: feature(kprobe_session, "no kprobe.session"),
+            tracepoints: Feature::Available,
+        }
+    }
+
+    #[test]
+    fn what_is_unusable_names_the_kernel_or_the_builder() {
+        let runtime = RuntimeSettings::default();
+        let old = caps(false, false, false);
+        let at = Attacher::new(&runtime, &old, &[]);
+        assert_eq!(
+            at.unusable(Attachment::FsessionMulti).as_deref(),
+            Some("unavailable: no fsession.multi (EINVAL)")
+        );
+        assert_eq!(at.unusable(Attachment::FentryFexit), None);
+        assert_eq!(
+            at.passed_over(Hook::Fexit, Attachment::FentryFexit, |_| None),
+            [
+                (
+                    Attachment::FsessionMulti,
+                    "unavailable: no fsession.multi (EINVAL)".to_owned()
+                ),
+                (
+                    Attachment::Fsession,
+                    "unavailable: no fsession (EINVAL)".to_owned()
+                ),
+            ]
+        );
+
+        let new = caps(true, true, true);
+        let off = [Mechanism::MultiLinks];
+        let at = Attacher::new(&runtime, &new, &off);
+        let turned_off = "turned off by KspanBuilder::disable(Mechanism::MultiLinks)";
+        assert_eq!(
+            at.unusable(Attachment::FsessionMulti).as_deref(),
+            Some(turned_off)
+        );
+        assert_eq!(at.unusable(Attachment::Fsession), None);
+        assert_eq!(
+            at.unusable(Attachment::KprobeSession).as_deref(),
+            Some(turned_off),
+            "kprobe.session is a kprobe.multi link"
+        );
+        // A refusal the caller saw wins over "usable".
+        let passed = at.passed_over(Hook::Fexit, Attachment::FentryFexit, |a| {
+            (a == Attachment::Fsession).then(|| "refused (E2BIG)".to_owned())
+        });
+        assert_eq!(
+            passed,
+            [
+                (Attachment::FsessionMulti, turned_off.to_owned()),
+                (Attachment::Fsession, "refused (E2BIG)".to_owned()),
+            ]
+        );
+        let at = Attacher::new(&runtime, &new, &[]);
+        assert!(at
+            .passed_over(Hook::Fexit, Attachment::FsessionMulti, |_| None)
+            .is_empty());
+    }
+}
