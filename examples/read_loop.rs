@@ -3,11 +3,14 @@
 //! the workload of `cargo xtask bench`'s per-call figures. Each `read` is
 //! one `vfs_read` call.
 //!
-//! `read_loop none|fexit|kretprobe|histogram [N] [PAUSE_NS]`: `none` traces
-//! nothing (the baseline, and the command bpftrace runs under its latency
-//! script); `fexit` and `kretprobe` trace `vfs_read` with kspan, capturing
-//! two arguments and the return value, with the consumer running (spans go
-//! to a pipeline with no exporter); `histogram` counts every call in the
+//! `read_loop none|fexit|fexit-pair|kretprobe|kretprobe-pair|histogram [N]
+//! [PAUSE_NS]`: `none` traces nothing (the baseline, and the command
+//! bpftrace runs under its latency script); `fexit` and `kretprobe` trace
+//! `vfs_read` with kspan, capturing two arguments and the return value,
+//! with the consumer running (spans go to a pipeline with no exporter),
+//! through the cheapest attachment the kernel has (fsession,
+//! kprobe.session); the `-pair` modes turn session programs off (fentry +
+//! fexit, kprobe + kretprobe); `histogram` counts every call in the
 //! kernel's latency histogram and makes no spans (fexit). `PAUSE_NS` (default 0) spins between reads, so that the rate of
 //! spans stays within what the consumer builds: under emulation a bare loop
 //! makes spans faster than one emulated CPU turns them into OpenTelemetry
@@ -37,14 +40,18 @@ fn read_histogram(ret: isize) {}
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
 async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let probe: Option<&'static kspan::Probe> = match args.next().as_deref() {
-        Some("none") => None,
-        Some("fexit") => Some(&read_fexit),
-        Some("kretprobe") => Some(&read_kretprobe),
-        Some("histogram") => Some(&read_histogram),
+    let mode = args.next();
+    let (probe, pair): (Option<&'static kspan::Probe>, bool) = match mode.as_deref() {
+        Some("none") => (None, false),
+        Some("fexit") => (Some(&read_fexit), false),
+        Some("fexit-pair") => (Some(&read_fexit), true),
+        Some("kretprobe") => (Some(&read_kretprobe), false),
+        Some("kretprobe-pair") => (Some(&read_kretprobe), true),
+        Some("histogram") => (Some(&read_histogram), false),
         other => {
             eprintln!(
-                "read_loop: mode {other:?}: expected `none`, `fexit`, `kretprobe` or `histogram`"
+                "read_loop: mode {other:?}: expected `none`, `fexit`, `fexit-pair`, `kretprobe`, \
+                 `kretprobe-pair` or `histogram`"
             );
             return ExitCode::from(2);
         }
@@ -69,10 +76,17 @@ async fn main() -> ExitCode {
         .with_id_generator(kspan::KernelSpanIds::default())
         .build();
     let kspan = match probe {
-        Some(probe) => match kspan::Kspan::builder(&provider)
-            .orphans(kspan::Orphans::NewTrace)
-            .probe(probe)
-            .start()
+        Some(probe) => match {
+            let builder = kspan::Kspan::builder(&provider)
+                .orphans(kspan::Orphans::NewTrace)
+                .probe(probe);
+            if pair {
+                builder.disable(kspan::Mechanism::Sessions)
+            } else {
+                builder
+            }
+        }
+        .start()
         {
             Ok(kspan) => Some(kspan),
             Err(e) => {

@@ -338,6 +338,17 @@ pub fn bench(args: &[String]) -> Result<u8> {
     }
     let only_per_call = only.as_deref() == Some("percall");
     let only_others = only.as_deref() == Some("others");
+    // Session programs and multi-function trampolines (fsession.multi,
+    // Linux 7.2): measured against the pairs on the kernels that have them,
+    // the newest of the matrix or one given by path. On the others the
+    // pairs are what `fexit` measures already.
+    let sessions = !matches!(
+        opts.kernel,
+        KernelSpec::Debian {
+            label: "debian12" | "debian13",
+            ..
+        }
+    );
     crate::deps::ensure()?;
     run(cargo().args([
         "build",
@@ -389,6 +400,11 @@ for r in $(seq {rounds}); do
   t bpftrace_kprobe bpftrace -e 'kprobe:vfs_* {{ }} BEGIN {{ exit(); }}'
   t kspan_kretprobe {ex} kretprobe
   t kspan_kretprobe_1000 {ex} kretprobe-1000
+  if [ {sessions} = 1 ]; then
+  t kspan_fexit_pair {ex} fexit-pair
+  t kspan_fexit_1000 {ex} fexit-1000
+  t kspan_kretprobe_1000_pair {ex} kretprobe-1000-pair
+  fi
   fi
   for i in 1 2 3; do
     p none {read_loop} none {calls} {pause}
@@ -396,10 +412,15 @@ for r in $(seq {rounds}); do
     p kspan_fexit {read_loop} fexit {calls} {pause}
     p kspan_kretprobe {read_loop} kretprobe {calls} {pause}
     p kspan_histogram {read_loop} histogram {calls} {pause}
+    if [ {sessions} = 1 ]; then
+    p kspan_fexit_pair {read_loop} fexit-pair {calls} {pause}
+    p kspan_kretprobe_pair {read_loop} kretprobe-pair {calls} {pause}
+    fi
   done
 done
 "#,
         attach = u8::from(!only_per_call),
+        sessions = u8::from(sessions),
         calls = 200_000,
         // Spans at a rate one emulated CPU turns into OpenTelemetry spans:
         // nothing dropped (checked below), the same pause in the baseline.
@@ -431,7 +452,7 @@ done
         bail!("the benchmark failed in the guest (exit status {status})");
     }
     if !only_others {
-        attach_and_per_call_report(&output, rounds, &opts, !only_per_call)?;
+        attach_and_per_call_report(&output, rounds, &opts, !only_per_call, sessions)?;
     }
     if only_per_call {
         return Ok(0);
@@ -561,6 +582,7 @@ fn attach_and_per_call_report(
     rounds: u32,
     opts: &VmOptions,
     attach: bool,
+    sessions: bool,
 ) -> Result<()> {
     let mut figures: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     let mut per_call: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
@@ -591,6 +613,10 @@ fn attach_and_per_call_report(
             println!("{line}");
         }
     }
+    if let Some(how) = output.lines().find(|l| l.starts_with("attach_many:")) {
+        // Which attachments the first run took, as attach_many printed.
+        println!("(first run: {how})");
+    }
     let median = |name: &str| -> Result<f64> {
         let mut v = figures.get(name).cloned().unwrap_or_default();
         if v.is_empty() {
@@ -600,9 +626,9 @@ fn attach_and_per_call_report(
         Ok(v[v.len() / 2] as f64)
     };
     if attach {
-        attach_report(&median, rounds, opts)?;
+        attach_report(&median, rounds, opts, sessions)?;
     }
-    per_call_report(&per_call, rounds)
+    per_call_report(&per_call, rounds, sessions)
 }
 
 /// The attach + detach figures, medians by `median`.
@@ -610,6 +636,7 @@ fn attach_report(
     median: &dyn Fn(&str) -> Result<f64>,
     rounds: u32,
     opts: &VmOptions,
+    sessions: bool,
 ) -> Result<()> {
     println!(
         "attach + detach of every vfs_* function, whole process, median of {rounds} rounds ({}):",
@@ -636,6 +663,32 @@ fn attach_report(
         "  kspan kretprobe, about 1,000 functions (tcp_*, security_*, blk_*, sock_*): {:.0} ms",
         median("kspan_kretprobe_1000")?
     );
+    if sessions {
+        println!(
+            "  kspan fexit, sessions off (fentry+fexit)  {:>8.0} ms",
+            median("kspan_fexit_pair")?
+        );
+        println!(
+            "  ratio  kspan fexit (best attachment) / bpftrace kfunc  {:.3}x (target <= 0.1x)",
+            median("kspan_fexit")? / median("bpftrace_kfunc")?
+        );
+        println!(
+            "  ratio  kspan fexit (best attachment) / fentry+fexit    {:.3}x",
+            median("kspan_fexit")? / median("kspan_fexit_pair")?
+        );
+        println!(
+            "  kspan fexit, about 1,000 functions (best attachment): {:.0} ms",
+            median("kspan_fexit_1000")?
+        );
+        println!(
+            "  kspan kretprobe, about 1,000 functions, sessions off (kprobe.multi pair): {:.0} ms",
+            median("kspan_kretprobe_1000_pair")?
+        );
+        println!(
+            "  ratio  about 1,000 kretprobes, best attachment / kprobe.multi pair  {:.2}x",
+            median("kspan_kretprobe_1000")? / median("kspan_kretprobe_1000_pair")?
+        );
+    }
     Ok(())
 }
 
@@ -643,6 +696,7 @@ fn attach_report(
 fn per_call_report(
     per_call: &std::collections::BTreeMap<String, Vec<f64>>,
     rounds: u32,
+    sessions: bool,
 ) -> Result<()> {
     let ns = |name: &str| -> Result<f64> {
         let mut v = per_call.get(name).cloned().unwrap_or_default();
@@ -659,12 +713,16 @@ fn per_call_report(
     );
     println!("  untraced                      {base:>8.0} ns/call");
     let mut added = std::collections::BTreeMap::new();
-    for name in [
+    let mut names = vec![
         "bpftrace_latency",
         "kspan_fexit",
         "kspan_kretprobe",
         "kspan_histogram",
-    ] {
+    ];
+    if sessions {
+        names.extend(["kspan_fexit_pair", "kspan_kretprobe_pair"]);
+    }
+    for name in names {
         let traced = ns(name)?;
         added.insert(name, traced - base);
         println!(
@@ -684,6 +742,16 @@ fn per_call_report(
         "  ratio  kspan histogram only added / bpftrace hist() added {:.2}x (target <= 1.0x)",
         added["kspan_histogram"] / added["bpftrace_latency"]
     );
+    if sessions {
+        println!(
+            "  ratio  kspan fexit (session) added / fentry+fexit added   {:.2}x (target <= 1.0x)",
+            added["kspan_fexit"] / added["kspan_fexit_pair"]
+        );
+        println!(
+            "  ratio  kspan kretprobe (session) added / kprobe pair added {:.2}x",
+            added["kspan_kretprobe"] / added["kspan_kretprobe_pair"]
+        );
+    }
     Ok(())
 }
 
