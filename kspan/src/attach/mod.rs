@@ -359,6 +359,10 @@ impl<'a> Attacher<'a> {
                     rejected.push((hook, refused.to_string()));
                     continue;
                 }
+                if let (true, Some(why)) = (hook.is_trampoline(), &plan.trampoline_refusal) {
+                    rejected.push((hook, why.clone()));
+                    continue;
+                }
             }
             let attached = match hook {
                 Hook::Fentry | Hook::Fexit => {

@@ -140,7 +140,9 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
     }
     let mut groups: BTreeMap<Vec<u8>, Vec<usize>> = BTreeMap::new();
     for (i, plan) in plans.iter().enumerate() {
-        if Hook::candidates(plan.mode()).first() == Some(&Hook::Fexit) {
+        if Hook::candidates(plan.mode()).first() == Some(&Hook::Fexit)
+            && plan.trampoline_refusal.is_none()
+        {
             let config = probe_config(plan, Hook::Fexit, ProbeId::FromCookie, at.runtime);
             groups.entry(config_key(&config)).or_default().push(i);
         }

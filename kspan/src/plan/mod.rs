@@ -51,6 +51,10 @@ pub struct ProbePlan {
     pub errno_status: bool,
     /// What the kernel checks before it makes a call a span.
     pub filter: FilterPlan,
+    /// Why the kernel will not attach a trampoline to this function (its
+    /// signature), if it will not: `auto` goes straight to kprobes, and no
+    /// multi-function link takes it.
+    pub trampoline_refusal: Option<String>,
 }
 
 impl ProbePlan {
@@ -152,6 +156,14 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
             if let Some(why) = denylist::not_traced(name, inputs.traceable.as_ref()) {
                 set.skipped.push((name.to_owned(), why.to_string()));
                 continue;
+            }
+            // A pattern in a trampoline mode skips what trampolines cannot
+            // attach (`auto` takes kprobes for those instead).
+            if matches!(spec.mode, Mode::Fexit | Mode::Fentry) {
+                if let Some(why) = btf.trampoline_refusal(name) {
+                    set.skipped.push((name.to_owned(), why));
+                    continue;
+                }
             }
             set.plans
                 .push(plan_function(btf, probe, intern(name), &inputs.syscalls)?);
@@ -301,6 +313,7 @@ fn plan_function(
         record_size,
         errno_status: spec.errno && spec.mode.has_return() && ret_is_errno,
         filter,
+        trampoline_refusal: btf.trampoline_refusal(function),
     })
 }
 

@@ -159,6 +159,47 @@ impl Btf {
         })
     }
 
+    /// Why the kernel will not attach a BPF trampoline to `name`, from its
+    /// BTF signature as the verifier judges it (`btf_distill_func_proto`):
+    /// more than 12 parameters, variable arguments, a struct or union
+    /// returned, or one larger than 16 bytes passed by value. `None` when
+    /// the signature is fine (or `name` is not a function here).
+    pub fn trampoline_refusal(&self, name: &str) -> Option<String> {
+        let id = *self.funcs.get(name)?;
+        let Type::Func { proto, .. } = self.ty(id) else {
+            return None;
+        };
+        let Type::FuncProto { ret, params } = self.ty(*proto) else {
+            return None;
+        };
+        if params.last().is_some_and(|(_, ty)| *ty == 0) {
+            return Some("trampolines cannot attach to variadic functions".to_owned());
+        }
+        if params.len() > 12 {
+            return Some(format!(
+                "trampolines take at most 12 parameters; it has {}",
+                params.len()
+            ));
+        }
+        let by_value = |ty: u32| matches!(self.ty(self.strip(ty)), Type::Composite { .. });
+        if by_value(*ret) {
+            return Some(format!(
+                "trampolines cannot attach to a function returning `{}` (a struct or union)",
+                self.c_name(*ret, 0)
+            ));
+        }
+        params.iter().find_map(|(pname, ty)| {
+            let size = self.size_of(*ty, 0).unwrap_or(0);
+            (by_value(*ty) && size > 16).then(|| {
+                format!(
+                    "trampolines cannot attach to a function taking `{} {}` ({size} bytes) by value",
+                    self.c_name(*ty, 0),
+                    self.str_at(*pname)
+                )
+            })
+        })
+    }
+
     /// Describes type `id` (an unknown id describes as `void`).
     pub fn kernel_type(&self, id: u32) -> KernelType {
         let pointee = self.pointee(id);
@@ -486,6 +527,41 @@ mod tests {
         blob[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         blob[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(Btf::parse(&blob), Err(BtfError::Truncated { .. })));
+    }
+
+    #[test]
+    fn signatures_trampolines_refuse_are_named() {
+        let mut b = BtfBuilder::new();
+        let int = b.int("int", 4, true);
+        let pair = b.struct_of("pair", 8, &[("a", int, 0), ("b", int, 4)]);
+        let big = b.struct_of("big", 24, &[("a", int, 0)]);
+        let u = b.union_of("u", 8, &[("a", int)]);
+        let twelve: Vec<(&str, u32)> = (0..13).map(|_| ("x", int)).collect();
+        b.func("plain", int, &[("p", pair)]);
+        b.func("returns_union", u, &[]);
+        b.func("takes_big", int, &[("b", big)]);
+        b.func("variadic", int, &[("fmt", int), ("", 0)]);
+        b.func("thirteen", int, &twelve);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert_eq!(
+            btf.trampoline_refusal("plain"),
+            None,
+            "16 bytes or less pass"
+        );
+        assert_eq!(btf.trampoline_refusal("absent"), None);
+        let why = |f| btf.trampoline_refusal(f).unwrap();
+        assert!(
+            why("returns_union").contains("returning `union u`"),
+            "{}",
+            why("returns_union")
+        );
+        assert!(
+            why("takes_big").contains("`struct big b` (24 bytes)"),
+            "{}",
+            why("takes_big")
+        );
+        assert!(why("variadic").contains("variadic"));
+        assert!(why("thirteen").contains("at most 12 parameters; it has 13"));
     }
 
     /// `struct inner { int x; char name[16]; }`, a union, anonymous members,
