@@ -83,6 +83,7 @@ async fn main() -> ExitCode {
     if pair {
         builder = builder.disable(kspan::Mechanism::Sessions);
     }
+    let started = std::time::Instant::now();
     let kspan = match builder.start() {
         Ok(kspan) => kspan,
         Err(e) => {
@@ -97,11 +98,15 @@ async fn main() -> ExitCode {
     }
     let by: Vec<String> = by.iter().map(|(a, n)| format!("{n} by {a}")).collect();
     let skipped = kspan.skipped().len();
+    let start_ms = started.elapsed().as_millis();
+    let detaching = std::time::Instant::now();
     match kspan.shutdown().await {
         Ok(_) => {
             println!(
-                "attach_many: {attached} functions attached and detached ({}), {skipped} skipped",
-                by.join(", ")
+                "attach_many: {attached} functions attached and detached ({}), {skipped} skipped; \
+                 start {start_ms} ms, shutdown {} ms",
+                by.join(", "),
+                detaching.elapsed().as_millis()
             );
             ExitCode::SUCCESS
         }

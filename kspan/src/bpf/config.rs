@@ -215,11 +215,16 @@ pub(crate) fn probe_config(
     for (slot, clause) in clauses.iter_mut().zip(&filter.clauses) {
         *slot = *clause;
     }
+    // The return value's width and sign only matter to the programs that
+    // ask whether a call failed (`errors_only`, the sums' error count); left
+    // 0 elsewhere, so that functions of different return types share
+    // programs (one verification, one multi-function link).
+    let judges_ret = filter.errors_only || filter.sum;
     kspan_config {
         may_drop: u32::from(filter.may_drop()),
         errors_only: u32::from(filter.errors_only),
-        ret_width: filter.ret_width,
-        ret_signed: u32::from(filter.ret_signed),
+        ret_width: if judges_ret { filter.ret_width } else { 0 },
+        ret_signed: u32::from(judges_ret && filter.ret_signed),
         nr_clauses: filter.clauses.len() as u32,
         sum: u32::from(filter.sum),
         no_spans: u32::from(filter.no_spans),
@@ -245,14 +250,18 @@ pub(crate) fn probe_config(
         entry_caps: u32::from(plan.captures.iter().any(|c| c.bpf.at_entry != 0)),
         ring_bytes: runtime.ring_buffer_bytes,
         histogram: u32::from(plan.probe.spec.histogram),
-        hist_errno_bytes: errno_bytes(plan),
+        hist_errno_bytes: if plan.probe.spec.histogram {
+            errno_bytes(plan)
+        } else {
+            0
+        },
         thread_ctx_offset: context.slot_offset,
         caps,
     }
 }
 
 /// The width of `plan`'s return value when a negative one is an errno (the
-/// span's status, the histogram's failed calls), else 0.
+/// histogram's failed calls), else 0.
 fn errno_bytes(plan: &ProbePlan) -> u32 {
     match plan.signature.ret.class {
         crate::kernel::btf::TypeClass::Int { bytes, .. } if plan.errno_status => bytes,
@@ -280,6 +289,39 @@ mod tests {
     #[kspan::kernel_span("vfs_read", histogram, errno = false)]
     fn histogram_of_reads(ret: isize) {}
 
+    #[kspan::kernel_span("vfs_read", histogram)]
+    fn failed_reads_by_errno(ret: isize) {}
+
+    #[kspan::kernel_span("kspan_*", mode = "fexit")]
+    fn every_kspan_function() {}
+
+    #[test]
+    fn functions_of_different_return_types_share_programs_unless_the_kernel_judges_it() {
+        let btf = Btf::parse(&sample()).unwrap();
+        let runtime = RuntimeSettings::default();
+        let set =
+            crate::plan::plan_all(&btf, &[&every_kspan_function], &Default::default()).unwrap();
+        let keys: std::collections::HashSet<Vec<u8>> = set
+            .plans
+            .iter()
+            .map(|p| config_key(&probe_config(p, Hook::Fexit, ProbeId::FromCookie, &runtime)))
+            .collect();
+        let returns: std::collections::HashSet<String> = set
+            .plans
+            .iter()
+            .map(|p| p.signature.ret.c_name.clone())
+            .collect();
+        assert!(returns.len() > 1, "{returns:?}");
+        assert_eq!(keys.len(), 1, "one program for {returns:?}");
+        let hist = probe_config(
+            &plan_probe(&btf, &failed_reads_by_errno).unwrap(),
+            Hook::Fexit,
+            ProbeId::Fixed(0),
+            &runtime,
+        );
+        assert_eq!(hist.hist_errno_bytes, 8, "ssize_t: an 8-byte errno return");
+    }
+
     #[test]
     fn settings_of_a_probe() {
         let btf = Btf::parse(&sample()).unwrap();
@@ -301,9 +343,9 @@ mod tests {
         );
         assert_ne!(config_key(&cfg), config_key(&shared));
         assert_eq!(
-            (cfg.histogram, cfg.hist_errno_bytes),
-            (0, 8),
-            "no histogram; ssize_t is an 8-byte errno return"
+            (cfg.histogram, cfg.hist_errno_bytes, cfg.ret_width),
+            (0, 0, 0),
+            "no histogram, no errors_only: nothing in the kernel judges the return value"
         );
         let with = probe_config(
             &plan_probe(&btf, &histogram_of_reads).unwrap(),
