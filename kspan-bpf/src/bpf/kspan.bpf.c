@@ -1072,12 +1072,11 @@ int kspan_fexit(__u64 *ctx)
  * the ends as it does for fentry/fexit (nesting, recursion, lost exits);
  * the session cookie is not needed for that. The probe id is the attach
  * cookie when one program serves many functions through one
- * fsession.multi link (Linux 7.2+: user space loads a copy of this program
- * with that attach type; it reads arguments and the return value through
- * helpers, as that attach type requires). Must return 0.
+ * fsession.multi link (Linux 7.2+), which is why arguments and the return
+ * value are read through helpers, as that attach type requires. Must
+ * return 0.
  */
-SEC("fsession")
-int kspan_fsession(__u64 *ctx)
+static __always_inline int kspan_session(__u64 *ctx)
 {
 	__u64 args[KSPAN_MAX_ARGS];
 	__u64 ret = 0;
@@ -1092,6 +1091,22 @@ int kspan_fsession(__u64 *ctx)
 	kspan_trampoline_args(ctx, args);
 	kspan_entry(args, kspan_probe_id(ctx));
 	return 0;
+}
+
+SEC("fsession")
+int kspan_fsession(__u64 *ctx)
+{
+	return kspan_session(ctx);
+}
+
+/*
+ * The same, loaded with no target for one fsession.multi link (libbpf 1.7
+ * has no section for it: kspan registers this one with libbpf).
+ */
+SEC("fsession.multi")
+int kspan_fsession_multi(__u64 *ctx)
+{
+	return kspan_session(ctx);
 }
 
 static __always_inline int kspan_on_kprobe(struct pt_regs *regs)

@@ -197,25 +197,15 @@ fn attach_multi(
     let plan = &plans[first];
     let refused = |e| AttachError::refused(plan.function(), Hook::Fexit, e);
     let config = probe_config(plan, Hook::Fexit, ProbeId::FromCookie, at.runtime);
-    if !at.templates.contains_key(&Program::Fsession) {
-        // libbpf loads the program once, against the first function (the
-        // shared maps and the template come from that load); only copies
-        // of it are attached.
-        at.programs(
-            plan,
-            Hook::Fexit,
-            &config,
-            plan.signature.btf_id,
-            (Program::Fsession, None),
-            fallbacks,
-        )?;
-    }
-    let template = at
-        .templates
-        .get(&Program::Fsession)
-        .ok_or_else(|| refused(std::io::Error::from_raw_os_error(libc::ENOTSUP)))?;
-    let prog = copies::load_multi_copy(&config, template, sys::BPF_TRACE_FSESSION_MULTI)
-        .map_err(refused)?;
+    // No target: the link names the functions.
+    let (prog, _) = at.programs(
+        plan,
+        Hook::Fexit,
+        &config,
+        0,
+        (Program::FsessionMulti, None),
+        fallbacks,
+    )?;
     let targets: Vec<(u32, u64)> = members
         .iter()
         .map(|&i| (plans[i].signature.btf_id, i as u64))

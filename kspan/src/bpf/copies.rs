@@ -128,25 +128,13 @@ impl ProgramTemplate {
     /// Loads a copy reading its settings from `rodata`, for trampolines
     /// against kernel function `attach_btf_id` (0 for other program types).
     pub(crate) fn load(&self, rodata: &OwnedFd, attach_btf_id: u32) -> io::Result<OwnedFd> {
-        self.load_as(rodata, self.attach_type, attach_btf_id)
-    }
-
-    /// [`Self::load`] with another expected attach type: an fsession
-    /// program's code loaded as fsession.multi (it reads its arguments
-    /// through helpers, as that attach type requires).
-    fn load_as(
-        &self,
-        rodata: &OwnedFd,
-        attach_type: libbpf_sys::bpf_attach_type,
-        attach_btf_id: u32,
-    ) -> io::Result<OwnedFd> {
         let mut insns = self.insns.clone();
         for at in self.rodata_slots() {
             insns[at].imm = rodata.as_raw_fd();
         }
         let mut opts = libbpf_sys::bpf_prog_load_opts {
             sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
-            expected_attach_type: attach_type,
+            expected_attach_type: self.attach_type,
             attach_btf_id,
             ..Default::default()
         };
@@ -183,18 +171,6 @@ pub(crate) fn load_copy(
     let entry = entry_t.load(&rodata, btf_id)?;
     let exit = exit_t.map(|t| t.load(&rodata, btf_id)).transpose()?;
     Ok((entry, exit))
-}
-
-/// A copy of `template` reading `config` from a `.rodata` of its own,
-/// loaded with the multi-function `attach_type` (no target: the link names
-/// the functions).
-pub(crate) fn load_multi_copy(
-    config: &kspan_config,
-    template: &ProgramTemplate,
-    attach_type: libbpf_sys::bpf_attach_type,
-) -> io::Result<OwnedFd> {
-    let rodata = rodata_map(config).map_err(io::Error::other)?;
-    template.load_as(&rodata, attach_type, 0)
 }
 
 /// A fresh frozen read-only array map of one element holding `config`: a

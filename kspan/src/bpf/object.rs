@@ -38,9 +38,11 @@ pub(crate) enum Program {
     Kretprobe,
     KprobeMulti,
     KretprobeMulti,
-    /// One program at both ends of a trampoline function (fsession; a copy
-    /// loaded as fsession.multi serves many).
+    /// One program at both ends of a trampoline function (fsession).
     Fsession,
+    /// The same, loaded with no target: one fsession.multi link attaches
+    /// it to many functions.
+    FsessionMulti,
     /// One program at both ends of kprobe.multi functions.
     KprobeSession,
     SysEnter,
@@ -66,7 +68,7 @@ impl Program {
         )
     }
 
-    const ALL: [Program; 10] = [
+    const ALL: [Program; 11] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -74,6 +76,7 @@ impl Program {
         Program::KprobeMulti,
         Program::KretprobeMulti,
         Program::Fsession,
+        Program::FsessionMulti,
         Program::KprobeSession,
         Program::SysEnter,
         Program::SysExit,
@@ -91,6 +94,7 @@ impl Program {
             Program::KprobeMulti => &mut progs.kspan_kprobe_multi,
             Program::KretprobeMulti => &mut progs.kspan_kretprobe_multi,
             Program::Fsession => &mut progs.kspan_fsession,
+            Program::FsessionMulti => &mut progs.kspan_fsession_multi,
             Program::KprobeSession => &mut progs.kspan_kprobe_session,
             Program::SysEnter => &mut progs.kspan_sys_enter,
             Program::SysExit => &mut progs.kspan_sys_exit,
@@ -366,11 +370,42 @@ impl LoadedPrograms {
     }
 }
 
+/// Tells libbpf, once per process, the sections of the object it does not
+/// know: `fsession.multi` (a tracing program of attach type
+/// `BPF_TRACE_FSESSION_MULTI`, loaded with no target; libbpf 1.7 has
+/// fsession but not its multi-function form). This is libbpf's own
+/// extension point for custom sections. Without it (a libbpf that refuses
+/// the registration) that program cannot load, and fsession.multi batches
+/// fall back to one function at a time, saying why.
+fn register_sections() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        let opts = libbpf_rs::libbpf_sys::libbpf_prog_handler_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::libbpf_prog_handler_opts>() as _,
+            ..Default::default()
+        };
+        // SAFETY: the section name is a NUL-terminated static string and
+        // `opts` is initialised with its size; libbpf copies both.
+        let id = unsafe {
+            libbpf_rs::libbpf_sys::libbpf_register_prog_handler(
+                c"fsession.multi".as_ptr(),
+                libbpf_rs::libbpf_sys::BPF_PROG_TYPE_TRACING,
+                super::sys::BPF_TRACE_FSESSION_MULTI,
+                &opts,
+            )
+        };
+        if id < 0 {
+            tracing::debug!(errno = -id, "libbpf refused kspan's fsession.multi section");
+        }
+    });
+}
+
 /// Loads the programs of `request` through libbpf.
 pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadError> {
     let fail = |source: libbpf_rs::Error, verifier_log: Option<String>| {
         LoadError::new(request.function, request.hook, source, verifier_log)
     };
+    register_sections();
     let mut storage = MaybeUninit::<OpenObject>::uninit();
     let mut open = KspanSkelBuilder::default()
         .open(&mut storage)
@@ -444,7 +479,7 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             prog.set_autoload(false);
             continue;
         }
-        if request.hook.is_trampoline() {
+        if request.hook.is_trampoline() && program != Program::FsessionMulti {
             prog.set_attach_target(0, Some(request.function.to_owned()))
                 .map_err(|e| fail(e, None))?;
         }
@@ -518,6 +553,7 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             Program::KprobeMulti => &loaded.progs.kspan_kprobe_multi,
             Program::KretprobeMulti => &loaded.progs.kspan_kretprobe_multi,
             Program::Fsession => &loaded.progs.kspan_fsession,
+            Program::FsessionMulti => &loaded.progs.kspan_fsession_multi,
             Program::KprobeSession => &loaded.progs.kspan_kprobe_session,
             Program::SysEnter => &loaded.progs.kspan_sys_enter,
             Program::SysExit => &loaded.progs.kspan_sys_exit,
