@@ -23,6 +23,45 @@ fn vfs_read_name(
     ret: isize,
     span: &mut kspan::KernelSpan,
 ) {
+    check_name(name, iname, buf, count, ret, span);
+}
+
+/// The same on kernels where the dentry's inline name is `d_shortname`
+/// (7.x), a union whose `string` member is the bytes.
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read_name_short(
+    #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+    #[capture(path = "file->f_path.dentry->d_shortname.string")] iname: [u8; 16],
+    #[capture(user, len = "ret", max = 64)] buf: &[u8],
+    count: usize,
+    ret: isize,
+    span: &mut kspan::KernelSpan,
+) {
+    check_name(name, iname, buf, count, ret, span);
+}
+
+/// The `vfs_read_name` probe of this kernel's `struct dentry`.
+fn vfs_read_name_probe() -> &'static kspan::Probe {
+    let btf = kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap();
+    let dentry = btf
+        .type_named("struct dentry")
+        .expect("struct dentry in BTF");
+    let members = btf.composite(dentry).expect("a struct").members;
+    if members.iter().any(|m| m.name == "d_iname") {
+        &vfs_read_name
+    } else {
+        &vfs_read_name_short
+    }
+}
+
+fn check_name(
+    name: &str,
+    iname: [u8; 16],
+    buf: &[u8],
+    count: usize,
+    ret: isize,
+    span: &mut kspan::KernelSpan,
+) {
     // The handler sees the same values as the attributes, typed.
     if name == "dsl-name.txt" {
         span.set_attribute(kspan::KeyValue::new(
@@ -83,7 +122,7 @@ async fn vfs_read_captures_the_file_name_through_pointers() {
     let path = scratch("dsl-name.txt");
     let content: Vec<u8> = (0..700u32).map(|i| b'a' + (i % 26) as u8).collect();
     std::fs::write(&path, &content).unwrap();
-    let spans = traced(&[&vfs_read_name], || read_all(&path)).await;
+    let spans = traced(&[vfs_read_name_probe()], || read_all(&path)).await;
     let reads: Vec<&SpanData> = spans
         .iter()
         .filter(|s| span_attr(s, "kernel.arg.name") == Some("dsl-name.txt".into()))

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Values the kernel really had (run in the VM by `cargo xtask test`):
-//! `do_unlinkat` drops its `struct filename` (`putname`) before it returns,
+//! `do_unlinkat` (`filename_unlinkat` on 7.x) drops its `struct filename`
+//! (`putname`) before it returns,
 //! so at exit the name's reference count is already 0; a capture read
 //! `at = "entry"` carries what the call was given to the span that ends at
 //! exit.
@@ -27,23 +28,53 @@ fn unlink_int(
 ) {
 }
 
+/// 7.x: `do_unlinkat` became `filename_unlinkat` (same parameters).
+#[kspan::kernel_span("filename_unlinkat", mode = "fexit")]
+fn filename_unlink_atomic(
+    #[capture(path = "name->name", at = "entry")] name: &str,
+    #[capture(path = "name->refcnt.counter", at = "entry")] refs_at_entry: i32,
+    #[capture(path = "name->refcnt.counter")] refs_at_exit: i32,
+    ret: i32,
+) {
+}
+
+#[kspan::kernel_span("filename_unlinkat", mode = "fexit")]
+fn filename_unlink_int(
+    #[capture(path = "name->name", at = "entry")] name: &str,
+    #[capture(path = "name->refcnt", at = "entry")] refs_at_entry: i32,
+    #[capture(path = "name->refcnt")] refs_at_exit: i32,
+    ret: i32,
+) {
+}
+
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
 async fn a_name_read_at_entry_is_the_one_the_call_was_given() {
     let (provider, exporter) = kspan_tests::in_memory_provider();
-    let kspan = match kspan::Kspan::builder(&provider)
-        .orphans(kspan::Orphans::NewTrace)
-        .probe(&unlink_atomic)
-        .start()
-    {
-        Ok(kspan) => kspan,
-        Err(kspan::Error::Plan(_)) => kspan::Kspan::builder(&provider)
+    // The first of the functions and layouts this kernel has.
+    let mut kspan = None;
+    let mut refused = Vec::new();
+    for probe in [
+        &unlink_atomic,
+        &unlink_int,
+        &filename_unlink_atomic,
+        &filename_unlink_int,
+    ] {
+        match kspan::Kspan::builder(&provider)
             .orphans(kspan::Orphans::NewTrace)
-            .probe(&unlink_int)
+            .probe(probe)
             .start()
-            .expect("one of the two layouts of `struct filename` plans"),
-        Err(e) => panic!("kspan starts: {e}"),
-    };
+        {
+            Ok(started) => {
+                kspan = Some((started, probe.spec.function));
+                break;
+            }
+            Err(kspan::Error::Plan(e)) => refused.push(e.to_string()),
+            Err(e) => panic!("kspan starts: {e}"),
+        }
+    }
+    let (kspan, function) =
+        kspan.unwrap_or_else(|| panic!("no unlink function or layout plans: {refused:#?}"));
     let dir = std::env::temp_dir();
     let paths: Vec<String> = (0..5)
         .map(|i| {
@@ -63,7 +94,7 @@ async fn a_name_read_at_entry_is_the_one_the_call_was_given() {
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| s.name == "do_unlinkat" && span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| s.name == function && span_attr(s, "thread.id") == Some(tid.into()))
         .collect();
     assert_eq!(spans.len(), paths.len(), "one span per unlink: {spans:#?}");
     for (span, path) in spans.iter().zip(&paths) {
@@ -73,17 +104,23 @@ async fn a_name_read_at_entry_is_the_one_the_call_was_given() {
             "{span:#?}"
         );
         assert_eq!(span_attr(span, "kernel.return_value"), Some(0i64.into()));
-        // At entry the caller holds the name; by the exit `putname` has
-        // dropped the last reference: what a capture at exit reads through
-        // `name` is memory the kernel already released.
+        // At entry the caller holds the name. `do_unlinkat` drops the last
+        // reference (`putname`) before it returns: what a capture at exit
+        // reads through `name` is memory the kernel already released. On
+        // 7.x the caller of `filename_unlinkat` keeps it across the call.
         let at_entry = span_attr(span, "kernel.arg.refs_at_entry");
         assert!(
             matches!(at_entry, Some(opentelemetry::Value::I64(n)) if n >= 1),
             "{span:#?}"
         );
+        let at_exit = if function == "do_unlinkat" {
+            Some(0i64.into())
+        } else {
+            at_entry
+        };
         assert_eq!(
             span_attr(span, "kernel.arg.refs_at_exit"),
-            Some(0i64.into()),
+            at_exit,
             "{span:#?}"
         );
     }

@@ -283,11 +283,25 @@ fn capabilities_of_the_stock_kernels() {
     assert!(caps.trampolines.is_available(), "{caps:?}");
     assert!(caps.kprobes.is_available(), "{caps:?}");
     assert!(caps.tracepoints.is_available(), "{caps:?}");
-    // KERNEL-LAB.md: Debian 12's 6.1 has no CONFIG_FPROBE, Debian 13's 6.12 has.
+    // KERNEL-LAB.md: Debian 12's 6.1 has no CONFIG_FPROBE (so no
+    // kprobe.multi, and no kprobe.session, 6.10+); 6.12 and sid's 7.2 have
+    // both; fsession is 7.0+, fsession.multi 7.2+.
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    assert_eq!(
-        caps.kprobe_multi.is_available(),
-        release.starts_with("6.12"),
-        "{release}: {caps:?}"
-    );
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    let at_least = |m: u32, n: u32| version >= (m, n);
+    for (name, feature, since) in [
+        ("kprobe_multi", &caps.kprobe_multi, (6, 2)),
+        ("kprobe_sessions", &caps.kprobe_sessions, (6, 10)),
+        ("trampoline_sessions", &caps.trampoline_sessions, (7, 0)),
+        ("trampoline_multi", &caps.trampoline_multi, (7, 2)),
+    ] {
+        assert_eq!(
+            feature.is_available(),
+            at_least(since.0, since.1),
+            "{name} on {release}: {caps:?}"
+        );
+    }
 }
