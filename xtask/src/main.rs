@@ -94,11 +94,15 @@ commands:
                         the file service in the VM, its traces in the embedded
                         Jaeger UI on the host (default 127.0.0.1:16686) until
                         Ctrl-C, or a headless-Chromium picture of one trace
-  bench [--kernel K] [--rounds N] [--only others|hot|consumer] [--host]
+  bench [--kernel K] [--rounds N] [--only PART] [--host]
                         kspan vs bpftrace in the VM: attach+detach of every
                         vfs_* function, the cost per traced call, and the cost
-                        to an untraced process while probes are held
+                        to an untraced process while probes are held (on
+                        debian14 also sessions against the pairs, and ~1,000
+                        functions through trampolines)
       --only others     the last part alone
+      --only attach     the first two parts
+      --only percall    the cost per traced call alone
       --host            the last part natively, syscall tracepoints only
       --host --only hot       a service's throughput at 10k and 100k traced
                               calls/s against untraced, and the cost per span

@@ -281,13 +281,17 @@ pub fn demo(args: &[String]) -> Result<u8> {
     vm::run_vm(&opts, &cmd, &repo_root())
 }
 
-/// `cargo xtask bench [--kernel K] [--rounds N] [--only others|percall|hot|consumer|filters]
+/// `cargo xtask bench [--kernel K] [--rounds N] [--only others|attach|percall|hot|consumer|filters]
 /// [--host]`: kspan against bpftrace, side by side in one guest run:
 /// attach and detach of every `vfs_*` function (whole process), the cost per
 /// traced call, and the cost to an untraced process ([`others`]); prints each
 /// figure (median of the rounds) and the ratios. `--only others` runs the
-/// last part alone, `--only percall` the per-call part alone (kspan's
-/// spans, its histogram-only mode and bpftrace's `hist()` latency script),
+/// last part alone, `--only attach` the first two, `--only percall` the
+/// per-call part alone (kspan's spans, its histogram-only mode and
+/// bpftrace's `hist()` latency script). On kernels with session programs
+/// (debian14, or a kernel given by path) the attach and per-call parts also
+/// run kspan with sessions off (the pairs) and the ~1,000-function set with
+/// trampolines.
 /// `--host` runs it natively (syscall tracepoints only).
 /// `--host --only hot`, `consumer` and `filters` run issue 13's hot
 /// function benchmarks natively: a traced service's throughput ([`hot`]),
@@ -312,10 +316,11 @@ pub fn bench(args: &[String]) -> Result<u8> {
                 .filter(|r| *r > 0)
                 .ok_or_else(|| anyhow::anyhow!("--rounds: `{v}` is not a positive number"))?;
         } else if let Some(v) = opt_value(args, &mut i, "--only")? {
-            if !["others", "percall", "hot", "consumer", "filters"].contains(&v.as_str()) {
+            if !["others", "attach", "percall", "hot", "consumer", "filters"].contains(&v.as_str())
+            {
                 bail!(
-                    "--only: `{v}`: the parts that run alone are `others`, `percall`, `hot`, \
-                     `consumer` and `filters`"
+                    "--only: `{v}`: the parts that run alone are `others`, `attach` (with the \
+                     per-call part), `percall`, `hot`, `consumer` and `filters`"
                 );
             }
             only = Some(v);
@@ -338,6 +343,8 @@ pub fn bench(args: &[String]) -> Result<u8> {
     }
     let only_per_call = only.as_deref() == Some("percall");
     let only_others = only.as_deref() == Some("others");
+    // Attach + detach and per call, without the cost to other processes.
+    let no_others = only_per_call || only.as_deref() == Some("attach");
     // Session programs and multi-function trampolines (fsession.multi,
     // Linux 7.2): measured against the pairs on the kernels that have them,
     // the newest of the matrix or one given by path. On the others the
@@ -433,7 +440,7 @@ done
         } else {
             &attach_and_per_call
         },
-        if only_per_call {
+        if no_others {
             String::new()
         } else {
             others::script(&others_plan)
@@ -454,7 +461,7 @@ done
     if !only_others {
         attach_and_per_call_report(&output, rounds, &opts, !only_per_call, sessions)?;
     }
-    if only_per_call {
+    if no_others {
         return Ok(0);
     }
     let figures = others::parse(&output, &others_plan)?;
