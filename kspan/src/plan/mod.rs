@@ -640,6 +640,38 @@ mod tests {
         assert!(msg.contains("the pattern matches no function"), "{msg}");
     }
 
+    #[kspan::kernel_span("kspan_*", mode = "fexit")]
+    fn kspan_functions_by_trampoline() {}
+
+    #[kspan::kernel_span("kspan_*", mode = "auto")]
+    fn kspan_functions_auto() {}
+
+    #[test]
+    fn trampoline_patterns_skip_what_trampolines_refuse_and_auto_keeps_it() {
+        // `kspan_struct_arg` takes a `struct file` (more than 16 bytes) by value.
+        let set = plan_all(
+            &btf(),
+            &[&kspan_functions_by_trampoline],
+            &PlanInputs::default(),
+        )
+        .unwrap();
+        let skipped: Vec<&(String, String)> = set
+            .skipped
+            .iter()
+            .filter(|(f, _)| f == "kspan_struct_arg")
+            .collect();
+        assert_eq!(skipped.len(), 1, "{:?}", set.skipped);
+        assert!(skipped[0].1.contains("by value"), "{}", skipped[0].1);
+        assert!(set.plans.iter().all(|p| p.trampoline_refusal.is_none()));
+        let set = plan_all(&btf(), &[&kspan_functions_auto], &PlanInputs::default()).unwrap();
+        let kept = set
+            .plans
+            .iter()
+            .find(|p| p.function == "kspan_struct_arg")
+            .expect("auto keeps it: kprobes can take it");
+        assert!(kept.trampoline_refusal.is_some());
+    }
+
     #[test]
     fn the_deny_list_is_enforced_and_untraceable_matches_are_reported() {
         let msg = plan_all(&btf(), &[&denied_lock], &PlanInputs::default())
