@@ -104,8 +104,11 @@ async fn reads(
     (seen, attachments)
 }
 
+/// An attachment, whether the kernel has it, and the mechanisms it needs.
+type Rung = (Attachment, bool, &'static [Mechanism]);
+
 /// The cheapest of `ladder` the kernel has, with `disabled` turned off.
-fn expected(ladder: &[(Attachment, bool, &[Mechanism])], disabled: &[Mechanism]) -> Attachment {
+fn expected(ladder: &[Rung], disabled: &[Mechanism]) -> Attachment {
     ladder
         .iter()
         .find(|(_, available, needs)| *available && !needs.iter().any(|m| disabled.contains(m)))
@@ -113,44 +116,28 @@ fn expected(ladder: &[(Attachment, bool, &[Mechanism])], disabled: &[Mechanism])
         .expect("the last attachment needs nothing")
 }
 
-#[tokio::test(flavor = "current_thread")]
-#[ignore = "needs a kernel with trampolines; run by `cargo xtask test` in the VM"]
-async fn trampoline_spans_are_the_same_through_every_attachment() {
-    let caps = KernelCapabilities::get();
-    let ladder: [(Attachment, bool, &[Mechanism]); 3] = [
-        (
-            Attachment::FsessionMulti,
-            caps.trampoline_multi.is_available(),
-            &[Mechanism::Sessions, Mechanism::MultiLinks],
-        ),
-        (
-            Attachment::Fsession,
-            caps.trampoline_sessions.is_available(),
-            &[Mechanism::Sessions],
-        ),
-        (Attachment::FentryFexit, true, &[]),
-    ];
-    println!("fsession: {}", caps.trampoline_sessions);
-    println!("fsession.multi: {}", caps.trampoline_multi);
-    let probes = [&ksys_read_auto, &vfs_read_fexit];
+/// Traces the reads with `probes` (a `ksys_read` and a `vfs_read` probe)
+/// once with nothing off, then with each of `turned_off`: every run takes
+/// the cheapest attachment of `ladder` left, and gives the same spans: 5
+/// `ksys_read` (four of the file, one EBADF), 4 `vfs_read` under them.
+async fn same_spans_through_every_attachment(
+    probes: &[&'static kspan::Probe],
+    ladder: &[Rung],
+    turned_off: &[Mechanism],
+) {
     let mut runs = Vec::new();
-    for disabled in [
-        &[][..],
-        &[Mechanism::MultiLinks][..],
-        &[Mechanism::Sessions][..],
-    ] {
-        let (seen, attachments) = reads(&probes, disabled).await;
-        let want = expected(&ladder, disabled);
+    let none: &[Mechanism] = &[];
+    for disabled in std::iter::once(none).chain(turned_off.chunks(1)) {
+        let (seen, attachments) = reads(probes, disabled).await;
+        let want = expected(ladder, disabled);
         assert_eq!(
             attachments,
-            [want, want],
+            vec![want; probes.len()],
             "the cheapest attachment the kernel has, with {disabled:?} off"
         );
         runs.push((disabled, seen));
     }
     let (_, first) = &runs[0];
-    // 4 reads of the file and the failed one, each a ksys_read span; the 4
-    // file reads reach vfs_read under it (the bad descriptor does not).
     let count = |name: &str| first.iter().filter(|s| s.name == name).count();
     assert_eq!(
         (count("ksys_read"), count("vfs_read")),
@@ -169,6 +156,33 @@ async fn trampoline_spans_are_the_same_through_every_attachment() {
     for (disabled, seen) in &runs[1..] {
         assert_eq!(seen, first, "with {disabled:?} off");
     }
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with trampolines; run by `cargo xtask test` in the VM"]
+async fn trampoline_spans_are_the_same_through_every_attachment() {
+    let caps = KernelCapabilities::get();
+    println!("fsession: {}", caps.trampoline_sessions);
+    println!("fsession.multi: {}", caps.trampoline_multi);
+    let ladder: [Rung; 3] = [
+        (
+            Attachment::FsessionMulti,
+            caps.trampoline_multi.is_available(),
+            &[Mechanism::Sessions, Mechanism::MultiLinks],
+        ),
+        (
+            Attachment::Fsession,
+            caps.trampoline_sessions.is_available(),
+            &[Mechanism::Sessions],
+        ),
+        (Attachment::FentryFexit, true, &[]),
+    ];
+    same_spans_through_every_attachment(
+        &[&ksys_read_auto, &vfs_read_fexit],
+        &ladder,
+        &[Mechanism::MultiLinks, Mechanism::Sessions],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -194,7 +208,8 @@ async fn a_capture_reads_the_same_through_a_session() {
 #[ignore = "needs a kernel with kprobes; run by `cargo xtask test` in the VM"]
 async fn kretprobe_spans_are_the_same_through_every_attachment() {
     let caps = KernelCapabilities::get();
-    let ladder: [(Attachment, bool, &[Mechanism]); 3] = [
+    println!("kprobe.session: {}", caps.kprobe_sessions);
+    let ladder: [Rung; 3] = [
         (
             Attachment::KprobeSession,
             caps.kprobe_sessions.is_available(),
@@ -207,27 +222,10 @@ async fn kretprobe_spans_are_the_same_through_every_attachment() {
         ),
         (Attachment::Kprobes, true, &[]),
     ];
-    println!("kprobe.session: {}", caps.kprobe_sessions);
-    let probes = [&ksys_read_kretprobe, &vfs_read_kretprobe];
-    let mut runs = Vec::new();
-    for disabled in [
-        &[][..],
-        &[Mechanism::Sessions][..],
-        &[Mechanism::MultiLinks][..],
-    ] {
-        let (seen, attachments) = reads(&probes, disabled).await;
-        let want = expected(&ladder, disabled);
-        assert_eq!(attachments, [want, want], "with {disabled:?} off");
-        runs.push((disabled, seen));
-    }
-    let (_, first) = &runs[0];
-    let count = |name: &str| first.iter().filter(|s| s.name == name).count();
-    assert_eq!(
-        (count("ksys_read"), count("vfs_read")),
-        (5, 4),
-        "{first:#?}"
-    );
-    for (disabled, seen) in &runs[1..] {
-        assert_eq!(seen, first, "with {disabled:?} off");
-    }
+    same_spans_through_every_attachment(
+        &[&ksys_read_kretprobe, &vfs_read_kretprobe],
+        &ladder,
+        &[Mechanism::Sessions, Mechanism::MultiLinks],
+    )
+    .await;
 }
