@@ -118,7 +118,7 @@ pub fn parse_secs(v: &str) -> Result<Duration> {
 }
 
 /// Where kernels are cached: `<target>/kspan-vm`.
-fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     let repo = repo_root();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(|t| repo.join(t))
