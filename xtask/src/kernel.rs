@@ -248,29 +248,38 @@ fn uncompressed_image(root: &Path, kernel: &Kernel) -> Option<PathBuf> {
 /// Downloads and unpacks the kernel of `suite` once; returns the unpacked root.
 fn fetch_debian(label: &str, suite: &str, kernels: &Path) -> Result<PathBuf> {
     let dir = kernels.join(label);
+    fill_once(&dir, |tmp| fetch_into(suite, tmp))
+        .with_context(|| format!("fetching the {label} ({suite}) kernel"))?;
+    Ok(dir.join("root"))
+}
+
+/// Makes `dir` once: `fill` fills a temporary directory beside it, which
+/// becomes `dir` (marked `ready`) only when `fill` succeeded, so that an
+/// interrupted or failed run leaves nothing half made under `dir`'s name.
+pub(crate) fn fill_once(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     if dir.join("ready").is_file() {
-        return Ok(dir.join("root"));
+        return Ok(());
     }
-    fs::create_dir_all(kernels).with_context(|| format!("creating {}", kernels.display()))?;
-    let tmp = kernels.join(format!(".{label}.tmp-{}", std::process::id()));
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp)?;
-    let fetched = fetch_into(suite, &tmp);
-    if let Err(err) = fetched {
+    fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    if let Err(err) = fill(&tmp).and_then(|()| Ok(fs::write(tmp.join("ready"), "")?)) {
         let _ = fs::remove_dir_all(&tmp);
-        return Err(err.context(format!("fetching the {label} ({suite}) kernel")));
+        return Err(err);
     }
-    if fs::rename(&tmp, &dir).is_err() {
+    if fs::rename(&tmp, dir).is_err() {
         // Another run finished first, or a stale incomplete directory is there.
         if dir.join("ready").is_file() {
             let _ = fs::remove_dir_all(&tmp);
         } else {
-            fs::remove_dir_all(&dir)
-                .with_context(|| format!("removing stale {}", dir.display()))?;
-            fs::rename(&tmp, &dir).with_context(|| format!("creating {}", dir.display()))?;
+            fs::remove_dir_all(dir).with_context(|| format!("removing stale {}", dir.display()))?;
+            fs::rename(&tmp, dir).with_context(|| format!("creating {}", dir.display()))?;
         }
     }
-    Ok(dir.join("root"))
+    Ok(())
 }
 
 fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
@@ -293,10 +302,25 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
     })?;
     let packages = image_packages(&pkg, &apt_depends(&apt_opts, &pkg)?);
     eprintln!("kspan-vm: fetching {} ({suite})", packages.join(", "));
-    let dl = tmp.join("dl");
-    fs::create_dir_all(&dl)?;
+    download_and_unpack(&apt_opts, &packages, &tmp.join("dl"), &tmp.join("root"))?;
+    let _ = fs::remove_dir_all(tmp.join("apt"));
+    fs::write(tmp.join("package"), packages.join("\n") + "\n")?;
+    Ok(())
+}
+
+/// Downloads `packages` (names, or `name=version`) with `apt-get download`
+/// and the apt state of `apt_opts` into `dl`, unpacks each into `root` with
+/// `dpkg -x` (no maintainer script runs, nothing is installed), and removes
+/// `dl`.
+pub(crate) fn download_and_unpack(
+    apt_opts: &[String],
+    packages: &[String],
+    dl: &Path,
+    root: &Path,
+) -> Result<()> {
+    fs::create_dir_all(dl)?;
     let mut get = Command::new("apt-get");
-    get.current_dir(&dl).args(&apt_opts);
+    get.current_dir(dl).args(apt_opts);
     if is_root() {
         // Downloads into a root-owned temporary directory: skip the `_apt` sandbox.
         get.args(["-o", "APT::Sandbox::User=root"]);
@@ -304,9 +328,9 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
     // apt's progress goes to stderr: our stdout is the guest command's.
     run(get
         .args(["-q", "download"])
-        .args(&packages)
+        .args(packages)
         .stdout(std::io::stderr()))?;
-    let debs: Vec<PathBuf> = fs::read_dir(&dl)?
+    let debs: Vec<PathBuf> = fs::read_dir(dl)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "deb"))
         .collect();
@@ -319,15 +343,9 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
         );
     }
     for deb in &debs {
-        run(Command::new("dpkg")
-            .arg("-x")
-            .arg(deb)
-            .arg(tmp.join("root")))?;
+        run(Command::new("dpkg").arg("-x").arg(deb).arg(root))?;
     }
-    let _ = fs::remove_dir_all(&dl);
-    let _ = fs::remove_dir_all(tmp.join("apt"));
-    fs::write(tmp.join("package"), packages.join("\n") + "\n")?;
-    fs::write(tmp.join("ready"), "")?;
+    let _ = fs::remove_dir_all(dl);
     Ok(())
 }
 
@@ -390,7 +408,8 @@ fn image_packages(image: &str, deps: &str) -> Vec<String> {
     }
 }
 
-fn os_release_codename() -> Option<String> {
+/// The machine's Debian suite (`bookworm`), from `/etc/os-release`.
+pub(crate) fn os_release_codename() -> Option<String> {
     let text = fs::read_to_string("/etc/os-release").ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
@@ -399,7 +418,11 @@ fn os_release_codename() -> Option<String> {
 
 /// Sets up a private apt state for `suite` under `dir` and runs `apt-get
 /// update` with it; returns the `-o` options that select it.
-fn private_apt(suite: &str, dir: &Path) -> Result<Vec<String>> {
+///
+/// Its dpkg status is an empty file: the machine's installed packages are
+/// neither read nor mixed into what apt answers (`apt-cache dumpavail` gives
+/// the suite's index alone).
+pub(crate) fn private_apt(suite: &str, dir: &Path) -> Result<Vec<String>> {
     let mirror = debian_mirror()?;
     for sub in ["lists/partial", "cache/archives/partial"] {
         fs::create_dir_all(dir.join(sub))?;
@@ -410,6 +433,8 @@ fn private_apt(suite: &str, dir: &Path) -> Result<Vec<String>> {
     } else {
         String::new()
     };
+    let status = dir.join("status");
+    fs::write(&status, "")?;
     let list = dir.join("sources.list");
     fs::write(
         &list,
@@ -420,6 +445,7 @@ fn private_apt(suite: &str, dir: &Path) -> Result<Vec<String>> {
         "Dir::Etc::sourceparts=-".to_string(),
         format!("Dir::State::Lists={}", dir.join("lists").display()),
         format!("Dir::Cache={}", dir.join("cache").display()),
+        format!("Dir::State::status={}", status.display()),
         "APT::Architectures=amd64".to_string(),
         "Acquire::Languages=none".to_string(),
     ]

@@ -27,6 +27,11 @@
 //! * `jaeger [--kernel K] [--ui ADDR] [--screenshot PNG]`: the file service
 //!   in the VM, exporting to the embedded Jaeger (`kspan-jaeger`) on the host;
 //!   the UI stays up until Ctrl-C, or Chromium takes a picture of one trace.
+//! * `bench [--kernel K] ...`: kspan against the bpftrace package of the
+//!   kernel's Debian release, in the VM (see `tasks::bench`).
+//! * `bpftrace [--kernel K]`: fetches the bpftrace that `bench` compares
+//!   against on kernel K (sid's own for `debian14`) and prints the command
+//!   that runs it, e.g. for `cargo xtask vm --kernel K -- <command> ...`.
 //!
 //! # Shape
 //!
@@ -34,6 +39,9 @@
 //! * [`deps`]: package checks and installation through `apt-get`.
 //! * [`kernel`]: fetching and caching Debian kernel packages under
 //!   `target/kspan-vm/kernels/`, and ordering the modules the guest needs.
+//! * [`bpftrace`]: the bench's bpftrace: the host's, or sid's unpacked under
+//!   `target/kspan-vm/bpftrace/sid/` and run through sid's own loader.
+//! * [`packages`]: a Debian package index and a package's dependency closure.
 //! * [`cpio`]: a tiny `newc` archive writer for the initramfs.
 //! * [`vm`]: the initramfs (busybox, modules, `/init`), the QEMU command
 //!   line, and the console loop (live output, exit marker, timeout).
@@ -50,6 +58,7 @@
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
 mod bpf;
+mod bpftrace;
 mod consumer;
 mod cpio;
 mod deps;
@@ -58,6 +67,7 @@ mod hot;
 mod jaeger;
 mod kernel;
 mod others;
+mod packages;
 mod relay;
 mod tasks;
 mod util;
@@ -94,6 +104,7 @@ commands:
                         the file service in the VM, its traces in the embedded
                         Jaeger UI on the host (default 127.0.0.1:16686) until
                         Ctrl-C, or a headless-Chromium picture of one trace
+<<<<<<< HEAD
   bench [--kernel K] [--rounds N] [--only PART] [--host]
                         kspan vs bpftrace in the VM: attach+detach of every
                         vfs_* function, the cost per traced call, and the cost
@@ -102,12 +113,23 @@ commands:
                         functions through trampolines)
       --only others     the last part alone
       --only attach     the first two parts
+=======
+  bench [--kernel K] [--rounds N] [--only others|percall|hot|consumer] [--host]
+                        kspan vs bpftrace in the VM: attach+detach of every
+                        vfs_* function, the cost per traced call, and the cost
+                        to an untraced process while probes are held; against
+                        the bpftrace of the kernel's Debian release for
+                        debian14 (sid's, fetched), else the host's
+      --only others     the last part alone
+>>>>>>> bpftrace14
       --only percall    the cost per traced call alone
       --host            the last part natively, syscall tracepoints only
       --host --only hot       a service's throughput at 10k and 100k traced
                               calls/s against untraced, and the cost per span
       --host --only consumer  kspan's consumer (to the SDK, discarding) against
                               a bare libbpf-rs ring-buffer consumer
+  bpftrace [--kernel K] fetch the bpftrace bench compares against on kernel K
+                        and print the command that runs it (in the VM)
 ";
 
 fn main() -> ExitCode {
@@ -124,6 +146,7 @@ fn main() -> ExitCode {
         "demo" => tasks::demo(rest),
         "jaeger" => jaeger::command(rest),
         "bench" => tasks::bench(rest),
+        "bpftrace" => bpftrace::command(rest),
         "__guest-relay" => relay::guest_relay(rest),
         "__host-connect" => relay::host_connect(rest),
         "help" | "-h" | "--help" => {

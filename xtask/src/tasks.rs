@@ -282,7 +282,9 @@ pub fn demo(args: &[String]) -> Result<u8> {
 }
 
 /// `cargo xtask bench [--kernel K] [--rounds N] [--only others|attach|percall|hot|consumer|filters]
-/// [--host]`: kspan against bpftrace, side by side in one guest run:
+/// [--host]`: kspan against bpftrace, side by side in one guest run (the
+/// bpftrace package of the kernel's Debian release where the host's is not:
+/// sid's for debian14, see [`crate::bpftrace`]):
 /// attach and detach of every `vfs_*` function (whole process), the cost per
 /// traced call, and the cost to an untraced process ([`others`]); prints each
 /// figure (median of the rounds) and the ratios. `--only others` runs the
@@ -357,6 +359,10 @@ pub fn bench(args: &[String]) -> Result<u8> {
         }
     );
     crate::deps::ensure()?;
+    // The bpftrace package of the kernel's Debian release (issue 14): sid's
+    // for debian14, through its own loader; the host's otherwise.
+    let bpftrace = crate::bpftrace::for_kernel(&opts.kernel, &vm::cache_dir())?;
+    let bt = sh_quote(&bpftrace.command);
     run(cargo().args([
         "build",
         "--release",
@@ -382,7 +388,7 @@ pub fn bench(args: &[String]) -> Result<u8> {
     let others_plan = others::Plan {
         syscall_loop: &syscall_loop,
         hold_probes: &hold_probes,
-        bpftrace: "bpftrace",
+        bpftrace: &bpftrace.command,
         held: others::HELD.iter().collect(),
         rounds,
         // 1 to 5 ms a batch under emulation: short enough for some batches
@@ -401,10 +407,10 @@ pub fn bench(args: &[String]) -> Result<u8> {
 p() {{ name=$1; shift; "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; grep '^READ-LOOP' /tmp/bench.out | sed "s/^READ-LOOP/PERCALL $name/"; }}
 for r in $(seq {rounds}); do
   if [ {attach} = 1 ]; then
-  t bpftrace_begin bpftrace -e 'BEGIN {{ exit(); }}'
-  t bpftrace_kfunc bpftrace -e 'kfunc:vfs_* {{ }} BEGIN {{ exit(); }}'
+  t bpftrace_begin {bt} -e 'BEGIN {{ exit(); }}'
+  t bpftrace_kfunc {bt} -e 'kfunc:vfs_* {{ }} BEGIN {{ exit(); }}'
   t kspan_fexit {ex} fexit
-  t bpftrace_kprobe bpftrace -e 'kprobe:vfs_* {{ }} BEGIN {{ exit(); }}'
+  t bpftrace_kprobe {bt} -e 'kprobe:vfs_* {{ }} BEGIN {{ exit(); }}'
   t kspan_kretprobe {ex} kretprobe
   t kspan_kretprobe_1000 {ex} kretprobe-1000
   if [ {sessions} = 1 ]; then
@@ -415,7 +421,7 @@ for r in $(seq {rounds}); do
   fi
   for i in 1 2 3; do
     p none {read_loop} none {calls} {pause}
-    p bpftrace_latency bpftrace -e 'kfunc:vfs_read /pid == cpid/ {{ @s[tid] = nsecs; }} kretfunc:vfs_read /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}' -c '{read_loop} none {calls} {pause}'
+    p bpftrace_latency {bt} -e 'kfunc:vfs_read /pid == cpid/ {{ @s[tid] = nsecs; }} kretfunc:vfs_read /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}' -c '{read_loop} none {calls} {pause}'
     p kspan_fexit {read_loop} fexit {calls} {pause}
     p kspan_kretprobe {read_loop} kretprobe {calls} {pause}
     p kspan_histogram {read_loop} histogram {calls} {pause}
@@ -433,8 +439,9 @@ done
         // nothing dropped (checked below), the same pause in the baseline.
         pause = 3_000,
     );
+    // Which bpftrace ran, as it says in the guest.
     let script = format!(
-        "exec > {out_arg} 2>&1\n{}{}",
+        "exec > {out_arg} 2>&1\necho \"BPFTRACE-VERSION $({bt} --version)\"\n{}{}",
         if only_others {
             ""
         } else {
@@ -458,6 +465,11 @@ done
         print!("{output}");
         bail!("the benchmark failed in the guest (exit status {status})");
     }
+    let version = output
+        .lines()
+        .find_map(|l| l.strip_prefix("BPFTRACE-VERSION "))
+        .unwrap_or("(no version printed)");
+    println!("bpftrace: {version}, {}", bpftrace.about);
     if !only_others {
         attach_and_per_call_report(&output, rounds, &opts, !only_per_call, sessions)?;
     }
@@ -616,7 +628,10 @@ fn attach_and_per_call_report(
             {
                 figures.entry(name.to_owned()).or_default().push(ms);
             }
-        } else if !line.starts_with("OTHERS ") && !line.starts_with("HELD ") {
+        } else if !["OTHERS ", "HELD ", "BPFTRACE-VERSION "]
+            .iter()
+            .any(|p| line.starts_with(p))
+        {
             println!("{line}");
         }
     }

@@ -118,7 +118,7 @@ pub fn parse_secs(v: &str) -> Result<Duration> {
 }
 
 /// Where kernels are cached: `<target>/kspan-vm`.
-fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     let repo = repo_root();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(|t| repo.join(t))
@@ -223,6 +223,9 @@ fail() {{ echo "kspan-vm: guest setup failed: $*"; echo {failed}; poweroff -f; s
 mount -t proc proc /proc || fail 'mount /proc'
 mount -t sysfs sysfs /sys || fail 'mount /sys'
 mount -t devtmpfs devtmpfs /dev || fail 'mount /dev'
+# What udev makes on a booted system: sid's bpftrace (0.27) has clang
+# write its object to /dev/fd/N.
+ln -s /proc/self/fd /dev/fd && ln -s fd/0 /dev/stdin && ln -s fd/1 /dev/stdout && ln -s fd/2 /dev/stderr || fail '/dev/fd'
 echo 1 > /proc/sys/kernel/printk
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts

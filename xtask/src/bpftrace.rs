@@ -1,0 +1,377 @@
+//! The bpftrace that the benchmarks compare kspan against: the bpftrace
+//! package of the same Debian release as the guest's kernel (issue 14:
+//! "side by side in one run against the bpftrace package of the same Debian
+//! release").
+//!
+//! The guest's userland is the host's (Debian 12), whose own bpftrace
+//! (`cargo xtask deps` installs it) is Debian 12's. For sid's kernel, sid's
+//! bpftrace is fetched like the kernel packages ([`crate::kernel`]): a
+//! private apt state for sid on the machine's Debian mirror, the dependency
+//! closure from sid's package index ([`crate::packages`]), each package
+//! unpacked with `dpkg -x` into `<target>/kspan-vm/bpftrace/<suite>/root/`;
+//! nothing is installed and no file of the machine's apt state is touched.
+//!
+//! Sid's bpftrace needs sid's libraries, glibc and libstdc++ among them
+//! (newer than the host's, so the host's cannot stand in), so it runs
+//! through sid's own dynamic loader with sid's library directories only.
+//! The wrapper `<target>/kspan-vm/bpftrace/<suite>/bpftrace-<suite>` does
+//! `exec <root>/usr/lib64/ld-linux-x86-64.so.2 --library-path <root's lib
+//! dirs> <root>/usr/bin/bpftrace "$@"`:
+//! - the library path is given on the loader's command line, not in
+//!   `LD_LIBRARY_PATH`, so the programs bpftrace starts (`-c`) run with the
+//!   host's environment and libraries, as they would under the host's
+//!   bpftrace;
+//! - `exec` keeps the wrapper's pid for bpftrace, which `cpid` (the
+//!   program's own child), `-p` and the others part's `$$` (bpftrace's own
+//!   pid) rely on.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::kernel::{self, KernelSpec};
+use crate::packages;
+use crate::util::{opt_value, output, which};
+
+/// The suites whose own bpftrace the bench fetches, when the machine is of
+/// another suite. Trixie (Debian 13) works the same way: adding it here
+/// gives trixie's bpftrace 0.23.2 (22 packages, glibc 2.41), which ran
+/// `--version` and a `-c` latency script in the debian13 guest on
+/// 2026-12-01. It is left out so that the Debian 13 figures keep the
+/// baseline they were measured against, the host's Debian 12 bpftrace,
+/// until they are measured again.
+const OWN_BPFTRACE: &[&str] = &["sid"];
+
+/// The multiarch and plain library directories of an unpacked root, in the
+/// loader's order of search.
+const LIB_DIRS: &[&str] = &[
+    "usr/lib/x86_64-linux-gnu",
+    "lib/x86_64-linux-gnu",
+    "usr/lib",
+    "lib",
+];
+
+/// The dynamic loader, where glibc's package puts it since Debian 13 (its
+/// files moved to `/usr`) and before.
+const LOADERS: &[&str] = &[
+    "usr/lib64/ld-linux-x86-64.so.2",
+    "lib64/ld-linux-x86-64.so.2",
+];
+
+/// The bpftrace a benchmark runs in the guest.
+#[derive(Debug)]
+pub struct Bpftrace {
+    /// The command, in place of `bpftrace` (a path readable in the guest,
+    /// which sees the host's file system).
+    pub command: String,
+    /// Which bpftrace that is, for the report.
+    pub about: String,
+}
+
+/// The suite whose bpftrace goes with `kernel`, when that is not the host's
+/// own (see [`OWN_BPFTRACE`]).
+fn own_suite(kernel: &KernelSpec, host_suite: Option<&str>) -> Option<&'static str> {
+    match kernel {
+        KernelSpec::Debian { suite, .. }
+            if OWN_BPFTRACE.contains(suite) && host_suite != Some(*suite) =>
+        {
+            Some(suite)
+        }
+        _ => None,
+    }
+}
+
+/// The bpftrace to compare against on `kernel`: the suite's own, fetched
+/// into `cache` once, or the host's.
+pub fn for_kernel(kernel: &KernelSpec, cache: &Path) -> Result<Bpftrace> {
+    let host_suite = kernel::os_release_codename();
+    if let Some(suite) = own_suite(kernel, host_suite.as_deref()) {
+        let wrapper = fetch(suite, cache)?;
+        let dir = wrapper.parent().unwrap_or(Path::new("."));
+        let packages = fs::read_to_string(dir.join("packages")).unwrap_or_default();
+        let version = packages
+            .lines()
+            .find_map(|l| l.strip_prefix("bpftrace "))
+            .unwrap_or("of unknown version");
+        return Ok(Bpftrace {
+            command: wrapper.to_string_lossy().into_owned(),
+            about: format!(
+                "{suite}'s package {version}, through {suite}'s own loader ({})",
+                wrapper.display()
+            ),
+        });
+    }
+    if which("bpftrace").is_none() {
+        bail!("bpftrace not found: run `cargo xtask deps`");
+    }
+    Ok(Bpftrace {
+        command: "bpftrace".into(),
+        about: format!(
+            "the host's package ({})",
+            host_suite.as_deref().unwrap_or("unknown suite")
+        ),
+    })
+}
+
+/// `cargo xtask bpftrace [--kernel K]`: fetches the bpftrace the bench
+/// compares against on kernel K (once) and prints the command that runs it,
+/// for `cargo xtask vm --kernel K -- <command> ...`.
+pub fn command(args: &[String]) -> Result<u8> {
+    let mut spec = KernelSpec::parse("debian12")?;
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(v) = opt_value(args, &mut i, "--kernel")? {
+            spec = KernelSpec::parse(&v)?;
+        } else {
+            bail!(
+                "unknown bpftrace option {}: usage: cargo xtask bpftrace [--kernel K]",
+                args[i]
+            );
+        }
+    }
+    let bpftrace = for_kernel(&spec, &crate::vm::cache_dir())?;
+    eprintln!("bpftrace for {}: {}", spec.name(), bpftrace.about);
+    println!("{}", bpftrace.command);
+    Ok(0)
+}
+
+/// Fetches `suite`'s bpftrace into `<cache>/bpftrace/<suite>/` once;
+/// returns its wrapper.
+fn fetch(suite: &str, cache: &Path) -> Result<PathBuf> {
+    let dir = cache.join("bpftrace").join(suite);
+    kernel::fill_once(&dir, |tmp| fetch_into(suite, tmp))
+        .with_context(|| format!("fetching {suite}'s bpftrace into {}", dir.display()))?;
+    Ok(dir.join(wrapper_name(suite)))
+}
+
+fn wrapper_name(suite: &str) -> String {
+    format!("bpftrace-{suite}")
+}
+
+fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
+    let apt_opts = kernel::private_apt(suite, &tmp.join("apt"))?;
+    let index = output(Command::new("apt-cache").args(&apt_opts).arg("dumpavail"))?;
+    let index = packages::parse_index(&index);
+    let closure = packages::closure(&index, "bpftrace")?;
+    let pinned: Vec<String> = closure
+        .packages
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    eprintln!(
+        "kspan-vm: fetching {suite}'s bpftrace {} and the {} packages it needs",
+        index["bpftrace"].version,
+        pinned.len() - 1
+    );
+    let root = tmp.join("root");
+    kernel::download_and_unpack(&apt_opts, &pinned, &tmp.join("dl"), &root)?;
+    let _ = fs::remove_dir_all(tmp.join("apt"));
+    let loader = LOADERS
+        .iter()
+        .find(|l| root.join(l).exists())
+        .ok_or_else(|| {
+            anyhow!(
+                "no dynamic loader ({}) in {}: libc6 should be among the packages unpacked ({})",
+                LOADERS.join(" or "),
+                root.display(),
+                pinned.join(", ")
+            )
+        })?;
+    let lib_dirs: Vec<&str> = LIB_DIRS
+        .iter()
+        .copied()
+        .filter(|d| has_shared_objects(&root.join(d)))
+        .collect();
+    let wrapper = tmp.join(wrapper_name(suite));
+    fs::write(&wrapper, wrapper_script(suite, loader, &lib_dirs))?;
+    make_executable(&wrapper)?;
+    check_libraries(&root, loader, &lib_dirs)?;
+    // It runs here as in the guest (the same files, the host's kernel): a
+    // library it cannot load fails now rather than in the bench's guest.
+    let version = Command::new(&wrapper)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("cannot run {}", wrapper.display()))?;
+    let printed = String::from_utf8_lossy(&version.stdout);
+    if !version.status.success() || !printed.starts_with("bpftrace v") {
+        bail!(
+            "{} --version failed ({}): {}{}",
+            wrapper.display(),
+            version.status,
+            printed,
+            String::from_utf8_lossy(&version.stderr)
+        );
+    }
+    let mut list: String = closure
+        .packages
+        .iter()
+        .map(|(n, v)| format!("{n} {v}\n"))
+        .collect();
+    if !closure.essential.is_empty() {
+        list += &format!(
+            "# essential, not unpacked (the host's): {}\n",
+            closure.essential.join(" ")
+        );
+    }
+    fs::write(tmp.join("packages"), list)?;
+    Ok(())
+}
+
+/// The wrapper: runs the unpacked bpftrace through the unpacked loader, the
+/// paths taken from the wrapper's own directory (the cache can move).
+fn wrapper_script(suite: &str, loader: &str, lib_dirs: &[&str]) -> String {
+    let lib_path: Vec<String> = lib_dirs.iter().map(|d| format!("$here/root/{d}")).collect();
+    format!(
+        "#!/bin/sh\n\
+         # {suite}'s bpftrace, unpacked by `cargo xtask` with the packages it needs\n\
+         # (listed in `packages` beside this script).\n\
+         # It runs through {suite}'s own dynamic loader and libraries; the library\n\
+         # path is the loader's option, not LD_LIBRARY_PATH, so that what bpftrace\n\
+         # starts (-c) runs with the host's libraries. `exec`: bpftrace keeps this\n\
+         # script's pid (cpid, -p, $$).\n\
+         here=$(cd \"$(dirname \"$0\")\" && pwd) || exit 127\n\
+         exec \"$here/root/{loader}\" --argv0 bpftrace --library-path \"{}\" \"$here/root/usr/bin/bpftrace\" \"$@\"\n",
+        lib_path.join(":"),
+    )
+}
+
+fn has_shared_objects(dir: &Path) -> bool {
+    fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().contains(".so"))
+    })
+}
+
+fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("chmod {}", path.display()))
+}
+
+/// Checks that every library bpftrace links resolves inside `root`: the
+/// loader falls back to the host's directories (and its `ld.so.cache`) for
+/// what the library path lacks, which would mix in the host's older
+/// libraries unnoticed.
+fn check_libraries(root: &Path, loader: &str, lib_dirs: &[&str]) -> Result<()> {
+    let lib_path: Vec<String> = lib_dirs
+        .iter()
+        .map(|d| root.join(d).to_string_lossy().into_owned())
+        .collect();
+    let out = Command::new(root.join(loader))
+        .arg("--library-path")
+        .arg(lib_path.join(":"))
+        .arg("--list")
+        .arg(root.join("usr/bin/bpftrace"))
+        .output()
+        .with_context(|| format!("cannot run {}", root.join(loader).display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let libs = parse_ld_list(&text);
+    if libs.is_empty() {
+        bail!(
+            "`{} --list` of bpftrace printed no library ({}): {}",
+            loader,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let root = root.canonicalize()?;
+    let outside: Vec<String> = libs
+        .iter()
+        .filter_map(|(name, path)| match path {
+            None => Some(format!("{name} (not found)")),
+            Some(p) => {
+                let real = Path::new(p).canonicalize().unwrap_or_else(|_| p.into());
+                (!real.starts_with(&root)).then(|| format!("{name} (the host's {p})"))
+            }
+        })
+        .collect();
+    if !outside.is_empty() {
+        bail!(
+            "bpftrace needs libraries that none of the unpacked packages holds: {}; the \
+             dependency closure missed a package (compare `apt-cache depends bpftrace` of \
+             that suite with the `packages` file) ",
+            outside.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `(library, where it resolved)` from `ld.so --list` output; `None` for
+/// `not found`. The vDSO (no `=>`) is left out.
+fn parse_ld_list(text: &str) -> Vec<(String, Option<String>)> {
+    text.lines()
+        .filter_map(|l| l.trim().split_once(" => "))
+        .map(|(name, rest)| {
+            let path = rest.split(" (0x").next().unwrap_or(rest).trim();
+            (
+                name.trim().to_string(),
+                (path != "not found" && !path.is_empty()).then(|| path.to_string()),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_kernels_get_their_suites_bpftrace() {
+        let sid = KernelSpec::parse("debian14").unwrap();
+        assert_eq!(own_suite(&sid, Some("bookworm")), Some("sid"));
+        // On a sid machine, the host's bpftrace is sid's.
+        assert_eq!(own_suite(&sid, Some("sid")), None);
+        for other in ["debian12", "debian13"] {
+            let k = KernelSpec::parse(other).unwrap();
+            assert_eq!(own_suite(&k, Some("bookworm")), None, "{other}");
+        }
+        let path = KernelSpec::Path("/boot/vmlinuz-7.2.13+deb14-amd64".into());
+        assert_eq!(own_suite(&path, Some("bookworm")), None);
+    }
+
+    #[test]
+    fn loader_list() {
+        // `ld-linux-x86-64.so.2 --library-path ... --list bpftrace` of sid's
+        // 0.27.1, shortened, with a library it did not find.
+        let text = "\tlinux-vdso.so.1 (0x00007fe536e83000)\n\
+            \tlibzstd.so.1 => /c/root/usr/lib/x86_64-linux-gnu/libzstd.so.1 (0x00007fe536db1000)\n\
+            \tlibLLVM.so.21.1 => /c/root/usr/lib/x86_64-linux-gnu/libLLVM.so.21.1 (0x00007fe528000000)\n\
+            \t/lib64/ld-linux-x86-64.so.2 => /c/root/usr/lib64/ld-linux-x86-64.so.2 (0x00007fe536e85000)\n\
+            \tlibbcc_bpf.so.0 => not found\n";
+        assert_eq!(
+            parse_ld_list(text),
+            [
+                (
+                    "libzstd.so.1".to_string(),
+                    Some("/c/root/usr/lib/x86_64-linux-gnu/libzstd.so.1".to_string())
+                ),
+                (
+                    "libLLVM.so.21.1".to_string(),
+                    Some("/c/root/usr/lib/x86_64-linux-gnu/libLLVM.so.21.1".to_string())
+                ),
+                (
+                    "/lib64/ld-linux-x86-64.so.2".to_string(),
+                    Some("/c/root/usr/lib64/ld-linux-x86-64.so.2".to_string())
+                ),
+                ("libbcc_bpf.so.0".to_string(), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_wrapper_execs_the_loader() {
+        let s = wrapper_script("sid", LOADERS[0], &LIB_DIRS[..1]);
+        assert!(s.starts_with("#!/bin/sh\n"), "{s}");
+        let exec = s.lines().last().unwrap();
+        assert_eq!(
+            exec,
+            "exec \"$here/root/usr/lib64/ld-linux-x86-64.so.2\" --argv0 bpftrace \
+             --library-path \"$here/root/usr/lib/x86_64-linux-gnu\" \
+             \"$here/root/usr/bin/bpftrace\" \"$@\""
+        );
+        assert!(!s.contains("LD_LIBRARY_PATH="), "{s}");
+    }
+}
