@@ -106,7 +106,6 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
     assert_eq!(expected.len(), 2 * THREADS + JOBS);
 
     let stats = kspan.shutdown().await.unwrap();
-    assert_eq!(stats.lost(), 0, "{stats:?}");
     let spans = exporter.get_finished_spans().unwrap();
     let app_traces: Vec<TraceId> = expected.values().flatten().map(|(t, _)| *t).collect();
 
@@ -132,12 +131,15 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
         }
     }
     assert!(wrong.is_empty(), "misattributed: {wrong:#?}");
-    for name in expected.keys() {
-        // `std::fs::read` of a 100-byte file: a read, then one that ends it.
-        assert!(
-            seen.get(name.as_str()).copied().unwrap_or(0) >= 2,
-            "{name}: {seen:?}"
-        );
+    // `std::fs::read` of a 100-byte file: a read, then one that ends it.
+    // Where the kernel skipped program runs (7.x), as many may be missing.
+    let short: usize = expected
+        .keys()
+        .map(|name| 2usize.saturating_sub(seen.get(name.as_str()).copied().unwrap_or(0)))
+        .sum();
+    if stats.skipped_by_kernel == 0 {
+        assert_eq!(short, 0, "{seen:?}");
     }
+    kspan_tests::assert_lost_only_to_kernel_skips(&stats, short as u64);
     let _ = std::fs::remove_dir_all(&dir);
 }
