@@ -778,36 +778,92 @@ static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
 }
 
 /*
- * Forgets the task's top frame, of a call whose exit never came, if it is
- * at `to` or above: counted, and a reparent record when its children were
- * emitted (so that they, and spans waiting for it, go under its parent).
- * Returns 1 when it did. Out of line, so that each of kspan_forget's
- * passes leaves the verifier one state to go on from.
+ * The task's depth read from its stack again, at most KSPAN_MAX_DEPTH:
+ * after frames are forgotten in a loop, a value the verifier did not carry
+ * through the loop, so that its paths merge.
  */
-static __noinline int kspan_forget_top(struct kspan_task_stack *st, __u32 to)
+static __always_inline __u32 kspan_depth(struct kspan_task_stack *st)
 {
-	__u32 depth = st->depth;
+	__u32 depth = *(volatile __u32 *)&st->depth;
+
+	return depth < KSPAN_MAX_DEPTH ? depth : KSPAN_MAX_DEPTH;
+}
+
+/*
+ * Forgets the task's top frame, of a call whose exit never came: counted,
+ * and a reparent record when spans under it were emitted (so that they,
+ * and spans waiting for its fate, go under its parent). Out of line: it is
+ * called in loops, whose passes then leave the verifier one state each.
+ */
+static __noinline int kspan_forget_top(struct kspan_task_stack *st)
+{
+	__u32 depth = kspan_depth(st);
 	struct kspan_frame *frame;
 
-	if (depth <= to || depth > KSPAN_MAX_DEPTH)
+	if (depth == 0)
 		return 0;
 	frame = kspan_frame_at(st, depth - 1);
 	if (frame->flags & KSPAN_FRAME_CHILD_SENT)
 		kspan_emit_reparent(st, frame, depth >= 2 ? kspan_frame_at(st, depth - 2) : NULL,
 				    frame->probe_id);
 	st->depth = depth - 1;
+	/* Entries past the depth limit were inside it: over too. */
+	st->overflow = 0;
 	kspan_count(KSPAN_CTR_LOST_EXIT);
-	return 1;
+	return 0;
 }
 
-/* Forgets the frames from `to` up (see kspan_forget_top). */
-static __always_inline void kspan_forget(struct kspan_task_stack *st, __u32 to)
+/*
+ * Frames forgotten at once with a reparent record each; those under them
+ * are only counted. More than one or two at once are rare (nested traced
+ * calls whose exits were all skipped), and 6.1's verifier explores each
+ * pass of a loop around kspan_forget_top on every path (16 take it past
+ * its limit).
+ */
+#define KSPAN_FORGET_REPARENTED 2
+
+/*
+ * Whether the frame in `slot` is of a call made below `call` on the stack
+ * (`or_at`: or at it); with `call` 0, whether there is one.
+ */
+static __always_inline int kspan_below(struct kspan_task_stack *st, __u32 slot, __u64 call,
+				       int or_at)
 {
-	for (int i = 0; i < KSPAN_MAX_DEPTH; i++)
-		if (!kspan_forget_top(st, to))
+	__u64 at;
+
+	if (!call)
+		return 1;
+	at = kspan_frame_at(st, slot)->call;
+	return at && (at < call || (at == call && or_at));
+}
+
+/*
+ * Forgets the task's top frames while they are of calls made below `call`
+ * on the stack (`or_at`: or at it), which returned unseen: a running
+ * caller's place is above. `call` 0: every frame.
+ */
+static __always_inline void kspan_forget_below(struct kspan_task_stack *st, __u64 call, int or_at)
+{
+	__u32 depth, keep;
+
+	for (int i = 0; i < KSPAN_FORGET_REPARENTED; i++) {
+		depth = kspan_depth(st);
+		if (depth == 0 || !kspan_below(st, depth - 1, call, or_at))
+			return;
+		kspan_forget_top(st);
+	}
+	depth = kspan_depth(st);
+	keep = depth;
+	for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
+		if (keep == 0 || !kspan_below(st, keep - 1, call, or_at))
 			break;
-	/* Entries past the depth limit were inside them: over too. */
-	st->overflow = 0;
+		keep -= 1;
+	}
+	if (keep < depth) {
+		kspan_count_n(KSPAN_CTR_LOST_EXIT, depth - keep);
+		st->depth = keep;
+		st->overflow = 0;
+	}
 }
 
 /*
@@ -841,43 +897,29 @@ static __always_inline int kspan_context_changed(struct kspan_task_stack *st)
  * was read, every frame is of an earlier system call, and all are
  * forgotten. Otherwise the frame is kept and marked as one that may not
  * stand, so that the spans under it wait for its fate (its span, or a
- * reparent once it is forgotten). Returns the depth left.
+ * reparent once it is forgotten).
  */
-static __always_inline __u32 kspan_settle(struct kspan_task_stack *st, __u64 call, __u32 probe_id)
+static __always_inline void kspan_settle(struct kspan_task_stack *st, __u64 call, __u32 probe_id)
 {
-	__u32 depth = st->depth, keep;
 	struct kspan_frame *top;
+	__u32 depth;
 
-	if (depth > KSPAN_MAX_DEPTH)
-		depth = KSPAN_MAX_DEPTH;
 	if (!call)
-		return depth;
-	keep = depth;
-	for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
-		__u64 at;
-
-		if (keep == 0)
-			break;
-		at = kspan_frame_at(st, keep - 1)->call;
-		if (!at || at > call)
-			break;
-		keep -= 1;
-	}
-	if (keep < depth)
-		kspan_forget(st, keep);
-	if (keep == 0)
-		return 0;
-	top = kspan_frame_at(st, keep - 1);
+		return;
+	kspan_forget_below(st, call, 1);
+	depth = kspan_depth(st);
+	if (depth == 0)
+		return;
+	top = kspan_frame_at(st, depth - 1);
 	/* Compared, not subtracted: `call` is the context pointer to the verifier. */
 	if (top->probe_id != probe_id || !top->call || top->call > call + KSPAN_KSTACK_OFFSET_MAX)
-		return keep;
+		return;
 	if (st->ctx_known && kspan_context_changed(st)) {
 		/* The task has been back in user space since the tree began. */
-		kspan_forget(st, 0);
-		return 0;
+		kspan_forget_below(st, 0, 1);
+		return;
 	}
 	top->flags |= KSPAN_FRAME_MAY_DROP;
-	return keep;
 }
 
 /* fentry mode: an instant span, emitted at once. */
@@ -893,8 +935,10 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 
 	/* Where the instant belongs, decided before anything is reserved. */
 	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
-	if (st)
-		depth = kspan_settle(st, call, probe_id);
+	if (st) {
+		kspan_settle(st, call, probe_id);
+		depth = kspan_depth(st);
+	}
 	if (st && depth > 0) {
 		int skip;
 
@@ -967,7 +1011,8 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id, __u64 
 		kspan_count(KSPAN_CTR_NO_STORAGE);
 		return 0;
 	}
-	depth = kspan_settle(st, call, probe_id);
+	kspan_settle(st, call, probe_id);
+	depth = kspan_depth(st);
 	if (depth >= KSPAN_MAX_DEPTH) {
 		st->overflow += 1;
 		kspan_count(KSPAN_CTR_STACK_DEPTH);
@@ -1139,70 +1184,84 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, __u64 call, __u
 		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 		return 0;
 	}
-	if (st->overflow && !call) {
-		/* This exit belongs to an entry that found the stack full. */
-		st->overflow -= 1;
-		return 0;
-	}
+	if (call) {
+		struct kspan_frame *top;
 
-	/*
-	 * Find this call's frame: the one at its place on the stack where both
-	 * are known, else the innermost frame of this probe. Frames above it
-	 * belong to calls whose exit never came (a missed fexit): they are
-	 * discarded and counted. No frame at all means the call began before
-	 * the probe was attached, or its entry was skipped; a frame of a call
-	 * still running above this one's place is never taken for it.
-	 */
-	depth = st->depth;
-	if (depth > KSPAN_MAX_DEPTH)
-		depth = KSPAN_MAX_DEPTH;
-#pragma unroll
-	for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
-		struct kspan_frame *f;
-
-		if (found || depth == 0)
-			break;
-		f = kspan_frame_at(st, depth - 1);
-		if (call && f->call) {
-			if (f->call > call)
-				break;
-			if (f->call == call && f->probe_id == probe_id)
-				found = depth;
-			else
-				depth -= 1;
-		} else if (f->probe_id == probe_id) {
+		/* Frames below this call's place are of calls that returned unseen. */
+		kspan_forget_below(st, call, 0);
+		depth = kspan_depth(st);
+		top = depth ? kspan_frame_at(st, depth - 1) : NULL;
+		if (top && top->call) {
+			if (top->call != call || top->probe_id != probe_id) {
+				/*
+				 * No frame at this call's place: its entry found
+				 * the stack full, was skipped, or came before
+				 * the probe was attached.
+				 */
+				if (st->overflow)
+					st->overflow -= 1;
+				else
+					kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
+				return 0;
+			}
+			/*
+			 * The frame at this call's place may be an earlier
+			 * call's, whose exit was skipped, this call's entry
+			 * being skipped too: the entry stamps the session
+			 * cookie; without one, a call with other arguments is
+			 * another call (one with the same is taken for this).
+			 */
+			if (cookie ? *cookie != top->start_ns : args && !kspan_same_args(top, args)) {
+				kspan_forget_top(st);
+				kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
+				return 0;
+			}
+			/* Entries past the depth limit were inside this call: over too. */
+			st->overflow = 0;
 			found = depth;
-		} else {
-			depth -= 1;
 		}
 	}
 	if (!found) {
-		if (call && st->overflow)
-			/* An entry that found the stack full (or one skipped). */
+		if (st->overflow) {
+			/* This exit belongs to an entry that found the stack full. */
 			st->overflow -= 1;
-		else
+			return 0;
+		}
+
+		/*
+		 * Find the innermost frame of this probe (frames of kprobes
+		 * and tracepoints, and of calls on an interrupt stack, have no
+		 * place). Frames above it belong to calls whose exit never
+		 * came: they are discarded and counted. No frame at all means
+		 * the call began before the probe was attached.
+		 */
+		depth = kspan_depth(st);
+#pragma unroll
+		for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
+			struct kspan_frame *f;
+
+			if (found || depth == 0)
+				break;
+			f = kspan_frame_at(st, depth - 1);
+			if (call && f->call && f->call != call) {
+				/* Another call's place: one still running ends the search. */
+				if (f->call > call)
+					break;
+				depth -= 1;
+			} else if (f->probe_id == probe_id) {
+				found = depth;
+			} else {
+				depth -= 1;
+			}
+		}
+		if (!found) {
 			kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
-		return 0;
+			return 0;
+		}
+		if (st->depth > found)
+			kspan_count_n(KSPAN_CTR_LOST_EXIT, st->depth - found);
 	}
 	frame = kspan_frame_at(st, found - 1);
-	/*
-	 * Whether the frame at this call's place is an earlier call's, whose
-	 * exit was skipped, this call's entry being skipped too: the entry
-	 * stamps the session cookie; without one, a call with other arguments
-	 * is another call (one with the same is taken for this one).
-	 */
-	if (cookie ? *cookie != frame->start_ns
-		   : args && call && frame->call == call && !kspan_same_args(frame, args)) {
-		/* Both are lost. */
-		kspan_forget(st, found - 1);
-		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
-		return 0;
-	}
-	if (st->depth > found)
-		kspan_forget(st, found);
-	else if (call)
-		/* Entries past the depth limit were inside this call: over too. */
-		st->overflow = 0;
 	st->depth = found - 1;
 	/* Every call but those of threads that suppress telemetry (kspan's own). */
 	if (kspan_cfg.histogram && kspan_tree_context(st) != KSPAN_CTR_SUPPRESSED)
