@@ -111,6 +111,7 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
 
     let mut seen: HashMap<&str, usize> = HashMap::new();
     let mut wrong = Vec::new();
+    let mut unresolved = 0u64;
     for k in spans.iter().filter(|s| s.name == "vfs_read") {
         let Some(name) = span_attr(k, "kernel.arg.name") else {
             continue;
@@ -126,11 +127,20 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
             // An orphan starts a trace of its own, unrelated to any span.
             None => got.1 == SpanId::INVALID && !app_traces.contains(&got.0),
         };
-        if !right {
+        // In its trace under a kernel span instead: a call the kernel
+        // skipped the exit of, which the task made no later call to forget
+        // (7.x), so that the span waited for it and went unresolved.
+        if !right && want.is_some_and(|(trace, _)| got.0 == trace && got.1 != SpanId::INVALID) {
+            unresolved += 1;
+        } else if !right {
             wrong.push((key.clone(), got, *want));
         }
     }
-    assert!(wrong.is_empty(), "misattributed: {wrong:#?}");
+    assert!(wrong.is_empty(), "misattributed: {wrong:#?}\n{stats:?}");
+    assert!(
+        unresolved <= stats.spans_parent_unresolved,
+        "{unresolved} spans under a kernel span that never came: {stats:?}"
+    );
     // `std::fs::read` of a 100-byte file: a read, then one that ends it.
     // Where the kernel skipped program runs (7.x), as many may be missing.
     let short: usize = expected

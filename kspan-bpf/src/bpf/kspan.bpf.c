@@ -174,10 +174,12 @@ static __always_inline void kspan_submit(void *rec, __u64 size)
 }
 
 /*
- * Adds `n` to a per-CPU value. Atomically: on PREEMPT and PREEMPT_LAZY
- * kernels (every 7.x kernel) a program runs with migration disabled but
- * can be preempted, and another task's program on this CPU may add to the
- * same value between a plain load and store.
+ * Adds `n` to a per-CPU value every program adds to (kspan_counters).
+ * Atomically: on PREEMPT and PREEMPT_LAZY kernels (every 7.x kernel) a
+ * program runs with migration disabled but can be preempted, and another
+ * task's program on this CPU may add to the same value between a plain
+ * load and store. (A probe's own values are added to plainly: see
+ * kspan_hist_record.)
  */
 static __always_inline void kspan_add(__u64 *value, __u64 n)
 {
@@ -225,9 +227,9 @@ struct task_struct___kspan {
  * not one under every later call of the task (which would all join that
  * call's tree and application context, and fill the stack).
  */
-static __always_inline __u64 kspan_call_of(void *ctx)
+static __always_inline __u64 kspan_call_of(void *ctx, struct task_struct *current)
 {
-	struct task_struct___kspan *task = (void *)bpf_get_current_task_btf();
+	struct task_struct___kspan *task = (void *)current;
 	__u64 base = (__u64)task->stack, at = (__u64)ctx;
 
 	return at >= base && at < base + KSPAN_THREAD_SIZE ? at : 0;
@@ -557,8 +559,9 @@ static __always_inline void kspan_count_probe(__u32 probe_id, __u32 reason)
 	__u32 key = probe_id * KSPAN_PCTR_COUNT + reason;
 	__u64 *value = bpf_map_lookup_elem(&kspan_probe_counters, &key);
 
+	/* A probe's own value: see kspan_hist_record. */
 	if (value)
-		kspan_add(value, 1);
+		*value += 1;
 }
 
 /* `raw` read as a value of `width` bytes, sign- or zero-extended to 64 bits. */
@@ -924,7 +927,7 @@ static __always_inline void kspan_settle(struct kspan_task_stack *st, __u64 call
 
 /* fentry mode: an instant span, emitted at once. */
 static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u32 probe_id,
-					      __u64 call)
+					      struct task_struct *task, __u64 call)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *top = NULL;
@@ -934,7 +937,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	__u32 depth = 0;
 
 	/* Where the instant belongs, decided before anything is reserved. */
-	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
+	st = bpf_task_storage_get(&kspan_stacks, task, 0, 0);
 	if (st) {
 		kspan_settle(st, call, probe_id);
 		depth = kspan_depth(st);
@@ -993,8 +996,8 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
  * the slot its entry shares with its exit, which learns from it that its
  * entry was not skipped.
  */
-static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id, __u64 call,
-				       __u64 *cookie)
+static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
+				       struct task_struct *task, __u64 call, __u64 *cookie)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
@@ -1003,10 +1006,9 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id, __u64 
 
 	now = bpf_ktime_get_ns();
 	if (kspan_is_instant())
-		return kspan_emit_instant(args, now, probe_id, call);
+		return kspan_emit_instant(args, now, probe_id, task, call);
 
-	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0,
-				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	st = bpf_task_storage_get(&kspan_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		kspan_count(KSPAN_CTR_NO_STORAGE);
 		return 0;
@@ -1092,7 +1094,7 @@ static __always_inline void kspan_hist_errno_add(struct kspan_hist_errno_key *ke
 	__u64 *value = bpf_map_lookup_elem(&kspan_hist_errno, key);
 
 	if (value) {
-		kspan_add(value, add);
+		*value += add;
 		return;
 	}
 	/*
@@ -1104,7 +1106,7 @@ static __always_inline void kspan_hist_errno_add(struct kspan_hist_errno_key *ke
 		return;
 	value = bpf_map_lookup_elem(&kspan_hist_errno, key);
 	if (value)
-		kspan_add(value, add);
+		*value += add;
 }
 
 /*
@@ -1126,6 +1128,12 @@ static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __
 
 	if (!kspan_cfg.histogram)
 		return;
+	/*
+	 * Plain adds: a probe's rows, errno values and probe counters are
+	 * written by its exit program alone, which the kernel never runs
+	 * twice at once on a CPU, preempted or not (its recursion guard;
+	 * kprobe programs run with preemption off).
+	 */
 	if (kspan_cfg.hist_errno_bytes == 4)
 		r = (__s64)(__s32)ret;
 	if (kspan_cfg.hist_errno_bytes && r >= -4095 && r <= -1)
@@ -1141,8 +1149,8 @@ static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __
 		 * verifiers (6.1) lose that bound on a copy of the register.
 		 */
 		barrier_var(bucket);
-		kspan_add(&row->buckets[bucket & (KSPAN_HIST_BUCKETS - 1)], 1);
-		kspan_add(&row->sum_ns, ns);
+		row->buckets[bucket & (KSPAN_HIST_BUCKETS - 1)] += 1;
+		row->sum_ns += ns;
 	}
 	if (!failed)
 		return;
@@ -1169,8 +1177,8 @@ static __always_inline int kspan_same_args(const struct kspan_frame *frame, cons
  * record. `call` and `cookie` as for kspan_entry; `args`, where the exit
  * has them (fexit), the call's arguments.
  */
-static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, __u64 call, __u64 *cookie,
-				      const __u64 *args)
+static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_struct *task,
+				      __u64 call, __u64 *cookie, const __u64 *args)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame, *parent = NULL;
@@ -1179,7 +1187,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, __u64 call, __u
 	__u32 depth, found = 0;
 
 	now = bpf_ktime_get_ns();
-	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
+	st = bpf_task_storage_get(&kspan_stacks, task, 0, 0);
 	if (!st) {
 		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 		return 0;
@@ -1338,24 +1346,28 @@ SEC("fentry")
 int kspan_fentry(__u64 *ctx)
 {
 	__u64 args[KSPAN_MAX_ARGS];
+	struct task_struct *task;
 
 	if (!kspan_wanted())
 		return 0;
 	kspan_trampoline_args(ctx, args);
-	return kspan_entry(args, kspan_cfg.probe_id, kspan_call_of(ctx), NULL);
+	task = bpf_get_current_task_btf();
+	return kspan_entry(args, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL);
 }
 
 SEC("fexit")
 int kspan_fexit(__u64 *ctx)
 {
 	__u64 args[KSPAN_MAX_ARGS];
+	struct task_struct *task;
 	__u64 ret = 0;
 
 	if (!kspan_wanted())
 		return 0;
 	bpf_get_func_ret(ctx, &ret);
 	kspan_trampoline_args(ctx, args);
-	return kspan_exit(ret, kspan_cfg.probe_id, kspan_call_of(ctx), NULL, args);
+	task = bpf_get_current_task_btf();
+	return kspan_exit(ret, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL, args);
 }
 
 /*
@@ -1371,17 +1383,21 @@ int kspan_fexit(__u64 *ctx)
 static __always_inline int kspan_session(__u64 *ctx)
 {
 	__u64 args[KSPAN_MAX_ARGS];
+	struct task_struct *task;
 	__u64 ret = 0;
 
 	if (!kspan_wanted())
 		return 0;
+	task = bpf_get_current_task_btf();
 	if (bpf_session_is_return(ctx)) {
 		bpf_get_func_ret(ctx, &ret);
-		kspan_exit(ret, kspan_probe_id(ctx), kspan_call_of(ctx), bpf_session_cookie(ctx), NULL);
+		kspan_exit(ret, kspan_probe_id(ctx), task, kspan_call_of(ctx, task),
+			   bpf_session_cookie(ctx), NULL);
 		return 0;
 	}
 	kspan_trampoline_args(ctx, args);
-	kspan_entry(args, kspan_probe_id(ctx), kspan_call_of(ctx), bpf_session_cookie(ctx));
+	kspan_entry(args, kspan_probe_id(ctx), task, kspan_call_of(ctx, task),
+		    bpf_session_cookie(ctx));
 	return 0;
 }
 
@@ -1408,14 +1424,15 @@ static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
 	if (!kspan_wanted())
 		return 0;
 	kspan_kprobe_args(regs, args);
-	return kspan_entry(args, kspan_probe_id(regs), 0, NULL);
+	return kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL);
 }
 
 static __always_inline int kspan_on_kretprobe(struct pt_regs *regs)
 {
 	if (!kspan_wanted())
 		return 0;
-	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), 0, NULL, NULL);
+	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
+			  NULL, NULL);
 }
 
 SEC("kprobe")
@@ -1465,11 +1482,12 @@ int kspan_kprobe_session(struct pt_regs *regs)
 	else
 		is_return = bpf_session_is_return___noctx();
 	if (is_return) {
-		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), 0, NULL, NULL);
+		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
+			   NULL, NULL);
 		return 0;
 	}
 	kspan_kprobe_args(regs, args);
-	kspan_entry(args, kspan_probe_id(regs), 0, NULL);
+	kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL);
 	return 0;
 }
 
@@ -1489,7 +1507,7 @@ int kspan_sys_enter(__u64 *ctx)
 #pragma unroll
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
 		args[i] = i < kspan_cfg.nr_args ? ctx[2 + i] : 0;
-	return kspan_entry(args, kspan_cfg.probe_id, 0, NULL);
+	return kspan_entry(args, kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL);
 }
 
 SEC("tracepoint")
@@ -1497,5 +1515,5 @@ int kspan_sys_exit(__u64 *ctx)
 {
 	if (!kspan_wanted())
 		return 0;
-	return kspan_exit(ctx[2], kspan_cfg.probe_id, 0, NULL, NULL);
+	return kspan_exit(ctx[2], kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL, NULL);
 }
