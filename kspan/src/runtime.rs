@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::annotation::{Mechanism, Mode, Probe};
-use crate::attach::{AttachDecision, Attacher, Links};
+use crate::attach::{AttachDecision, Attacher, Links, Programs};
 use crate::bpf::config::{
     ring_buffer_size_problem, HistogramSizes, RuntimeSettings, ThreadContextSettings,
     DEFAULT_RING_BUFFER_BYTES,
@@ -343,6 +343,7 @@ impl KspanBuilder {
             histogram_probes: histogram_probes.iter().map(|&(id, _)| id).collect(),
             counters: stats,
             ledger: self.ledger,
+            programs: lock(&links).programs(),
         });
         let meter = self
             .meter
@@ -387,6 +388,7 @@ struct Figures {
     histogram_probes: Vec<u32>,
     counters: Arc<Counters>,
     ledger: Option<ExportLedger>,
+    programs: Arc<Programs>,
 }
 
 impl Figures {
@@ -422,6 +424,7 @@ impl Figures {
             dropped_lost_exit: k.lost_exit,
             unmatched_exits: k.unmatched_exit,
             dropped_no_storage: k.no_storage,
+            skipped_by_kernel: self.programs.skipped(),
             decode_errors: s.decode_errors.load(Ordering::Relaxed),
             unknown_probe: s.unknown_probe.load(Ordering::Relaxed),
             handler_panics: s.handler_panics.load(Ordering::Relaxed),
@@ -620,8 +623,11 @@ impl Kspan {
             stats.spans_dropped_before_export += stats.spans_in_pipeline;
             stats.spans_in_pipeline = 0;
         }
-        if stats.lost() > 0 || stats.handler_panics > 0 {
-            tracing::warn!(?stats, "kspan lost spans or handlers panicked");
+        if stats.lost() > 0 || stats.skipped_by_kernel > 0 || stats.handler_panics > 0 {
+            tracing::warn!(
+                ?stats,
+                "kspan lost spans, the kernel skipped its programs, or handlers panicked"
+            );
         }
         flushed.map(|()| stats).map_err(|source| Error::Shutdown {
             stats: Box::new(stats),

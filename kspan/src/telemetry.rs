@@ -18,6 +18,7 @@
 //! | `kspan.calls.skipped` | `kspan.reason` | calls not recorded on purpose: `unsampled`, `orphan`, `suppressed`, `discarded_by_handler`, `unmatched_exit`, `filtered`, `rate_limited`, `summary_only` |
 //! | `kspan.probe.calls.skipped` | `kspan.reason`, `code.function.name` | the last three per probe (kernel function) |
 //! | `kspan.handler.panics` | | handlers that panicked |
+//! | `kspan.programs.skipped` | | runs of kspan's programs the kernel skipped, each a call's entry or exit of some process ([`Stats::skipped_by_kernel`]) |
 //! | `kspan.histogram.calls` | | calls counted in the latency histograms, with `histogram` probes only (see [`crate::latency`]) |
 //!
 //! The callbacks hold the runtime's figures weakly: once the runtime is
@@ -59,16 +60,22 @@ fn with_stats(figures: &Weak<Figures>, observe: impl FnOnce(&Stats)) {
 
 /// Registers kspan's instruments on `meter`, reading `figures`.
 pub(crate) fn register(meter: &Meter, figures: Weak<Figures>) {
-    let single = |name: &'static str, description: &'static str, pick: fn(&Stats) -> u64| {
+    let counter = |name: &'static str,
+                   description: &'static str,
+                   unit: &'static str,
+                   pick: fn(&Stats) -> u64| {
         let figures = figures.clone();
         meter
             .u64_observable_counter(name)
             .with_description(description)
-            .with_unit("{span}")
+            .with_unit(unit)
             .with_callback(move |o: &dyn AsyncInstrument<u64>| {
                 with_stats(&figures, |s| o.observe(pick(s), &[]));
             })
             .build();
+    };
+    let single = |name: &'static str, description: &'static str, pick: fn(&Stats) -> u64| {
+        counter(name, description, "{span}", pick)
     };
     single(
         "kspan.records.emitted",
@@ -89,6 +96,12 @@ pub(crate) fn register(meter: &Meter, figures: Weak<Figures>) {
         "kspan.handler.panics",
         "Handlers of kernel spans that panicked.",
         |s| s.handler_panics,
+    );
+    counter(
+        "kspan.programs.skipped",
+        "Runs of kspan's BPF programs the kernel skipped (a call's entry or exit, of any process).",
+        "{run}",
+        |s| s.skipped_by_kernel,
     );
     let by_reason = |name: &'static str,
                      description: &'static str,

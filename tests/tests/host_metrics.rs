@@ -78,6 +78,11 @@ fn kspan_s_figures_are_metrics_of_the_application_s_meter_provider() {
         Some(live.dropped_overload)
     );
     assert!(live.dropped_overload > 0, "{live:?}");
+    // Tracepoint programs run with preemption off: the kernel skips none here.
+    assert_eq!(
+        value(&metrics, "kspan.programs.skipped", &[]),
+        Some(live.skipped_by_kernel)
+    );
     assert_eq!(
         live.records_emitted + live.dropped_overload,
         5000,

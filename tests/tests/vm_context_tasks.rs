@@ -2,13 +2,21 @@
 //! Many concurrent tokio tasks on a multi-threaded runtime, each reading its
 //! own file inside its own span: every kernel span must land under the span
 //! of the task that made the call, never a neighbour's (run in the VM by
-//! `cargo xtask test`). A test binary of its own: it installs a global
-//! subscriber.
+//! `cargo xtask test`). On a kernel that preempts inside BPF programs (7.x,
+//! or 6.x with `preempt=full`) the kernel skips some of kspan's program runs
+//! here, in every run: no span may be lost or misplaced but for those (see
+//! `assert_lost_only_to_kernel_skips`). Where fsession is used, the test
+//! runs again on an fentry + fexit pair, whose two programs the kernel skips
+//! apart: an entry without its exit, an exit without its entry. A test
+//! binary of its own: it installs a global subscriber.
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::path::Path;
 
+use kspan::{Attachment, Mechanism};
 use kspan_tests::span_attr;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use tracing::Instrument;
 
 #[kspan::kernel_span("vfs_read", mode = "fexit")]
@@ -25,11 +33,34 @@ async fn concurrent_tasks_get_their_own_kernel_spans() {
     for i in 0..TASKS {
         std::fs::write(dir.join(format!("task-{i}.txt")), vec![b't'; 200]).unwrap();
     }
-    let kspan = kspan::Kspan::builder(&provider)
+    let attachment = tasks_read(&provider, &exporter, &dir, None).await;
+    if matches!(attachment, Attachment::Fsession | Attachment::FsessionMulti) {
+        exporter.reset();
+        let pair = tasks_read(&provider, &exporter, &dir, Some(Mechanism::Sessions)).await;
+        assert_eq!(pair, Attachment::FentryFexit);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every task reads its file under its own span while `vfs_read` is traced
+/// (without `disabled`); checks the spans, and says how it was attached.
+async fn tasks_read(
+    provider: &SdkTracerProvider,
+    exporter: &InMemorySpanExporter,
+    dir: &Path,
+    disabled: Option<Mechanism>,
+) -> Attachment {
+    let mut builder = kspan::Kspan::builder(provider)
         .orphans(kspan::Orphans::NewTrace)
-        .probe(&vfs_read)
+        .probe(&vfs_read);
+    if let Some(mechanism) = disabled {
+        builder = builder.disable(mechanism);
+    }
+    let kspan = builder
         .start()
         .expect("needs a kernel with BPF trampolines");
+    let attachment = kspan.attach_plan()[0].attachment;
+    eprintln!("vfs_read attached through {attachment:?}");
 
     let mut handles = Vec::new();
     for i in 0..TASKS {
@@ -68,7 +99,6 @@ async fn concurrent_tasks_get_their_own_kernel_spans() {
         reads_per_task.push(h.await.unwrap());
     }
     let stats = kspan.shutdown().await.unwrap();
-    assert_eq!(stats.lost(), 0, "{stats:?}");
 
     let spans = exporter.get_finished_spans().unwrap();
     let tasks: HashMap<_, _> = spans
@@ -99,13 +129,22 @@ async fn concurrent_tasks_get_their_own_kernel_spans() {
         children[*i] += 1;
     }
     assert!(misattributed.is_empty(), "misattributed: {misattributed:?}");
-    for (i, n) in children.iter().enumerate() {
-        // Every read of the task's loop, and the one of `std::fs::read` on
-        // the blocking thread (it may read more than once).
+    // Every read of the task's loop, and the one of `std::fs::read` on the
+    // blocking thread (it may read more than once).
+    let missing: Vec<_> = children
+        .iter()
+        .zip(&reads_per_task)
+        .enumerate()
+        .filter(|(_, (&n, &reads))| n <= reads)
+        .map(|(i, (&n, &reads))| (i, n, reads))
+        .collect();
+    let short: usize = missing.iter().map(|(_, n, reads)| reads + 1 - n).sum();
+    if stats.skipped_by_kernel == 0 {
         assert!(
-            *n > reads_per_task[i],
-            "task {i}: {n} kernel spans for {} reads",
-            reads_per_task[i]
+            missing.is_empty(),
+            "(task, kernel spans, reads): {missing:?}"
         );
     }
+    kspan_tests::assert_lost_only_to_kernel_skips(&stats, short as u64);
+    attachment
 }

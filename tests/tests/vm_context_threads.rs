@@ -106,12 +106,12 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
     assert_eq!(expected.len(), 2 * THREADS + JOBS);
 
     let stats = kspan.shutdown().await.unwrap();
-    assert_eq!(stats.lost(), 0, "{stats:?}");
     let spans = exporter.get_finished_spans().unwrap();
     let app_traces: Vec<TraceId> = expected.values().flatten().map(|(t, _)| *t).collect();
 
     let mut seen: HashMap<&str, usize> = HashMap::new();
     let mut wrong = Vec::new();
+    let mut unresolved = 0u64;
     for k in spans.iter().filter(|s| s.name == "vfs_read") {
         let Some(name) = span_attr(k, "kernel.arg.name") else {
             continue;
@@ -127,17 +127,29 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
             // An orphan starts a trace of its own, unrelated to any span.
             None => got.1 == SpanId::INVALID && !app_traces.contains(&got.0),
         };
-        if !right {
+        // In its trace under a kernel span instead: a call the kernel
+        // skipped the exit of, which the task made no later call to forget
+        // (7.x), so that the span waited for it and went unresolved.
+        if !right && want.is_some_and(|(trace, _)| got.0 == trace && got.1 != SpanId::INVALID) {
+            unresolved += 1;
+        } else if !right {
             wrong.push((key.clone(), got, *want));
         }
     }
-    assert!(wrong.is_empty(), "misattributed: {wrong:#?}");
-    for name in expected.keys() {
-        // `std::fs::read` of a 100-byte file: a read, then one that ends it.
-        assert!(
-            seen.get(name.as_str()).copied().unwrap_or(0) >= 2,
-            "{name}: {seen:?}"
-        );
+    assert!(wrong.is_empty(), "misattributed: {wrong:#?}\n{stats:?}");
+    assert!(
+        unresolved <= stats.spans_parent_unresolved,
+        "{unresolved} spans under a kernel span that never came: {stats:?}"
+    );
+    // `std::fs::read` of a 100-byte file: a read, then one that ends it.
+    // Where the kernel skipped program runs (7.x), as many may be missing.
+    let short: usize = expected
+        .keys()
+        .map(|name| 2usize.saturating_sub(seen.get(name.as_str()).copied().unwrap_or(0)))
+        .sum();
+    if stats.skipped_by_kernel == 0 {
+        assert_eq!(short, 0, "{seen:?}");
     }
+    kspan_tests::assert_lost_only_to_kernel_skips(&stats, short as u64);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -72,13 +72,20 @@ struct {
 	__type(value, struct kspan_entry_values);
 } kspan_entry_caps SEC(".maps");
 
-/* Where entry values are assembled before they are stored (too big for the stack). */
+/*
+ * All zeros, the value a call's entry values start from in
+ * `kspan_entry_caps` (too big for the stack); the captures then fill that
+ * element in place. Not a per-CPU scratch: a program can be preempted
+ * between filling one and storing it, and another task's call on the same
+ * CPU would overwrite it.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_RDONLY_PROG);
 	__type(key, __u32);
 	__type(value, struct kspan_entry_values);
-} kspan_scratch SEC(".maps");
+} kspan_zero SEC(".maps");
 
 /*
  * Calls recorded but not made into spans, by probe and reason
@@ -166,12 +173,66 @@ static __always_inline void kspan_submit(void *rec, __u64 size)
 	bpf_ringbuf_submit(rec, flags);
 }
 
-static __always_inline void kspan_count(__u32 counter)
+/*
+ * Adds `n` to a per-CPU value every program adds to (kspan_counters).
+ * Atomically: on PREEMPT and PREEMPT_LAZY kernels (every 7.x kernel) a
+ * program runs with migration disabled but can be preempted, and another
+ * task's program on this CPU may add to the same value between a plain
+ * load and store. (A probe's own values are added to plainly: see
+ * kspan_hist_record.)
+ */
+static __always_inline void kspan_add(__u64 *value, __u64 n)
+{
+	__sync_fetch_and_add(value, n);
+}
+
+static __always_inline void kspan_count_n(__u32 counter, __u64 n)
 {
 	__u64 *value = bpf_map_lookup_elem(&kspan_counters, &counter);
 
 	if (value)
-		*value += 1;
+		kspan_add(value, n);
+}
+
+static __always_inline void kspan_count(__u32 counter)
+{
+	kspan_count_n(counter, 1);
+}
+
+/* The one field of task_struct kspan reads; CO-RE relocates its offset. */
+struct task_struct___kspan {
+	void *stack;
+} __attribute__((preserve_access_index));
+
+/*
+ * Bytes of a task's kernel stack: THREAD_SIZE of x86-64 (and arm64)
+ * kernels built without KASAN. Where it is larger, calls deeper in the
+ * stack than this are not identified (0), and pair as on kprobes.
+ */
+#define KSPAN_THREAD_SIZE (16 * 1024)
+
+/*
+ * Which call a trampoline program runs for: the address of its context,
+ * which the trampoline keeps in its own frame on the task's kernel stack,
+ * the same for the call's entry and exit. A caller's is higher, a
+ * callee's lower, and the next call at the same depth reuses it. 0 for a
+ * call on an interrupt stack.
+ *
+ * Why: the kernel skips a trampoline program while it is running on the
+ * same CPU (its per-CPU recursion guard), and on PREEMPT and PREEMPT_LAZY
+ * kernels (every 7.x kernel) that includes while a task preempted inside
+ * it waits to run again, so other tasks' calls there lose their entry, or
+ * their exit. Paired by address, a skipped entry's exit pops no other
+ * call's frame, and a skipped exit leaves a frame kspan_settle forgets,
+ * not one under every later call of the task (which would all join that
+ * call's tree and application context, and fill the stack).
+ */
+static __always_inline __u64 kspan_call_of(void *ctx, struct task_struct *current)
+{
+	struct task_struct___kspan *task = (void *)current;
+	__u64 base = (__u64)task->stack, at = (__u64)ctx;
+
+	return at >= base && at < base + KSPAN_THREAD_SIZE ? at : 0;
 }
 
 /*
@@ -455,14 +516,19 @@ static __always_inline void kspan_capture(struct kspan_record *rec, const __u64 
  */
 static __always_inline int kspan_keep_entry_values(const __u64 *args, __u64 span_id)
 {
-	struct kspan_entry_values *scratch;
-	__u32 zero = 0;
+	const struct kspan_entry_values *zero;
+	struct kspan_entry_values *kept;
+	__u32 key = 0;
 
-	scratch = bpf_map_lookup_elem(&kspan_scratch, &zero);
-	if (!scratch)
+	/* The element first, then its values in place: the span id is this call's alone. */
+	zero = bpf_map_lookup_elem(&kspan_zero, &key);
+	if (!zero || bpf_map_update_elem(&kspan_entry_caps, &span_id, zero, BPF_NOEXIST))
 		return -1;
-	kspan_capture(&scratch->rec, args, 0, KSPAN_PHASE_ENTRY);
-	return bpf_map_update_elem(&kspan_entry_caps, &span_id, scratch, BPF_ANY) ? -1 : 0;
+	kept = bpf_map_lookup_elem(&kspan_entry_caps, &span_id);
+	if (!kept)
+		return -1;
+	kspan_capture(&kept->rec, args, 0, KSPAN_PHASE_ENTRY);
+	return 0;
 }
 
 /* Puts the values kept at entry for `span_id` into `rec`, and forgets them. */
@@ -493,6 +559,7 @@ static __always_inline void kspan_count_probe(__u32 probe_id, __u32 reason)
 	__u32 key = probe_id * KSPAN_PCTR_COUNT + reason;
 	__u64 *value = bpf_map_lookup_elem(&kspan_probe_counters, &key);
 
+	/* A probe's own value: see kspan_hist_record. */
 	if (value)
 		*value += 1;
 }
@@ -688,8 +755,9 @@ static __always_inline __u32 kspan_parent_flags(struct kspan_frame *parent)
 }
 
 /*
- * Call `frame` was refused after spans under it were emitted: tells user
- * space to hang them under the call's own parent.
+ * Call `frame` is not a span (refused at its exit, or its exit never
+ * came) after spans under it were emitted: tells user space to hang them
+ * under the call's own parent.
  */
 static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
 						struct kspan_frame *frame,
@@ -712,21 +780,172 @@ static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
 	kspan_submit(rec, sizeof(*rec));
 }
 
+/*
+ * The task's depth read from its stack again, at most KSPAN_MAX_DEPTH:
+ * after frames are forgotten in a loop, a value the verifier did not carry
+ * through the loop, so that its paths merge.
+ */
+static __always_inline __u32 kspan_depth(struct kspan_task_stack *st)
+{
+	__u32 depth = *(volatile __u32 *)&st->depth;
+
+	return depth < KSPAN_MAX_DEPTH ? depth : KSPAN_MAX_DEPTH;
+}
+
+/*
+ * Forgets the task's top frame, of a call whose exit never came: counted,
+ * and a reparent record when spans under it were emitted (so that they,
+ * and spans waiting for its fate, go under its parent). Out of line: it is
+ * called in loops, whose passes then leave the verifier one state each.
+ */
+static __noinline int kspan_forget_top(struct kspan_task_stack *st)
+{
+	__u32 depth = kspan_depth(st);
+	struct kspan_frame *frame;
+
+	if (depth == 0)
+		return 0;
+	frame = kspan_frame_at(st, depth - 1);
+	if (frame->flags & KSPAN_FRAME_CHILD_SENT)
+		kspan_emit_reparent(st, frame, depth >= 2 ? kspan_frame_at(st, depth - 2) : NULL,
+				    frame->probe_id);
+	st->depth = depth - 1;
+	/* Entries past the depth limit were inside it: over too. */
+	st->overflow = 0;
+	kspan_count(KSPAN_CTR_LOST_EXIT);
+	return 0;
+}
+
+/*
+ * Frames forgotten at once with a reparent record each; those under them
+ * are only counted. More than one or two at once are rare (nested traced
+ * calls whose exits were all skipped), and 6.1's verifier explores each
+ * pass of a loop around kspan_forget_top on every path (16 take it past
+ * its limit).
+ */
+#define KSPAN_FORGET_REPARENTED 2
+
+/*
+ * Whether the frame in `slot` is of a call made below `call` on the stack
+ * (`or_at`: or at it); with `call` 0, whether there is one.
+ */
+static __always_inline int kspan_below(struct kspan_task_stack *st, __u32 slot, __u64 call,
+				       int or_at)
+{
+	__u64 at;
+
+	if (!call)
+		return 1;
+	at = kspan_frame_at(st, slot)->call;
+	return at && (at < call || (at == call && or_at));
+}
+
+/*
+ * Forgets the task's top frames while they are of calls made below `call`
+ * on the stack (`or_at`: or at it), which returned unseen: a running
+ * caller's place is above. `call` 0: every frame.
+ */
+static __always_inline void kspan_forget_below(struct kspan_task_stack *st, __u64 call, int or_at)
+{
+	__u32 depth, keep;
+
+	for (int i = 0; i < KSPAN_FORGET_REPARENTED; i++) {
+		depth = kspan_depth(st);
+		if (depth == 0 || !kspan_below(st, depth - 1, call, or_at))
+			return;
+		kspan_forget_top(st);
+	}
+	depth = kspan_depth(st);
+	keep = depth;
+	for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
+		if (keep == 0 || !kspan_below(st, keep - 1, call, or_at))
+			break;
+		keep -= 1;
+	}
+	if (keep < depth) {
+		kspan_count_n(KSPAN_CTR_LOST_EXIT, depth - keep);
+		st->depth = keep;
+		st->overflow = 0;
+	}
+}
+
+/*
+ * How far apart calls made the same way in two system calls can be on
+ * the stack: the kernel moves each system call's stack by up to 1 KiB
+ * (CONFIG_RANDOMIZE_KSTACK_OFFSET, on by default in Debian's kernels).
+ */
+#define KSPAN_KSTACK_OFFSET_MAX 1024
+
+/*
+ * Whether the application's context on the task is not the one its
+ * current tree was read with (st->ctx_known).
+ */
+static __always_inline int kspan_context_changed(struct kspan_task_stack *st)
+{
+	__u8 trace_id[16];
+	__u64 parent = 0;
+	int skip = kspan_outermost(trace_id, &parent);
+
+	return skip != st->ctx_skip || (skip < 0 && parent != st->app_span_id);
+}
+
+/*
+ * Before a call at `call` (kspan_call_of) of probe `probe_id` is entered:
+ * the task's frames of calls that returned unseen are forgotten. Those at
+ * or below `call` on the stack are such calls (a caller's is above). A
+ * frame of the same function less than the system call stack offset above
+ * is either its caller (recursion) or a call of an earlier system call of
+ * the task, which the offset put above. The application's context cannot
+ * change while the task is in the kernel: when it has since the tree's
+ * was read, every frame is of an earlier system call, and all are
+ * forgotten. Otherwise the frame is kept and marked as one that may not
+ * stand, so that the spans under it wait for its fate (its span, or a
+ * reparent once it is forgotten).
+ */
+static __always_inline void kspan_settle(struct kspan_task_stack *st, __u64 call, __u32 probe_id)
+{
+	struct kspan_frame *top;
+	__u32 depth;
+
+	if (!call)
+		return;
+	kspan_forget_below(st, call, 1);
+	depth = kspan_depth(st);
+	if (depth == 0)
+		return;
+	top = kspan_frame_at(st, depth - 1);
+	/* Compared, not subtracted: `call` is the context pointer to the verifier. */
+	if (top->probe_id != probe_id || !top->call || top->call > call + KSPAN_KSTACK_OFFSET_MAX)
+		return;
+	if (st->ctx_known && kspan_context_changed(st)) {
+		/* The task has been back in user space since the tree began. */
+		kspan_forget_below(st, 0, 1);
+		return;
+	}
+	top->flags |= KSPAN_FRAME_MAY_DROP;
+}
+
 /* fentry mode: an instant span, emitted at once. */
-static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u32 probe_id)
+static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u32 probe_id,
+					      struct task_struct *task, __u64 call)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *top = NULL;
 	struct kspan_record *rec;
 	__u8 trace_id[16];
 	__u64 parent;
+	__u32 depth = 0;
 
 	/* Where the instant belongs, decided before anything is reserved. */
-	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
-	if (st && st->depth > 0 && st->depth <= KSPAN_MAX_DEPTH) {
+	st = bpf_task_storage_get(&kspan_stacks, task, 0, 0);
+	if (st) {
+		kspan_settle(st, call, probe_id);
+		depth = kspan_depth(st);
+	}
+	if (st && depth > 0) {
 		int skip;
 
-		top = kspan_frame_at(st, st->depth - 1);
+		top = kspan_frame_at(st, depth - 1);
 		if (top->suppressed) {
 			/* Inside a call that is not recorded. */
 			kspan_count(top->suppressed - 1);
@@ -772,9 +991,13 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 
 /*
  * Entry of a traced call (kspan_wanted() said so): an instant, or a frame
- * pushed for the exit.
+ * pushed for the exit. `call` is where the call is on the task's stack
+ * (kspan_call_of; 0: unknown); `cookie`, where a session program has one,
+ * the slot its entry shares with its exit, which learns from it that its
+ * entry was not skipped.
  */
-static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
+static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
+				       struct task_struct *task, __u64 call, __u64 *cookie)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
@@ -783,15 +1006,15 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 
 	now = bpf_ktime_get_ns();
 	if (kspan_is_instant())
-		return kspan_emit_instant(args, now, probe_id);
+		return kspan_emit_instant(args, now, probe_id, task, call);
 
-	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0,
-				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	st = bpf_task_storage_get(&kspan_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		kspan_count(KSPAN_CTR_NO_STORAGE);
 		return 0;
 	}
-	depth = st->depth;
+	kspan_settle(st, call, probe_id);
+	depth = kspan_depth(st);
 	if (depth >= KSPAN_MAX_DEPTH) {
 		st->overflow += 1;
 		kspan_count(KSPAN_CTR_STACK_DEPTH);
@@ -816,6 +1039,10 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id)
 	frame = kspan_frame_at(st, depth);
 	frame->suppressed = suppressed;
 	frame->start_ns = now;
+	frame->call = call;
+	/* Tells this call's exit the frame is its own (see kspan_exit). */
+	if (cookie)
+		*cookie = now;
 	frame->span_id = span_id;
 	frame->probe_id = probe_id;
 	frame->flags = kspan_cfg.may_drop ? KSPAN_FRAME_MAY_DROP : 0;
@@ -901,6 +1128,12 @@ static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __
 
 	if (!kspan_cfg.histogram)
 		return;
+	/*
+	 * Plain adds: a probe's rows, errno values and probe counters are
+	 * written by its exit program alone, which the kernel never runs
+	 * twice at once on a CPU, preempted or not (its recursion guard;
+	 * kprobe programs run with preemption off).
+	 */
 	if (kspan_cfg.hist_errno_bytes == 4)
 		r = (__s64)(__s32)ret;
 	if (kspan_cfg.hist_errno_bytes && r >= -4095 && r <= -1)
@@ -929,8 +1162,23 @@ static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __
 	kspan_hist_errno_add(&key, ns);
 }
 
-/* Exit of a traced call (kspan_wanted() said so): pop its frame, emit one record. */
-static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
+/* Whether `frame` holds the arguments `args` (those the probe reads). */
+static __always_inline int kspan_same_args(const struct kspan_frame *frame, const __u64 *args)
+{
+#pragma unroll
+	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
+		if (i < kspan_cfg.nr_args && frame->args[i] != args[i])
+			return 0;
+	return 1;
+}
+
+/*
+ * Exit of a traced call (kspan_wanted() said so): pop its frame, emit one
+ * record. `call` and `cookie` as for kspan_entry; `args`, where the exit
+ * has them (fexit), the call's arguments.
+ */
+static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_struct *task,
+				      __u64 call, __u64 *cookie, const __u64 *args)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame, *parent = NULL;
@@ -939,42 +1187,90 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
 	__u32 depth, found = 0;
 
 	now = bpf_ktime_get_ns();
-	st = bpf_task_storage_get(&kspan_stacks, bpf_get_current_task_btf(), 0, 0);
+	st = bpf_task_storage_get(&kspan_stacks, task, 0, 0);
 	if (!st) {
 		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 		return 0;
 	}
-	if (st->overflow) {
-		/* This exit belongs to an entry that found the stack full. */
-		st->overflow -= 1;
-		return 0;
-	}
+	if (call) {
+		struct kspan_frame *top;
 
-	/*
-	 * Find the innermost frame of this probe. Frames above it belong to calls
-	 * whose exit never came (a missed fexit): they are discarded and counted.
-	 * No frame at all means the call began before the probe was attached.
-	 */
-	depth = st->depth;
-	if (depth > KSPAN_MAX_DEPTH)
-		depth = KSPAN_MAX_DEPTH;
-#pragma unroll
-	for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
-		if (found || depth == 0)
-			break;
-		if (kspan_frame_at(st, depth - 1)->probe_id == probe_id)
+		/* Frames below this call's place are of calls that returned unseen. */
+		kspan_forget_below(st, call, 0);
+		depth = kspan_depth(st);
+		top = depth ? kspan_frame_at(st, depth - 1) : NULL;
+		if (top && top->call) {
+			if (top->call != call || top->probe_id != probe_id) {
+				/*
+				 * No frame at this call's place: its entry found
+				 * the stack full, was skipped, or came before
+				 * the probe was attached.
+				 */
+				if (st->overflow)
+					st->overflow -= 1;
+				else
+					kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
+				return 0;
+			}
+			/*
+			 * The frame at this call's place may be an earlier
+			 * call's, whose exit was skipped, this call's entry
+			 * being skipped too: the entry stamps the session
+			 * cookie; without one, a call with other arguments is
+			 * another call (one with the same is taken for this).
+			 */
+			if (cookie ? *cookie != top->start_ns : args && !kspan_same_args(top, args)) {
+				kspan_forget_top(st);
+				kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
+				return 0;
+			}
+			/* Entries past the depth limit were inside this call: over too. */
+			st->overflow = 0;
 			found = depth;
-		else
-			depth -= 1;
+		}
 	}
 	if (!found) {
-		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
-		return 0;
+		if (st->overflow) {
+			/* This exit belongs to an entry that found the stack full. */
+			st->overflow -= 1;
+			return 0;
+		}
+
+		/*
+		 * Find the innermost frame of this probe (frames of kprobes
+		 * and tracepoints, and of calls on an interrupt stack, have no
+		 * place). Frames above it belong to calls whose exit never
+		 * came: they are discarded and counted. No frame at all means
+		 * the call began before the probe was attached.
+		 */
+		depth = kspan_depth(st);
+#pragma unroll
+		for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
+			struct kspan_frame *f;
+
+			if (found || depth == 0)
+				break;
+			f = kspan_frame_at(st, depth - 1);
+			if (call && f->call && f->call != call) {
+				/* Another call's place: one still running ends the search. */
+				if (f->call > call)
+					break;
+				depth -= 1;
+			} else if (f->probe_id == probe_id) {
+				found = depth;
+			} else {
+				depth -= 1;
+			}
+		}
+		if (!found) {
+			kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
+			return 0;
+		}
+		if (st->depth > found)
+			kspan_count_n(KSPAN_CTR_LOST_EXIT, st->depth - found);
 	}
-	for (__u32 lost = found; lost < st->depth && lost < KSPAN_MAX_DEPTH; lost++)
-		kspan_count(KSPAN_CTR_LOST_EXIT);
-	st->depth = found - 1;
 	frame = kspan_frame_at(st, found - 1);
+	st->depth = found - 1;
 	/* Every call but those of threads that suppress telemetry (kspan's own). */
 	if (kspan_cfg.histogram && kspan_tree_context(st) != KSPAN_CTR_SUPPRESSED)
 		kspan_hist_record(probe_id, frame->start_ns, now, ret);
@@ -1041,6 +1337,8 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id)
  * only the session programs, never loaded there, call them.
  */
 extern _Bool bpf_session_is_return(void *ctx) __ksym __weak;
+/* fsession: 8 bytes the call's entry and exit share, zeroed per call. */
+extern __u64 *bpf_session_cookie(void *ctx) __ksym __weak;
 /* The 6.10 to 6.19 prototype of the same kfunc (kprobe.session only). */
 extern _Bool bpf_session_is_return___noctx(void) __ksym __weak;
 
@@ -1048,22 +1346,28 @@ SEC("fentry")
 int kspan_fentry(__u64 *ctx)
 {
 	__u64 args[KSPAN_MAX_ARGS];
+	struct task_struct *task;
 
 	if (!kspan_wanted())
 		return 0;
 	kspan_trampoline_args(ctx, args);
-	return kspan_entry(args, kspan_cfg.probe_id);
+	task = bpf_get_current_task_btf();
+	return kspan_entry(args, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL);
 }
 
 SEC("fexit")
 int kspan_fexit(__u64 *ctx)
 {
+	__u64 args[KSPAN_MAX_ARGS];
+	struct task_struct *task;
 	__u64 ret = 0;
 
 	if (!kspan_wanted())
 		return 0;
 	bpf_get_func_ret(ctx, &ret);
-	return kspan_exit(ret, kspan_cfg.probe_id);
+	kspan_trampoline_args(ctx, args);
+	task = bpf_get_current_task_btf();
+	return kspan_exit(ret, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL, args);
 }
 
 /*
@@ -1079,17 +1383,21 @@ int kspan_fexit(__u64 *ctx)
 static __always_inline int kspan_session(__u64 *ctx)
 {
 	__u64 args[KSPAN_MAX_ARGS];
+	struct task_struct *task;
 	__u64 ret = 0;
 
 	if (!kspan_wanted())
 		return 0;
+	task = bpf_get_current_task_btf();
 	if (bpf_session_is_return(ctx)) {
 		bpf_get_func_ret(ctx, &ret);
-		kspan_exit(ret, kspan_probe_id(ctx));
+		kspan_exit(ret, kspan_probe_id(ctx), task, kspan_call_of(ctx, task),
+			   bpf_session_cookie(ctx), NULL);
 		return 0;
 	}
 	kspan_trampoline_args(ctx, args);
-	kspan_entry(args, kspan_probe_id(ctx));
+	kspan_entry(args, kspan_probe_id(ctx), task, kspan_call_of(ctx, task),
+		    bpf_session_cookie(ctx));
 	return 0;
 }
 
@@ -1116,14 +1424,15 @@ static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
 	if (!kspan_wanted())
 		return 0;
 	kspan_kprobe_args(regs, args);
-	return kspan_entry(args, kspan_probe_id(regs));
+	return kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL);
 }
 
 static __always_inline int kspan_on_kretprobe(struct pt_regs *regs)
 {
 	if (!kspan_wanted())
 		return 0;
-	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs));
+	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
+			  NULL, NULL);
 }
 
 SEC("kprobe")
@@ -1173,11 +1482,12 @@ int kspan_kprobe_session(struct pt_regs *regs)
 	else
 		is_return = bpf_session_is_return___noctx();
 	if (is_return) {
-		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs));
+		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
+			   NULL, NULL);
 		return 0;
 	}
 	kspan_kprobe_args(regs, args);
-	kspan_entry(args, kspan_probe_id(regs));
+	kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL);
 	return 0;
 }
 
@@ -1197,7 +1507,7 @@ int kspan_sys_enter(__u64 *ctx)
 #pragma unroll
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
 		args[i] = i < kspan_cfg.nr_args ? ctx[2 + i] : 0;
-	return kspan_entry(args, kspan_cfg.probe_id);
+	return kspan_entry(args, kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL);
 }
 
 SEC("tracepoint")
@@ -1205,5 +1515,5 @@ int kspan_sys_exit(__u64 *ctx)
 {
 	if (!kspan_wanted())
 		return 0;
-	return kspan_exit(ctx[2], kspan_cfg.probe_id);
+	return kspan_exit(ctx[2], kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL, NULL);
 }

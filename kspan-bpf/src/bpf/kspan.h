@@ -184,9 +184,16 @@ enum kspan_counter {
 	KSPAN_CTR_RINGBUF_FULL = 0,
 	/* An entry was not recorded: the task already had KSPAN_MAX_DEPTH open spans. */
 	KSPAN_CTR_STACK_DEPTH = 1,
-	/* An open span was discarded because an outer span on the task ended first. */
+	/*
+	 * An open span was discarded because its exit never came: an outer
+	 * span on the task ended first, or a later call began where it was on
+	 * the stack (the kernel skipped its exit program).
+	 */
 	KSPAN_CTR_LOST_EXIT = 2,
-	/* An exit arrived with no matching entry (e.g. the call began before attach). */
+	/*
+	 * An exit arrived with no matching entry (the call began before attach,
+	 * or the kernel skipped its entry program).
+	 */
 	KSPAN_CTR_UNMATCHED_EXIT = 3,
 	/* The per-task stack could not be allocated. */
 	KSPAN_CTR_NO_STORAGE = 4,
@@ -256,19 +263,23 @@ struct kspan_hist_errno_key {
 /* Record flags. */
 #define KSPAN_REC_HAS_RET (1u << 0)
 /*
- * The parent (a kernel span of a probe with filters) may still be refused
- * at its exit: user space holds the span until it knows the parent's fate.
+ * The parent (a kernel span of a probe with filters, or one whose exit the
+ * kernel may have skipped) may still be refused at its exit: user space
+ * holds the span until it knows the parent's fate.
  */
 #define KSPAN_REC_PARENT_PENDING (1u << 1)
 /*
- * Not a span: call `span_id` was refused at its exit after spans under it
- * were emitted; they belong under `parent_span_id` instead. Only the
- * header is meaningful.
+ * Not a span: call `span_id` was refused at its exit (or its exit never
+ * came) after spans under it were emitted; they belong under
+ * `parent_span_id` instead. Only the header is meaningful.
  */
 #define KSPAN_REC_REPARENT (1u << 2)
 
 /* Frame flags. */
-/* The call's probe may refuse it at its exit (filters, rate limit, no spans). */
+/*
+ * The call's probe may refuse it at its exit (filters, rate limit, no
+ * spans), or the call may be one whose exit was skipped (kspan_settle).
+ */
 #define KSPAN_FRAME_MAY_DROP (1u << 0)
 /* A record (span or reparent) naming this call as parent was emitted. */
 #define KSPAN_FRAME_CHILD_SENT (1u << 1)
@@ -369,6 +380,13 @@ struct kspan_config {
 /* One open kernel span on a task's stack. */
 struct kspan_frame {
 	__u64 start_ns;
+	/*
+	 * Where the call is on the task's kernel stack (its trampoline's
+	 * frame), so that an exit finds its own frame and an entry sees the
+	 * frames of calls that returned unseen; 0 where unknown (kprobes,
+	 * tracepoints, calls on an interrupt stack).
+	 */
+	__u64 call;
 	/* Made when first needed (its record, a child's, a reparent); 0 until then. */
 	__u64 span_id;
 	__u64 args[KSPAN_MAX_ARGS];

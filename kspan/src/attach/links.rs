@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The links that hold programs attached, and detaching them in order.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// One attached program: dropping the link detaches it.
 #[derive(Debug)]
@@ -40,7 +42,44 @@ impl Link {
 pub(crate) struct Links {
     entry: Vec<Link>,
     exit: Vec<Link>,
-    programs: Vec<OwnedFd>,
+    programs: Arc<Programs>,
+}
+
+/// The programs of a runtime, and how often the kernel skipped them:
+/// shared with the runtime's figures, which read it without waiting on a
+/// detach.
+#[derive(Debug, Default)]
+pub(crate) struct Programs {
+    open: Mutex<Vec<OwnedFd>>,
+    /// Skipped runs of the programs already closed.
+    closed_skips: AtomicU64,
+}
+
+impl Programs {
+    /// Runs of the programs the kernel skipped, closed ones included (a
+    /// program it cannot ask about counts none).
+    pub(crate) fn skipped(&self) -> u64 {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        self.closed_skips.load(Ordering::Relaxed) + skips(&open)
+    }
+
+    fn keep(&self, programs: impl IntoIterator<Item = OwnedFd>) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.extend(programs);
+    }
+
+    fn close_all(&self) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        self.closed_skips.fetch_add(skips(&open), Ordering::Relaxed);
+        open.clear();
+    }
+}
+
+fn skips(programs: &[OwnedFd]) -> u64 {
+    programs
+        .iter()
+        .filter_map(|p| crate::bpf::sys::prog_recursion_misses(p.as_fd()).ok())
+        .sum()
 }
 
 impl Links {
@@ -54,7 +93,12 @@ impl Links {
     ) {
         self.exit.extend(exit);
         self.entry.push(entry);
-        self.programs.extend(programs.into_iter().flatten());
+        self.programs.keep(programs.into_iter().flatten());
+    }
+
+    /// The programs, for the figures.
+    pub(crate) fn programs(&self) -> Arc<Programs> {
+        self.programs.clone()
     }
 
     /// How many links are held.
@@ -68,7 +112,7 @@ impl Links {
         let links = self.len();
         detach(std::mem::take(&mut self.entry));
         detach(std::mem::take(&mut self.exit));
-        self.programs.clear();
+        self.programs.close_all();
         tracing::debug!(links, elapsed = ?started.elapsed(), "kspan detached");
     }
 }

@@ -29,7 +29,7 @@ use crate::bpf::{refusal_reason, KernelCapabilities, LoadError};
 use crate::kernel::errno;
 use crate::plan::ProbePlan;
 
-pub(crate) use links::Links;
+pub(crate) use links::{Links, Programs};
 
 /// How one probe was attached.
 #[derive(Debug, Clone, PartialEq, Eq)]

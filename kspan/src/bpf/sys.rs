@@ -316,6 +316,22 @@ fn kprobe_pmu() -> io::Result<KprobePmu> {
         .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
 }
 
+/// How many times the kernel skipped program `prog` instead of running it
+/// (`recursion_misses` of its `bpf_prog_info`): it runs a program at most
+/// once at a time on a CPU.
+pub(crate) fn prog_recursion_misses(prog: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: `info` is a `bpf_prog_info` of `len` bytes, which the kernel
+    // fills up to that length; none of its pointer fields is set, so the
+    // kernel writes nothing else.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(prog.as_raw_fd(), &mut info, &mut len) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(-rc));
+    }
+    Ok(info.recursion_misses)
+}
+
 /// A descriptor from a libbpf call that returns it or `-errno` (and sets
 /// errno), or from a raw syscall that returns -1 and sets errno.
 pub(crate) fn owned(fd: i32) -> io::Result<OwnedFd> {

@@ -8,8 +8,10 @@
 //! span (the parent stands: the children go as they are) or a reparent
 //! record (the parent was refused: they go under its parent instead, maybe
 //! to wait again). A parent whose exit never comes (a lost exit, counted by
-//! the kernel) would keep its children forever: they go as they are after
-//! [`MAX_WAIT`], or when [`MAX_HELD`] spans wait, counted as unresolved.
+//! the kernel) gets a reparent record when the kernel forgets its frame, at
+//! a later call of its task; one whose task makes none would keep its
+//! children forever: they go as they are after [`MAX_WAIT`], or when
+//! [`MAX_HELD`] spans wait, counted as unresolved.
 //! Pure bookkeeping: no clock of its own, no tracer.
 
 use std::collections::{HashMap, VecDeque};
