@@ -95,8 +95,8 @@ commands:
       --verbose         also show the guest's boot console
   test [opts]           host build + tests, then the VM tests per kernel
       --host-only | --vm-only
-      --kernel K        (repeatable) kernels of the VM matrix (default debian12
-                        and debian13; debian14 by name)
+      --kernel K        (repeatable) kernels of the VM matrix (default debian12,
+                        debian13 and debian14)
       --kernels K1,K2   same, comma separated
       --timeout SECS    per VM
   demo [--kernel K]     run kspan-receive -- examples/quickstart in the VM

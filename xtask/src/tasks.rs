@@ -15,14 +15,9 @@ use crate::{consumer, hot, others};
 pub const TESTS_PKG: &str = "kspan-tests";
 
 /// The kernels every VM test runs on when `test` is given none: Debian 12's
-/// 6.1 and Debian 13's 6.12. Debian's newest (`debian14`, sid's 7.x) joins
-/// them once `vm_context_tasks` (and, now and then, `vm_context_threads`)
-/// passes there: its kernels are preemptible
-/// (PREEMPT_LAZY), where the kernel skips a trampoline program on a CPU
-/// while a task preempted inside it waits, and kspan's per-task pairing
-/// does not yet survive a skipped entry or exit (run it with `--kernel
-/// debian14`; every other VM test passes there).
-const VM_MATRIX: &[&str] = &["debian12", "debian13"];
+/// 6.1, Debian 13's 6.12 and Debian's newest (`debian14`, sid's 7.x: the
+/// one with fsession, fsession.multi, and a preemptible kernel).
+const VM_MATRIX: &[&str] = &["debian12", "debian13", "debian14"];
 
 /// One line of the final summary.
 struct Stage {
@@ -798,7 +793,7 @@ mod tests {
                 other => panic!("{other:?} is not a Debian kernel"),
             })
             .collect();
-        assert_eq!(labels, ["debian12", "debian13"]);
+        assert_eq!(labels, ["debian12", "debian13", "debian14"]);
     }
 
     #[test]
