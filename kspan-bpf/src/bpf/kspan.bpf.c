@@ -1172,6 +1172,43 @@ static __always_inline int kspan_same_args(const struct kspan_frame *frame, cons
 	return 1;
 }
 
+/* The frame search of an exit that is not at its own place (kspan_exit). */
+struct kspan_search {
+	struct kspan_task_stack *st;
+	__u64 call;
+	__u32 probe_id;
+	/* The slot above the next frame looked at. */
+	__u32 depth;
+	/* 1 + the slot of this probe's innermost frame; 0: none. */
+	__u32 found;
+};
+
+/*
+ * One frame of the search, from the top: a bpf_loop callback, so that the
+ * verifier checks it once rather than once per frame (unrolled, the
+ * search was most of what it checked in the session programs).
+ */
+static long kspan_search_step(__u64 index, void *data)
+{
+	struct kspan_search *s = data;
+	struct kspan_frame *f;
+	__u32 depth = s->depth;
+
+	if (depth == 0 || depth > KSPAN_MAX_DEPTH)
+		return 1;
+	f = kspan_frame_at(s->st, depth - 1);
+	if (s->call && f->call && f->call != s->call) {
+		/* Another call's place: one still running ends the search. */
+		if (f->call > s->call)
+			return 1;
+	} else if (f->probe_id == s->probe_id) {
+		s->found = depth;
+		return 1;
+	}
+	s->depth = depth - 1;
+	return 0;
+}
+
 /*
  * Exit of a traced call (kspan_wanted() said so): pop its frame, emit one
  * record. `call` and `cookie` as for kspan_entry; `args`, where the exit
@@ -1243,25 +1280,15 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 		 * came: they are discarded and counted. No frame at all means
 		 * the call began before the probe was attached.
 		 */
-		depth = kspan_depth(st);
-#pragma unroll
-		for (int i = 0; i < KSPAN_MAX_DEPTH; i++) {
-			struct kspan_frame *f;
+		struct kspan_search search = {
+			.st = st,
+			.call = call,
+			.probe_id = probe_id,
+			.depth = kspan_depth(st),
+		};
 
-			if (found || depth == 0)
-				break;
-			f = kspan_frame_at(st, depth - 1);
-			if (call && f->call && f->call != call) {
-				/* Another call's place: one still running ends the search. */
-				if (f->call > call)
-					break;
-				depth -= 1;
-			} else if (f->probe_id == probe_id) {
-				found = depth;
-			} else {
-				depth -= 1;
-			}
-		}
+		bpf_loop(KSPAN_MAX_DEPTH, kspan_search_step, &search, 0);
+		found = search.found < KSPAN_MAX_DEPTH ? search.found : KSPAN_MAX_DEPTH;
 		if (!found) {
 			kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 			return 0;
@@ -1269,8 +1296,13 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 		if (st->depth > found)
 			kspan_count_n(KSPAN_CTR_LOST_EXIT, st->depth - found);
 	}
-	frame = kspan_frame_at(st, found - 1);
 	st->depth = found - 1;
+	/*
+	 * Read back: one value for the verifier whichever way the frame was
+	 * found, so that it checks what follows once, not once per way.
+	 */
+	found = kspan_depth(st) + 1;
+	frame = kspan_frame_at(st, found - 1);
 	/* Every call but those of threads that suppress telemetry (kspan's own). */
 	if (kspan_cfg.histogram && kspan_tree_context(st) != KSPAN_CTR_SUPPRESSED)
 		kspan_hist_record(probe_id, frame->start_ns, now, ret);
