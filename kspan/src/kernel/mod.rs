@@ -21,14 +21,29 @@ pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Reads and parses the BTF at `path` (the kernel's is [`KERNEL_BTF`]).
 pub fn read_btf(path: &Path) -> Result<Btf, KernelError> {
-    let data = std::fs::read(path).map_err(|source| KernelError::NoKernelBtf {
+    let no_btf = |source| KernelError::NoKernelBtf {
         path: path.to_owned(),
         source,
-    })?;
-    Btf::parse(&data).map_err(|source| KernelError::BadKernelBtf {
+    };
+    let bad_btf = |source| KernelError::BadKernelBtf {
         path: path.to_owned(),
         source,
-    })
+    };
+    let file = std::fs::File::open(path).map_err(no_btf)?;
+    let len = file.metadata().map_err(no_btf)?.len();
+    // The kernel's own BTF is mapped where the kernel allows it (one
+    // system call instead of one a page; sysfs files do not shrink under
+    // a mapping), any other file read.
+    if let Some(mapped) = usize::try_from(len)
+        .ok()
+        .filter(|_| path.starts_with("/sys/kernel/btf"))
+        .and_then(|len| sys::MappedFile::map(&file, len).ok())
+    {
+        return Btf::parse(mapped.bytes()).map_err(bad_btf);
+    }
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut &file, &mut data).map_err(no_btf)?;
+    Btf::parse(&data).map_err(bad_btf)
 }
 
 /// The running kernel's BTF, for tests that need a real kernel's types.

@@ -64,8 +64,37 @@ pub enum BtfError {
 pub struct Btf {
     strings: Vec<u8>,
     types: Vec<Type>,
-    funcs: HashMap<String, u32>,
+    funcs: HashMap<String, u32, NameHash>,
 }
+
+/// A hasher for function names: the kernel has tens of thousands, each
+/// hashed once at parse time, and none comes from an adversary (SipHash's
+/// reason to be slow). FNV-1a over the bytes, eight at a time.
+#[derive(Default, Clone, Copy)]
+struct NameHasher(u64);
+
+impl std::hash::Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut hash = self.0 ^ 0xcbf2_9ce4_8422_2325;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+            hash = (hash ^ word).wrapping_mul(PRIME);
+        }
+        for &b in chunks.remainder() {
+            hash = (hash ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+        self.0 = hash;
+    }
+
+    fn finish(&self) -> u64 {
+        // Mixes the high bits down: hashbrown takes its bucket from the low.
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+type NameHash = std::hash::BuildHasherDefault<NameHasher>;
 
 impl fmt::Debug for Btf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

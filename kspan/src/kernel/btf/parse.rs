@@ -173,7 +173,9 @@ impl Btf {
             data: &data[..type_end],
         };
 
-        let mut types = vec![Type::Void];
+        // About one type per 50 bytes of records in the kernel's BTF.
+        let mut types = Vec::with_capacity(1 + type_len / 48);
+        types.push(Type::Void);
         let mut pos = type_start;
         while pos < type_end {
             let id = types.len() as u32;
@@ -312,12 +314,16 @@ impl Btf {
             });
         }
 
+        let count = types
+            .iter()
+            .filter(|ty| matches!(ty, Type::Func { .. }))
+            .count();
         let mut btf = Btf {
             strings,
             types,
-            funcs: HashMap::new(),
+            funcs: HashMap::default(),
         };
-        let mut funcs = HashMap::new();
+        let mut funcs = HashMap::with_capacity_and_hasher(count, Default::default());
         for (id, ty) in btf.types.iter().enumerate() {
             if let Type::Func { name, .. } = ty {
                 funcs
