@@ -455,8 +455,13 @@ enum kspan_phase {
 	KSPAN_PHASE_EXIT = 2,
 };
 
-/* Fills vals, cap_flags and the data area of `rec` from the capture plan. */
-static __always_inline void kspan_capture(struct kspan_record *rec, const __u64 *args, __u64 ret,
+/*
+ * Fills vals, cap_flags and the data area of `rec` from the capture plan.
+ * Out of line: one copy for the entry, the exit and instants, which
+ * leaves a program a third fewer instructions to load (and the verifier
+ * fewer dead ones to cut where nothing is captured).
+ */
+static __noinline void kspan_capture(struct kspan_record *rec, const __u64 *args, __u64 ret,
 					  int phase)
 {
 	__u8 *data = (__u8 *)(rec + 1);
