@@ -80,8 +80,7 @@ async fn reads(
         // (whether a thread heap may shrink) when one first does.
         .filter(|s| {
             kspan_tests::span_attr(s, "kernel.arg.count") == Some(256i64.into())
-                || kspan_tests::span_attr(s, "kernel.arg.name")
-                    == Some("kspan-sessions.txt".into())
+                || kspan_tests::span_attr(s, "kernel.arg.name") == Some("kspan-sessions.txt".into())
         })
         .collect();
     let name_of = |id| {

@@ -92,6 +92,9 @@ commands:
       --smp N           guest CPUs (default 2)
       --no-otlp-forward do not forward a loopback OTEL_EXPORTER_OTLP_ENDPOINT
                         from the guest to the host
+      --multi-threaded-tcg  one host thread per guest CPU (QEMU thread=multi;
+                        for per-call figures: an attach or detach can kill
+                        the guest with a stray int3)
       --verbose         also show the guest's boot console
   test [opts]           host build + tests, then the VM tests per kernel
       --host-only | --vm-only
@@ -104,25 +107,18 @@ commands:
                         the file service in the VM, its traces in the embedded
                         Jaeger UI on the host (default 127.0.0.1:16686) until
                         Ctrl-C, or a headless-Chromium picture of one trace
-<<<<<<< HEAD
-  bench [--kernel K] [--rounds N] [--only PART] [--host]
+  bench [--kernel K] [--rounds N] [--only PART] [--host] [--multi-threaded-tcg]
                         kspan vs bpftrace in the VM: attach+detach of every
                         vfs_* function, the cost per traced call, and the cost
                         to an untraced process while probes are held (on
                         debian14 also sessions against the pairs, and ~1,000
-                        functions through trampolines)
+                        functions through trampolines); against the bpftrace
+                        of the kernel's Debian release for debian14 (sid's,
+                        fetched), else the host's
       --only others     the last part alone
       --only attach     the first two parts
-=======
-  bench [--kernel K] [--rounds N] [--only others|percall|hot|consumer] [--host]
-                        kspan vs bpftrace in the VM: attach+detach of every
-                        vfs_* function, the cost per traced call, and the cost
-                        to an untraced process while probes are held; against
-                        the bpftrace of the kernel's Debian release for
-                        debian14 (sid's, fetched), else the host's
-      --only others     the last part alone
->>>>>>> bpftrace14
       --only percall    the cost per traced call alone
+      --multi-threaded-tcg  as for vm (with --only percall)
       --host            the last part natively, syscall tracepoints only
       --host --only hot       a service's throughput at 10k and 100k traced
                               calls/s against untraced, and the cost per span

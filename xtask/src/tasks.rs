@@ -328,6 +328,9 @@ pub fn bench(args: &[String]) -> Result<u8> {
         } else if args[i] == "--host" {
             host = true;
             i += 1;
+        } else if args[i] == "--multi-threaded-tcg" {
+            opts.multi_threaded_tcg = true;
+            i += 1;
         } else {
             bail!("unknown bench option {}", args[i]);
         }

@@ -36,6 +36,11 @@ pub struct VmOptions {
     pub mem: String,
     /// Guest CPUs.
     pub smp: u32,
+    /// One host thread per guest CPU (QEMU's `thread=multi`) instead of
+    /// one for all: for per-call figures, where a single thread makes
+    /// kspan's consumer compete with the traced loop. Not for the tests
+    /// (see `run_vm`).
+    pub multi_threaded_tcg: bool,
     /// Forward a loopback `OTEL_EXPORTER_OTLP_ENDPOINT` to the host.
     pub otlp_forward: bool,
     /// Also print the console before the command starts (kernel, init).
@@ -52,6 +57,7 @@ impl Default for VmOptions {
             timeout: Duration::from_secs(900),
             mem: "2G".into(),
             smp: 2,
+            multi_threaded_tcg: false,
             otlp_forward: true,
             verbose: false,
             env: Vec::new(),
@@ -98,6 +104,7 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
         } else {
             match args[i].as_str() {
                 "--no-otlp-forward" => opts.otlp_forward = false,
+                "--multi-threaded-tcg" => opts.multi_threaded_tcg = true,
                 "--verbose" | "-v" => opts.verbose = true,
                 "--" => return Ok((opts, args[i + 1..].to_vec())),
                 a if a.starts_with('-') => bail!("unknown vm option {a}"),
@@ -422,10 +429,16 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     // One host thread runs every vCPU: with multi-threaded TCG a vCPU can run
     // code another vCPU has just patched (the kernel's int3-based text_poke
     // of ftrace call sites, done by every trampoline attach and detach), and
-    // the guest dies of a stray int3. On two host cores it costs no time.
+    // the guest dies of a stray int3. On two host cores it costs no time,
+    // but it serialises the guest's CPUs: `--multi-threaded-tcg` is for
+    // per-call benchmarks, which attach once.
     q.args([
         "-accel",
-        "tcg,thread=single",
+        if opts.multi_threaded_tcg {
+            "tcg,thread=multi"
+        } else {
+            "tcg,thread=single"
+        },
         "-cpu",
         "max",
         "-m",
@@ -739,6 +752,11 @@ mod tests {
         let a: Vec<String> = ["--kernel=sid", "uname"].map(String::from).to_vec();
         let (o, cmd) = parse_args(&a).unwrap();
         assert_eq!(o.kernel.name(), "debian14");
+        assert_eq!(cmd, ["uname"]);
+        assert!(!o.multi_threaded_tcg);
+        let a: Vec<String> = ["--multi-threaded-tcg", "uname"].map(String::from).to_vec();
+        let (o, cmd) = parse_args(&a).unwrap();
+        assert!(o.multi_threaded_tcg);
         assert_eq!(cmd, ["uname"]);
         assert!(parse_args(&["--bogus".to_string()]).is_err());
     }
