@@ -401,7 +401,7 @@ pub fn bench(args: &[String]) -> Result<u8> {
         // bpftrace's start-up (LLVM) takes seconds under emulation.
         ready_secs: 120,
     };
-    let out = target.join("kspan-vm/bench.out");
+    let out = bench_output(&target, &repo_root())?;
     let _ = std::fs::remove_file(&out);
     let out_arg = path_arg(&out);
     let attach_and_per_call = format!(
@@ -779,6 +779,20 @@ fn per_call_report(
     Ok(())
 }
 
+/// Where the guest writes the bench's output: somewhere in the repository,
+/// the one tree the guest may write (the rest of the host's file system is
+/// read-only there), so `<repo>/target/kspan-vm` when the target directory
+/// (`CARGO_TARGET_DIR`) is elsewhere.
+fn bench_output(target: &Path, repo: &Path) -> Result<PathBuf> {
+    let dir = if target.starts_with(repo) {
+        target.join("kspan-vm")
+    } else {
+        repo.join("target/kspan-vm")
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir.join("bench.out"))
+}
+
 fn path_arg(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
@@ -797,6 +811,18 @@ mod tests {
             })
             .collect();
         assert_eq!(labels, ["debian12", "debian13", "debian14"]);
+    }
+
+    #[test]
+    fn the_bench_writes_inside_the_repository() {
+        let repo = std::env::temp_dir().join(format!("kspan-xtask-{}", std::process::id()));
+        let inside = bench_output(&repo.join("target"), &repo).unwrap();
+        assert_eq!(inside, repo.join("target/kspan-vm/bench.out"));
+        let outside = bench_output(Path::new("/elsewhere/target"), &repo).unwrap();
+        assert_eq!(outside, repo.join("target/kspan-vm/bench.out"));
+        let custom = bench_output(&repo.join("build"), &repo).unwrap();
+        assert_eq!(custom, repo.join("build/kspan-vm/bench.out"));
+        std::fs::remove_dir_all(&repo).unwrap();
     }
 
     #[test]
