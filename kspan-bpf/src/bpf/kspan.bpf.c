@@ -273,10 +273,19 @@ static __always_inline __u64 kspan_new_id(void)
 	return id ? id : 1;
 }
 
-static __always_inline void kspan_new_trace_id(__u8 *trace_id)
+/*
+ * The trace id of a tree with no application trace, made in place on
+ * first use: all zeros until a record needs it, so that a tree that emits
+ * nothing (a histogram-only probe's) draws no random numbers. (All zeros
+ * is never an application's trace id: kspan_outermost takes that for a
+ * thread that suppresses telemetry.)
+ */
+static __always_inline void kspan_made_trace_id(__u8 *trace_id)
 {
 	__u64 *words = (__u64 *)trace_id;
 
+	if (words[0] || words[1])
+		return;
 	words[0] = kspan_new_id();
 	words[1] = kspan_new_id();
 }
@@ -290,15 +299,17 @@ static __always_inline void kspan_new_trace_id(__u8 *trace_id)
  */
 static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx)
 {
-	__u64 task, fsbase = 0, slot = 0;
+	__u64 fsbase, slot = 0;
+	void *task;
 
 	if (!kspan_cfg.task_fsbase_offset)
 		return 0;
 	if ((__u32)(bpf_get_current_pid_tgid() >> 32) != kspan_cfg.ctx_tgid)
 		return 0;
-	task = bpf_get_current_task();
-	if (bpf_probe_read_kernel(&fsbase, sizeof(fsbase),
-				  (void *)(task + kspan_cfg.task_fsbase_offset)) || !fsbase)
+	/* A typed load at a constant offset: no helper call. */
+	task = bpf_get_current_task_btf();
+	fsbase = *(__u64 *)(task + kspan_cfg.task_fsbase_offset);
+	if (!fsbase)
 		return 0;
 	if (bpf_probe_read_user(&slot, sizeof(slot),
 				(void *)(fsbase + kspan_cfg.thread_ctx_offset)) || !slot)
@@ -333,7 +344,9 @@ static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent)
 	if (kspan_cfg.orphans == KSPAN_ORPHANS_DROP &&
 	    (__u32)(bpf_get_current_pid_tgid() >> 32) == kspan_cfg.ctx_tgid)
 		return KSPAN_CTR_ORPHAN;
-	kspan_new_trace_id(trace_id);
+	/* Made when a record needs it (kspan_made_trace_id). */
+	((__u64 *)trace_id)[0] = 0;
+	((__u64 *)trace_id)[1] = 0;
 	*parent = 0;
 	return -1;
 }
@@ -774,6 +787,7 @@ static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
 		kspan_count(KSPAN_CTR_RINGBUF_FULL);
 		return;
 	}
+	kspan_made_trace_id(st->trace_id);
 	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
 	rec->span_id = kspan_frame_id(frame);
 	rec->parent_span_id = parent ? kspan_frame_id(parent) : st->app_span_id;
@@ -963,6 +977,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 			kspan_count(skip);
 			return 0;
 		}
+		kspan_made_trace_id(st->trace_id);
 		__builtin_memcpy(trace_id, st->trace_id, sizeof(trace_id));
 		parent = kspan_frame_id(top);
 	} else {
@@ -974,6 +989,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 			kspan_count(skip);
 			return 0;
 		}
+		kspan_made_trace_id(trace_id);
 	}
 	rec = bpf_ringbuf_reserve(&kspan_events, kspan_cfg.record_size, 0);
 	if (!rec) {
@@ -1352,6 +1368,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 		return 0;
 	}
 	pid_tgid = bpf_get_current_pid_tgid();
+	kspan_made_trace_id(st->trace_id);
 	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
 	rec->span_id = kspan_frame_id(frame);
 	rec->parent_span_id = parent_id;
