@@ -30,15 +30,14 @@ pub fn read_btf(path: &Path) -> Result<Btf, KernelError> {
         source,
     };
     let file = std::fs::File::open(path).map_err(no_btf)?;
-    let len = file.metadata().map_err(no_btf)?.len();
     // The kernel's own BTF is mapped where the kernel allows it (one
     // system call instead of one a page; sysfs files do not shrink under
     // a mapping), any other file read.
-    if let Some(mapped) = usize::try_from(len)
-        .ok()
-        .filter(|_| path.starts_with("/sys/kernel/btf"))
-        .and_then(|len| sys::MappedFile::map(&file, len).ok())
-    {
+    let mapped = path
+        .starts_with("/sys/kernel/btf")
+        .then(|| sys::MappedFile::map(&file).ok())
+        .flatten();
+    if let Some(mapped) = mapped {
         return Btf::parse(mapped.bytes()).map_err(bad_btf);
     }
     let mut data = Vec::new();
@@ -93,4 +92,39 @@ pub enum KernelError {
     /// gives a binary what it needs.
     #[error("{0}")]
     MissingPrivileges(MissingPrivileges),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_btf_mapped_and_a_copy_read_are_the_same() {
+        let path = Path::new(KERNEL_BTF);
+        let file = std::fs::File::open(path).expect("the host's kernel BTF");
+        // The host kernel (6.18) lets sysfs map it: `read_btf` takes that way.
+        assert!(sys::MappedFile::map(&file).is_ok());
+        let mapped = read_btf(path).unwrap();
+        // A copy elsewhere is read, not mapped.
+        let copy = std::env::temp_dir().join(format!("kspan-btf-{}", std::process::id()));
+        std::fs::write(&copy, std::fs::read(path).unwrap()).unwrap();
+        let read = read_btf(&copy);
+        std::fs::remove_file(&copy).unwrap();
+        let read = read.unwrap();
+        assert!(mapped.function_count() > 10_000);
+        assert_eq!(mapped.function_count(), read.function_count());
+        assert_eq!(format!("{mapped:?}"), format!("{read:?}"));
+        assert_eq!(mapped.function("vfs_read"), read.function("vfs_read"));
+        assert!(mapped.function("vfs_read").is_some());
+    }
+
+    #[test]
+    fn an_empty_file_is_bad_btf_naming_it() {
+        let empty = std::env::temp_dir().join(format!("kspan-btf-empty-{}", std::process::id()));
+        std::fs::write(&empty, b"").unwrap();
+        let e = read_btf(&empty).unwrap_err();
+        std::fs::remove_file(&empty).unwrap();
+        assert!(matches!(e, KernelError::BadKernelBtf { .. }), "{e:?}");
+        assert!(e.to_string().contains(&*empty.to_string_lossy()), "{e}");
+    }
 }

@@ -108,15 +108,16 @@ pub(crate) struct MappedFile {
 }
 
 impl MappedFile {
-    /// Maps the whole of `file` (`len` bytes, at least one), if the file
-    /// system lets it be mapped: sysfs does for `/sys/kernel/btf/vmlinux`
-    /// since Linux 6.16, which saves reading it a page per system call.
-    pub(crate) fn map(file: &std::fs::File, len: usize) -> std::io::Result<Self> {
+    /// Maps the whole of `file` (not empty), if the file system lets it be
+    /// mapped: sysfs does for `/sys/kernel/btf/vmlinux` since Linux 6.16,
+    /// which saves reading it a page per system call.
+    pub(crate) fn map(file: &std::fs::File) -> std::io::Result<Self> {
         use std::os::fd::AsRawFd;
 
-        if len == 0 {
-            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-        }
+        let len = usize::try_from(file.metadata()?.len())
+            .ok()
+            .filter(|&len| len > 0)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: a new private read-only mapping of a valid descriptor; no
         // existing memory is touched, and the result is checked.
         let addr = unsafe {

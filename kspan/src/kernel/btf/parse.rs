@@ -176,6 +176,7 @@ impl Btf {
         // About one type per 50 bytes of records in the kernel's BTF.
         let mut types = Vec::with_capacity(1 + type_len / 48);
         types.push(Type::Void);
+        let mut func_count = 0;
         let mut pos = type_start;
         while pos < type_end {
             let id = types.len() as u32;
@@ -276,10 +277,13 @@ impl Btf {
                         kind,
                     }
                 }
-                KIND_FUNC => Type::Func {
-                    name,
-                    proto: size_or_type,
-                },
+                KIND_FUNC => {
+                    func_count += 1;
+                    Type::Func {
+                        name,
+                        proto: size_or_type,
+                    }
+                }
                 KIND_FUNC_PROTO => {
                     let mut params = Vec::with_capacity(vlen);
                     for _ in 0..vlen {
@@ -314,16 +318,12 @@ impl Btf {
             });
         }
 
-        let count = types
-            .iter()
-            .filter(|ty| matches!(ty, Type::Func { .. }))
-            .count();
         let mut btf = Btf {
             strings,
             types,
             funcs: HashMap::default(),
         };
-        let mut funcs = HashMap::with_capacity_and_hasher(count, Default::default());
+        let mut funcs = HashMap::with_capacity_and_hasher(func_count, Default::default());
         for (id, ty) in btf.types.iter().enumerate() {
             if let Type::Func { name, .. } = ty {
                 funcs
