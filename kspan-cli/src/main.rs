@@ -351,7 +351,7 @@ fn list_functions(pattern: &str, all: bool) -> Outcome {
         let why_not = render::not_traced(name, traceable.as_ref().ok());
         match why_not {
             Some(NotTraced::Denied(_)) => denied += 1,
-            Some(NotTraced::Untraceable) => untraceable += 1,
+            Some(_) => untraceable += 1,
             None => {}
         }
         match why_not {

@@ -173,7 +173,9 @@ fn the_pasted_probes_plan_against_this_kernel() {
     // What `Kspan::start` reads besides BTF, read as it reads it.
     let tracefs = std::path::Path::new(kspan::kernel::tracefs::TRACEFS);
     let mut inputs = PlanInputs {
-        traceable: kspan::kernel::tracefs::traceable_functions().ok(),
+        traceable: kspan::kernel::tracefs::traceable_functions()
+            .map(kspan::plan::Traceable::Listed)
+            .unwrap_or_default(),
         ..PlanInputs::default()
     };
     let mut probes: Vec<&'static Probe> = FUNCTIONS.to_vec();

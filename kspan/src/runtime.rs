@@ -25,19 +25,20 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::annotation::{Mechanism, Mode, Probe};
-use crate::attach::{AttachDecision, Attacher, Links, Programs};
+use crate::attach::{multi_links_take_all, AttachDecision, Attacher, Links, Programs};
 use crate::bpf::config::{
     ring_buffer_size_problem, HistogramSizes, RuntimeSettings, ThreadContextSettings,
     DEFAULT_RING_BUFFER_BYTES,
 };
 use crate::bpf::object::SharedMaps;
-use crate::bpf::{KernelCapabilities, Orphans};
+use crate::bpf::{KernelCapabilities, KernelSymbol, Orphans};
 use crate::consume::{self, parse_record, Consumer};
 use crate::error::{Error, Result};
 use crate::export::ExportLedger;
+use crate::kernel::btf::Btf;
 use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
 use crate::latency::{Counts, HistogramSource, Latency, ProbeCounts};
-use crate::plan::{plan_all, PlanInputs, PlanSet, ProbePlan};
+use crate::plan::{self, plan_all, NotTraced, PlanInputs, PlanSet, ProbePlan, Traceable};
 use crate::span::{ClockOffset, Outcome, SpanFactory, SCOPE_NAME};
 use crate::stats::{ProbeStats, Stats};
 use crate::sums::KernelSums;
@@ -189,6 +190,47 @@ impl KspanBuilder {
         self
     }
 
+    /// What planning knows of which functions the kernel can trace. Where
+    /// every function goes to fsession.multi first, only what the kernel's
+    /// symbol table rules out (`__init`, no symbol: a lookup per name), and
+    /// a refused link reads the rest; otherwise the kernel's whole list
+    /// (`available_filter_functions`, a quarter of a second or more to
+    /// read), when it is readable.
+    fn traceable(&self, btf: &Btf, capabilities: &KernelCapabilities) -> Traceable {
+        let listed = || {
+            tracefs::traceable_functions()
+                .map(Traceable::Listed)
+                .unwrap_or_default()
+        };
+        if !multi_links_take_all(&self.probes, capabilities, &self.disabled) {
+            return listed();
+        }
+        let names = plan::kernel_functions(btf, &self.probes);
+        match crate::bpf::kernel_symbols(&names) {
+            Ok(symbols) => Traceable::Excluded(
+                names
+                    .iter()
+                    .zip(symbols)
+                    .filter_map(|(name, symbol)| {
+                        let why = match symbol {
+                            KernelSymbol::Init => NotTraced::FreedInit,
+                            KernelSymbol::Missing => NotTraced::NoSymbol,
+                            KernelSymbol::Text | KernelSymbol::Unknown => return None,
+                        };
+                        Some(((*name).to_owned(), why))
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::debug!(
+                    error = %e,
+                    "kspan reads available_filter_functions: the symbol table lookup failed"
+                );
+                listed()
+            }
+        }
+    }
+
     /// Plans, loads and attaches every probe and starts consuming spans on a
     /// thread of kspan's own (within the current tokio runtime, if any, for
     /// exporters that need it).
@@ -221,11 +263,20 @@ impl KspanBuilder {
             .filter(|p| p.spec.mode == Mode::Syscall)
             .map(|p| p.spec.function)
             .collect();
+        // The kernel's mechanisms, probed with this BTF: they decide what
+        // planning reads of the kernel.
+        let probed;
+        let capabilities = if self.btf_path == std::path::Path::new(KERNEL_BTF) {
+            KernelCapabilities::cached(|| Ok::<_, String>(&btf))
+        } else {
+            probed = KernelCapabilities::probe_with(Ok(&btf));
+            &probed
+        };
         let inputs = PlanInputs {
             syscalls: tracefs::read_syscall_formats(&syscalls)?,
-            traceable: tracefs::traceable_functions().ok(),
+            traceable: self.traceable(&btf, capabilities),
         };
-        let PlanSet { plans, skipped } = plan_all(&btf, &self.probes, &inputs)?;
+        let PlanSet { plans, mut skipped } = plan_all(&btf, &self.probes, &inputs)?;
         for (function, why) in &skipped {
             tracing::info!(
                 function = function.as_str(),
@@ -272,22 +323,19 @@ impl KspanBuilder {
         }
         tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
 
-        // 2. The kernel's mechanisms, probed with this BTF.
-        let probed;
-        let capabilities = if self.btf_path == std::path::Path::new(KERNEL_BTF) {
-            KernelCapabilities::cached(|| Ok(btf))
-        } else {
-            probed = KernelCapabilities::probe_with(Ok(&btf));
-            drop(btf);
-            &probed
-        };
+        drop(btf);
 
-        // 3. Attach.
+        // 2. Attach.
         kernel::sys::raise_open_files_limit();
-        let attached = Attacher::new(&settings, capabilities, &self.disabled).attach_all(&plans)?;
+        let mut attacher = Attacher::new(&settings, capabilities, &self.disabled);
+        if !inputs.traceable.is_listed() {
+            attacher = attacher.planned_without_traceable_list();
+        }
+        let attached = attacher.attach_all(&plans)?;
+        skipped.extend(attached.skipped.iter().cloned());
         tracing::debug!(functions = attached.decisions.len(), elapsed = ?started.elapsed(), "kspan attached");
 
-        // 4. Consume, then record.
+        // 3. Consume, then record.
         let histogram_probes = plans
             .iter()
             .enumerate()

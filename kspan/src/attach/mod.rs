@@ -21,7 +21,7 @@ use std::os::fd::OwnedFd;
 
 use kspan_bpf::types::kspan_config;
 
-use crate::annotation::{Attachment, Hook, Mechanism, Mode};
+use crate::annotation::{Attachment, Hook, Mechanism, Mode, Probe};
 use crate::bpf::config::RuntimeSettings;
 use crate::bpf::copies::{self, ProgramTemplate};
 use crate::bpf::object::{self, LoadRequest, Program, SharedMaps};
@@ -170,6 +170,54 @@ impl AttachError {
     }
 }
 
+/// Why `attachment` cannot be used on a kernel with `caps`, before trying
+/// it: the kernel lacks it, or the builder turned it off (`disabled`).
+fn unusable(
+    caps: &KernelCapabilities,
+    disabled: &[Mechanism],
+    attachment: Attachment,
+) -> Option<String> {
+    let (feature, needs): (Option<&crate::bpf::Feature>, &[Mechanism]) = match attachment {
+        Attachment::FsessionMulti => (
+            Some(&caps.trampoline_multi),
+            &[
+                Mechanism::Sessions,
+                Mechanism::MultiLinks,
+                Mechanism::Trampolines,
+            ],
+        ),
+        Attachment::Fsession => (Some(&caps.trampoline_sessions), &[Mechanism::Sessions]),
+        Attachment::KprobeSession => (
+            Some(&caps.kprobe_sessions),
+            &[Mechanism::Sessions, Mechanism::MultiLinks],
+        ),
+        Attachment::KprobeMulti => (Some(&caps.kprobe_multi), &[Mechanism::MultiLinks]),
+        _ => (None, &[]),
+    };
+    if let Some(off) = needs.iter().find(|m| disabled.contains(m)) {
+        return Some(format!(
+            "turned off by KspanBuilder::disable(Mechanism::{off:?})"
+        ));
+    }
+    feature.filter(|f| !f.is_available()).map(|f| f.to_string())
+}
+
+/// Whether every kernel function of `probes` (syscall sources aside) goes
+/// to fsession.multi first here: then a link the kernel refuses can say
+/// which of its functions are untraceable, and the planner needs only what
+/// the symbol table rules out, not the kernel's whole traceable list.
+pub(crate) fn multi_links_take_all(
+    probes: &[&'static Probe],
+    caps: &KernelCapabilities,
+    disabled: &[Mechanism],
+) -> bool {
+    unusable(caps, disabled, Attachment::FsessionMulti).is_none()
+        && probes
+            .iter()
+            .filter(|p| p.spec.mode != Mode::Syscall)
+            .all(|p| Hook::candidates(p.spec.mode).first() == Some(&Hook::Fexit))
+}
+
 /// What the multi-function links did, by plan index.
 #[derive(Default)]
 pub(super) struct Batches {
@@ -179,6 +227,9 @@ pub(super) struct Batches {
     /// and why: each is then attached alone, which reports errors per
     /// function.
     pub refused: HashMap<usize, (Attachment, String)>,
+    /// Functions of patterns left out of a batch because the kernel cannot
+    /// trace them, and why: not attached at all.
+    pub skipped: HashMap<usize, String>,
 }
 
 /// What attaching leaves running.
@@ -190,6 +241,19 @@ pub(crate) struct Attached {
     pub links: Links,
     /// The maps every program shares (ring buffer, counters, switch).
     pub maps: SharedMaps,
+    /// `(function, why)` for each match of a pattern found untraceable
+    /// while attaching (the planner had no traceable list), not attached.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// The kernel's list of traceable functions, as attaching needs it.
+enum TraceableList {
+    /// The planner applied it: a refused link is not about it.
+    Applied,
+    /// The planner did not have it; read when a link is refused.
+    NotRead,
+    /// Read (`None`: unreadable).
+    Read(Option<std::collections::HashSet<String>>),
 }
 
 /// What the attach of many functions carries from one to the next.
@@ -206,6 +270,7 @@ pub(crate) struct Attacher<'a> {
     /// Trampoline copies loaded ahead of their attach, by probe id.
     prepared: HashMap<u32, trampoline::Prepared>,
     links: Links,
+    traceable: TraceableList,
 }
 
 impl<'a> Attacher<'a> {
@@ -223,6 +288,29 @@ impl<'a> Attacher<'a> {
             shared: HashMap::new(),
             prepared: HashMap::new(),
             links: Links::default(),
+            traceable: TraceableList::Applied,
+        }
+    }
+
+    /// The plans were made without the kernel's list of traceable
+    /// functions (see [`multi_links_take_all`]): a multi-function link the
+    /// kernel refuses reads it, and is made again without what it leaves
+    /// out.
+    pub(crate) fn planned_without_traceable_list(mut self) -> Self {
+        self.traceable = TraceableList::NotRead;
+        self
+    }
+
+    /// After a refused link: the kernel's list of traceable functions,
+    /// where the planner did not apply it and it can be read.
+    fn traceable_list_after_refusal(&mut self) -> Option<&std::collections::HashSet<String>> {
+        if let TraceableList::NotRead = self.traceable {
+            let list = crate::kernel::tracefs::traceable_functions().ok();
+            self.traceable = TraceableList::Read(list);
+        }
+        match &self.traceable {
+            TraceableList::Read(list) => list.as_ref(),
+            _ => None,
         }
     }
 
@@ -236,7 +324,17 @@ impl<'a> Attacher<'a> {
         let kprobes = kprobe::attach_batches(&mut self, plans);
         batched.attached.extend(kprobes.attached);
         batched.refused.extend(kprobes.refused);
+        let mut skipped = Vec::new();
         for (probe_id, plan) in plans.iter().enumerate() {
+            if let Some(why) = batched.skipped.remove(&probe_id) {
+                tracing::info!(
+                    function = plan.function(),
+                    reason = why.as_str(),
+                    "kspan skips a match"
+                );
+                skipped.push((plan.function().to_owned(), why));
+                continue;
+            }
             // A progress line for large sets (patterns): every tenth.
             if total >= 20 && probe_id % (total / 10) == 0 {
                 tracing::info!(attached = probe_id, total, "kspan attaching");
@@ -276,32 +374,14 @@ impl<'a> Attacher<'a> {
             decisions,
             links: std::mem::take(&mut self.links),
             maps,
+            skipped,
         })
     }
 
     /// Why `attachment` cannot be used here, before trying it: the kernel
     /// lacks it, or the builder turned it off.
     fn unusable(&self, attachment: Attachment) -> Option<String> {
-        let caps = self.capabilities;
-        let (feature, needs): (Option<&crate::bpf::Feature>, &[Mechanism]) = match attachment {
-            Attachment::FsessionMulti => (
-                Some(&caps.trampoline_multi),
-                &[Mechanism::Sessions, Mechanism::MultiLinks],
-            ),
-            Attachment::Fsession => (Some(&caps.trampoline_sessions), &[Mechanism::Sessions]),
-            Attachment::KprobeSession => (
-                Some(&caps.kprobe_sessions),
-                &[Mechanism::Sessions, Mechanism::MultiLinks],
-            ),
-            Attachment::KprobeMulti => (Some(&caps.kprobe_multi), &[Mechanism::MultiLinks]),
-            _ => (None, &[]),
-        };
-        if let Some(off) = needs.iter().find(|m| self.disabled.contains(m)) {
-            return Some(format!(
-                "turned off by KspanBuilder::disable(Mechanism::{off:?})"
-            ));
-        }
-        feature.filter(|f| !f.is_available()).map(|f| f.to_string())
+        unusable(self.capabilities, self.disabled, attachment)
     }
 
     /// The attachments of `hook` better than `chosen`, each with why it was

@@ -25,7 +25,7 @@ use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::copies;
 use crate::bpf::object::Program;
 use crate::bpf::sys;
-use crate::plan::ProbePlan;
+use crate::plan::{denylist, NotTraced, ProbePlan};
 
 /// A copy loaded ahead of its attach.
 pub(super) struct Prepared {
@@ -147,10 +147,23 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
             groups.entry(config_key(&config)).or_default().push(i);
         }
     }
-    for members in groups.into_values() {
+    for mut members in groups.into_values() {
         let mut fallbacks = Vec::new();
-        match attach_multi(at, plans, &members, &mut fallbacks) {
-            Ok(()) => {
+        let result = attach_multi(at, plans, &mut members, &mut fallbacks);
+        if let Ok(left_out) = &result {
+            for &i in left_out {
+                let why = NotTraced::Untraceable.to_string();
+                if denylist::is_pattern(plans[i].probe.spec.function) {
+                    batches.skipped.insert(i, why);
+                } else {
+                    // Named by the probe: attached alone, which says what
+                    // the kernel refuses (or `auto` takes a kprobe).
+                    batches.refused.insert(i, (Attachment::FsessionMulti, why));
+                }
+            }
+        }
+        match result {
+            Ok(_) => {
                 for &i in &members {
                     let mut decision = AttachDecision::new(
                         &plans[i],
@@ -184,15 +197,18 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
 }
 
 /// One fsession.multi program and link for the functions `members` of
-/// `plans`, the probe ids (plan indexes) as cookies.
+/// `plans`, the probe ids (plan indexes) as cookies. Where the plans were
+/// made without the kernel's list of traceable functions, a refused link
+/// is made again without the members the list leaves out: those are
+/// taken out of `members` and returned.
 fn attach_multi(
     at: &mut Attacher<'_>,
     plans: &[ProbePlan],
-    members: &[usize],
+    members: &mut Vec<usize>,
     fallbacks: &mut Vec<String>,
-) -> Result<(), AttachError> {
+) -> Result<Vec<usize>, AttachError> {
     let Some(&first) = members.first() else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let plan = &plans[first];
     let refused = |e| AttachError::refused(plan.function(), Hook::Fexit, e);
@@ -206,15 +222,42 @@ fn attach_multi(
         (Program::FsessionMulti, None),
         fallbacks,
     )?;
-    let targets: Vec<(u32, u64)> = members
-        .iter()
-        .map(|&i| (plans[i].signature.btf_id, i as u64))
-        .collect();
-    let link = sys::attach_tracing_multi(prog.as_fd(), sys::BPF_TRACE_FSESSION_MULTI, &targets)
-        .map(|fd| Link::new(LinkKind::Trampoline, fd))
-        .map_err(refused)?;
-    at.links.keep(None, link, [Some(prog)]);
-    Ok(())
+    let link = |members: &[usize]| {
+        let targets: Vec<(u32, u64)> = members
+            .iter()
+            .map(|&i| (plans[i].signature.btf_id, i as u64))
+            .collect();
+        sys::attach_tracing_multi(prog.as_fd(), sys::BPF_TRACE_FSESSION_MULTI, &targets)
+    };
+    let mut left_out = Vec::new();
+    let fd = match link(members) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let Some(list) = at.traceable_list_after_refusal() else {
+                return Err(refused(e));
+            };
+            let (out, kept): (Vec<usize>, Vec<usize>) = members
+                .iter()
+                .partition(|&&i| !list.contains(plans[i].function()));
+            if out.is_empty() {
+                return Err(refused(e));
+            }
+            fallbacks.push(format!(
+                "fsession.multi refused the link ({e}); made again without the {} of its \
+                 functions absent from available_filter_functions",
+                out.len()
+            ));
+            *members = kept;
+            left_out = out;
+            if members.is_empty() {
+                return Ok(left_out);
+            }
+            link(members).map_err(refused)?
+        }
+    };
+    at.links
+        .keep(None, Link::new(LinkKind::Trampoline, fd), [Some(prog)]);
+    Ok(left_out)
 }
 
 /// Loads, from several threads, the copies of the trampoline functions of

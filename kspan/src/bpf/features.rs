@@ -100,9 +100,14 @@ impl KernelCapabilities {
 
     /// The cached capabilities, probed with the BTF `btf` gives on first
     /// use: `start` hands over the BTF it has parsed already.
-    pub(crate) fn cached(btf: impl FnOnce() -> Result<Btf, String>) -> &'static KernelCapabilities {
+    pub(crate) fn cached<B: std::borrow::Borrow<Btf>>(
+        btf: impl FnOnce() -> Result<B, String>,
+    ) -> &'static KernelCapabilities {
         static CAPS: OnceLock<KernelCapabilities> = OnceLock::new();
-        CAPS.get_or_init(|| KernelCapabilities::probe_with(btf().as_ref()))
+        CAPS.get_or_init(|| {
+            let btf = btf();
+            KernelCapabilities::probe_with(btf.as_ref().map(|b| b.borrow()))
+        })
     }
 
     /// Probes now (prefer [`KernelCapabilities::get`]).

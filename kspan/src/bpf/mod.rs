@@ -2,13 +2,15 @@
 //! The interface with the kernel's BPF: the settings programs read
 //! ([`config`]), loading kspan's object ([`object`]), further copies of its
 //! programs without libbpf ([`copies`]), the raw attach system calls
-//! ([`sys`]) and what the kernel offers ([`KernelCapabilities`]).
+//! ([`sys`]), what the kernel offers ([`KernelCapabilities`]) and what its
+//! symbol table says of function names ([`kernel_symbols`]).
 //! It plans nothing and attaches nothing itself.
 
 pub(crate) mod config;
 pub(crate) mod copies;
 mod error;
 mod features;
+mod kallsyms;
 pub(crate) mod object;
 pub(crate) mod sys;
 
@@ -16,3 +18,4 @@ pub use config::{Orphans, DEFAULT_RING_BUFFER_BYTES};
 pub(crate) use error::refusal_reason;
 pub use error::{LoadError, MapError};
 pub use features::{Feature, KernelCapabilities};
+pub(crate) use kallsyms::{kernel_symbols, KernelSymbol};

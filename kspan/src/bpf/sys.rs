@@ -286,6 +286,102 @@ pub(crate) fn attach_tracing_multi(
     owned(i32::try_from(fd).unwrap_or(-1))
 }
 
+/// A one-entry array map whose value is `value_size` bytes: memory a
+/// program and this process share.
+pub(crate) fn array_map_create(value_size: u32) -> io::Result<OwnedFd> {
+    // SAFETY: the name is a NUL-terminated string; no options are passed.
+    let fd = unsafe {
+        libbpf_sys::bpf_map_create(
+            libbpf_sys::BPF_MAP_TYPE_ARRAY,
+            c"kspan_scratch".as_ptr(),
+            4,
+            value_size,
+            1,
+            std::ptr::null(),
+        )
+    };
+    owned(fd)
+}
+
+/// Writes `value` (the map's whole value) into the one entry of an array
+/// map made by [`array_map_create`].
+pub(crate) fn array_map_write(map: BorrowedFd<'_>, value: &[u8]) -> io::Result<()> {
+    let key = 0u32;
+    // SAFETY: the key is 4 bytes and `value` is the map's value size (the
+    // caller made the map with it), both valid for the call.
+    let rc = unsafe {
+        libbpf_sys::bpf_map_update_elem(
+            map.as_raw_fd(),
+            (&key as *const u32).cast(),
+            value.as_ptr().cast(),
+            0,
+        )
+    };
+    errno_result(rc)
+}
+
+/// Reads the one entry of an array map made by [`array_map_create`] into
+/// `value` (the map's value size).
+pub(crate) fn array_map_read(map: BorrowedFd<'_>, value: &mut [u8]) -> io::Result<()> {
+    let key = 0u32;
+    // SAFETY: the key is 4 bytes and `value` is the map's value size, which
+    // the kernel fills.
+    let rc = unsafe {
+        libbpf_sys::bpf_map_lookup_elem(
+            map.as_raw_fd(),
+            (&key as *const u32).cast(),
+            value.as_mut_ptr().cast(),
+        )
+    };
+    errno_result(rc)
+}
+
+/// Loads a syscall program (`BPF_PROG_TYPE_SYSCALL`, sleepable, as the
+/// kernel requires of that type): one the process runs itself with
+/// [`run_syscall_program`], attached to nothing.
+pub(crate) fn load_syscall_program(insns: &[libbpf_sys::bpf_insn]) -> io::Result<OwnedFd> {
+    let mut opts = libbpf_sys::bpf_prog_load_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
+        prog_flags: libbpf_sys::BPF_F_SLEEPABLE,
+        ..Default::default()
+    };
+    // SAFETY: the name and license are NUL-terminated strings, `insns`
+    // holds the instructions passed, and `opts` is initialised with its
+    // size.
+    let fd = unsafe {
+        libbpf_sys::bpf_prog_load(
+            libbpf_sys::BPF_PROG_TYPE_SYSCALL,
+            c"kspan_syms".as_ptr(),
+            c"Dual BSD/GPL".as_ptr(),
+            insns.as_ptr(),
+            insns.len() as _,
+            &mut opts,
+        )
+    };
+    owned(fd)
+}
+
+/// Runs a program loaded by [`load_syscall_program`] once (`BPF_PROG_RUN`,
+/// no context); its return value.
+pub(crate) fn run_syscall_program(prog: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut opts = libbpf_sys::bpf_test_run_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: `opts` is initialised with its size and names no buffers.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) };
+    errno_result(rc).map(|()| opts.retval)
+}
+
+/// `Ok` for a libbpf call's 0, the error for its `-errno`.
+fn errno_result(rc: i32) -> io::Result<()> {
+    match rc {
+        0 => Ok(()),
+        rc if rc < 0 => Err(io::Error::from_raw_os_error(-rc)),
+        _ => Err(io::Error::other(format!("unexpected return {rc}"))),
+    }
+}
+
 /// The kprobe PMU's type and the config bit that makes a probe a return
 /// probe, read once from sysfs.
 #[derive(Debug, Clone, Copy)]

@@ -127,15 +127,40 @@ pub enum NotTraced {
     /// It is missing from the kernel's `available_filter_functions`:
     /// inlined into its callers, or marked notrace.
     Untraceable,
+    /// The kernel's symbol table places it in `__init` text, freed after
+    /// boot.
+    FreedInit,
+    /// The kernel's symbol table has no symbol of it: inlined into every
+    /// caller.
+    NoSymbol,
+}
+
+impl NotTraced {
+    /// Why the kernel cannot trace it, for a sentence ("it is ...");
+    /// `None` for the deny list, which is kspan's choice.
+    pub fn kernel_reason(&self) -> Option<&'static str> {
+        match self {
+            NotTraced::Denied(_) => None,
+            NotTraced::Untraceable => Some(
+                "absent from available_filter_functions (inlined into its callers, or marked \
+                 notrace)",
+            ),
+            NotTraced::FreedInit => {
+                Some("an __init function, whose code the kernel freed after boot")
+            }
+            NotTraced::NoSymbol => {
+                Some("absent from the kernel's symbol table (inlined into every caller)")
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for NotTraced {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NotTraced::Denied(reason) => write!(f, "on kspan's deny list: {reason}"),
-            NotTraced::Untraceable => f.write_str(
-                "not traceable: inlined or notrace (absent from available_filter_functions)",
-            ),
+        match (self, self.kernel_reason()) {
+            (NotTraced::Denied(reason), _) => write!(f, "on kspan's deny list: {reason}"),
+            (_, Some(why)) => write!(f, "not traceable: {why}"),
+            (_, None) => f.write_str("not traceable"),
         }
     }
 }
@@ -153,6 +178,42 @@ pub fn not_traced(
     match traceable {
         Some(set) if !set.contains(name) => Some(NotTraced::Untraceable),
         _ => None,
+    }
+}
+
+/// What kspan knows, before attaching, of which functions the kernel can
+/// trace.
+#[derive(Debug, Default)]
+pub enum Traceable {
+    /// Nothing: every function BTF describes is tried, and the attach says
+    /// what the kernel refuses.
+    #[default]
+    Unknown,
+    /// The kernel's list (`available_filter_functions`).
+    Listed(std::collections::HashSet<String>),
+    /// The functions the kernel's symbol table shows it cannot trace, and
+    /// why (`__init`, no symbol); any other is tried. Where every pattern
+    /// attaches through multi-function links: one refused for a `notrace`
+    /// function reads the list then.
+    Excluded(std::collections::HashMap<String, NotTraced>),
+}
+
+impl Traceable {
+    /// Why kspan will not trace `name`, if it will not: the deny list, or
+    /// what is known of the kernel.
+    pub fn why_not(&self, name: &str) -> Option<NotTraced> {
+        match self {
+            Traceable::Unknown => not_traced(name, None),
+            Traceable::Listed(set) => not_traced(name, Some(set)),
+            Traceable::Excluded(excluded) => {
+                not_traced(name, None).or_else(|| excluded.get(name).copied())
+            }
+        }
+    }
+
+    /// Whether this is the kernel's own list.
+    pub fn is_listed(&self) -> bool {
+        matches!(self, Traceable::Listed(_))
     }
 }
 
@@ -216,11 +277,37 @@ mod tests {
             "unknown: not ruled out"
         );
         let denied = not_traced("rcu_read_unlock_strict", Some(&traceable)).unwrap();
+        assert_eq!(
+            Traceable::Listed(traceable.clone()).why_not("rcu_read_unlock_strict"),
+            Some(denied)
+        );
         assert!(matches!(denied, NotTraced::Denied(_)));
         assert!(
             denied.to_string().starts_with("on kspan's deny list: RCU"),
             "{denied}"
         );
+    }
+
+    #[test]
+    fn what_the_symbol_table_rules_out_and_what_it_leaves_to_the_kernel() {
+        let excluded = Traceable::Excluded(
+            [("vfs_caches_init".to_owned(), NotTraced::FreedInit)]
+                .into_iter()
+                .collect(),
+        );
+        let init = excluded.why_not("vfs_caches_init").unwrap();
+        assert_eq!(
+            init.to_string(),
+            "not traceable: an __init function, whose code the kernel freed after boot"
+        );
+        assert_eq!(excluded.why_not("vfs_read"), None, "tried, not ruled out");
+        assert!(matches!(
+            excluded.why_not("bpf_prog_run"),
+            Some(NotTraced::Denied(_))
+        ));
+        assert!(!excluded.is_listed() && Traceable::Listed(Default::default()).is_listed());
+        assert_eq!(Traceable::Unknown.why_not("vfs_inlined"), None);
+        assert!(NotTraced::NoSymbol.to_string().contains("symbol table"));
     }
 
     #[test]

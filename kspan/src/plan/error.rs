@@ -50,15 +50,16 @@ pub enum PlanError {
     },
     /// A function is in BTF but the kernel cannot trace it.
     #[error(
-        "`{function}` (probe at {location}) cannot be traced: it is absent from \
-         available_filter_functions (inlined into its callers, or marked notrace); trace \
-         a caller or a callee instead"
+        "`{function}` (probe at {location}) cannot be traced: it is {reason}; trace a \
+         caller or a callee instead"
     )]
     NotTraceable {
         /// The kernel function.
         function: String,
         /// Where the probe is declared.
         location: &'static str,
+        /// Why the kernel cannot trace it.
+        reason: &'static str,
     },
     /// A syscall source names a system call this kernel has no tracepoints for.
     #[error(

@@ -14,13 +14,14 @@ pub mod fieldpath;
 mod filter;
 mod names;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use kspan_bpf::types::kspan_record;
 
 pub use crate::kernel::tracefs::SyscallFormats;
 pub use capture::{normalize, rust_int_type, CapturePlan, DEFAULT_BYTES_MAX, DEFAULT_STR_MAX};
 pub(crate) use capture::{KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
+pub use denylist::{NotTraced, Traceable};
 pub use error::PlanError;
 pub use filter::FilterPlan;
 pub use names::{closest_names, did_you_mean};
@@ -74,9 +75,8 @@ impl ProbePlan {
 pub struct PlanInputs {
     /// The `sys_enter_<name>` formats of the syscall sources.
     pub syscalls: SyscallFormats,
-    /// The functions the kernel can trace (`available_filter_functions`),
-    /// when it could be read: a function missing there is inlined or notrace.
-    pub traceable: Option<HashSet<String>>,
+    /// What is known of which functions the kernel can trace.
+    pub traceable: Traceable,
 }
 
 /// The plans, and the functions a pattern matched but that are not traced.
@@ -128,23 +128,23 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
                     reason,
                 });
             }
-            if let Some(traceable) = &inputs.traceable {
-                if btf.function(spec.function).is_some() && !traceable.contains(spec.function) {
-                    return Err(PlanError::NotTraceable {
-                        function: spec.function.to_owned(),
-                        location: spec.location,
-                    });
-                }
+            if let Some(reason) = inputs
+                .traceable
+                .why_not(spec.function)
+                .and_then(|why| why.kernel_reason())
+                .filter(|_| btf.function(spec.function).is_some())
+            {
+                return Err(PlanError::NotTraceable {
+                    function: spec.function.to_owned(),
+                    location: spec.location,
+                    reason,
+                });
             }
             set.plans
                 .push(plan_probe_with(btf, probe, &inputs.syscalls)?);
             continue;
         }
-        let mut matches: Vec<&str> = btf
-            .function_names()
-            .filter(|name| denylist::glob_match(spec.function, name))
-            .collect();
-        matches.sort_unstable();
+        let matches = pattern_matches(btf, spec.function);
         if matches.is_empty() {
             return Err(PlanError::UnknownFunction {
                 function: spec.function.to_owned(),
@@ -153,7 +153,7 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
             });
         }
         for name in matches {
-            if let Some(why) = denylist::not_traced(name, inputs.traceable.as_ref()) {
+            if let Some(why) = inputs.traceable.why_not(name) {
                 set.skipped.push((name.to_owned(), why.to_string()));
                 continue;
             }
@@ -181,6 +181,35 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
         }
     }
     Ok(set)
+}
+
+/// The functions BTF describes that `pattern` matches, sorted.
+fn pattern_matches<'b>(btf: &'b Btf, pattern: &str) -> Vec<&'b str> {
+    let mut matches: Vec<&str> = btf
+        .function_names()
+        .filter(|name| denylist::glob_match(pattern, name))
+        .collect();
+    matches.sort_unstable();
+    matches
+}
+
+/// Every kernel function `probes` name or match in BTF (syscall sources
+/// and deny-listed functions left out): what [`plan_all`] asks
+/// [`Traceable`] about.
+pub fn kernel_functions<'b>(btf: &'b Btf, probes: &[&'static Probe]) -> Vec<&'b str> {
+    let mut names = Vec::new();
+    for probe in probes.iter().filter(|p| p.spec.mode != Mode::Syscall) {
+        let function = probe.spec.function;
+        if denylist::is_pattern(function) {
+            names.extend(pattern_matches(btf, function));
+        } else if btf.has_function(function) {
+            names.push(function);
+        }
+    }
+    names.retain(|name| denylist::denied(name).is_none());
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 /// Plans one probe that is not a syscall source.
@@ -680,18 +709,46 @@ mod tests {
         assert!(msg.contains("`_raw_spin_lock`"), "{msg}");
         assert!(msg.contains("deny list: locking primitives"), "{msg}");
         let inputs = PlanInputs {
-            traceable: Some(["vfs_read".to_owned()].into_iter().collect()),
+            traceable: Traceable::Listed(["vfs_read".to_owned()].into_iter().collect()),
             ..PlanInputs::default()
         };
         let set = plan_all(&btf(), &[&every_vfs_file], &inputs).unwrap();
         assert_eq!(set.plans.len(), 1);
         assert_eq!(set.skipped[0].0, "vfs_write");
-        assert!(set.skipped[0].1.contains("inlined or notrace"));
+        assert!(
+            set.skipped[0]
+                .1
+                .contains("absent from available_filter_functions"),
+            "{}",
+            set.skipped[0].1
+        );
+        // What the symbol table rules out: skipped from a pattern, refused
+        // by name; anything else is left to the kernel.
+        let inputs = PlanInputs {
+            traceable: Traceable::Excluded(
+                [("vfs_write".to_owned(), NotTraced::FreedInit)]
+                    .into_iter()
+                    .collect(),
+            ),
+            ..PlanInputs::default()
+        };
+        let set = plan_all(&btf(), &[&every_vfs_file], &inputs).unwrap();
+        assert_eq!(set.plans.len(), 1);
+        assert_eq!(set.plans[0].function, "vfs_read");
+        assert_eq!(set.skipped.len(), 1);
+        assert!(set.skipped[0].1.contains("__init"), "{}", set.skipped[0].1);
+        let msg = plan_all(&btf(), &[&named_write], &inputs)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("`vfs_write` (probe at") && msg.contains("an __init function"),
+            "{msg}"
+        );
         let msg = plan_all(
             &btf(),
             &[&strings_and_buffers],
             &PlanInputs {
-                traceable: Some(Default::default()),
+                traceable: Traceable::Listed(Default::default()),
                 ..PlanInputs::default()
             },
         )
@@ -700,6 +757,9 @@ mod tests {
         assert!(msg.contains("`vfs_read` (probe at"), "{msg}");
         assert!(msg.contains("cannot be traced"), "{msg}");
     }
+
+    #[kernel_span("vfs_write")]
+    fn named_write() {}
 
     #[kernel_span("vfs_read")]
     fn file_name(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}

@@ -165,7 +165,12 @@ impl Btf {
         })
     }
 
-    /// The signature of `name`, if BTF describes such a function.
+    /// Whether BTF describes a function `name`.
+    pub fn has_function(&self, name: &str) -> bool {
+        self.funcs.contains_key(name)
+    }
+
+    /// The signature of function `name`, if BTF describes it.
     pub fn function(&self, name: &str) -> Option<FuncSignature> {
         let id = *self.funcs.get(name)?;
         let Type::Func { proto, .. } = self.ty(id) else {
