@@ -87,6 +87,14 @@ struct {
 	__type(value, struct kspan_entry_values);
 } kspan_zero SEC(".maps");
 
+/* Each CPU's SplitMix64 state for span and trace ids (kspan_new_id). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} kspan_id_state SEC(".maps");
+
 /*
  * Calls recorded but not made into spans, by probe and reason
  * (probe_id * KSPAN_PCTR_COUNT + enum kspan_probe_counter). The runtime
@@ -255,22 +263,44 @@ static __always_inline int kspan_overloaded(int outermost)
  * arguments, return value or cookie: the programs run for every process's
  * calls, and another process's call should cost it no more than this check.
  */
-static __always_inline int kspan_wanted(void)
+static __always_inline int kspan_wanted(__u64 *pid_tgid)
 {
 	__u32 target = kspan_cfg.target_tgid, zero = 0, *enabled;
 
-	if (target && (__u32)(bpf_get_current_pid_tgid() >> 32) != target)
+	/* Read once per run: every later use takes this value. */
+	*pid_tgid = bpf_get_current_pid_tgid();
+	if (target && (__u32)(*pid_tgid >> 32) != target)
 		return 0;
 	enabled = bpf_map_lookup_elem(&kspan_control, &zero);
 	return enabled && *enabled;
 }
 
+/* SplitMix64's increment (the golden ratio, odd). */
+#define KSPAN_ID_GAMMA 0x9e3779b97f4a7c15ULL
+
+/*
+ * A new span or trace id word: SplitMix64 over this CPU's state, which
+ * kspan seeds with random values at load. Each CPU's state walks through
+ * every 64-bit value before it repeats, and the mix is a bijection, so a
+ * CPU never hands out an id twice; the seeds keep CPUs (and processes)
+ * apart. Inline arithmetic: two bpf_get_prandom_u32 calls per id cost a
+ * traced call more. The step is atomic: on preemptible kernels another
+ * task's program may run on this CPU between a load and a store.
+ */
 static __always_inline __u64 kspan_new_id(void)
 {
-	__u64 id = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32();
+	__u32 zero = 0;
+	__u64 *state = bpf_map_lookup_elem(&kspan_id_state, &zero);
+	__u64 z;
 
+	if (!state)
+		return ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32() | 1;
+	z = __sync_fetch_and_add(state, KSPAN_ID_GAMMA) + KSPAN_ID_GAMMA;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
 	/* Zero is the invalid id in OpenTelemetry. */
-	return id ? id : 1;
+	return z ? z : 1;
 }
 
 /*
@@ -297,14 +327,14 @@ static __always_inline void kspan_made_trace_id(__u8 *trace_id)
  * read. The reads are of user memory and may fault: any failure is "no
  * application span". Returns 1 and fills `ctx` when there is one.
  */
-static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx)
+static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx, __u64 pid_tgid)
 {
 	__u64 fsbase, slot = 0;
 	void *task;
 
 	if (!kspan_cfg.task_fsbase_offset)
 		return 0;
-	if ((__u32)(bpf_get_current_pid_tgid() >> 32) != kspan_cfg.ctx_tgid)
+	if ((__u32)(pid_tgid >> 32) != kspan_cfg.ctx_tgid)
 		return 0;
 	/* A typed load at a constant offset: no helper call. */
 	task = bpf_get_current_task_btf();
@@ -325,10 +355,10 @@ static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx)
  * of the reason it is not recorded, or -1 when it is (trace id and parent
  * filled in).
  */
-static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent)
+static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent, __u64 pid_tgid)
 {
 	struct kspan_thread_ctx ctx = {};
-	int has_context = kspan_app_context(&ctx);
+	int has_context = kspan_app_context(&ctx, pid_tgid);
 
 	/* All-zero ids: the thread suppresses telemetry (see kspan.h). */
 	if (has_context && !*(__u64 *)ctx.trace_id && !*(__u64 *)&ctx.trace_id[8])
@@ -342,7 +372,7 @@ static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent)
 		return -1;
 	}
 	if (kspan_cfg.orphans == KSPAN_ORPHANS_DROP &&
-	    (__u32)(bpf_get_current_pid_tgid() >> 32) == kspan_cfg.ctx_tgid)
+	    (__u32)(pid_tgid >> 32) == kspan_cfg.ctx_tgid)
 		return KSPAN_CTR_ORPHAN;
 	/* Made when a record needs it (kspan_made_trace_id). */
 	((__u64 *)trace_id)[0] = 0;
@@ -356,10 +386,10 @@ static __always_inline int kspan_outermost(__u8 *trace_id, __u64 *parent)
  * first call needs it: the counter of why the tree is not recorded, or -1
  * (trace id and application parent in `st`).
  */
-static __always_inline int kspan_tree_context(struct kspan_task_stack *st)
+static __always_inline int kspan_tree_context(struct kspan_task_stack *st, __u64 pid_tgid)
 {
 	if (!st->ctx_known) {
-		st->ctx_skip = kspan_outermost(st->trace_id, &st->app_span_id);
+		st->ctx_skip = kspan_outermost(st->trace_id, &st->app_span_id, pid_tgid);
 		st->ctx_known = 1;
 	}
 	return st->ctx_skip;
@@ -469,62 +499,76 @@ enum kspan_phase {
 };
 
 /*
+ * Capture `i` of the plan into `rec` (its value, flag and data), where
+ * `phase` reads it. Out of line, called once per capture with `i` a
+ * constant at each call: the verifier still sees each capture's settings
+ * as constants and checks only its kind's path, while the program holds
+ * one copy of this code instead of one per capture slot.
+ */
+static __noinline void kspan_capture_one(struct kspan_record *rec, const __u64 *args, __u64 ret,
+					 int phase, __u32 i)
+{
+	__u8 *data = (__u8 *)(rec + 1);
+	const volatile struct kspan_capture *c;
+	__u64 addr = 0, value = 0, n;
+	__u8 kind;
+	long err = 0;
+
+	if (i >= KSPAN_MAX_CAPS)
+		return;
+	c = &kspan_cfg.caps[i];
+	kind = c->kind;
+	if ((phase == KSPAN_PHASE_ENTRY && !c->at_entry) ||
+	    (phase == KSPAN_PHASE_EXIT && c->at_entry))
+		return;
+	rec->cap_flags[i] = 0;
+	if (kspan_walk(c, args, &addr)) {
+		rec->vals[i] = 0;
+		rec->cap_flags[i] = KSPAN_CAPF_FAULT;
+		return;
+	}
+	switch (kind) {
+	case KSPAN_CAP_REG:
+		value = addr;
+		break;
+	case KSPAN_CAP_MEM:
+		err = bpf_probe_read_kernel(&value, c->size, (void *)addr);
+		break;
+	case KSPAN_CAP_KSTR:
+		err = bpf_probe_read_kernel_str(data + c->data_off, c->data_len, (void *)addr);
+		value = err;
+		break;
+	case KSPAN_CAP_USTR:
+		err = bpf_probe_read_user_str(data + c->data_off, c->data_len, (void *)addr);
+		value = err;
+		break;
+	case KSPAN_CAP_KBYTES:
+	case KSPAN_CAP_UBYTES:
+		value = kspan_byte_len(c, args, ret);
+		n = value < c->data_len ? value : c->data_len;
+		if (kind == KSPAN_CAP_KBYTES)
+			err = bpf_probe_read_kernel(data + c->data_off, n, (void *)addr);
+		else
+			err = bpf_probe_read_user(data + c->data_off, n, (void *)addr);
+		break;
+	}
+	rec->vals[i] = value;
+	if (err < 0)
+		rec->cap_flags[i] = KSPAN_CAPF_FAULT;
+}
+
+/*
  * Fills vals, cap_flags and the data area of `rec` from the capture plan.
- * Out of line: one copy for the entry, the exit and instants, which
- * leaves a program a third fewer instructions to load (and the verifier
- * fewer dead ones to cut where nothing is captured).
+ * Out of line: one copy for the entry, the exit and instants.
  */
 static __noinline void kspan_capture(struct kspan_record *rec, const __u64 *args, __u64 ret,
 					  int phase)
 {
-	__u8 *data = (__u8 *)(rec + 1);
-
 #pragma unroll
-	for (int i = 0; i < KSPAN_MAX_CAPS; i++) {
-		const volatile struct kspan_capture *c = &kspan_cfg.caps[i];
-		__u64 addr = 0, value = 0, n;
-		__u8 kind = c->kind;
-		long err = 0;
-
+	for (__u32 i = 0; i < KSPAN_MAX_CAPS; i++) {
 		if (i >= kspan_cfg.nr_caps)
 			break;
-		if ((phase == KSPAN_PHASE_ENTRY && !c->at_entry) ||
-		    (phase == KSPAN_PHASE_EXIT && c->at_entry))
-			continue;
-		rec->cap_flags[i] = 0;
-		if (kspan_walk(c, args, &addr)) {
-			rec->vals[i] = 0;
-			rec->cap_flags[i] = KSPAN_CAPF_FAULT;
-			continue;
-		}
-		switch (kind) {
-		case KSPAN_CAP_REG:
-			value = addr;
-			break;
-		case KSPAN_CAP_MEM:
-			err = bpf_probe_read_kernel(&value, c->size, (void *)addr);
-			break;
-		case KSPAN_CAP_KSTR:
-			err = bpf_probe_read_kernel_str(data + c->data_off, c->data_len, (void *)addr);
-			value = err;
-			break;
-		case KSPAN_CAP_USTR:
-			err = bpf_probe_read_user_str(data + c->data_off, c->data_len, (void *)addr);
-			value = err;
-			break;
-		case KSPAN_CAP_KBYTES:
-		case KSPAN_CAP_UBYTES:
-			value = kspan_byte_len(c, args, ret);
-			n = value < c->data_len ? value : c->data_len;
-			if (kind == KSPAN_CAP_KBYTES)
-				err = bpf_probe_read_kernel(data + c->data_off, n, (void *)addr);
-			else
-				err = bpf_probe_read_user(data + c->data_off, n, (void *)addr);
-			break;
-		}
-		rec->vals[i] = value;
-		if (err < 0)
-			rec->cap_flags[i] = KSPAN_CAPF_FAULT;
+		kspan_capture_one(rec, args, ret, phase, i);
 	}
 }
 
@@ -899,11 +943,11 @@ static __always_inline void kspan_forget_below(struct kspan_task_stack *st, __u6
  * Whether the application's context on the task is not the one its
  * current tree was read with (st->ctx_known).
  */
-static __always_inline int kspan_context_changed(struct kspan_task_stack *st)
+static __always_inline int kspan_context_changed(struct kspan_task_stack *st, __u64 pid_tgid)
 {
 	__u8 trace_id[16];
 	__u64 parent = 0;
-	int skip = kspan_outermost(trace_id, &parent);
+	int skip = kspan_outermost(trace_id, &parent, pid_tgid);
 
 	return skip != st->ctx_skip || (skip < 0 && parent != st->app_span_id);
 }
@@ -921,7 +965,8 @@ static __always_inline int kspan_context_changed(struct kspan_task_stack *st)
  * stand, so that the spans under it wait for its fate (its span, or a
  * reparent once it is forgotten).
  */
-static __always_inline void kspan_settle(struct kspan_task_stack *st, __u64 call, __u32 probe_id)
+static __always_inline void kspan_settle(struct kspan_task_stack *st, __u64 call, __u32 probe_id,
+					 __u64 pid_tgid)
 {
 	struct kspan_frame *top;
 	__u32 depth;
@@ -936,7 +981,7 @@ static __always_inline void kspan_settle(struct kspan_task_stack *st, __u64 call
 	/* Compared, not subtracted: `call` is the context pointer to the verifier. */
 	if (top->probe_id != probe_id || !top->call || top->call > call + KSPAN_KSTACK_OFFSET_MAX)
 		return;
-	if (st->ctx_known && kspan_context_changed(st)) {
+	if (st->ctx_known && kspan_context_changed(st, pid_tgid)) {
 		/* The task has been back in user space since the tree began. */
 		kspan_forget_below(st, 0, 1);
 		return;
@@ -946,7 +991,7 @@ static __always_inline void kspan_settle(struct kspan_task_stack *st, __u64 call
 
 /* fentry mode: an instant span, emitted at once. */
 static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u32 probe_id,
-					      struct task_struct *task, __u64 call)
+					      struct task_struct *task, __u64 call, __u64 pid_tgid)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *top = NULL;
@@ -958,7 +1003,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	/* Where the instant belongs, decided before anything is reserved. */
 	st = bpf_task_storage_get(&kspan_stacks, task, 0, 0);
 	if (st) {
-		kspan_settle(st, call, probe_id);
+		kspan_settle(st, call, probe_id, pid_tgid);
 		depth = kspan_depth(st);
 	}
 	if (st && depth > 0) {
@@ -970,7 +1015,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 			kspan_count(top->suppressed - 1);
 			return 0;
 		}
-		skip = kspan_tree_context(st);
+		skip = kspan_tree_context(st, pid_tgid);
 		if (skip < 0 && kspan_overloaded(0))
 			skip = KSPAN_CTR_OVERLOAD;
 		if (skip >= 0) {
@@ -981,7 +1026,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 		__builtin_memcpy(trace_id, st->trace_id, sizeof(trace_id));
 		parent = kspan_frame_id(top);
 	} else {
-		int skip = kspan_outermost(trace_id, &parent);
+		int skip = kspan_outermost(trace_id, &parent, pid_tgid);
 
 		if (skip < 0 && kspan_overloaded(1))
 			skip = KSPAN_CTR_OVERLOAD;
@@ -1002,7 +1047,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	rec->start_ns = now;
 	rec->end_ns = now;
 	rec->ret = 0;
-	kspan_fill_ids(rec, bpf_get_current_pid_tgid(), probe_id);
+	kspan_fill_ids(rec, pid_tgid, probe_id);
 	rec->flags = kspan_parent_flags(top);
 	kspan_capture(rec, args, 0, KSPAN_PHASE_ALL);
 	kspan_submit(rec, kspan_cfg.record_size);
@@ -1015,10 +1060,14 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
  * pushed for the exit. `call` is where the call is on the task's stack
  * (kspan_call_of; 0: unknown); `cookie`, where a session program has one,
  * the slot its entry shares with its exit, which learns from it that its
- * entry was not skipped.
+ * entry was not skipped. `spans_only`, a constant: the program serves
+ * only modes with an exit (sessions, syscall sources), so the instant
+ * path is left out of it at compile time rather than cut by the verifier
+ * at every load.
  */
 static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
-				       struct task_struct *task, __u64 call, __u64 *cookie)
+				       struct task_struct *task, __u64 call, __u64 *cookie,
+				       __u64 pid_tgid, const int spans_only)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
@@ -1026,15 +1075,15 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	__u32 depth, suppressed;
 
 	now = bpf_ktime_get_ns();
-	if (kspan_is_instant())
-		return kspan_emit_instant(args, now, probe_id, task, call);
+	if (!spans_only && kspan_is_instant())
+		return kspan_emit_instant(args, now, probe_id, task, call, pid_tgid);
 
 	st = bpf_task_storage_get(&kspan_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		kspan_count(KSPAN_CTR_NO_STORAGE);
 		return 0;
 	}
-	kspan_settle(st, call, probe_id);
+	kspan_settle(st, call, probe_id, pid_tgid);
 	depth = kspan_depth(st);
 	if (depth >= KSPAN_MAX_DEPTH) {
 		st->overflow += 1;
@@ -1236,12 +1285,12 @@ static long kspan_search_step(__u64 index, void *data)
  * has them (fexit), the call's arguments.
  */
 static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_struct *task,
-				      __u64 call, __u64 *cookie, const __u64 *args)
+				      __u64 call, __u64 *cookie, const __u64 *args, __u64 pid_tgid)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame, *parent = NULL;
 	struct kspan_record *rec;
-	__u64 now, pid_tgid, parent_id;
+	__u64 now, parent_id;
 	__u32 depth, found = 0;
 
 	now = bpf_ktime_get_ns();
@@ -1325,7 +1374,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 	found = kspan_depth(st) + 1;
 	frame = kspan_frame_at(st, found - 1);
 	/* Every call but those of threads that suppress telemetry (kspan's own). */
-	if (kspan_cfg.histogram && kspan_tree_context(st) != KSPAN_CTR_SUPPRESSED)
+	if (kspan_cfg.histogram && kspan_tree_context(st, pid_tgid) != KSPAN_CTR_SUPPRESSED)
 		kspan_hist_record(probe_id, frame->start_ns, now, ret);
 	if (frame->suppressed)
 		/* Counted at its entry. */
@@ -1337,7 +1386,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 
 		if (refused >= 0) {
 			kspan_count_probe(probe_id, refused);
-			if (kspan_cfg.sum && kspan_tree_context(st) < 0)
+			if (kspan_cfg.sum && kspan_tree_context(st, pid_tgid) < 0)
 				kspan_add_sum(st->app_span_id, probe_id, now - frame->start_ns,
 					      kspan_failed(ret));
 			if (kspan_cfg.entry_caps)
@@ -1349,7 +1398,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 	}
 	{
 		/* About to be a span: whether its tree is recorded at all. */
-		int skip = kspan_tree_context(st);
+		int skip = kspan_tree_context(st, pid_tgid);
 
 		if (skip >= 0) {
 			kspan_count(skip);
@@ -1367,7 +1416,6 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 			bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
 		return 0;
 	}
-	pid_tgid = bpf_get_current_pid_tgid();
 	kspan_made_trace_id(st->trace_id);
 	__builtin_memcpy(rec->trace_id, st->trace_id, sizeof(rec->trace_id));
 	rec->span_id = kspan_frame_id(frame);
@@ -1399,29 +1447,33 @@ extern _Bool bpf_session_is_return___noctx(void) __ksym __weak;
 SEC("fentry")
 int kspan_fentry(__u64 *ctx)
 {
+	__u64 pid_tgid;
 	__u64 args[KSPAN_MAX_ARGS];
 	struct task_struct *task;
 
-	if (!kspan_wanted())
+	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	kspan_trampoline_args(ctx, args);
 	task = bpf_get_current_task_btf();
-	return kspan_entry(args, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL);
+	return kspan_entry(args, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL,
+			   pid_tgid, 0);
 }
 
 SEC("fexit")
 int kspan_fexit(__u64 *ctx)
 {
+	__u64 pid_tgid;
 	__u64 args[KSPAN_MAX_ARGS];
 	struct task_struct *task;
 	__u64 ret = 0;
 
-	if (!kspan_wanted())
+	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	bpf_get_func_ret(ctx, &ret);
 	kspan_trampoline_args(ctx, args);
 	task = bpf_get_current_task_btf();
-	return kspan_exit(ret, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL, args);
+	return kspan_exit(ret, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL, args,
+			  pid_tgid);
 }
 
 /*
@@ -1436,22 +1488,23 @@ int kspan_fexit(__u64 *ctx)
  */
 static __always_inline int kspan_session(__u64 *ctx)
 {
+	__u64 pid_tgid;
 	__u64 args[KSPAN_MAX_ARGS];
 	struct task_struct *task;
 	__u64 ret = 0;
 
-	if (!kspan_wanted())
+	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	task = bpf_get_current_task_btf();
 	if (bpf_session_is_return(ctx)) {
 		bpf_get_func_ret(ctx, &ret);
 		kspan_exit(ret, kspan_probe_id(ctx), task, kspan_call_of(ctx, task),
-			   bpf_session_cookie(ctx), NULL);
+			   bpf_session_cookie(ctx), NULL, pid_tgid);
 		return 0;
 	}
 	kspan_trampoline_args(ctx, args);
 	kspan_entry(args, kspan_probe_id(ctx), task, kspan_call_of(ctx, task),
-		    bpf_session_cookie(ctx));
+		    bpf_session_cookie(ctx), pid_tgid, 1);
 	return 0;
 }
 
@@ -1473,20 +1526,23 @@ int kspan_fsession_multi(__u64 *ctx)
 
 static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
 {
+	__u64 pid_tgid;
 	__u64 args[KSPAN_MAX_ARGS];
 
-	if (!kspan_wanted())
+	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	kspan_kprobe_args(regs, args);
-	return kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL);
+	return kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL,
+			   pid_tgid, 0);
 }
 
 static __always_inline int kspan_on_kretprobe(struct pt_regs *regs)
 {
-	if (!kspan_wanted())
+	__u64 pid_tgid;
+	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
-			  NULL, NULL);
+			  NULL, NULL, pid_tgid);
 }
 
 SEC("kprobe")
@@ -1526,10 +1582,11 @@ int kspan_kretprobe_multi(struct pt_regs *regs)
 SEC("kprobe.session")
 int kspan_kprobe_session(struct pt_regs *regs)
 {
+	__u64 pid_tgid;
 	__u64 args[KSPAN_MAX_ARGS];
 	_Bool is_return;
 
-	if (!kspan_wanted())
+	if (!kspan_wanted(&pid_tgid))
 		return 1;
 	if (bpf_ksym_exists(bpf_session_is_return))
 		is_return = bpf_session_is_return(regs);
@@ -1537,11 +1594,11 @@ int kspan_kprobe_session(struct pt_regs *regs)
 		is_return = bpf_session_is_return___noctx();
 	if (is_return) {
 		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
-			   NULL, NULL);
+			   NULL, NULL, pid_tgid);
 		return 0;
 	}
 	kspan_kprobe_args(regs, args);
-	kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL);
+	kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL, pid_tgid, 1);
 	return 0;
 }
 
@@ -1554,20 +1611,24 @@ int kspan_kprobe_session(struct pt_regs *regs)
 SEC("tracepoint")
 int kspan_sys_enter(__u64 *ctx)
 {
+	__u64 pid_tgid;
 	__u64 args[KSPAN_MAX_ARGS];
 
-	if (!kspan_wanted())
+	if (!kspan_wanted(&pid_tgid))
 		return 0;
 #pragma unroll
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
 		args[i] = i < kspan_cfg.nr_args ? ctx[2 + i] : 0;
-	return kspan_entry(args, kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL);
+	return kspan_entry(args, kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL,
+			   pid_tgid, 1);
 }
 
 SEC("tracepoint")
 int kspan_sys_exit(__u64 *ctx)
 {
-	if (!kspan_wanted())
+	__u64 pid_tgid;
+	if (!kspan_wanted(&pid_tgid))
 		return 0;
-	return kspan_exit(ctx[2], kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL, NULL);
+	return kspan_exit(ctx[2], kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL, NULL,
+			  pid_tgid);
 }

@@ -144,6 +144,31 @@ pub(crate) struct SharedMaps {
     sums: MapHandle,
     hist: MapHandle,
     hist_errno: MapHandle,
+    id_state: MapHandle,
+}
+
+/// Seeds every CPU's id state (`kspan_id_state`, SplitMix64 in
+/// `kspan_new_id`) with random bits: unseeded, every CPU would hand out the
+/// same ids.
+fn seed_ids(map: &MapHandle) -> Result<(), libbpf_rs::Error> {
+    let cpus = libbpf_rs::num_possible_cpus()?;
+    let mut seeds = vec![0u8; cpus * 8];
+    let mut filled = 0;
+    while filled < seeds.len() {
+        let rest = &mut seeds[filled..];
+        // SAFETY: `rest` is a live, writable buffer of `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(libbpf_rs::Error::from(e));
+        }
+        filled += n as usize;
+    }
+    let per_cpu: Vec<Vec<u8>> = seeds.chunks(8).map(<[u8]>::to_vec).collect();
+    map.update_percpu(&0u32.to_ne_bytes(), &per_cpu, MapFlags::ANY)
 }
 
 /// The kernel's per-CPU counters, summed (`enum kspan_counter` of kspan.h).
@@ -468,6 +493,7 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&mut open.maps.kspan_sums, &shared.sums),
             (&mut open.maps.kspan_hist, &shared.hist),
             (&mut open.maps.kspan_hist_errno, &shared.hist_errno),
+            (&mut open.maps.kspan_id_state, &shared.id_state),
         ] {
             map.reuse_fd(with.as_fd()).map_err(|e| fail(e, None))?;
         }
@@ -522,8 +548,12 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             sums: map_handle(&loaded.maps.kspan_sums)?,
             hist: map_handle(&loaded.maps.kspan_hist)?,
             hist_errno: map_handle(&loaded.maps.kspan_hist_errno)?,
+            id_state: map_handle(&loaded.maps.kspan_id_state)?,
         }),
     };
+    if let Some(maps) = &maps {
+        seed_ids(&maps.id_state).map_err(|e| fail(e, None))?;
+    }
     let rodata_fd = loaded.maps.rodata.as_fd().as_raw_fd();
     // The object's descriptors of the shared maps, and the lasting ones.
     let lasting = request.shared.or(maps.as_ref()).map(|shared| {
@@ -539,6 +569,7 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&loaded.maps.kspan_sums, &shared.sums),
             (&loaded.maps.kspan_hist, &shared.hist),
             (&loaded.maps.kspan_hist_errno, &shared.hist_errno),
+            (&loaded.maps.kspan_id_state, &shared.id_state),
         ]
         .map(|(object, kept)| (object.as_fd().as_raw_fd(), kept.as_fd().as_raw_fd()))
     });
