@@ -191,11 +191,11 @@ impl KspanBuilder {
     }
 
     /// What planning knows of which functions the kernel can trace. Where
-    /// every function goes to fsession.multi first, only what the kernel's
-    /// symbol table rules out (`__init`, no symbol: a lookup per name), and
-    /// a refused link reads the rest; otherwise the kernel's whole list
-    /// (`available_filter_functions`, a quarter of a second or more to
-    /// read), when it is readable.
+    /// every function goes to fsession.multi first and there are few enough
+    /// of them, only what the kernel's symbol table rules out (`__init`, no
+    /// symbol: a lookup per name), and a refused link reads the rest;
+    /// otherwise the kernel's whole list (`available_filter_functions`, a
+    /// quarter of a second or more to read), when it is readable.
     fn traceable(&self, btf: &Btf, capabilities: &KernelCapabilities) -> Traceable {
         let listed = || {
             tracefs::traceable_functions()
@@ -206,6 +206,9 @@ impl KspanBuilder {
             return listed();
         }
         let names = plan::kernel_functions(btf, &self.probes);
+        if names.len() > crate::bpf::WORTHWHILE_NAMES {
+            return listed();
+        }
         match crate::bpf::kernel_symbols(&names) {
             Ok(symbols) => Traceable::Excluded(
                 names
