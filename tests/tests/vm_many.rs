@@ -18,6 +18,10 @@ fn every_vfs() {}
 #[kspan::kernel_span("do_sys*", mode = "fexit")]
 fn every_do_sys() {}
 
+/// `do_syscall_64` by name in fexit mode: no other mechanism to fall back on.
+#[kspan::kernel_span("do_syscall_64", mode = "fexit")]
+fn do_syscall_named() {}
+
 /// Whether fsession.multi takes fexit patterns on this kernel.
 fn multi_links() -> bool {
     kspan::KernelCapabilities::get()
@@ -134,5 +138,24 @@ async fn a_notrace_match_is_left_out_and_the_rest_traced() {
         spans.iter().any(|s| s.name == "do_sys_openat2"),
         "{:?}",
         spans.iter().map(|s| s.name.to_string()).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
+async fn a_notrace_function_named_in_fexit_mode_is_refused_by_name() {
+    let (provider, _exporter) = kspan_tests::in_memory_provider();
+    let err = kspan::Kspan::builder(&provider)
+        .probe(&do_syscall_named)
+        .start()
+        .expect_err("do_syscall_64 cannot be traced");
+    let msg = err.to_string();
+    // The planner says it from the kernel's list where it reads it first;
+    // where fsession.multi takes the probe, the refused link makes kspan
+    // read the list, and the attach says the same.
+    assert!(
+        msg.contains("`do_syscall_64` (probe at")
+            && msg.contains("cannot be traced: it is absent from available_filter_functions"),
+        "{msg}"
     );
 }

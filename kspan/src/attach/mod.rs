@@ -27,7 +27,7 @@ use crate::bpf::copies::{self, ProgramTemplate};
 use crate::bpf::object::{self, LoadRequest, Program, SharedMaps};
 use crate::bpf::{refusal_reason, KernelCapabilities, LoadError};
 use crate::kernel::errno;
-use crate::plan::ProbePlan;
+use crate::plan::{NotTraced, ProbePlan};
 
 pub(crate) use links::{Links, Programs};
 
@@ -140,6 +140,20 @@ pub enum AttachError {
         /// What does work here, when something does (`; ...`), or nothing.
         hint: String,
     },
+    /// A function a probe names is one the kernel cannot trace, found when
+    /// the kernel refused the multi-function link it was in.
+    #[error(
+        "`{function}` (probe at {location}) cannot be traced: it is {reason}; trace a caller \
+         or a callee instead"
+    )]
+    NotTraceable {
+        /// The kernel function.
+        function: String,
+        /// Where the probe is declared.
+        location: &'static str,
+        /// Why the kernel cannot trace it.
+        reason: &'static str,
+    },
     /// The probe's mode needs a mechanism the builder turned off.
     #[error(
         "`{function}` asks for {hook}, and `KspanBuilder::disable({mechanism:?})` turned \
@@ -230,6 +244,9 @@ pub(super) struct Batches {
     /// Functions of patterns left out of a batch because the kernel cannot
     /// trace them, and why: not attached at all.
     pub skipped: HashMap<usize, String>,
+    /// Functions probes name in a mode with no other mechanism, left out
+    /// of a batch because the kernel cannot trace them: an error.
+    pub untraceable: Vec<usize>,
 }
 
 /// What attaching leaves running.
@@ -324,6 +341,16 @@ impl<'a> Attacher<'a> {
         let kprobes = kprobe::attach_batches(&mut self, plans);
         batched.attached.extend(kprobes.attached);
         batched.refused.extend(kprobes.refused);
+        if let Some(&i) = batched.untraceable.first() {
+            let plan = &plans[i];
+            return Err(AttachError::NotTraceable {
+                function: plan.function().to_owned(),
+                location: plan.probe.spec.location,
+                reason: NotTraced::Untraceable
+                    .kernel_reason()
+                    .unwrap_or("not traceable"),
+            });
+        }
         let mut skipped = Vec::new();
         for (probe_id, plan) in plans.iter().enumerate() {
             if let Some(why) = batched.skipped.remove(&probe_id) {

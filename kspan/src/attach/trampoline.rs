@@ -20,7 +20,7 @@ use libbpf_rs::libbpf_sys;
 
 use super::links::{Link, LinkKind};
 use super::{AttachDecision, AttachError, Attacher, Batches};
-use crate::annotation::{Attachment, Hook, Mechanism};
+use crate::annotation::{Attachment, Hook, Mechanism, Mode};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::copies;
 use crate::bpf::object::Program;
@@ -155,10 +155,11 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
                 let why = NotTraced::Untraceable.to_string();
                 if denylist::is_pattern(plans[i].probe.spec.function) {
                     batches.skipped.insert(i, why);
-                } else {
-                    // Named by the probe: attached alone, which says what
-                    // the kernel refuses (or `auto` takes a kprobe).
+                } else if plans[i].mode() == Mode::Auto {
+                    // Named by an `auto` probe: kprobes may take it.
                     batches.refused.insert(i, (Attachment::FsessionMulti, why));
+                } else {
+                    batches.untraceable.push(i);
                 }
             }
         }
