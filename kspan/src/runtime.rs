@@ -206,9 +206,6 @@ impl KspanBuilder {
             return listed();
         }
         let names = plan::kernel_functions(btf, &self.probes);
-        if names.len() > crate::bpf::WORTHWHILE_NAMES {
-            return listed();
-        }
         match crate::bpf::kernel_symbols(&names) {
             Ok(symbols) => Traceable::Excluded(
                 names
@@ -227,7 +224,7 @@ impl KspanBuilder {
             Err(e) => {
                 tracing::debug!(
                     error = %e,
-                    "kspan reads available_filter_functions: the symbol table lookup failed"
+                    "kspan reads available_filter_functions instead of the symbol table"
                 );
                 listed()
             }
@@ -334,8 +331,8 @@ impl KspanBuilder {
         if !inputs.traceable.is_listed() {
             attacher = attacher.planned_without_traceable_list();
         }
-        let attached = attacher.attach_all(&plans)?;
-        skipped.extend(attached.skipped.iter().cloned());
+        let mut attached = attacher.attach_all(&plans)?;
+        skipped.append(&mut attached.skipped);
         tracing::debug!(functions = attached.decisions.len(), elapsed = ?started.elapsed(), "kspan attached");
 
         // 3. Consume, then record.

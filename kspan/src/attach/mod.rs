@@ -27,7 +27,7 @@ use crate::bpf::copies::{self, ProgramTemplate};
 use crate::bpf::object::{self, LoadRequest, Program, SharedMaps};
 use crate::bpf::{refusal_reason, KernelCapabilities, LoadError};
 use crate::kernel::errno;
-use crate::plan::{NotTraced, ProbePlan};
+use crate::plan::{denylist, ProbePlan};
 
 pub(crate) use links::{Links, Programs};
 
@@ -346,9 +346,7 @@ impl<'a> Attacher<'a> {
             return Err(AttachError::NotTraceable {
                 function: plan.function().to_owned(),
                 location: plan.probe.spec.location,
-                reason: NotTraced::Untraceable
-                    .kernel_reason()
-                    .unwrap_or("not traceable"),
+                reason: denylist::ABSENT_FROM_LIST,
             });
         }
         let mut skipped = Vec::new();

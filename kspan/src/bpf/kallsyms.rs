@@ -33,22 +33,17 @@ const NAME_BYTES: usize = 128;
 /// kernel found (0: none), then the helper's return value.
 const SLOT_BYTES: usize = NAME_BYTES + 16;
 
-/// Names per program run: a map value of 288 KiB and a program of 18,000
-/// instructions, both well inside the kernel's limits.
-const NAMES_PER_RUN: usize = 2048;
-
-/// The most names worth asking here: verifying the program takes about
+/// The most names asked at once: verifying the program takes about
 /// 0.25 ms a name under emulation (1,307 names: 0.32 s in the 7.2 VM),
-/// while the kernel's list costs about 0.3 s whatever the count.
+/// while the kernel's list costs about 0.3 s whatever the count. More are
+/// refused (E2BIG), and the caller reads the list.
 pub const WORTHWHILE_NAMES: usize = 256;
-
-// An array map's value must fit one kmalloc (KMALLOC_MAX_SIZE, 4 MiB).
-const _: () = assert!(NAMES_PER_RUN * SLOT_BYTES < 4 << 20);
 
 /// `BPF_FUNC_kallsyms_lookup_name` of the UAPI.
 const BPF_FUNC_KALLSYMS_LOOKUP_NAME: i32 = 179;
 
-/// The bounds of the kernel's `__init` text, freed after boot.
+/// The bounds of the kernel's `__init` text, freed after boot: looked up
+/// in the same run, ahead of the names.
 const INIT_TEXT: [&str; 2] = ["_sinittext", "_einittext"];
 
 /// What the kernel's symbol table says of one function name.
@@ -64,33 +59,40 @@ pub enum KernelSymbol {
     Unknown,
 }
 
-/// What the kernel's symbol table says of each of `names`, in order. An
-/// error where the kernel has no syscall programs or does not show this
-/// process symbol addresses (`kptr_restrict`, CAP_SYSLOG): then the
-/// caller falls back to the kernel's list of traceable functions.
+/// What the kernel's symbol table says of each of `names` (at most
+/// [`WORTHWHILE_NAMES`]), in order, from one program run. An error where
+/// there are more names, where the kernel has no syscall programs, or
+/// where it does not show this process symbol addresses (`kptr_restrict`,
+/// CAP_SYSLOG): then the caller falls back to the kernel's list of
+/// traceable functions.
 pub fn kernel_symbols(names: &[&str]) -> io::Result<Vec<KernelSymbol>> {
-    let bounds = lookup(&INIT_TEXT)?;
-    let (Some(start), Some(end)) = (bounds[0], bounds[1]) else {
+    if names.len() > WORTHWHILE_NAMES {
+        return Err(io::Error::other(format!(
+            "{} names, more than the {WORTHWHILE_NAMES} worth looking up one by one",
+            names.len()
+        )));
+    }
+    let asked: Vec<&str> = INIT_TEXT.iter().chain(names).copied().collect();
+    let addresses = lookup(&asked)?;
+    let (Some(start), Some(end)) = (addresses[0], addresses[1]) else {
         return Err(io::Error::other(
             "the kernel's symbol table has no _sinittext/_einittext",
         ));
     };
-    let mut symbols = Vec::with_capacity(names.len());
-    for chunk in names.chunks(NAMES_PER_RUN) {
-        for (name, address) in chunk.iter().zip(lookup(chunk)?) {
-            symbols.push(match address {
-                _ if name.len() >= NAME_BYTES => KernelSymbol::Unknown,
-                None => KernelSymbol::Missing,
-                Some(a) if (start..end).contains(&a) => KernelSymbol::Init,
-                Some(_) => KernelSymbol::Text,
-            });
-        }
-    }
-    Ok(symbols)
+    Ok(names
+        .iter()
+        .zip(&addresses[INIT_TEXT.len()..])
+        .map(|(name, address)| match address {
+            _ if name.len() >= NAME_BYTES => KernelSymbol::Unknown,
+            None => KernelSymbol::Missing,
+            Some(a) if (start..end).contains(a) => KernelSymbol::Init,
+            Some(_) => KernelSymbol::Text,
+        })
+        .collect())
 }
 
-/// The address of each of `names` (at most [`NAMES_PER_RUN`]; `None`: not
-/// found, or too long to look up).
+/// The address of each of `names` (`None`: not found, or too long to look
+/// up).
 fn lookup(names: &[&str]) -> io::Result<Vec<Option<u64>>> {
     let mut value = vec![0u8; names.len().max(1) * SLOT_BYTES];
     for (slot, name) in value.chunks_mut(SLOT_BYTES).zip(names) {
@@ -114,10 +116,8 @@ fn lookup(names: &[&str]) -> io::Result<Vec<Option<u64>>> {
         let ret = i64::from_ne_bytes(slot[NAME_BYTES + 8..].try_into().unwrap_or_default());
         match ret {
             0 => addresses.push(Some(address)),
-            // Not found; and the empty names of names too long for a slot.
-            r if r == -i64::from(libc::ENOENT) || r == -i64::from(libc::EINVAL) => {
-                addresses.push(None)
-            }
+            // Not found (a slot left empty for a name too long asks for "").
+            r if r == -i64::from(libc::ENOENT) => addresses.push(None),
             // EPERM: the kernel does not show this process addresses.
             r => return Err(io::Error::from_raw_os_error(-r as i32)),
         }
@@ -196,9 +196,16 @@ mod tests {
     }
 
     #[test]
+    fn more_names_than_worth_a_lookup_are_refused_before_any_system_call() {
+        let names = vec!["vfs_read"; WORTHWHILE_NAMES + 1];
+        let e = kernel_symbols(&names).unwrap_err();
+        assert!(e.to_string().contains("257 names"), "{e}");
+    }
+
+    #[test]
     fn a_run_fits_the_verifiers_limit() {
         // A million instructions processed; this program is checked in one
         // pass.
-        assert!(lookup_program(0, NAMES_PER_RUN).len() < 1_000_000);
+        assert!(lookup_program(0, INIT_TEXT.len() + WORTHWHILE_NAMES).len() < 1_000_000);
     }
 }

@@ -18,4 +18,4 @@ pub use config::{Orphans, DEFAULT_RING_BUFFER_BYTES};
 pub(crate) use error::refusal_reason;
 pub use error::{LoadError, MapError};
 pub use features::{Feature, KernelCapabilities};
-pub(crate) use kallsyms::{kernel_symbols, KernelSymbol, WORTHWHILE_NAMES};
+pub(crate) use kallsyms::{kernel_symbols, KernelSymbol};

@@ -135,16 +135,18 @@ pub enum NotTraced {
     NoSymbol,
 }
 
+/// Why a function missing from `available_filter_functions` cannot be
+/// traced, for a sentence ("it is ...").
+pub const ABSENT_FROM_LIST: &str =
+    "absent from available_filter_functions (inlined into its callers, or marked notrace)";
+
 impl NotTraced {
     /// Why the kernel cannot trace it, for a sentence ("it is ...");
     /// `None` for the deny list, which is kspan's choice.
     pub fn kernel_reason(&self) -> Option<&'static str> {
         match self {
             NotTraced::Denied(_) => None,
-            NotTraced::Untraceable => Some(
-                "absent from available_filter_functions (inlined into its callers, or marked \
-                 notrace)",
-            ),
+            NotTraced::Untraceable => Some(ABSENT_FROM_LIST),
             NotTraced::FreedInit => {
                 Some("an __init function, whose code the kernel freed after boot")
             }

@@ -132,7 +132,7 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
                 .traceable
                 .why_not(spec.function)
                 .and_then(|why| why.kernel_reason())
-                .filter(|_| btf.function(spec.function).is_some())
+                .filter(|_| btf.has_function(spec.function))
             {
                 return Err(PlanError::NotTraceable {
                     function: spec.function.to_owned(),
