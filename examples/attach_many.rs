@@ -9,7 +9,8 @@
 //! (fsession.multi, kprobe.session); `-pair` turns session programs off
 //! (fentry + fexit per function, a kprobe.multi link per direction). The `-1000` modes attach about a thousand functions
 //! (`tcp_*`, `security_*`, `blk_*`, `sock_*`: 1,106 on Debian 12's kernel).
-//! It prints how many functions each attachment took.
+//! It prints how many functions each attachment took, and on stderr each
+//! match left out with why.
 
 use std::process::ExitCode;
 
@@ -97,6 +98,10 @@ async fn main() -> ExitCode {
         *by.entry(decision.attachment).or_default() += 1;
     }
     let by: Vec<String> = by.iter().map(|(a, n)| format!("{n} by {a}")).collect();
+    // Each match left out, with why, on stderr (the bench reads stdout).
+    for (function, why) in kspan.skipped() {
+        eprintln!("skipped {function}: {why}");
+    }
     let skipped = kspan.skipped().len();
     let start_ms = started.elapsed().as_millis();
     let detaching = std::time::Instant::now();
