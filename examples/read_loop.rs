@@ -3,19 +3,21 @@
 //! the workload of `cargo xtask bench`'s per-call figures. Each `read` is
 //! one `vfs_read` call.
 //!
-//! `read_loop none|fexit|fexit-pair|kretprobe|kretprobe-pair|histogram [N]
-//! [PAUSE_NS]`: `none` traces nothing (the baseline, and the command
+//! `read_loop none|fexit|fexit-pair|fexit-single|kretprobe|kretprobe-pair|histogram
+//! [N] [PAUSE_NS]`: `none` traces nothing (the baseline, and the command
 //! bpftrace runs under its latency script); `fexit` and `kretprobe` trace
 //! `vfs_read` with kspan, capturing two arguments and the return value,
 //! with the consumer running (spans go to a pipeline with no exporter),
-//! through the cheapest attachment the kernel has (fsession,
+//! through the cheapest attachment the kernel has (fsession.multi,
 //! kprobe.session); the `-pair` modes turn session programs off (fentry +
-//! fexit, kprobe + kretprobe); `histogram` counts every call in the
-//! kernel's latency histogram and makes no spans (fexit). `PAUSE_NS` (default 0) spins between reads, so that the rate of
-//! spans stays within what the consumer builds: under emulation a bare loop
-//! makes spans faster than one emulated CPU turns them into OpenTelemetry
-//! spans, and records dropped at a full ring buffer would make the traced
-//! calls look cheaper than they are. The pause is in the untraced baseline
+//! fexit, kprobe + kretprobe), `fexit-single` multi-function links (an
+//! fsession link of its own); `histogram` counts every call in the
+//! kernel's latency histogram and makes no spans (fexit). `PAUSE_NS`
+//! (default 0) spins between reads, so that the rate of spans stays within
+//! what the consumer builds: under emulation a bare loop makes spans faster
+//! than one emulated CPU turns them into OpenTelemetry spans, and records
+//! dropped at a full ring buffer would make the traced calls look cheaper
+//! than they are. The pause is in the untraced baseline
 //! too, so it cancels out of the added cost; `lost` must be 0.
 
 use std::io::Read;
@@ -41,21 +43,24 @@ fn read_histogram(ret: isize) {}
 async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mode = args.next();
-    let (probe, pair): (Option<&'static kspan::Probe>, bool) = match mode.as_deref() {
-        Some("none") => (None, false),
-        Some("fexit") => (Some(&read_fexit), false),
-        Some("fexit-pair") => (Some(&read_fexit), true),
-        Some("kretprobe") => (Some(&read_kretprobe), false),
-        Some("kretprobe-pair") => (Some(&read_kretprobe), true),
-        Some("histogram") => (Some(&read_histogram), false),
-        other => {
-            eprintln!(
-                "read_loop: mode {other:?}: expected `none`, `fexit`, `fexit-pair`, `kretprobe`, \
-                 `kretprobe-pair` or `histogram`"
-            );
-            return ExitCode::from(2);
-        }
-    };
+    // The probe, and the mechanism turned off to compare with `auto`'s choice.
+    let (probe, off): (Option<&'static kspan::Probe>, Option<kspan::Mechanism>) =
+        match mode.as_deref() {
+            Some("none") => (None, None),
+            Some("fexit") => (Some(&read_fexit), None),
+            Some("fexit-pair") => (Some(&read_fexit), Some(kspan::Mechanism::Sessions)),
+            Some("fexit-single") => (Some(&read_fexit), Some(kspan::Mechanism::MultiLinks)),
+            Some("kretprobe") => (Some(&read_kretprobe), None),
+            Some("kretprobe-pair") => (Some(&read_kretprobe), Some(kspan::Mechanism::Sessions)),
+            Some("histogram") => (Some(&read_histogram), None),
+            other => {
+                eprintln!(
+                    "read_loop: mode {other:?}: expected `none`, `fexit`, `fexit-pair`, \
+                     `fexit-single`, `kretprobe`, `kretprobe-pair` or `histogram`"
+                );
+                return ExitCode::from(2);
+            }
+        };
     let calls: u32 = match args.next().map(|n| n.parse()) {
         None => 200_000,
         Some(Ok(n)) if n > 0 => n,
@@ -80,10 +85,9 @@ async fn main() -> ExitCode {
             let builder = kspan::Kspan::builder(&provider)
                 .orphans(kspan::Orphans::NewTrace)
                 .probe(probe);
-            if pair {
-                builder.disable(kspan::Mechanism::Sessions)
-            } else {
-                builder
+            match off {
+                Some(mechanism) => builder.disable(mechanism),
+                None => builder,
             }
         }
         .start()

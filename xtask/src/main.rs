@@ -95,6 +95,9 @@ commands:
       --multi-threaded-tcg  one host thread per guest CPU (QEMU thread=multi;
                         for per-call figures: an attach or detach can kill
                         the guest with a stray int3)
+      --icount          the guest's clock counts instructions (QEMU -icount
+                        shift=0): times inside it are instruction counts,
+                        stable from run to run (for A/B of two builds)
       --verbose         also show the guest's boot console
   test [opts]           host build + tests, then the VM tests per kernel
       --host-only | --vm-only
@@ -107,7 +110,8 @@ commands:
                         the file service in the VM, its traces in the embedded
                         Jaeger UI on the host (default 127.0.0.1:16686) until
                         Ctrl-C, or a headless-Chromium picture of one trace
-  bench [--kernel K] [--rounds N] [--only PART] [--host] [--multi-threaded-tcg]
+  bench [--kernel K] [--rounds N] [--only PART] [--host]
+        [--multi-threaded-tcg | --icount]
                         kspan vs bpftrace in the VM: attach+detach of every
                         vfs_* function, the cost per traced call, and the cost
                         to an untraced process while probes are held (on
@@ -119,6 +123,8 @@ commands:
       --only attach     the first two parts
       --only percall    the cost per traced call alone
       --multi-threaded-tcg  as for vm (with --only percall)
+      --icount          as for vm (with --only percall): figures are guest
+                        instructions, and the BPF programs' own are added
       --host            the last part natively, syscall tracepoints only
       --host --only hot       a service's throughput at 10k and 100k traced
                               calls/s against untraced, and the cost per span

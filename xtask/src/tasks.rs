@@ -292,7 +292,9 @@ pub fn demo(args: &[String]) -> Result<u8> {
 /// bpftrace's `hist()` latency script). On kernels with session programs
 /// (debian14, or a kernel given by path) the attach and per-call parts also
 /// run kspan with sessions off (the pairs) and the ~1,000-function set with
-/// trampolines.
+/// trampolines. `--icount` (with `--only percall`) runs the guest on an
+/// instruction-counting clock and also reads the BPF programs' own run
+/// time: instruction counts, the same from run to run.
 /// `--host` runs it natively (syscall tracepoints only).
 /// `--host --only hot`, `consumer` and `filters` run issue 13's hot
 /// function benchmarks natively: a traced service's throughput ([`hot`]),
@@ -331,9 +333,18 @@ pub fn bench(args: &[String]) -> Result<u8> {
         } else if args[i] == "--multi-threaded-tcg" {
             opts.multi_threaded_tcg = true;
             i += 1;
+        } else if args[i] == "--icount" {
+            opts.icount = true;
+            i += 1;
         } else {
             bail!("unknown bench option {}", args[i]);
         }
+    }
+    if opts.icount && (only.as_deref() != Some("percall") || opts.multi_threaded_tcg) {
+        bail!(
+            "--icount counts the per-call part's instructions: use it with `--only percall` \
+             and without --multi-threaded-tcg"
+        );
     }
     match (only.as_deref(), host) {
         (Some("hot"), true) => return bench_hot(rounds),
@@ -407,6 +418,13 @@ pub fn bench(args: &[String]) -> Result<u8> {
     let attach_and_per_call = format!(
         r#"t() {{ name=$1; shift; s=$(date +%s%N); "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; e=$(date +%s%N); echo "BENCH $name $(( (e - s) / 1000000 ))"; grep '^attach_many:' /tmp/bench.out || true; }}
 p() {{ name=$1; shift; "$@" >/tmp/bench.out 2>&1 || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; grep '^READ-LOOP' /tmp/bench.out | sed "s/^READ-LOOP/PERCALL $name/"; }}
+if [ {icount} = 1 ]; then
+  # The BPF programs' own time too: run time and runs of every program the
+  # process holds (bpftrace's, or kspan's), the last reading before it exits.
+  sysctl -qw kernel.bpf_stats_enabled=1
+  progs() {{ for f in /proc/$1/fdinfo/*; do awk '/^prog_type/{{p=1}} /^run_time_ns/{{t=$2}} /^run_cnt/{{c=$2}} END{{if (p && c > 0) print t, c}}' $f 2>/dev/null; done | awk '{{t+=$1; c+=$2}} END{{print t+0, c+0}}'; }}
+  p() {{ name=$1; shift; "$@" >/tmp/bench.out 2>&1 & pid=$!; last="0 0"; while kill -0 $pid 2>/dev/null; do s=$(progs $pid); [ "${{s#* }}" != 0 ] && last=$s; sleep 0.5; done; wait $pid || {{ echo "BENCH-FAILED $name"; cat /tmp/bench.out; exit 1; }}; grep '^READ-LOOP' /tmp/bench.out | sed "s/^READ-LOOP/PERCALL $name/"; echo "PROGS $name $last"; }}
+fi
 for r in $(seq {rounds}); do
   if [ {attach} = 1 ]; then
   t bpftrace_begin {bt} -e 'BEGIN {{ exit(); }}'
@@ -429,12 +447,14 @@ for r in $(seq {rounds}); do
     p kspan_histogram {read_loop} histogram {calls} {pause}
     if [ {sessions} = 1 ]; then
     p kspan_fexit_pair {read_loop} fexit-pair {calls} {pause}
+    p kspan_fexit_single {read_loop} fexit-single {calls} {pause}
     p kspan_kretprobe_pair {read_loop} kretprobe-pair {calls} {pause}
     fi
   done
 done
 "#,
         attach = u8::from(!only_per_call),
+        icount = u8::from(opts.icount),
         sessions = u8::from(sessions),
         calls = 200_000,
         // Spans at a rate one emulated CPU turns into OpenTelemetry spans:
@@ -607,7 +627,28 @@ fn attach_and_per_call_report(
 ) -> Result<()> {
     let mut figures: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     let mut per_call: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let mut programs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for line in output.lines() {
+        if let Some(rest) = line.strip_prefix("PROGS ") {
+            // PROGS <name> <run time ns> <runs>: every configuration runs
+            // two programs a call (an entry and an exit, or a session
+            // program twice), so a call's share is twice a run's.
+            let parts: Vec<&str> = rest.split_whitespace().collect();
+            if let (Some(name), Some(ns), Some(runs)) = (
+                parts.first(),
+                parts.get(1).and_then(|v| v.parse::<f64>().ok()),
+                parts.get(2).and_then(|v| v.parse::<f64>().ok()),
+            ) {
+                if runs > 0.0 {
+                    programs
+                        .entry((*name).to_owned())
+                        .or_default()
+                        .push(2.0 * ns / runs);
+                }
+            }
+            println!("{line}");
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("PERCALL ") {
             // PERCALL <name> ns_per_call <ns> calls <n> lost <n>
             let parts: Vec<&str> = rest.split_whitespace().collect();
@@ -652,7 +693,72 @@ fn attach_and_per_call_report(
     if attach {
         attach_report(&median, rounds, opts, sessions)?;
     }
-    per_call_report(&per_call, rounds, sessions)
+    per_call_report(&per_call, rounds, sessions)?;
+    if opts.icount {
+        programs_report(&per_call, &programs, sessions)?;
+    }
+    Ok(())
+}
+
+/// Under `--icount`, where a guest nanosecond is an instruction: what the
+/// traced thread executes per call beyond the untraced loop, and what the
+/// BPF programs alone execute. One host thread runs both guest CPUs, so the
+/// loop's figure of a span mode also holds the instructions of kspan's
+/// consumer (which builds the spans meanwhile on the other CPU); the
+/// programs' figure and the histogram mode's loop hold none of it.
+fn programs_report(
+    per_call: &std::collections::BTreeMap<String, Vec<f64>>,
+    programs: &std::collections::BTreeMap<String, Vec<f64>>,
+    sessions: bool,
+) -> Result<()> {
+    let median = |map: &std::collections::BTreeMap<String, Vec<f64>>, name: &str| {
+        let mut v = map.get(name).cloned().unwrap_or_default();
+        if v.is_empty() {
+            bail!("no --icount figure for {name}: the guest run failed (see above)");
+        }
+        v.sort_by(f64::total_cmp);
+        Ok(v[v.len() / 2])
+    };
+    let base = median(per_call, "none")?;
+    println!(
+        "instructions per traced call (-icount: the guest clock counts one ns per \
+         instruction), medians:"
+    );
+    println!("  name                          loop added   BPF programs");
+    let mut names = vec![
+        "bpftrace_latency",
+        "kspan_fexit",
+        "kspan_kretprobe",
+        "kspan_histogram",
+    ];
+    if sessions {
+        names.extend([
+            "kspan_fexit_pair",
+            "kspan_fexit_single",
+            "kspan_kretprobe_pair",
+        ]);
+    }
+    for name in &names {
+        println!(
+            "  {name:<29} {:>10.0} {:>14.0}",
+            median(per_call, name)? - base,
+            median(programs, name)?
+        );
+    }
+    println!(
+        "  ratio  kspan fexit programs / bpftrace latency script programs  {:.2}x",
+        median(programs, "kspan_fexit")? / median(programs, "bpftrace_latency")?
+    );
+    println!(
+        "  ratio  kspan histogram only added / bpftrace hist() added      {:.2}x",
+        (median(per_call, "kspan_histogram")? - base)
+            / (median(per_call, "bpftrace_latency")? - base)
+    );
+    println!(
+        "  (a span mode's loop figure holds its consumer's instructions too: one host \
+         thread runs both guest CPUs)"
+    );
+    Ok(())
 }
 
 /// The attach + detach figures, medians by `median`.
@@ -744,7 +850,11 @@ fn per_call_report(
         "kspan_histogram",
     ];
     if sessions {
-        names.extend(["kspan_fexit_pair", "kspan_kretprobe_pair"]);
+        names.extend([
+            "kspan_fexit_pair",
+            "kspan_fexit_single",
+            "kspan_kretprobe_pair",
+        ]);
     }
     for name in names {
         let traced = ns(name)?;
@@ -774,6 +884,10 @@ fn per_call_report(
         println!(
             "  ratio  kspan kretprobe (session) added / kprobe pair added {:.2}x",
             added["kspan_kretprobe"] / added["kspan_kretprobe_pair"]
+        );
+        println!(
+            "  ratio  kspan fexit (fsession.multi) / fsession link alone {:.2}x",
+            added["kspan_fexit"] / added["kspan_fexit_single"]
         );
     }
     Ok(())

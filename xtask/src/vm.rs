@@ -41,6 +41,11 @@ pub struct VmOptions {
     /// kspan's consumer compete with the traced loop. Not for the tests
     /// (see `run_vm`).
     pub multi_threaded_tcg: bool,
+    /// The guest's clock counts instructions, one nanosecond each (QEMU's
+    /// `-icount shift=0`, one host thread): times measured inside the
+    /// guest are instruction counts, the same on every run, for comparing
+    /// the instructions two builds execute. Not with `multi_threaded_tcg`.
+    pub icount: bool,
     /// Forward a loopback `OTEL_EXPORTER_OTLP_ENDPOINT` to the host.
     pub otlp_forward: bool,
     /// Also print the console before the command starts (kernel, init).
@@ -58,6 +63,7 @@ impl Default for VmOptions {
             mem: "2G".into(),
             smp: 2,
             multi_threaded_tcg: false,
+            icount: false,
             otlp_forward: true,
             verbose: false,
             env: Vec::new(),
@@ -105,6 +111,7 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
             match args[i].as_str() {
                 "--no-otlp-forward" => opts.otlp_forward = false,
                 "--multi-threaded-tcg" => opts.multi_threaded_tcg = true,
+                "--icount" => opts.icount = true,
                 "--verbose" | "-v" => opts.verbose = true,
                 "--" => return Ok((opts, args[i + 1..].to_vec())),
                 a if a.starts_with('-') => bail!("unknown vm option {a}"),
@@ -425,6 +432,9 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     let initrd = work.0.join("initrd.cpio");
     fs::write(&initrd, initramfs(&modules, &init, &script)?)?;
 
+    if opts.icount && opts.multi_threaded_tcg {
+        bail!("--icount counts one host thread's instructions: it cannot go with --multi-threaded-tcg");
+    }
     let mut q = Command::new(qemu);
     // One host thread runs every vCPU: with multi-threaded TCG a vCPU can run
     // code another vCPU has just patched (the kernel's int3-based text_poke
@@ -446,6 +456,9 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     ])
     .args(["-smp", &opts.smp.to_string()])
     .args(["-nographic", "-no-reboot"]);
+    if opts.icount {
+        q.args(["-icount", "shift=0"]);
+    }
     if forwards.is_empty() {
         q.args(["-net", "none"]);
     } else {

@@ -167,16 +167,20 @@ static __always_inline struct kspan_frame *kspan_frame_at(struct kspan_task_stac
 }
 
 /*
- * Submits a record of `size` bytes, waking the consumer only when this record
- * takes what is waiting across KSPAN_WAKEUP_BYTES: once per batch, not once
- * per record (and not on every record while a woken consumer catches up).
+ * Submits a span record and counts it. Every KSPAN_WAKEUP_CHECK_RECORDS-th
+ * record of this CPU asks how much is waiting and wakes the consumer when
+ * that is KSPAN_WAKEUP_BYTES or more: about once per batch, not once per
+ * record, and one helper call per many records. Below that, and in the
+ * records between checks, the consumer's timer collects them.
  */
-static __always_inline void kspan_submit(void *rec, __u64 size)
+static __always_inline void kspan_submit_span(void *rec)
 {
-	__u64 waiting = bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA);
+	__u32 key = KSPAN_CTR_EMITTED;
+	__u64 *emitted = bpf_map_lookup_elem(&kspan_counters, &key);
 	__u64 flags = BPF_RB_NO_WAKEUP;
 
-	if (waiting >= KSPAN_WAKEUP_BYTES && waiting < KSPAN_WAKEUP_BYTES + size)
+	if (emitted && !(__sync_fetch_and_add(emitted, 1) & (KSPAN_WAKEUP_CHECK_RECORDS - 1)) &&
+	    bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA) >= KSPAN_WAKEUP_BYTES)
 		flags = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(rec, flags);
 }
@@ -279,36 +283,54 @@ static __always_inline int kspan_wanted(__u64 *pid_tgid)
 #define KSPAN_ID_GAMMA 0x9e3779b97f4a7c15ULL
 
 /*
- * A new span or trace id word: SplitMix64 over this CPU's state, which
+ * `n` new span or trace id words: SplitMix64 over this CPU's state, which
  * kspan seeds with random values at load. Each CPU's state walks through
  * every 64-bit value before it repeats, and the mix is a bijection, so a
  * CPU never hands out an id twice; the seeds keep CPUs (and processes)
  * apart. Inline arithmetic: two bpf_get_prandom_u32 calls per id cost a
- * traced call more. The step is atomic: on preemptible kernels another
- * task's program may run on this CPU between a load and a store.
+ * traced call more. The `n` steps are taken at once, atomically: on
+ * preemptible kernels another task's program may run on this CPU between
+ * a load and a store.
  */
-static __always_inline __u64 kspan_new_id(void)
+static __always_inline void kspan_new_ids(__u64 *ids, const int n)
 {
 	__u32 zero = 0;
 	__u64 *state = bpf_map_lookup_elem(&kspan_id_state, &zero);
-	__u64 z;
+	__u64 z = 0;
 
-	if (!state)
-		return ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32() | 1;
-	z = __sync_fetch_and_add(state, KSPAN_ID_GAMMA) + KSPAN_ID_GAMMA;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
-	/* Zero is the invalid id in OpenTelemetry. */
-	return z ? z : 1;
+	if (state)
+		z = __sync_fetch_and_add(state, KSPAN_ID_GAMMA * n);
+#pragma unroll
+	for (int i = 0; i < n; i++) {
+		__u64 id;
+
+		if (!state) {
+			ids[i] = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32() | 1;
+			continue;
+		}
+		z += KSPAN_ID_GAMMA;
+		id = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+		id = (id ^ (id >> 27)) * 0x94d049bb133111ebULL;
+		id ^= id >> 31;
+		/* Zero is the invalid id in OpenTelemetry. */
+		ids[i] = id ? id : 1;
+	}
+}
+
+static __always_inline __u64 kspan_new_id(void)
+{
+	__u64 id;
+
+	kspan_new_ids(&id, 1);
+	return id;
 }
 
 /*
  * The trace id of a tree with no application trace, made in place on
  * first use: all zeros until a record needs it, so that a tree that emits
- * nothing (a histogram-only probe's) draws no random numbers. (All zeros
- * is never an application's trace id: kspan_outermost takes that for a
- * thread that suppresses telemetry.)
+ * nothing (a histogram-only probe's) draws no ids. (All zeros is never an
+ * application's trace id: kspan_outermost takes that for a thread that
+ * suppresses telemetry.)
  */
 static __always_inline void kspan_made_trace_id(__u8 *trace_id)
 {
@@ -316,8 +338,7 @@ static __always_inline void kspan_made_trace_id(__u8 *trace_id)
 
 	if (words[0] || words[1])
 		return;
-	words[0] = kspan_new_id();
-	words[1] = kspan_new_id();
+	kspan_new_ids(words, 2);
 }
 
 /*
@@ -559,15 +580,27 @@ static __noinline void kspan_capture_one(struct kspan_record *rec, const __u64 *
 
 /*
  * Fills vals, cap_flags and the data area of `rec` from the capture plan.
- * Out of line: one copy for the entry, the exit and instants.
+ * Out of line: one copy for the entry, the exit and instants. An argument
+ * taken as it is (the commonest capture) is stored here, without a call.
  */
 static __noinline void kspan_capture(struct kspan_record *rec, const __u64 *args, __u64 ret,
 					  int phase)
 {
 #pragma unroll
 	for (__u32 i = 0; i < KSPAN_MAX_CAPS; i++) {
+		const volatile struct kspan_capture *c = &kspan_cfg.caps[i];
+		__u32 arg = c->arg;
+
 		if (i >= kspan_cfg.nr_caps)
 			break;
+		if (c->kind == KSPAN_CAP_REG && c->nsteps == 0 && arg < KSPAN_MAX_ARGS) {
+			if ((phase == KSPAN_PHASE_ENTRY && !c->at_entry) ||
+			    (phase == KSPAN_PHASE_EXIT && c->at_entry))
+				continue;
+			rec->vals[i] = args[arg];
+			rec->cap_flags[i] = 0;
+			continue;
+		}
 		kspan_capture_one(rec, args, ret, phase, i);
 	}
 }
@@ -840,7 +873,8 @@ static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
 	rec->ret = 0;
 	kspan_fill_ids(rec, bpf_get_current_pid_tgid(), probe_id);
 	rec->flags = KSPAN_REC_REPARENT | kspan_parent_flags(parent);
-	kspan_submit(rec, sizeof(*rec));
+	/* Rare, and never alone: the spans' wakeups or the timer collect it. */
+	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 }
 
 /*
@@ -1050,8 +1084,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	kspan_fill_ids(rec, pid_tgid, probe_id);
 	rec->flags = kspan_parent_flags(top);
 	kspan_capture(rec, args, 0, KSPAN_PHASE_ALL);
-	kspan_submit(rec, kspan_cfg.record_size);
-	kspan_count(KSPAN_CTR_EMITTED);
+	kspan_submit_span(rec);
 	return 0;
 }
 
@@ -1060,7 +1093,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
  * pushed for the exit. `call` is where the call is on the task's stack
  * (kspan_call_of; 0: unknown); `cookie`, where a session program has one,
  * the slot its entry shares with its exit, which learns from it that its
- * entry was not skipped. `spans_only`, a constant: the program serves
+ * entry pushed a frame, and the probe's id. `spans_only`, a constant: the program serves
  * only modes with an exit (sessions, syscall sources), so the instant
  * path is left out of it at compile time rather than cut by the verifier
  * at every load.
@@ -1110,9 +1143,12 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	frame->suppressed = suppressed;
 	frame->start_ns = now;
 	frame->call = call;
-	/* Tells this call's exit the frame is its own (see kspan_exit). */
+	/*
+	 * Tells this call's exit that the frame at its place is its own, and
+	 * of which probe (see kspan_session): never 0.
+	 */
 	if (cookie)
-		*cookie = now;
+		*cookie = (__u64)probe_id + 1;
 	frame->span_id = span_id;
 	frame->probe_id = probe_id;
 	frame->flags = kspan_cfg.may_drop ? KSPAN_FRAME_MAY_DROP : 0;
@@ -1323,10 +1359,11 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 			 * The frame at this call's place may be an earlier
 			 * call's, whose exit was skipped, this call's entry
 			 * being skipped too: the entry stamps the session
-			 * cookie; without one, a call with other arguments is
-			 * another call (one with the same is taken for this).
+			 * cookie (0 until then); without one, a call with
+			 * other arguments is another call (one with the same
+			 * is taken for this).
 			 */
-			if (cookie ? *cookie != top->start_ns : args && !kspan_same_args(top, args)) {
+			if (cookie ? !*cookie : args && !kspan_same_args(top, args)) {
 				kspan_forget_top(st);
 				kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 				return 0;
@@ -1428,8 +1465,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 	if (kspan_cfg.entry_caps)
 		kspan_restore_entry_values(rec, frame->span_id);
 	kspan_capture(rec, frame->args, ret, KSPAN_PHASE_EXIT);
-	kspan_submit(rec, kspan_cfg.record_size);
-	kspan_count(KSPAN_CTR_EMITTED);
+	kspan_submit_span(rec);
 	return 0;
 }
 
@@ -1480,11 +1516,12 @@ int kspan_fexit(__u64 *ctx)
  * fsession (Linux 7.0+): one program at both ends of the function, so one
  * trampoline link where fentry + fexit take two. The per-task stack pairs
  * the ends as it does for fentry/fexit (nesting, recursion, lost exits);
- * the session cookie is not needed for that. The probe id is the attach
- * cookie when one program serves many functions through one
- * fsession.multi link (Linux 7.2+), which is why arguments and the return
- * value are read through helpers, as that attach type requires. Must
- * return 0.
+ * the session cookie tells the exit whether its entry pushed a frame, and
+ * of which probe. The probe id is the attach cookie when one program
+ * serves many functions through one fsession.multi link (Linux 7.2+):
+ * read at the entry, and at an exit only when its entry was skipped.
+ * Arguments and the return value are read through helpers, as that
+ * attach type requires. Must return 0.
  */
 static __always_inline int kspan_session(__u64 *ctx)
 {
@@ -1497,9 +1534,12 @@ static __always_inline int kspan_session(__u64 *ctx)
 		return 0;
 	task = bpf_get_current_task_btf();
 	if (bpf_session_is_return(ctx)) {
+		__u64 *cookie = bpf_session_cookie(ctx);
+
 		bpf_get_func_ret(ctx, &ret);
-		kspan_exit(ret, kspan_probe_id(ctx), task, kspan_call_of(ctx, task),
-			   bpf_session_cookie(ctx), NULL, pid_tgid);
+		/* The entry's stamp names the probe: no attach cookie to read. */
+		kspan_exit(ret, *cookie ? (__u32)(*cookie - 1) : kspan_probe_id(ctx), task,
+			   kspan_call_of(ctx, task), cookie, NULL, pid_tgid);
 		return 0;
 	}
 	kspan_trampoline_args(ctx, args);

@@ -39,6 +39,11 @@
  * consumer's timer (50 ms) collects them.
  */
 #define KSPAN_WAKEUP_BYTES (256 * 1024)
+/*
+ * A CPU asks how much is waiting at every this many of its span records
+ * (a power of two), not at each: asking costs a helper call.
+ */
+#define KSPAN_WAKEUP_CHECK_RECORDS 64
 
 /* Comparisons of a probe's filter (`filter = "count >= 65536 || ret < 0"`). */
 #define KSPAN_MAX_CLAUSES 4

@@ -287,9 +287,23 @@ impl Value {
                 Err(_) => formatted(format_args!("{v}")),
             },
             Value::Bool(v) => opentelemetry::Value::Bool(v),
-            Value::Pointer(v) => formatted(format_args!("{v:#x}")),
+            Value::Pointer(v) => hex_address(v),
         }
     }
+}
+
+/// `v` as `format!("{v:#x}")` writes it, in one allocation of the exact size
+/// (the formatter grows its string a digit group at a time).
+#[inline(never)]
+fn hex_address(v: u64) -> opentelemetry::Value {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digits = (u64::BITS - v.leading_zeros()).div_ceil(4).max(1);
+    let mut s = String::with_capacity(2 + digits as usize);
+    s.push_str("0x");
+    for i in (0..digits).rev() {
+        s.push(char::from(DIGITS[((v >> (4 * i)) & 0xf) as usize]));
+    }
+    opentelemetry::Value::from(s)
 }
 
 #[inline(never)]
@@ -300,6 +314,25 @@ fn formatted(args: fmt::Arguments<'_>) -> opentelemetry::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_are_written_as_the_formatter_writes_them() {
+        for v in [
+            0,
+            1,
+            0xf,
+            0x10,
+            0xdead_beef,
+            0xffff_8880_0123_4567,
+            u64::MAX,
+        ] {
+            assert_eq!(
+                Value::Pointer(v).to_otel(),
+                opentelemetry::Value::from(format!("{v:#x}")),
+                "{v:#x}"
+            );
+        }
+    }
 
     #[test]
     fn integers_truncate_and_sign_extend() {
