@@ -700,6 +700,25 @@ fn attach_and_per_call_report(
     Ok(())
 }
 
+/// The traced configurations of the per-call part, as the guest script
+/// names them (the pairs and the lone fsession link where sessions exist).
+fn per_call_names(sessions: bool) -> Vec<&'static str> {
+    let mut names = vec![
+        "bpftrace_latency",
+        "kspan_fexit",
+        "kspan_kretprobe",
+        "kspan_histogram",
+    ];
+    if sessions {
+        names.extend([
+            "kspan_fexit_pair",
+            "kspan_fexit_single",
+            "kspan_kretprobe_pair",
+        ]);
+    }
+    names
+}
+
 /// Under `--icount`, where a guest nanosecond is an instruction: what the
 /// traced thread executes per call beyond the untraced loop, and what the
 /// BPF programs alone execute. One host thread runs both guest CPUs, so the
@@ -725,19 +744,7 @@ fn programs_report(
          instruction), medians:"
     );
     println!("  name                          loop added   BPF programs");
-    let mut names = vec![
-        "bpftrace_latency",
-        "kspan_fexit",
-        "kspan_kretprobe",
-        "kspan_histogram",
-    ];
-    if sessions {
-        names.extend([
-            "kspan_fexit_pair",
-            "kspan_fexit_single",
-            "kspan_kretprobe_pair",
-        ]);
-    }
+    let names = per_call_names(sessions);
     for name in &names {
         println!(
             "  {name:<29} {:>10.0} {:>14.0}",
@@ -843,19 +850,7 @@ fn per_call_report(
     );
     println!("  untraced                      {base:>8.0} ns/call");
     let mut added = std::collections::BTreeMap::new();
-    let mut names = vec![
-        "bpftrace_latency",
-        "kspan_fexit",
-        "kspan_kretprobe",
-        "kspan_histogram",
-    ];
-    if sessions {
-        names.extend([
-            "kspan_fexit_pair",
-            "kspan_fexit_single",
-            "kspan_kretprobe_pair",
-        ]);
-    }
+    let names = per_call_names(sessions);
     for name in names {
         let traced = ns(name)?;
         added.insert(name, traced - base);
