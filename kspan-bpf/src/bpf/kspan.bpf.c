@@ -1088,12 +1088,18 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	return 0;
 }
 
+/* A session cookie's stamp of a frame pushed at `start_ns` for `probe_id`. */
+static __always_inline __u64 kspan_session_stamp(__u64 start_ns, __u32 probe_id)
+{
+	return ((__u64)((__u32)start_ns | 1) << 32) | probe_id;
+}
+
 /*
  * Entry of a traced call (kspan_wanted() said so): an instant, or a frame
  * pushed for the exit. `call` is where the call is on the task's stack
  * (kspan_call_of; 0: unknown); `cookie`, where a session program has one,
- * the slot its entry shares with its exit, which learns from it that its
- * entry pushed a frame, and the probe's id. `spans_only`, a constant: the program serves
+ * the slot its entry shares with its exit, which learns from it whether
+ * its entry pushed a frame, which, and the probe's id. `spans_only`, a constant: the program serves
  * only modes with an exit (sessions, syscall sources), so the instant
  * path is left out of it at compile time rather than cut by the verifier
  * at every load.
@@ -1144,11 +1150,12 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	frame->start_ns = now;
 	frame->call = call;
 	/*
-	 * Tells this call's exit that the frame at its place is its own, and
-	 * of which probe (see kspan_session): never 0.
+	 * Tells this call's exit that its entry pushed a frame (never 0), of
+	 * which probe (the low half), and which frame: the low bits of its
+	 * start time, odd (the high half; see kspan_exit, kspan_session).
 	 */
 	if (cookie)
-		*cookie = (__u64)probe_id + 1;
+		*cookie = kspan_session_stamp(now, probe_id);
 	frame->span_id = span_id;
 	frame->probe_id = probe_id;
 	frame->flags = kspan_cfg.may_drop ? KSPAN_FRAME_MAY_DROP : 0;
@@ -1335,6 +1342,17 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 		return 0;
 	}
+	if (cookie && !*cookie) {
+		/*
+		 * Its entry pushed no frame (skipped, the stack full, or
+		 * before the probe was attached): no frame is this call's.
+		 */
+		if (st->overflow)
+			st->overflow -= 1;
+		else
+			kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
+		return 0;
+	}
 	if (call) {
 		struct kspan_frame *top;
 
@@ -1358,12 +1376,13 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 			/*
 			 * The frame at this call's place may be an earlier
 			 * call's, whose exit was skipped, this call's entry
-			 * being skipped too: the entry stamps the session
-			 * cookie (0 until then); without one, a call with
-			 * other arguments is another call (one with the same
-			 * is taken for this).
+			 * being skipped too: the session cookie names the
+			 * entry's frame; without one, a call with other
+			 * arguments is another call (one with the same is
+			 * taken for this).
 			 */
-			if (cookie ? !*cookie : args && !kspan_same_args(top, args)) {
+			if (cookie ? *cookie != kspan_session_stamp(top->start_ns, probe_id)
+				   : args && !kspan_same_args(top, args)) {
 				kspan_forget_top(st);
 				kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 				return 0;
@@ -1396,6 +1415,10 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 
 		bpf_loop(KSPAN_MAX_DEPTH, kspan_search_step, &search, 0);
 		found = search.found < KSPAN_MAX_DEPTH ? search.found : KSPAN_MAX_DEPTH;
+		/* A session's entry names its frame: another one found is not it. */
+		if (found && cookie &&
+		    *cookie != kspan_session_stamp(kspan_frame_at(st, found - 1)->start_ns, probe_id))
+			found = 0;
 		if (!found) {
 			kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 			return 0;
@@ -1516,10 +1539,11 @@ int kspan_fexit(__u64 *ctx)
  * fsession (Linux 7.0+): one program at both ends of the function, so one
  * trampoline link where fentry + fexit take two. The per-task stack pairs
  * the ends as it does for fentry/fexit (nesting, recursion, lost exits);
- * the session cookie tells the exit whether its entry pushed a frame, and
- * of which probe. The probe id is the attach cookie when one program
- * serves many functions through one fsession.multi link (Linux 7.2+):
- * read at the entry, and at an exit only when its entry was skipped.
+ * the session cookie tells the exit whether its entry pushed a frame,
+ * which, and of which probe. The probe id is the attach cookie when one
+ * program serves many functions through one fsession.multi link (Linux
+ * 7.2+): read at the entry, and at an exit only when its entry pushed no
+ * frame.
  * Arguments and the return value are read through helpers, as that
  * attach type requires. Must return 0.
  */
@@ -1538,7 +1562,7 @@ static __always_inline int kspan_session(__u64 *ctx)
 
 		bpf_get_func_ret(ctx, &ret);
 		/* The entry's stamp names the probe: no attach cookie to read. */
-		kspan_exit(ret, *cookie ? (__u32)(*cookie - 1) : kspan_probe_id(ctx), task,
+		kspan_exit(ret, *cookie ? (__u32)*cookie : kspan_probe_id(ctx), task,
 			   kspan_call_of(ctx, task), cookie, NULL, pid_tgid);
 		return 0;
 	}

@@ -293,7 +293,8 @@ impl Value {
 }
 
 /// `v` as `format!("{v:#x}")` writes it, in one allocation of the exact size
-/// (the formatter grows its string a digit group at a time).
+/// (through the formatter, the string grows for the prefix and again for
+/// the digits).
 #[inline(never)]
 fn hex_address(v: u64) -> opentelemetry::Value {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
