@@ -340,11 +340,9 @@ pub fn bench(args: &[String]) -> Result<u8> {
             bail!("unknown bench option {}", args[i]);
         }
     }
-    if opts.icount && (only.as_deref() != Some("percall") || opts.multi_threaded_tcg) {
-        bail!(
-            "--icount counts the per-call part's instructions: use it with `--only percall` \
-             and without --multi-threaded-tcg"
-        );
+    opts.check()?;
+    if opts.icount && only.as_deref() != Some("percall") {
+        bail!("--icount counts the per-call part's instructions: use it with `--only percall`");
     }
     match (only.as_deref(), host) {
         (Some("hot"), true) => return bench_hot(rounds),
@@ -700,6 +698,17 @@ fn attach_and_per_call_report(
     Ok(())
 }
 
+/// The median of `name`'s figures in `figures`; an error when the guest
+/// printed none.
+fn median_of(figures: &std::collections::BTreeMap<String, Vec<f64>>, name: &str) -> Result<f64> {
+    let mut v = figures.get(name).cloned().unwrap_or_default();
+    if v.is_empty() {
+        bail!("no per-call figure for {name}: the guest run failed (see above)");
+    }
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
+}
+
 /// The traced configurations of the per-call part, as the guest script
 /// names them (the pairs and the lone fsession link where sessions exist).
 fn per_call_names(sessions: bool) -> Vec<&'static str> {
@@ -730,15 +739,7 @@ fn programs_report(
     programs: &std::collections::BTreeMap<String, Vec<f64>>,
     sessions: bool,
 ) -> Result<()> {
-    let median = |map: &std::collections::BTreeMap<String, Vec<f64>>, name: &str| {
-        let mut v = map.get(name).cloned().unwrap_or_default();
-        if v.is_empty() {
-            bail!("no --icount figure for {name}: the guest run failed (see above)");
-        }
-        v.sort_by(f64::total_cmp);
-        Ok(v[v.len() / 2])
-    };
-    let base = median(per_call, "none")?;
+    let base = median_of(per_call, "none")?;
     println!(
         "instructions per traced call (-icount: the guest clock counts one ns per \
          instruction), medians:"
@@ -748,18 +749,18 @@ fn programs_report(
     for name in &names {
         println!(
             "  {name:<29} {:>10.0} {:>14.0}",
-            median(per_call, name)? - base,
-            median(programs, name)?
+            median_of(per_call, name)? - base,
+            median_of(programs, name)?
         );
     }
     println!(
         "  ratio  kspan fexit programs / bpftrace latency script programs  {:.2}x",
-        median(programs, "kspan_fexit")? / median(programs, "bpftrace_latency")?
+        median_of(programs, "kspan_fexit")? / median_of(programs, "bpftrace_latency")?
     );
     println!(
         "  ratio  kspan histogram only added / bpftrace hist() added      {:.2}x",
-        (median(per_call, "kspan_histogram")? - base)
-            / (median(per_call, "bpftrace_latency")? - base)
+        (median_of(per_call, "kspan_histogram")? - base)
+            / (median_of(per_call, "bpftrace_latency")? - base)
     );
     println!(
         "  (a span mode's loop figure holds its consumer's instructions too: one host \
@@ -835,14 +836,7 @@ fn per_call_report(
     rounds: u32,
     sessions: bool,
 ) -> Result<()> {
-    let ns = |name: &str| -> Result<f64> {
-        let mut v = per_call.get(name).cloned().unwrap_or_default();
-        if v.is_empty() {
-            bail!("no per-call figure for {name}: the guest run failed (see above)");
-        }
-        v.sort_by(f64::total_cmp);
-        Ok(v[v.len() / 2])
-    };
+    let ns = |name: &str| median_of(per_call, name);
     let base = ns("none")?;
     println!(
         "per traced vfs_read call (a 1-byte read of /dev/zero, 3 us apart), median of {} runs:",

@@ -55,6 +55,19 @@ pub struct VmOptions {
     pub env: Vec<(String, String)>,
 }
 
+impl VmOptions {
+    /// Refuses settings QEMU cannot run together, before any work.
+    pub fn check(&self) -> Result<()> {
+        if self.icount && self.multi_threaded_tcg {
+            bail!(
+                "--icount counts one host thread's instructions: it cannot go with \
+                 --multi-threaded-tcg"
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Default for VmOptions {
     fn default() -> Self {
         VmOptions {
@@ -98,6 +111,7 @@ pub fn command(args: &[String]) -> Result<u8> {
 fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
     let mut opts = VmOptions::default();
     let mut i = 0;
+    let mut cmd = Vec::new();
     while i < args.len() {
         if let Some(v) = opt_value(args, &mut i, "--kernel")? {
             opts.kernel = KernelSpec::parse(&v)?;
@@ -113,14 +127,21 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
                 "--multi-threaded-tcg" => opts.multi_threaded_tcg = true,
                 "--icount" => opts.icount = true,
                 "--verbose" | "-v" => opts.verbose = true,
-                "--" => return Ok((opts, args[i + 1..].to_vec())),
+                "--" => {
+                    cmd = args[i + 1..].to_vec();
+                    break;
+                }
                 a if a.starts_with('-') => bail!("unknown vm option {a}"),
-                _ => return Ok((opts, args[i..].to_vec())),
+                _ => {
+                    cmd = args[i..].to_vec();
+                    break;
+                }
             }
             i += 1;
         }
     }
-    Ok((opts, Vec::new()))
+    opts.check()?;
+    Ok((opts, cmd))
 }
 
 /// Parses a number of seconds.
@@ -432,9 +453,6 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     let initrd = work.0.join("initrd.cpio");
     fs::write(&initrd, initramfs(&modules, &init, &script)?)?;
 
-    if opts.icount && opts.multi_threaded_tcg {
-        bail!("--icount counts one host thread's instructions: it cannot go with --multi-threaded-tcg");
-    }
     let mut q = Command::new(qemu);
     // One host thread runs every vCPU: with multi-threaded TCG a vCPU can run
     // code another vCPU has just patched (the kernel's int3-based text_poke
@@ -772,6 +790,16 @@ mod tests {
         assert!(o.multi_threaded_tcg);
         assert_eq!(cmd, ["uname"]);
         assert!(parse_args(&["--bogus".to_string()]).is_err());
+        let a: Vec<String> = ["--icount", "uname"].map(String::from).to_vec();
+        assert!(parse_args(&a).unwrap().0.icount);
+        let a: Vec<String> = ["--icount", "--multi-threaded-tcg", "uname"]
+            .map(String::from)
+            .to_vec();
+        let e = parse_args(&a).unwrap_err().to_string();
+        assert!(
+            e.contains("--icount") && e.contains("--multi-threaded-tcg"),
+            "{e}"
+        );
     }
 
     #[test]
