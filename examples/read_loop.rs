@@ -3,13 +3,15 @@
 //! the workload of `cargo xtask bench`'s per-call figures. Each `read` is
 //! one `vfs_read` call.
 //!
-//! `read_loop none|fexit|fexit-pair|fexit-single|kretprobe|kretprobe-pair|histogram
+//! `read_loop none|fexit|fexit-in-span|fexit-pair|fexit-single|kretprobe|kretprobe-pair|histogram
 //! [N] [PAUSE_NS]`: `none` traces nothing (the baseline, and the command
 //! bpftrace runs under its latency script); `fexit` and `kretprobe` trace
 //! `vfs_read` with kspan, capturing two arguments and the return value,
 //! with the consumer running (spans go to a pipeline with no exporter),
 //! through the cheapest attachment the kernel has (fsession.multi,
-//! kprobe.session); the `-pair` modes turn session programs off (fentry +
+//! kprobe.session), on a thread with no application span (each call
+//! starts a trace); `fexit-in-span` is `fexit` with the loop inside an
+//! application span, the calls its children; the `-pair` modes turn session programs off (fentry +
 //! fexit, kprobe + kretprobe), `fexit-single` multi-function links (an
 //! fsession link of its own); `histogram` counts every call in the
 //! kernel's latency histogram and makes no spans (fexit). `PAUSE_NS`
@@ -24,6 +26,7 @@ use std::io::Read;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use opentelemetry::trace::{TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 
 /// `vfs_read` through a BPF trampoline.
@@ -47,7 +50,7 @@ async fn main() -> ExitCode {
     let (probe, off): (Option<&'static kspan::Probe>, Option<kspan::Mechanism>) =
         match mode.as_deref() {
             Some("none") => (None, None),
-            Some("fexit") => (Some(&read_fexit), None),
+            Some("fexit" | "fexit-in-span") => (Some(&read_fexit), None),
             Some("fexit-pair") => (Some(&read_fexit), Some(kspan::Mechanism::Sessions)),
             Some("fexit-single") => (Some(&read_fexit), Some(kspan::Mechanism::MultiLinks)),
             Some("kretprobe") => (Some(&read_kretprobe), None),
@@ -55,8 +58,8 @@ async fn main() -> ExitCode {
             Some("histogram") => (Some(&read_histogram), None),
             other => {
                 eprintln!(
-                    "read_loop: mode {other:?}: expected `none`, `fexit`, `fexit-pair`, \
-                     `fexit-single`, `kretprobe`, `kretprobe-pair` or `histogram`"
+                    "read_loop: mode {other:?}: expected `none`, `fexit`, `fexit-in-span`, \
+                     `fexit-pair`, `fexit-single`, `kretprobe`, `kretprobe-pair` or `histogram`"
                 );
                 return ExitCode::from(2);
             }
@@ -101,8 +104,13 @@ async fn main() -> ExitCode {
         None => None,
     };
     // The loop runs on a blocking thread, so that the consumer has the
-    // runtime's worker to itself.
+    // runtime's worker to itself; in `fexit-in-span` inside an application
+    // span, whose children the kernel spans become.
+    let in_span = mode.as_deref() == Some("fexit-in-span");
+    let tracer = provider.tracer("read_loop");
     let timed = tokio::task::spawn_blocking(move || -> std::io::Result<f64> {
+        let _span = in_span
+            .then(|| opentelemetry::Context::current_with_span(tracer.start("loop")).attach());
         let mut zero = std::fs::File::open("/dev/zero")?;
         let mut byte = [0u8; 1];
         let started = Instant::now();

@@ -58,6 +58,10 @@ pub mod names {
     pub const COUNTERS_MAP: &str = "kspan_counters";
     /// The on/off switch (0 until the consumer runs).
     pub const CONTROL_MAP: &str = "kspan_control";
+    /// Each thread's registered context record (task storage).
+    pub const CTX_RECORDS_MAP: &str = "kspan_ctx_records";
+    /// The count of doubts that every context record is registered.
+    pub const CTX_PENDING_MAP: &str = "kspan_ctx_pending";
     /// The per-probe, per-CPU counters of calls not made into spans.
     pub const PROBE_COUNTERS_MAP: &str = "kspan_probe_counters";
     /// The per-probe rate-limit slots.

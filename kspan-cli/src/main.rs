@@ -179,7 +179,7 @@ fn doctor() -> Outcome {
         Err(e) => format!("unknown (cannot read /proc/sys/kernel/osrelease: {e})"),
     };
     let caps = KernelCapabilities::probe();
-    let features: [(&str, &Feature); 9] = [
+    let features: [(&str, &Feature); 10] = [
         ("btf", &caps.btf),
         ("privileges", &caps.privileges),
         ("trampolines", &caps.trampolines),
@@ -189,6 +189,7 @@ fn doctor() -> Outcome {
         ("kprobe.multi", &caps.kprobe_multi),
         ("kprobe.session", &caps.kprobe_sessions),
         ("tracepoints", &caps.tracepoints),
+        ("ctx-records", &caps.context_records),
     ];
     let mut text = format!("kernel {release}\n\nmechanisms:\n");
     for (name, feature) in features {

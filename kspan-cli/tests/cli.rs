@@ -259,6 +259,7 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
         ("kprobe.multi", &caps.kprobe_multi),
         ("kprobe.session", &caps.kprobe_sessions),
         ("tracepoints", &caps.tracepoints),
+        ("ctx-records", &caps.context_records),
     ] {
         let line = run
             .stdout

@@ -39,6 +39,11 @@
 //! symbol must be in the executable's dynamic symbol table: link with
 //! `-C link-arg=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1` (kspan's
 //! examples do, in their build script).
+//!
+//! Records live in memory of their own (`arena`), and a registry knows
+//! which thread owns which (`registry`), so that a runtime on a kernel
+//! that can pin user memory for BPF programs registers each record with
+//! the kernel and its programs read it without copying from user memory.
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -86,28 +91,44 @@ const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, valid) == 24);
 const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, attrs_data_size) == 26);
 
 mod arena;
+mod registry;
+
+pub(crate) use registry::{watch as watch_records, RecordWatch, RecordWatcher};
 
 /// The calling thread's record, made and hooked into the slot on first use;
 /// unhooked (slot set to NULL) before it is freed at thread exit. It lives
-/// in [`arena`]'s memory (on the heap if none can be mapped).
+/// in [`arena`]'s memory (on the heap if none can be mapped), and the
+/// [`registry`] knows it while it lives.
 struct ThreadRecord {
     record: NonNull<ThreadContextRecord>,
-    in_arena: bool,
+    /// The arena slot the record is in, if it is in one.
+    slot: Option<NonNull<arena::Slot>>,
+    tid: u32,
 }
 
 impl ThreadRecord {
     fn new() -> Self {
-        let (record, in_arena) = match arena::alloc() {
-            Some(record) => (record, true),
-            None => (
-                NonNull::from(Box::leak(Box::<ThreadContextRecord>::default())),
-                false,
-            ),
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let slot = arena::alloc(tid);
+        let record = match slot {
+            // SAFETY: the record is the slot's first field (repr(C)).
+            Some(slot) => unsafe { NonNull::new_unchecked(&raw mut (*slot.as_ptr()).record) },
+            None => NonNull::from(Box::leak(Box::<ThreadContextRecord>::default())),
         };
-        // SAFETY: the accessor returns this thread's slot, valid for the
-        // thread's life; the record is ours and outlives the hook (see Drop).
-        unsafe { *kspan_otel_thread_ctx_slot() = record.as_ptr() };
-        ThreadRecord { record, in_arena }
+        // Suppressed while the registry's watchers register it: their
+        // system calls are kspan's own.
+        // SAFETY: the record is ours and no reader has it yet.
+        unsafe { record.as_ptr().write(ThreadContextRecord::SUPPRESSED) };
+        registry::made(tid, slot.map(|s| s.as_ptr() as usize), || {
+            // SAFETY: the accessor returns this thread's slot, valid for the
+            // thread's life; the record is ours and outlives the hook (see
+            // Drop).
+            unsafe { *kspan_otel_thread_ctx_slot() = record.as_ptr() };
+        });
+        let made = ThreadRecord { record, slot, tid };
+        made.publish(&ThreadContextRecord::default());
+        made
     }
 
     /// Writes `prepared` (its `valid` 0 means "no active span").
@@ -133,15 +154,17 @@ impl ThreadRecord {
 
 impl Drop for ThreadRecord {
     fn drop(&mut self) {
+        registry::released(self.tid);
         // SAFETY: unhook first, so that no reader follows the pointer into
-        // reused or freed memory, then give back what `new` took.
+        // reused or freed memory, then give back what `new` took (a
+        // released slot has no owner, so its registration reads as no
+        // record).
         unsafe {
             *kspan_otel_thread_ctx_slot() = std::ptr::null_mut();
             compiler_fence(Ordering::SeqCst);
-            if self.in_arena {
-                arena::release(self.record);
-            } else {
-                drop(Box::from_raw(self.record.as_ptr()));
+            match self.slot {
+                Some(slot) => arena::release(slot),
+                None => drop(Box::from_raw(self.record.as_ptr())),
             }
         }
     }

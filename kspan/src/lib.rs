@@ -180,7 +180,7 @@ pub use kernel::{KernelError, KERNEL_BTF};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
 pub use plan::PlanError;
-pub use runtime::{Kspan, KspanBuilder};
+pub use runtime::{Kspan, KspanBuilder, ThreadContextReads};
 pub use span::{KernelSpanIds, Outcome, SpanFactory};
 pub use stats::{ProbeStats, Stats};
 pub use sums::{KernelSums, KernelSumsProcessor};

@@ -31,7 +31,7 @@ use crate::bpf::config::{
     DEFAULT_RING_BUFFER_BYTES,
 };
 use crate::bpf::object::SharedMaps;
-use crate::bpf::{KernelCapabilities, KernelSymbol, Orphans};
+use crate::bpf::{Feature, KernelCapabilities, KernelSymbol, Orphans};
 use crate::consume::{self, parse_record, Consumer};
 use crate::error::{Error, Result};
 use crate::export::ExportLedger;
@@ -43,6 +43,11 @@ use crate::span::{ClockOffset, Outcome, SpanFactory, SCOPE_NAME};
 use crate::stats::{ProbeStats, Stats};
 use crate::sums::KernelSums;
 use crate::telemetry::FigureSource;
+
+mod records;
+
+use records::Registrar;
+pub use records::ThreadContextReads;
 
 /// Configures and starts kspan.
 #[derive(Debug)]
@@ -284,18 +289,32 @@ impl KspanBuilder {
                 "kspan skips a match"
             );
         }
+        let mut thread_context = ThreadContextSettings::new(
+            &btf,
+            self.thread_context,
+            self.orphans,
+            self.keep_unsampled,
+        );
+        let mut context_reads = if thread_context.task_fsbase_offset == 0 {
+            ThreadContextReads::NotRead
+        } else {
+            match &capabilities.context_records {
+                Feature::Available => {
+                    thread_context.registered_records = true;
+                    ThreadContextReads::Registered
+                }
+                Feature::Unavailable { reason, .. } => ThreadContextReads::UserMemory {
+                    why: reason.clone(),
+                },
+            }
+        };
         let settings = RuntimeSettings {
             target_tgid: if self.all_processes {
                 0
             } else {
                 std::process::id()
             },
-            thread_context: ThreadContextSettings::new(
-                &btf,
-                self.thread_context,
-                self.orphans,
-                self.keep_unsampled,
-            ),
+            thread_context,
             ring_buffer_bytes: self.ring_buffer_bytes,
             entry_values: plans
                 .iter()
@@ -383,6 +402,36 @@ impl KspanBuilder {
                     })?;
             }
         }
+        // Before recording starts, so that the first spans read registered
+        // records where they can.
+        let registrar = match attached.maps.context_records() {
+            Some(Ok(maps)) => {
+                let (registrar, outcome) = Registrar::start(maps);
+                if let Err(why) = outcome {
+                    tracing::info!(
+                        reason = why.as_str(),
+                        "kspan reads the thread contexts of threads without a registered record \
+                         from user memory"
+                    );
+                }
+                Some(registrar)
+            }
+            // The maps keep the doubt they were made with: the programs
+            // read user memory.
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "kspan reads thread contexts from user memory");
+                context_reads = ThreadContextReads::UserMemory {
+                    why: format!("the map of registered records is unusable: {e}"),
+                };
+                None
+            }
+            None => None,
+        };
+        if let (None, ThreadContextReads::Registered) = (&registrar, &context_reads) {
+            context_reads = ThreadContextReads::UserMemory {
+                why: "the programs were loaded without the map of registered records".into(),
+            };
+        }
         attached.maps.set_enabled(true)?;
         let histogram_probes: Vec<(u32, &'static str)> = histogram_probes;
         let figures = Arc::new(Figures {
@@ -409,6 +458,8 @@ impl KspanBuilder {
             provider: self.provider,
             consumer,
             shutdown_timeout: self.shutdown_timeout,
+            registrar,
+            context_reads,
         })
     }
 }
@@ -442,9 +493,13 @@ struct Figures {
 impl Figures {
     /// Every figure now.
     fn read(&self) -> Result<Stats> {
-        let (k, probes) = {
+        let (k, probes, skipped_by_kernel) = {
             let _quiet = crate::context::suppress();
-            (self.maps.counters()?, self.probe_stats()?)
+            (
+                self.maps.counters()?,
+                self.probe_stats()?,
+                self.programs.skipped(),
+            )
         };
         let total = |pick: fn(&ProbeStats) -> u64| probes.iter().map(pick).sum::<u64>();
         let s = &self.counters;
@@ -472,7 +527,7 @@ impl Figures {
             dropped_lost_exit: k.lost_exit,
             unmatched_exits: k.unmatched_exit,
             dropped_no_storage: k.no_storage,
-            skipped_by_kernel: self.programs.skipped(),
+            skipped_by_kernel,
             decode_errors: s.decode_errors.load(Ordering::Relaxed),
             unknown_probe: s.unknown_probe.load(Ordering::Relaxed),
             handler_panics: s.handler_panics.load(Ordering::Relaxed),
@@ -577,6 +632,10 @@ pub struct Kspan {
     provider: SdkTracerProvider,
     consumer: Consumer,
     shutdown_timeout: Duration,
+    /// Registers thread-context records with the kernel, where it can.
+    registrar: Option<Registrar>,
+    /// Where contexts are read from when there is no registrar.
+    context_reads: ThreadContextReads,
 }
 
 fn lock<T>(shared: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -626,6 +685,16 @@ impl Kspan {
     /// How each probe was attached, and why other mechanisms were not used.
     pub fn attach_plan(&self) -> &[AttachDecision] {
         &self.decisions
+    }
+
+    /// Where the programs read each thread's application context from
+    /// now: registered records where the kernel can pin them (Linux
+    /// 6.13+), else the thread's memory, with why.
+    pub fn thread_context_reads(&self) -> ThreadContextReads {
+        match &self.registrar {
+            Some(registrar) => registrar.reads(),
+            None => self.context_reads.clone(),
+        }
     }
 
     /// Current figures, live: those of the pipeline are exact up to the

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! kspan never traces itself: the calls of its consumer thread (waiting on
 //! the ring buffer), of `stats()` and of `shutdown()` (closing its links,
-//! flushing) make no kernel spans, with orphans kept (the policy under which
-//! they would show). Checked on the host with syscall sources.
+//! flushing), and those that register each new thread's context record
+//! with the kernel, make no kernel spans, with orphans kept (the policy
+//! under which they would show). Checked on the host with syscall sources.
 
 use std::io::Read;
 
@@ -21,6 +22,14 @@ fn openat(dfd: i32, ret: i64) {}
 #[kspan::kernel_span(syscall = "read")]
 fn read(fd: u32, ret: i64) {}
 
+// What registering a thread's context record with the kernel calls, on
+// the thread, while its record is not yet in the map.
+#[kspan::kernel_span(syscall = "pidfd_open")]
+fn pidfd_open(pid: i32, ret: i64) {}
+
+#[kspan::kernel_span(syscall = "bpf")]
+fn bpf(cmd: i32, ret: i64) {}
+
 /// The kernel spans among `spans`.
 fn kernel_spans(spans: &[SpanData]) -> Vec<&SpanData> {
     spans
@@ -38,10 +47,21 @@ fn kspan_s_own_threads_and_calls_make_no_kernel_spans() {
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let tracer = provider.tracer("app");
     let kspan = kspan::Kspan::builder(&provider)
-        .probes([&epoll_wait, &close, &openat, &read])
+        .probes([&epoll_wait, &close, &openat, &read, &pidfd_open, &bpf])
         .orphans(kspan::Orphans::NewTrace)
         .start()
         .expect("syscall sources start on the host");
+    // The host's kernel (6.18) pins registered records: the threads kspan
+    // starts register theirs through system calls this test traces.
+    if kspan::KernelCapabilities::get()
+        .context_records
+        .is_available()
+    {
+        assert_eq!(
+            kspan.thread_context_reads(),
+            kspan::ThreadContextReads::Registered
+        );
+    }
     let work = tracer.in_span("work", |cx| {
         for _ in 0..3 {
             let mut text = String::new();
@@ -78,6 +98,7 @@ fn kspan_s_own_threads_and_calls_make_no_kernel_spans() {
         "{stats:?}"
     );
     assert!(count("read") >= 3, "{stats:?}");
+    assert_eq!((count("pidfd_open"), count("bpf")), (0, 0), "{stats:?}");
     // The consumer's waits and the links closed at shutdown were seen, and
     // counted as kspan's own.
     assert!(stats.suppressed >= 4, "{stats:?}");

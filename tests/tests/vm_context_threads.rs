@@ -6,8 +6,12 @@
 //! orphans. (glibc gives the new thread the dead one's cached stack but
 //! initialises its TLS afresh, so this checks that kspan's reader follows
 //! each task's own slot, not that the record was unhooked at exit; that is
-//! a unit test in `kspan::context`.) A test binary of its own: it installs a
-//! global subscriber, which threads it did not make use too.
+//! a unit test in `kspan::context`.) A thread that published its span
+//! before kspan started gets it too. Where the kernel pins records for
+//! kspan (Linux 6.13+), every one of these threads is read through its
+//! registered record, and the runtime says so to the end. A test binary of
+//! its own: it installs a global subscriber, which threads it did not make
+//! use too.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -23,6 +27,40 @@ fn vfs_read(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, re
 const THREADS: usize = 30;
 const JOBS: usize = 60;
 const POOL: usize = 4;
+
+/// Threads that read at their exit, after their record is gone.
+const LATE: usize = 10;
+
+/// A file to read when the thread's thread-locals are destroyed.
+struct LateRead(std::cell::RefCell<Option<std::path::PathBuf>>);
+
+impl Drop for LateRead {
+    fn drop(&mut self) {
+        let Some(path) = self.0.borrow_mut().take() else {
+            return;
+        };
+        // First another thread takes the record's memory (records are
+        // reused, last freed first) and publishes a span in it, so that
+        // this read would find that span where the reader took memory for
+        // the record of the thread it runs on.
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let taker = std::thread::spawn(move || {
+            let span = tracing::info_span!("taker");
+            let _entered = span.enter();
+            ready_tx.send(()).unwrap();
+            let _ = done_rx.recv();
+        });
+        ready_rx.recv().unwrap();
+        std::fs::read(path).unwrap();
+        drop(done_tx);
+        taker.join().unwrap();
+    }
+}
+
+thread_local! {
+    static LATE_READ: LateRead = const { LateRead(std::cell::RefCell::new(None)) };
+}
 
 /// The OpenTelemetry ids of the current tracing span.
 fn ids() -> (TraceId, SpanId) {
@@ -42,14 +80,44 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
         std::fs::write(&path, vec![b'x'; 100]).unwrap();
         (name, path)
     };
+    // A thread whose record exists before kspan starts: it enters its span
+    // (published), then reads once kspan runs.
+    let (early_name, early_path) = file("early.txt".to_owned());
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let early = std::thread::spawn(move || {
+        let span = tracing::info_span!("early");
+        let _entered = span.enter();
+        ready_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        std::fs::read(&early_path).unwrap();
+        ids()
+    });
+    ready_rx.recv().unwrap();
+
     let kspan = kspan::Kspan::builder(&provider)
         .orphans(kspan::Orphans::NewTrace)
         .probe(&vfs_read)
         .start()
         .expect("needs a kernel with BPF trampolines");
+    let registered = kspan::KernelCapabilities::get()
+        .context_records
+        .is_available();
+    let reads = || kspan.thread_context_reads();
+    if registered {
+        assert_eq!(reads(), kspan::ThreadContextReads::Registered);
+    } else {
+        assert!(
+            matches!(reads(), kspan::ThreadContextReads::UserMemory { .. }),
+            "{:?}",
+            reads()
+        );
+    }
 
     // Which span each file's reads belong to (None: no span at all).
     let mut expected: HashMap<String, Option<(TraceId, SpanId)>> = HashMap::new();
+    go_tx.send(()).unwrap();
+    expected.insert(early_name, Some(early.join().unwrap()));
 
     // Threads that exit with their span still entered and published: the
     // guard is leaked, so nothing unpublishes it before the thread's TLS
@@ -71,6 +139,24 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
         std::thread::spawn(move || std::fs::read(path).unwrap())
             .join()
             .unwrap();
+        expected.insert(name, None);
+    }
+
+    // Threads that read after their record is gone but before they exit:
+    // a thread-local made before the record is dropped after it (glibc runs
+    // thread-local destructors last made, first run) and reads then, while
+    // another thread has the record's memory. The thread still has its
+    // registration, but the slot is another thread's: its calls are
+    // orphans.
+    for i in 0..LATE {
+        let (name, path) = file(format!("late-{i}.txt"));
+        std::thread::spawn(move || {
+            LATE_READ.with(|late| *late.0.borrow_mut() = Some(path));
+            let span = tracing::info_span!("late", i);
+            std::mem::forget(span.enter());
+        })
+        .join()
+        .unwrap();
         expected.insert(name, None);
     }
 
@@ -103,7 +189,11 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
     for (name, ids) in done_rx {
         expected.insert(name, Some(ids));
     }
-    assert_eq!(expected.len(), 2 * THREADS + JOBS);
+    assert_eq!(expected.len(), 2 * THREADS + LATE + JOBS + 1);
+    if registered {
+        // Every thread made since the start was registered too.
+        assert_eq!(reads(), kspan::ThreadContextReads::Registered);
+    }
 
     let stats = kspan.shutdown().await.unwrap();
     let spans = exporter.get_finished_spans().unwrap();

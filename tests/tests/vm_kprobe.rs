@@ -297,6 +297,7 @@ fn capabilities_of_the_stock_kernels() {
         ("kprobe_sessions", &caps.kprobe_sessions, (6, 10)),
         ("trampoline_sessions", &caps.trampoline_sessions, (7, 0)),
         ("trampoline_multi", &caps.trampoline_multi, (7, 2)),
+        ("context_records", &caps.context_records, (6, 13)),
     ] {
         assert_eq!(
             feature.is_available(),

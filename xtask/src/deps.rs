@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::util::{is_root, run, which};
 
-/// Debian packages needed on the host: the BPF toolchain (clang, llvm,
+/// Debian packages needed on the host: the BPF toolchain (clang 16, llvm,
 /// libelf, zlib, pkg-config), protoc (the embedded Jaeger's OTLP protocol
 /// code is generated at build time), the VM (QEMU, busybox-static, cpio, kmod
 /// for `modinfo`, xz and zstd for compressed modules and kernel images),
@@ -14,7 +14,7 @@ use crate::util::{is_root, run, which};
 /// UI's API with it) and libcap2-bin (`setcap`/`getcap`: the privilege tests
 /// give a copy of an example the file capabilities README documents).
 pub const PACKAGES: &[&str] = &[
-    "clang",
+    "clang-16",
     "llvm",
     "libelf-dev",
     "zlib1g-dev",

@@ -443,6 +443,7 @@ for r in $(seq {rounds}); do
     p kspan_fexit {read_loop} fexit {calls} {pause}
     p kspan_kretprobe {read_loop} kretprobe {calls} {pause}
     p kspan_histogram {read_loop} histogram {calls} {pause}
+    p kspan_fexit_in_span {read_loop} fexit-in-span {calls} {pause}
     if [ {sessions} = 1 ]; then
     p kspan_fexit_pair {read_loop} fexit-pair {calls} {pause}
     p kspan_fexit_single {read_loop} fexit-single {calls} {pause}
@@ -717,6 +718,7 @@ fn per_call_names(sessions: bool) -> Vec<&'static str> {
         "kspan_fexit",
         "kspan_kretprobe",
         "kspan_histogram",
+        "kspan_fexit_in_span",
     ];
     if sessions {
         names.extend([
@@ -756,6 +758,10 @@ fn programs_report(
     println!(
         "  ratio  kspan fexit programs / bpftrace latency script programs  {:.2}x",
         median_of(programs, "kspan_fexit")? / median_of(programs, "bpftrace_latency")?
+    );
+    println!(
+        "  ratio  the same under an application span / bpftrace          {:.2}x",
+        median_of(programs, "kspan_fexit_in_span")? / median_of(programs, "bpftrace_latency")?
     );
     println!(
         "  ratio  kspan histogram only added / bpftrace hist() added      {:.2}x",

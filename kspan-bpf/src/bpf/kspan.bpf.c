@@ -15,6 +15,17 @@
 #include <bpf/bpf_tracing.h>
 #include "kspan.h"
 
+/*
+ * A pointer into user memory that the kernel pins when user space stores
+ * it in a task-storage value (Linux 6.13+), so that programs read through
+ * it with plain loads. The tag needs clang 15 or later: older clangs drop
+ * it, and the kernel then takes the field for a plain number.
+ */
+#if __clang_major__ < 15
+#error "kspan.bpf.c needs clang 15 or later (btf_type_tag): run `cargo xtask deps`, then `cargo xtask bpf`"
+#endif
+#define __uptr __attribute__((btf_type_tag("uptr")))
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Set by user space before load; constant to the verifier. */
@@ -60,6 +71,40 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } kspan_control SEC(".maps");
+
+/*
+ * Each thread's context record, registered by user space when the thread
+ * makes it (and for every live one when a runtime starts): a thread with
+ * an entry is read without a user memory copy, and one without has no
+ * record, unless `kspan_ctx_pending` is non-zero. Both maps are created
+ * only where the kernel has uptrs (`ctx_records`).
+ */
+struct kspan_ctx_ref {
+	struct kspan_ctx_slot __uptr *slot;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kspan_ctx_ref);
+} kspan_ctx_records SEC(".maps");
+
+/*
+ * How many reasons there are now to doubt that a thread without a
+ * registration has no record: records being made and registered, one
+ * until the runtime has registered the records made before it started,
+ * one for good once a record could not be registered. User space counts
+ * in the mapped value, without system calls (a thread's system calls
+ * while its record is registered would read the map they change).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} kspan_ctx_pending SEC(".maps");
 
 /*
  * Values of captures read at entry (`at_entry`), by span id, until the
@@ -152,6 +197,8 @@ struct {
 
 /* Keeps the record layout in the object's BTF for the Rust skeleton. */
 struct kspan_record kspan_record_layout SEC(".bss.layout");
+/* A uptr's target must be a whole struct in BTF, not a declaration. */
+struct kspan_ctx_slot kspan_ctx_slot_layout SEC(".bss.layout");
 
 #define KSPAN_DEPTH_MASK (KSPAN_MAX_DEPTH - 1)
 
@@ -342,11 +389,41 @@ static __always_inline void kspan_made_trace_id(__u8 *trace_id)
 }
 
 /*
+ * The thread's record from `kspan_ctx_records`: 1 and `ctx` filled when
+ * the thread has a valid one, 0 when it has none, -1 when a record may be
+ * missing from the map (read user memory instead). A registration whose
+ * slot another thread owns now (or none) is of a record its thread gave
+ * back at exit: none.
+ */
+static __always_inline int kspan_registered_context(struct kspan_thread_ctx *ctx,
+						    void *task, __u32 tid)
+{
+	__u32 zero = 0, *pending;
+	struct kspan_ctx_ref *ref;
+	struct kspan_ctx_slot *slot;
+
+	ref = bpf_task_storage_get(&kspan_ctx_records, task, 0, 0);
+	if (ref) {
+		slot = ref->slot;
+		if (!slot || slot->owner_tid != tid)
+			return 0;
+		__builtin_memcpy(ctx, &slot->rec, sizeof(*ctx));
+		return ctx->valid == 1;
+	}
+	pending = bpf_map_lookup_elem(&kspan_ctx_pending, &zero);
+	if (pending && !*pending)
+		return 0;
+	return -1;
+}
+
+/*
  * The application's span on this thread (OTEP 4947, x86-64): the slot
  * `otel_thread_ctx_v1` sits at a fixed offset from the thread pointer (fs
  * base); it holds NULL or a record whose `valid` byte is 1 when it may be
  * read. The reads are of user memory and may fault: any failure is "no
- * application span". Returns 1 and fills `ctx` when there is one.
+ * application span". Where the kernel pins the records for kspan
+ * (`ctx_records`), the record is read from there instead. Returns 1 and
+ * fills `ctx` when there is one.
  */
 static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx, __u64 pid_tgid)
 {
@@ -359,6 +436,12 @@ static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx, __u64
 		return 0;
 	/* A typed load at a constant offset: no helper call. */
 	task = bpf_get_current_task_btf();
+	if (kspan_cfg.ctx_records) {
+		int registered = kspan_registered_context(ctx, task, (__u32)pid_tgid);
+
+		if (registered >= 0)
+			return registered;
+	}
 	fsbase = *(__u64 *)(task + kspan_cfg.task_fsbase_offset);
 	if (!fsbase)
 		return 0;

@@ -183,6 +183,18 @@ struct kspan_thread_ctx {
 	__u16 attrs_data_size;
 };
 
+/*
+ * A thread's record as kspan's user space lays it out (32-byte slots of
+ * memory of their own): the OTEP 4947 record, then the id of the thread
+ * that owns the slot now (0 while free), so that a registration left over
+ * from a thread that has released its slot never reads as that thread's.
+ */
+struct kspan_ctx_slot {
+	struct kspan_thread_ctx rec;
+	__u32 owner_tid;
+};
+
+
 /* Indexes of the per-CPU counters; every drop has one. */
 enum kspan_counter {
 	/* A record was lost because the ring buffer was full. */
@@ -364,7 +376,13 @@ struct kspan_config {
 	__u32 sum;
 	/* 1: no call becomes a span (`spans = false`). */
 	__u32 no_spans;
-	__u32 pad_filters;
+	/*
+	 * 1: `kspan_ctx_records` exists (kernels with task-storage uptrs,
+	 * Linux 6.13+): a thread's registered record is read from there with
+	 * plain loads instead of from user memory, and a thread without one
+	 * has no record unless `kspan_ctx_pending` says one may be missing.
+	 */
+	__u32 ctx_records;
 	/* Calls shorter than this are not spans (0: no minimum). */
 	__u64 min_duration_ns;
 	/* Rate limit: one span per `rate_interval_ns`, bursts of up to one second (0: none). */

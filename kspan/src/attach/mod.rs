@@ -616,6 +616,7 @@ mod tests {
             trampoline_multi: feature(multi, "no fsession.multi"),
             kprobe_sessions: feature(kprobe_session, "no kprobe.session"),
             tracepoints: Feature::Available,
+            context_records: Feature::Available,
         }
     }
 

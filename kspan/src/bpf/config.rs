@@ -52,6 +52,10 @@ pub(crate) struct ThreadContextSettings {
     /// without it the context is read only to skip threads that suppress
     /// telemetry (kspan's own).
     pub parent: bool,
+    /// The records are registered in the kernel (`kspan_ctx_records`: task
+    /// storage with a pinned pointer to each, Linux 6.13+), and programs
+    /// read them from there while every one is.
+    pub registered_records: bool,
 }
 
 impl ThreadContextSettings {
@@ -228,7 +232,7 @@ pub(crate) fn probe_config(
         nr_clauses: filter.clauses.len() as u32,
         sum: u32::from(filter.sum),
         no_spans: u32::from(filter.no_spans),
-        pad_filters: 0,
+        ctx_records: u32::from(context.registered_records),
         min_duration_ns: filter.min_duration_ns,
         rate_interval_ns: filter.rate_interval_ns,
         clauses,

@@ -90,6 +90,11 @@ pub struct KernelCapabilities {
     pub kprobe_sessions: Feature,
     /// Tracepoints (syscall sources), through tracefs.
     pub tracepoints: Feature,
+    /// Task storage holding pointers into user memory that the kernel pins
+    /// (uptr, Linux 6.13+): each thread's context record is registered
+    /// there, and programs read it with plain loads instead of copying it
+    /// from user memory at each call that starts a tree.
+    pub context_records: Feature,
 }
 
 impl KernelCapabilities {
@@ -169,6 +174,10 @@ impl KernelCapabilities {
             )),
             Err(_) => Feature::no("the kernel has no tracefs"),
         };
+        let context_records = match &btf {
+            Ok(btf) => probe_context_records(btf),
+            Err(_) => Feature::no("no kernel BTF to look for task-storage uptrs"),
+        };
         KernelCapabilities {
             btf: match btf {
                 Ok(_) => Feature::Available,
@@ -182,6 +191,7 @@ impl KernelCapabilities {
             trampoline_multi,
             kprobe_sessions,
             tracepoints,
+            context_records,
         }
     }
 
@@ -245,4 +255,21 @@ fn probe_sessions(btf: &Btf) -> (Feature, Feature) {
         Err(e) => refused("fsession.multi", "Linux 7.2+", e),
     };
     (single, multi)
+}
+
+/// Task-storage uptrs, from the kernel's BTF: the verifier's kinds of
+/// special map-value fields (`enum btf_field_type`) have `BPF_UPTR` exactly
+/// when map values may hold them.
+fn probe_context_records(btf: &Btf) -> Feature {
+    let kinds = btf
+        .type_named("enum btf_field_type")
+        .and_then(|id| btf.enumerators(id));
+    match kinds {
+        Some(kinds) if kinds.iter().any(|(name, _)| name == "BPF_UPTR") => Feature::Available,
+        Some(_) => Feature::no(
+            "kernel before 6.13 (no BPF_UPTR in enum btf_field_type): thread contexts are read \
+             from user memory",
+        ),
+        None => Feature::no("no enum btf_field_type in the kernel's BTF"),
+    }
 }

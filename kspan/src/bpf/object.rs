@@ -13,7 +13,9 @@
 //! callback, which stays the application's.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use kspan_bpf::types::kspan_config;
 use kspan_bpf::{names, KspanSkelBuilder, OpenKspanProgs};
@@ -145,6 +147,10 @@ pub(crate) struct SharedMaps {
     hist: MapHandle,
     hist_errno: MapHandle,
     id_state: MapHandle,
+    /// Each thread's registered context record and the count of doubts
+    /// that every record is there, where the kernel has task-storage uptrs
+    /// and the runtime asked for them.
+    ctx_records: Option<(MapHandle, MapHandle)>,
 }
 
 /// Seeds every CPU's id state (`kspan_id_state`, SplitMix64 in
@@ -373,7 +379,112 @@ impl SharedMaps {
                 source,
             })
     }
+
+    /// The maps of registered thread-context records, when the programs
+    /// have them.
+    pub(crate) fn context_records(&self) -> Option<Result<ContextRecordMaps, MapError>> {
+        let (records, pending) = self.ctx_records.as_ref()?;
+        Some(ContextRecordMaps::new(records, pending))
+    }
 }
+
+/// Handles of their own to the map of each thread's registered context
+/// record (`kspan_ctx_records`) and to the count of reasons to doubt that
+/// it has every record (`kspan_ctx_pending`), mapped into memory so that
+/// counting makes no system call.
+#[derive(Debug)]
+pub(crate) struct ContextRecordMaps {
+    records: MapHandle,
+    /// The mapping of `kspan_ctx_pending` (one page); its first 4 bytes are
+    /// the count.
+    pending: NonNull<AtomicU32>,
+    _pending_map: MapHandle,
+}
+
+// SAFETY: the mapping is shared memory owned by this value, accessed only
+// through the atomic.
+unsafe impl Send for ContextRecordMaps {}
+// SAFETY: as above.
+unsafe impl Sync for ContextRecordMaps {}
+
+impl ContextRecordMaps {
+    fn new(records: &MapHandle, pending: &MapHandle) -> Result<Self, MapError> {
+        let handle = |map: &MapHandle, name: &'static str| {
+            MapHandle::try_from(map).map_err(|source| MapError { map: name, source })
+        };
+        let records = handle(records, names::CTX_RECORDS_MAP)?;
+        let pending_map = handle(pending, names::CTX_PENDING_MAP)?;
+        // SAFETY: maps the value area of an mmapable array map of one u32
+        // (the kernel maps whole pages); shared with the kernel, read by
+        // programs, written here through the atomic only.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                pending_map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        let Some(pending) = NonNull::new(at.cast::<AtomicU32>()).filter(|_| at != libc::MAP_FAILED)
+        else {
+            return Err(MapError {
+                map: names::CTX_PENDING_MAP,
+                source: libbpf_rs::Error::from(std::io::Error::last_os_error()),
+            });
+        };
+        Ok(ContextRecordMaps {
+            records,
+            pending,
+            _pending_map: pending_map,
+        })
+    }
+
+    /// Registers the record at `address` (a [`crate::context`] slot) as the
+    /// record of the thread `pidfd` refers to; the kernel pins its page.
+    pub(crate) fn register(&self, pidfd: BorrowedFd<'_>, address: usize) -> Result<(), MapError> {
+        self.records
+            .update(
+                &pidfd.as_raw_fd().to_ne_bytes(),
+                &(address as u64).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|source| MapError {
+                map: names::CTX_RECORDS_MAP,
+                source,
+            })
+    }
+
+    /// One more reason to doubt that every record is registered.
+    pub(crate) fn doubt(&self) {
+        // SAFETY: the mapping lives as long as `self`.
+        unsafe { self.pending.as_ref() }.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One reason less.
+    pub(crate) fn settle(&self) {
+        // SAFETY: the mapping lives as long as `self`.
+        unsafe { self.pending.as_ref() }.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The count of reasons now.
+    pub(crate) fn doubts(&self) -> u32 {
+        // SAFETY: the mapping lives as long as `self`.
+        unsafe { self.pending.as_ref() }.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ContextRecordMaps {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped; nothing refers to it after this.
+        unsafe { libc::munmap(self.pending.as_ptr().cast(), PAGE_BYTES) };
+    }
+}
+
+/// Bytes mapped of `kspan_ctx_pending`: a page (x86-64), the least the
+/// kernel maps.
+const PAGE_BYTES: usize = 4096;
 
 /// What one load leaves: the programs asked for, what further copies of them
 /// are made from, and the shared maps when this load made them.
@@ -498,6 +609,35 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             map.reuse_fd(with.as_fd()).map_err(|e| fail(e, None))?;
         }
     }
+    // Without it the programs never reach the map (`ctx_records` 0): not
+    // made, libbpf poisons their references to it. On kernels without
+    // uptrs the map could not be made as declared anyway.
+    match request
+        .shared
+        .and_then(|shared| shared.ctx_records.as_ref())
+    {
+        Some((records, pending)) if request.config.ctx_records != 0 => {
+            open.maps
+                .kspan_ctx_records
+                .reuse_fd(records.as_fd())
+                .map_err(|e| fail(e, None))?;
+            open.maps
+                .kspan_ctx_pending
+                .reuse_fd(pending.as_fd())
+                .map_err(|e| fail(e, None))?;
+        }
+        _ if request.config.ctx_records != 0 && request.shared.is_none() => {}
+        _ => {
+            open.maps
+                .kspan_ctx_records
+                .set_autocreate(false)
+                .map_err(|e| fail(e, None))?;
+            open.maps
+                .kspan_ctx_pending
+                .set_autocreate(false)
+                .map_err(|e| fail(e, None))?;
+        }
+    }
     let mut logs: Vec<(Program, Vec<u8>)> = Vec::new();
     for program in Program::ALL {
         let prog = program.in_skeleton(&mut open.progs);
@@ -549,15 +689,30 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             hist: map_handle(&loaded.maps.kspan_hist)?,
             hist_errno: map_handle(&loaded.maps.kspan_hist_errno)?,
             id_state: map_handle(&loaded.maps.kspan_id_state)?,
+            ctx_records: if request.config.ctx_records != 0 {
+                Some((
+                    map_handle(&loaded.maps.kspan_ctx_records)?,
+                    map_handle(&loaded.maps.kspan_ctx_pending)?,
+                ))
+            } else {
+                None
+            },
         }),
     };
     if let Some(maps) = &maps {
         seed_ids(&maps.id_state).map_err(|e| fail(e, None))?;
+        // In doubt until the runtime has registered the records made
+        // before it (see `ContextRecordMaps`).
+        if let Some((_, pending)) = &maps.ctx_records {
+            pending
+                .update(&0u32.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| fail(e, None))?;
+        }
     }
     let rodata_fd = loaded.maps.rodata.as_fd().as_raw_fd();
     // The object's descriptors of the shared maps, and the lasting ones.
     let lasting = request.shared.or(maps.as_ref()).map(|shared| {
-        [
+        let mut pairs = vec![
             (&loaded.maps.kspan_events, &shared.events),
             (&loaded.maps.kspan_stacks, &shared.stacks),
             (&loaded.maps.kspan_counters, &shared.counters),
@@ -570,8 +725,15 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             (&loaded.maps.kspan_hist, &shared.hist),
             (&loaded.maps.kspan_hist_errno, &shared.hist_errno),
             (&loaded.maps.kspan_id_state, &shared.id_state),
-        ]
-        .map(|(object, kept)| (object.as_fd().as_raw_fd(), kept.as_fd().as_raw_fd()))
+        ];
+        if let Some((records, pending)) = &shared.ctx_records {
+            pairs.push((&loaded.maps.kspan_ctx_records, records));
+            pairs.push((&loaded.maps.kspan_ctx_pending, pending));
+        }
+        pairs
+            .into_iter()
+            .map(|(object, kept)| (object.as_fd().as_raw_fd(), kept.as_fd().as_raw_fd()))
+            .collect::<Vec<_>>()
     });
     let mut programs = Vec::new();
     let mut templates = Vec::new();

@@ -13,6 +13,13 @@
 //! `MADV_NOHUGEPAGE` and locked in memory (`mlock`; where the lock limit
 //! refuses, the chunk still avoids huge pages), and reused after their
 //! thread exits.
+//!
+//! A slot is 32 bytes: the 28-byte record, then the id of the thread that
+//! owns it (0 while free), which programs reading a registered record
+//! ([`super::registry`]) compare with the thread they run on, so that a
+//! registration that outlives its thread's use of the slot reads as no
+//! record. Slots are aligned to their size, so none crosses a page (the
+//! kernel pins the one page a registered record is on).
 
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -22,13 +29,28 @@ use super::ThreadContextRecord;
 /// Bytes per chunk: 2,048 records.
 const CHUNK_BYTES: usize = 64 * 1024;
 
-/// Bytes per record slot (the record is 28 bytes; 32 keeps slots aligned).
+/// A record slot: `struct kspan_ctx_slot` of kspan.h.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Slot {
+    pub record: ThreadContextRecord,
+    /// The thread the slot is lent to; 0 while free.
+    pub owner_tid: u32,
+}
+
+/// Bytes per record slot.
 const SLOT_BYTES: usize = 32;
 
-const _: () = assert!(std::mem::size_of::<ThreadContextRecord>() <= SLOT_BYTES);
+const _: () = assert!(std::mem::size_of::<Slot>() == SLOT_BYTES);
+const _: () = assert!(std::mem::size_of::<kspan_bpf::types::kspan_ctx_slot>() == SLOT_BYTES);
+const _: () = assert!(
+    std::mem::offset_of!(Slot, owner_tid)
+        == std::mem::offset_of!(kspan_bpf::types::kspan_ctx_slot, owner_tid)
+);
+const _: () = assert!(CHUNK_BYTES % 4096 == 0 && 4096 % SLOT_BYTES == 0);
 
 /// Free slots of every chunk made so far (chunks are never unmapped).
-struct Slots(Vec<NonNull<ThreadContextRecord>>);
+struct Slots(Vec<NonNull<Slot>>);
 
 // SAFETY: the pointers are to chunk memory owned by the arena for the
 // process's life; a slot is handed to one thread at a time.
@@ -36,8 +58,9 @@ unsafe impl Send for Slots {}
 
 static FREE: Mutex<Slots> = Mutex::new(Slots(Vec::new()));
 
-/// A zeroed record slot, or `None` when no chunk can be mapped.
-pub(super) fn alloc() -> Option<NonNull<ThreadContextRecord>> {
+/// A slot with an empty record lent to thread `owner_tid`, or `None` when
+/// no chunk can be mapped.
+pub(super) fn alloc(owner_tid: u32) -> Option<NonNull<Slot>> {
     let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
     if free.0.is_empty() {
         let chunk = map_chunk()?;
@@ -46,22 +69,30 @@ pub(super) fn alloc() -> Option<NonNull<ThreadContextRecord>> {
             unsafe { chunk.byte_add(i * SLOT_BYTES) }
         }));
     }
-    free.0.pop()
+    let slot = free.0.pop()?;
+    drop(free);
+    // SAFETY: the slot was free (zeroed) and is the caller's from now on.
+    unsafe {
+        slot.as_ptr().write(Slot {
+            record: ThreadContextRecord::default(),
+            owner_tid,
+        })
+    };
+    Some(slot)
 }
 
-/// Gives `record` (from [`alloc`], no longer reachable by any reader) back.
-pub(super) fn release(record: NonNull<ThreadContextRecord>) {
-    // SAFETY: the slot is the caller's until it is pushed below.
-    unsafe { record.as_ptr().write(ThreadContextRecord::default()) };
-    FREE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .0
-        .push(record);
+/// Gives `slot` (from [`alloc`]) back; its record must no longer be
+/// reachable through the thread-context pointer.
+pub(super) fn release(slot: NonNull<Slot>) {
+    // SAFETY: the slot is the caller's until it is pushed below. Zeroing
+    // the owner is what makes a registration of it read as no record.
+    unsafe { slot.as_ptr().write(Slot::default()) };
+    FREE.lock().unwrap_or_else(|p| p.into_inner()).0.push(slot);
 }
 
 /// Maps one chunk, kept out of huge pages and locked in memory where the
 /// limits allow.
-fn map_chunk() -> Option<NonNull<ThreadContextRecord>> {
+fn map_chunk() -> Option<NonNull<Slot>> {
     // SAFETY: an anonymous private mapping of fresh memory, no other effect.
     let at = unsafe {
         libc::mmap(

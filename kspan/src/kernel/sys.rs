@@ -1,13 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The raw system calls of the kernel stage: the open-files limit,
-//! mounting tracefs, and whether this process may open perf events.
-//! Everything else reads files.
+//! mounting tracefs, whether this process may open perf events, and a
+//! descriptor of one thread (to name it to task storage). Everything else
+//! reads files.
 
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
 use libbpf_rs::libbpf_sys;
+
+/// A pidfd of the thread `tid` of this process (`pidfd_open` with
+/// `PIDFD_THREAD`, Linux 6.9+): task-storage maps are keyed by one.
+pub(crate) fn thread_pidfd(tid: u32) -> std::io::Result<OwnedFd> {
+    // PIDFD_THREAD is O_EXCL (include/uapi/linux/pidfd.h).
+    let flags = libc::O_EXCL as libc::c_long;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1; nothing is read or written through pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::c_long::from(tid as i32), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just made and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
 
 /// Raises the limit of open files: each traced function holds a link per
 /// direction (and a program copy for trampolines), and a thousand functions

@@ -22,9 +22,15 @@ use libbpf_cargo::SkeletonBuilder;
 
 include!("../../../kspan-bpf/sources_hash.rs");
 
+/// The clang that compiles the object: a fixed major version, so that the
+/// build is reproducible on every machine `cargo xtask deps` prepares, and
+/// one new enough for the `btf_type_tag` the sources need (clang 15+;
+/// Debian 12's default `clang` is 14).
+const CLANG: &str = "clang-16";
+
 /// `clang --version`'s first line.
 fn clang_version() -> String {
-    std::process::Command::new("clang")
+    std::process::Command::new(CLANG)
         .arg("--version")
         .output()
         .ok()
@@ -64,6 +70,7 @@ fn main() -> ExitCode {
     let prefix_map = format!("-ffile-prefix-map={}=kspan-bpf", here.display());
     let result = SkeletonBuilder::new()
         .source("src/bpf/kspan.bpf.c")
+        .clang(CLANG)
         .obj(&out)
         .clang_args([multiarch.as_str(), prefix_map.as_str(), "-Wall", "-O2"])
         .build();
@@ -84,7 +91,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!(
                 "kspan-bpf-object: compiling src/bpf/kspan.bpf.c failed: {e:#}\n\
-                 it needs clang and libelf-dev: run `cargo xtask deps`"
+                 it needs {CLANG} and libelf-dev: run `cargo xtask deps`"
             );
             ExitCode::FAILURE
         }
