@@ -154,14 +154,18 @@ impl ThreadRecord {
 
 impl Drop for ThreadRecord {
     fn drop(&mut self) {
-        registry::released(self.tid);
-        // SAFETY: unhook first, so that no reader follows the pointer into
-        // reused or freed memory, then give back what `new` took (a
-        // released slot has no owner, so its registration reads as no
-        // record).
-        unsafe {
-            *kspan_otel_thread_ctx_slot() = std::ptr::null_mut();
+        // Unhook first, so that no reader follows the pointer into reused
+        // or freed memory, then give back what `new` took (a released slot
+        // has no owner, so its registration reads as no record).
+        registry::released(self.tid, || {
+            // SAFETY: the accessor returns this thread's slot, valid for
+            // the thread's life.
+            unsafe { *kspan_otel_thread_ctx_slot() = std::ptr::null_mut() };
             compiler_fence(Ordering::SeqCst);
+        });
+        // SAFETY: the record is unhooked and ours; `new` took it from the
+        // arena or leaked it from a box.
+        unsafe {
             match self.slot {
                 Some(slot) => arena::release(slot),
                 None => drop(Box::from_raw(self.record.as_ptr())),

@@ -308,7 +308,7 @@ impl KspanBuilder {
                 },
             }
         };
-        let settings = RuntimeSettings {
+        let mut settings = RuntimeSettings {
             target_tgid: if self.all_processes {
                 0
             } else {
@@ -346,11 +346,29 @@ impl KspanBuilder {
 
         // 2. Attach.
         kernel::sys::raise_open_files_limit();
-        let mut attacher = Attacher::new(&settings, capabilities, &self.disabled);
-        if !inputs.traceable.is_listed() {
-            attacher = attacher.planned_without_traceable_list();
-        }
-        let mut attached = attacher.attach_all(&plans)?;
+        let attach = |settings: &RuntimeSettings| {
+            let mut attacher = Attacher::new(settings, capabilities, &self.disabled);
+            if !inputs.traceable.is_listed() {
+                attacher = attacher.planned_without_traceable_list();
+            }
+            attacher.attach_all(&plans)
+        };
+        let mut attached = match attach(&settings) {
+            // The kernel said it has uptrs and then refused the map or its
+            // reads: the programs read user memory instead.
+            Err(refused) if settings.thread_context.registered_records => {
+                tracing::info!(
+                    error = %refused,
+                    "kspan attaches again, reading thread contexts from user memory"
+                );
+                settings.thread_context.registered_records = false;
+                context_reads = ThreadContextReads::UserMemory {
+                    why: format!("loading the programs with registered records failed: {refused}"),
+                };
+                attach(&settings)?
+            }
+            attached => attached?,
+        };
         skipped.append(&mut attached.skipped);
         tracing::debug!(functions = attached.decisions.len(), elapsed = ?started.elapsed(), "kspan attached");
 
@@ -406,7 +424,12 @@ impl KspanBuilder {
         // records where they can.
         let registrar = match attached.maps.context_records() {
             Some(Ok(maps)) => {
-                let (registrar, outcome) = Registrar::start(maps);
+                // Its system calls are kspan's own (another runtime may be
+                // recording).
+                let (registrar, outcome) = {
+                    let _quiet = crate::context::suppress();
+                    Registrar::start(maps)
+                };
                 if let Err(why) = outcome {
                     tracing::info!(
                         reason = why.as_str(),

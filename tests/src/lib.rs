@@ -813,3 +813,18 @@ pub mod latency {
             .expect("the metrics export");
     }
 }
+
+/// Where `kspan`'s programs read thread contexts once no thread is in the
+/// middle of registering its record (threads kspan or the test just
+/// started may be): the first answer that is
+/// [`kspan::ThreadContextReads::Registered`], or the last one after 5 s.
+pub fn settled_context_reads(kspan: &kspan::Kspan) -> kspan::ThreadContextReads {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let reads = kspan.thread_context_reads();
+        if reads == kspan::ThreadContextReads::Registered || std::time::Instant::now() > deadline {
+            return reads;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

@@ -58,7 +58,7 @@ fn kspan_s_own_threads_and_calls_make_no_kernel_spans() {
         .is_available()
     {
         assert_eq!(
-            kspan.thread_context_reads(),
+            kspan_tests::settled_context_reads(&kspan),
             kspan::ThreadContextReads::Registered
         );
     }

@@ -103,7 +103,7 @@ async fn threads_that_exit_and_pooled_threads_keep_their_own_parents() {
     let registered = kspan::KernelCapabilities::get()
         .context_records
         .is_available();
-    let reads = || kspan.thread_context_reads();
+    let reads = || kspan_tests::settled_context_reads(&kspan);
     if registered {
         assert_eq!(reads(), kspan::ThreadContextReads::Registered);
     } else {

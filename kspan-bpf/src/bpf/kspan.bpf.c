@@ -393,15 +393,18 @@ static __always_inline void kspan_made_trace_id(__u8 *trace_id)
  * the thread has a valid one, 0 when it has none, -1 when a record may be
  * missing from the map (read user memory instead). A registration whose
  * slot another thread owns now (or none) is of a record its thread gave
- * back at exit: none.
+ * back at exit: none. The doubts are read before the map: a registration
+ * that lands between the two reads is then of a count read as non-zero.
  */
 static __always_inline int kspan_registered_context(struct kspan_thread_ctx *ctx,
 						    void *task, __u32 tid)
 {
-	__u32 zero = 0, *pending;
+	__u32 zero = 0, *pending, in_doubt;
 	struct kspan_ctx_ref *ref;
 	struct kspan_ctx_slot *slot;
 
+	pending = bpf_map_lookup_elem(&kspan_ctx_pending, &zero);
+	in_doubt = !pending || *(volatile __u32 *)pending;
 	ref = bpf_task_storage_get(&kspan_ctx_records, task, 0, 0);
 	if (ref) {
 		slot = ref->slot;
@@ -410,10 +413,7 @@ static __always_inline int kspan_registered_context(struct kspan_thread_ctx *ctx
 		__builtin_memcpy(ctx, &slot->rec, sizeof(*ctx));
 		return ctx->valid == 1;
 	}
-	pending = bpf_map_lookup_elem(&kspan_ctx_pending, &zero);
-	if (pending && !*pending)
-		return 0;
-	return -1;
+	return in_doubt ? -1 : 0;
 }
 
 /*

@@ -67,9 +67,13 @@ pub(super) fn made(tid: u32, slot: Option<usize>, hook: impl FnOnce()) {
     }
 }
 
-/// The thread `tid` is giving its record back.
-pub(super) fn released(tid: u32) {
-    registry().live.remove(&tid);
+/// The thread `tid` gives its record back: `unhook` takes it out of the
+/// thread's slot, under the lock, so that a watcher starting now either
+/// registers it or finds it gone from the slot.
+pub(super) fn released(tid: u32, unhook: impl FnOnce()) {
+    let mut registry = registry();
+    unhook();
+    registry.live.remove(&tid);
 }
 
 /// Watches records until dropped.

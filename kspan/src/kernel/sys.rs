@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The raw system calls of the kernel stage: the open-files limit,
 //! mounting tracefs, whether this process may open perf events, and a
-//! descriptor of one thread (to name it to task storage). Everything else
-//! reads files.
+//! descriptor of one of its threads (to name it to task storage). Everything
+//! else reads files.
 
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -23,6 +23,22 @@ pub(crate) fn thread_pidfd(tid: u32) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: the descriptor was just made and is owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether `tid` is a live thread of this process (`tgkill` with no
+/// signal): a thread id remembered across a `fork` is the parent's.
+pub(crate) fn is_own_thread(tid: u32) -> bool {
+    // SAFETY: tgkill with signal 0 only checks that the thread exists in
+    // this thread group and may be signalled; nothing is sent.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::c_long::from(libc::getpid()),
+            libc::c_long::from(tid as i32),
+            0 as libc::c_long,
+        )
+    };
+    rc == 0
 }
 
 /// Raises the limit of open files: each traced function holds a link per

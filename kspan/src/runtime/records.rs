@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::bpf::object::ContextRecordMaps;
 use crate::context::{watch_records, RecordWatch, RecordWatcher};
-use crate::kernel::sys::thread_pidfd;
+use crate::kernel::sys::{is_own_thread, thread_pidfd};
 
 /// Where a runtime's programs read each thread's application context
 /// (OTEP 4947) at the calls that start a tree of kernel spans.
@@ -110,12 +110,16 @@ impl Registrations {
                  records), where the kernel cannot pin it"
             ));
         };
-        let pidfd = match thread_pidfd(tid) {
-            Ok(fd) => fd,
-            // Gone: no program will run on it again.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
-            Err(e) => return Err(format!("no pidfd of thread {tid}: {e}")),
-        };
+        // A record made before a `fork` names the parent's thread (whose
+        // pidfd would name a task of another process): the child's thread
+        // holding it stays unregistered, read from its memory.
+        if !is_own_thread(tid) {
+            return Err(format!(
+                "thread {tid}, whose context record this process holds, is not one of its \
+                 threads (a record made before a fork)"
+            ));
+        }
+        let pidfd = thread_pidfd(tid).map_err(|e| format!("no pidfd of thread {tid}: {e}"))?;
         self.maps
             .register(pidfd.as_fd(), address)
             .map_err(|e| format!("registering thread {tid}'s context record: {e}"))
