@@ -93,7 +93,7 @@ const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, attrs_data_size)
 mod arena;
 mod registry;
 
-pub(crate) use registry::{watch as watch_records, RecordWatch, RecordWatcher};
+pub(crate) use registry::{watch as watch_records, RecordPlace, RecordWatch, RecordWatcher};
 
 /// The calling thread's record, made and hooked into the slot on first use;
 /// unhooked (slot set to NULL) before it is freed at thread exit. It lives

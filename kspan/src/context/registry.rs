@@ -21,7 +21,23 @@
 //! publish, log or take locks that a publish might.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Once};
+
+/// Where a thread's record is, as a watcher is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecordPlace {
+    /// In the [`super::arena`] slot at this address, whose owner is the
+    /// thread.
+    Slot(usize),
+    /// On the heap (no arena memory could be mapped): it cannot be
+    /// registered.
+    Heap,
+    /// Made before this process was forked from its parent: its thread id
+    /// is the parent's thread's, and which of this process's threads holds
+    /// it is unknown (the one that forked, if any).
+    BeforeFork,
+}
 
 /// Told of thread-context records (see the module's essay).
 pub(crate) trait RecordWatcher: Send + Sync {
@@ -29,15 +45,39 @@ pub(crate) trait RecordWatcher: Send + Sync {
     /// [`Self::record_made`] follows.
     fn record_coming(&self);
 
-    /// The thread `tid` has its record in the slot at `slot` (an
-    /// [`super::arena`] slot whose owner is `tid`), or on the heap (`None`),
-    /// where it cannot be registered.
-    fn record_made(&self, tid: u32, slot: Option<usize>);
+    /// The thread `tid` has its record at `place`.
+    fn record_made(&self, tid: u32, place: RecordPlace);
+}
+
+/// How many times this process's ancestry forked since it started
+/// (counted in the child, by a `pthread_atfork` handler: no system call).
+static FORKS: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A live record: where, and [`FORKS`] when it was made.
+#[derive(Clone, Copy)]
+struct Live {
+    place: RecordPlace,
+    forks: u32,
+}
+
+impl Live {
+    /// Where the record is, as seen now.
+    fn place(self) -> RecordPlace {
+        if self.forks == FORKS.load(Ordering::Relaxed) {
+            self.place
+        } else {
+            RecordPlace::BeforeFork
+        }
+    }
 }
 
 /// The live records by thread, and the watchers.
 struct Registry {
-    live: BTreeMap<u32, Option<usize>>,
+    live: BTreeMap<u32, Live>,
     watchers: Vec<(u64, Arc<dyn RecordWatcher>)>,
     next_watcher: u64,
 }
@@ -49,6 +89,12 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 });
 
 fn registry() -> MutexGuard<'static, Registry> {
+    static FORK_HANDLER: Once = Once::new();
+    FORK_HANDLER.call_once(|| {
+        // SAFETY: registers a handler that only increments an atomic,
+        // which is async-signal-safe as a fork child handler must be.
+        unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+    });
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -61,9 +107,16 @@ pub(super) fn made(tid: u32, slot: Option<usize>, hook: impl FnOnce()) {
         watcher.record_coming();
     }
     hook();
-    registry.live.insert(tid, slot);
+    let place = slot.map_or(RecordPlace::Heap, RecordPlace::Slot);
+    registry.live.insert(
+        tid,
+        Live {
+            place,
+            forks: FORKS.load(Ordering::Relaxed),
+        },
+    );
     for (_, watcher) in &registry.watchers {
-        watcher.record_made(tid, slot);
+        watcher.record_made(tid, place);
     }
 }
 
@@ -86,9 +139,9 @@ pub(crate) struct RecordWatch {
 /// until the returned guard is dropped.
 pub(crate) fn watch(watcher: Arc<dyn RecordWatcher>) -> RecordWatch {
     let mut registry = registry();
-    for (&tid, &slot) in &registry.live {
+    for (&tid, &live) in &registry.live {
         watcher.record_coming();
-        watcher.record_made(tid, slot);
+        watcher.record_made(tid, live.place());
     }
     let id = registry.next_watcher;
     registry.next_watcher += 1;
@@ -117,22 +170,27 @@ mod tests {
 
     /// Remembers what it was told.
     #[derive(Default)]
-    struct Seen(Mutex<Vec<(u32, Option<usize>)>>, Mutex<usize>);
+    struct Seen(Mutex<Vec<(u32, RecordPlace)>>, Mutex<usize>);
 
     impl RecordWatcher for Seen {
         fn record_coming(&self) {
             *self.1.lock().unwrap() += 1;
         }
 
-        fn record_made(&self, tid: u32, slot: Option<usize>) {
-            self.0.lock().unwrap().push((tid, slot));
+        fn record_made(&self, tid: u32, place: RecordPlace) {
+            self.0.lock().unwrap().push((tid, place));
         }
     }
 
     impl Seen {
         fn slot_of(&self, tid: u32) -> Option<Option<usize>> {
             let seen = self.0.lock().unwrap();
-            seen.iter().find(|(t, _)| *t == tid).map(|(_, s)| *s)
+            seen.iter()
+                .find(|(t, _)| *t == tid)
+                .map(|(_, place)| match place {
+                    RecordPlace::Slot(at) => Some(*at),
+                    _ => None,
+                })
         }
     }
 
@@ -202,6 +260,23 @@ mod tests {
             None,
             "a dropped watch hears of nothing"
         );
+
+        // As seen in a forked child (the handler's count, bumped by hand):
+        // the records made before are reported as such, not as slots.
+        forked();
+        let in_child = Arc::new(Seen::default());
+        let child_watch = super::watch(in_child.clone());
+        let place = in_child
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(t, _)| *t == before)
+            .map(|p| p.1);
+        FORKS.fetch_sub(1, Ordering::Relaxed);
+        drop(child_watch);
+        assert_eq!(place, Some(RecordPlace::BeforeFork));
+
         drop((stop_before, stop_unwatched));
         join_before.join().unwrap();
         join_unwatched.join().unwrap();

@@ -25,22 +25,6 @@ pub(crate) fn thread_pidfd(tid: u32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Whether `tid` is a live thread of this process (`tgkill` with no
-/// signal): a thread id remembered across a `fork` is the parent's.
-pub(crate) fn is_own_thread(tid: u32) -> bool {
-    // SAFETY: tgkill with signal 0 only checks that the thread exists in
-    // this thread group and may be signalled; nothing is sent.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_tgkill,
-            libc::c_long::from(libc::getpid()),
-            libc::c_long::from(tid as i32),
-            0 as libc::c_long,
-        )
-    };
-    rc == 0
-}
-
 /// Raises the limit of open files: each traced function holds a link per
 /// direction (and a program copy for trampolines), and a thousand functions
 /// pass the usual soft limit of 1,024 (bpftrace raises it too). Best effort:

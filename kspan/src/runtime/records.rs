@@ -17,8 +17,8 @@ use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 
 use crate::bpf::object::ContextRecordMaps;
-use crate::context::{watch_records, RecordWatch, RecordWatcher};
-use crate::kernel::sys::{is_own_thread, thread_pidfd};
+use crate::context::{watch_records, RecordPlace, RecordWatch, RecordWatcher};
+use crate::kernel::sys::thread_pidfd;
 
 /// Where a runtime's programs read each thread's application context
 /// (OTEP 4947) at the calls that start a tree of kernel spans.
@@ -103,22 +103,25 @@ impl Registrations {
         self.failure.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn register(&self, tid: u32, slot: Option<usize>) -> Result<(), String> {
-        let Some(address) = slot else {
-            return Err(format!(
-                "thread {tid}'s context record is on the heap (no memory could be mapped for \
-                 records), where the kernel cannot pin it"
-            ));
+    fn register(&self, tid: u32, place: RecordPlace) -> Result<(), String> {
+        let address = match place {
+            RecordPlace::Slot(address) => address,
+            RecordPlace::Heap => {
+                return Err(format!(
+                    "thread {tid}'s context record is on the heap (no memory could be mapped \
+                     for records), where the kernel cannot pin it"
+                ))
+            }
+            // Its thread id names the parent's thread (whose pidfd would
+            // name a task of another process): the thread of this process
+            // holding it stays unregistered, read from its memory.
+            RecordPlace::BeforeFork => {
+                return Err(format!(
+                    "a context record was made before this process was forked (thread {tid} \
+                     of the parent)"
+                ))
+            }
         };
-        // A record made before a `fork` names the parent's thread (whose
-        // pidfd would name a task of another process): the child's thread
-        // holding it stays unregistered, read from its memory.
-        if !is_own_thread(tid) {
-            return Err(format!(
-                "thread {tid}, whose context record this process holds, is not one of its \
-                 threads (a record made before a fork)"
-            ));
-        }
         let pidfd = thread_pidfd(tid).map_err(|e| format!("no pidfd of thread {tid}: {e}"))?;
         self.maps
             .register(pidfd.as_fd(), address)
@@ -131,8 +134,8 @@ impl RecordWatcher for Registrations {
         self.maps.doubt();
     }
 
-    fn record_made(&self, tid: u32, slot: Option<usize>) {
-        match self.register(tid, slot) {
+    fn record_made(&self, tid: u32, place: RecordPlace) {
+        match self.register(tid, place) {
             Ok(()) => self.maps.settle(),
             // The doubt stays, for good: this thread's record is not in
             // the map.
