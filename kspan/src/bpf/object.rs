@@ -414,26 +414,12 @@ impl ContextRecordMaps {
         };
         let records = handle(records, names::CTX_RECORDS_MAP)?;
         let pending_map = handle(pending, names::CTX_PENDING_MAP)?;
-        // SAFETY: maps the value area of an mmapable array map of one u32
-        // (the kernel maps whole pages); shared with the kernel, read by
-        // programs, written here through the atomic only.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                pending_map.as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        let Some(pending) = NonNull::new(at.cast::<AtomicU32>()).filter(|_| at != libc::MAP_FAILED)
-        else {
-            return Err(MapError {
+        let pending = super::sys::map_values(pending_map.as_fd())
+            .map_err(|e| MapError {
                 map: names::CTX_PENDING_MAP,
-                source: libbpf_rs::Error::from(std::io::Error::last_os_error()),
-            });
-        };
+                source: libbpf_rs::Error::from(e),
+            })?
+            .cast::<AtomicU32>();
         Ok(ContextRecordMaps {
             records,
             pending,
@@ -477,14 +463,11 @@ impl ContextRecordMaps {
 
 impl Drop for ContextRecordMaps {
     fn drop(&mut self) {
-        // SAFETY: unmaps what `new` mapped; nothing refers to it after this.
-        unsafe { libc::munmap(self.pending.as_ptr().cast(), PAGE_BYTES) };
+        // SAFETY: `new` mapped it with `map_values`; nothing refers to it
+        // after this.
+        unsafe { super::sys::unmap_values(self.pending.cast()) };
     }
 }
-
-/// Bytes mapped of `kspan_ctx_pending`: a page (x86-64), the least the
-/// kernel maps.
-const PAGE_BYTES: usize = 4096;
 
 /// What one load leaves: the programs asked for, what further copies of them
 /// are made from, and the shared maps when this load made them.

@@ -3,7 +3,8 @@
 //! takes a bare program descriptor: links for trampolines, kprobes (one
 //! function or many through kprobe.multi) and tracepoints, each with a BPF
 //! cookie where the program needs one. Each returns the link descriptor;
-//! dropping it detaches.
+//! dropping it detaches. Also the mapping of an mmapable map's values,
+//! which user space writes without system calls.
 
 use std::ffi::CString;
 use std::io;
@@ -426,6 +427,40 @@ pub(crate) fn prog_recursion_misses(prog: BorrowedFd<'_>) -> io::Result<u64> {
         return Err(io::Error::from_raw_os_error(-rc));
     }
     Ok(info.recursion_misses)
+}
+
+/// Bytes mapped of an mmapable array map's values: a page (x86-64), the
+/// least the kernel maps; kspan's such map holds one `u32`.
+const VALUES_BYTES: usize = 4096;
+
+/// Maps the values of the mmapable array map `map` (its first page),
+/// shared with the kernel: what is written there programs read.
+pub(crate) fn map_values(map: BorrowedFd<'_>) -> io::Result<std::ptr::NonNull<u8>> {
+    // SAFETY: a new shared mapping of the map's value area; nothing else
+    // is touched.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            VALUES_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            map.as_raw_fd(),
+            0,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    std::ptr::NonNull::new(at.cast()).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
+}
+
+/// Unmaps what [`map_values`] mapped.
+///
+/// # Safety
+/// `at` is a mapping [`map_values`] returned, and nothing uses it after.
+pub(crate) unsafe fn unmap_values(at: std::ptr::NonNull<u8>) {
+    // SAFETY: the caller's promise.
+    unsafe { libc::munmap(at.as_ptr().cast(), VALUES_BYTES) };
 }
 
 /// A descriptor from a libbpf call that returns it or `-errno` (and sets
