@@ -19,7 +19,8 @@ pub use privileges::{MissingCapability, MissingPrivileges};
 /// Where the running kernel publishes its BTF.
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// Reads and parses the BTF at `path` (the kernel's is [`KERNEL_BTF`]).
+/// Reads (or maps) and indexes the BTF at `path` (the kernel's is
+/// [`KERNEL_BTF`]).
 pub fn read_btf(path: &Path) -> Result<Btf, KernelError> {
     let no_btf = |source| KernelError::NoKernelBtf {
         path: path.to_owned(),
@@ -38,11 +39,11 @@ pub fn read_btf(path: &Path) -> Result<Btf, KernelError> {
         .then(|| sys::MappedFile::map(&file).ok())
         .flatten();
     if let Some(mapped) = mapped {
-        return Btf::parse(mapped.bytes()).map_err(bad_btf);
+        return Btf::from_blob(Box::new(mapped)).map_err(bad_btf);
     }
     let mut data = Vec::new();
     std::io::Read::read_to_end(&mut &file, &mut data).map_err(no_btf)?;
-    Btf::parse(&data).map_err(bad_btf)
+    Btf::from_blob(Box::new(data)).map_err(bad_btf)
 }
 
 /// The running kernel's BTF, for tests that need a real kernel's types.

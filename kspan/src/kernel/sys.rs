@@ -160,6 +160,19 @@ impl MappedFile {
     }
 }
 
+impl AsRef<[u8]> for MappedFile {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+// SAFETY: the mapping is private and read-only, and `MappedFile` gives out
+// only shared slices of it: nothing in it changes, whichever thread reads
+// or unmaps it.
+unsafe impl Send for MappedFile {}
+// SAFETY: as for `Send`: `&MappedFile` reads immutable memory only.
+unsafe impl Sync for MappedFile {}
+
 impl Drop for MappedFile {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `map`, unmapped once; no slice from

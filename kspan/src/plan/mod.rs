@@ -185,8 +185,10 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
 
 /// The functions BTF describes that `pattern` matches, sorted.
 fn pattern_matches<'b>(btf: &'b Btf, pattern: &str) -> Vec<&'b str> {
+    // The pattern's literal start, compared as bytes before the rest.
+    let prefix = &pattern[..pattern.find(['*', '?']).unwrap_or(pattern.len())];
     let mut matches: Vec<&str> = btf
-        .function_names()
+        .function_names_starting(prefix)
         .filter(|name| denylist::glob_match(pattern, name))
         .collect();
     matches.sort_unstable();

@@ -12,23 +12,31 @@
 //! `!Send`, looks names up linearly and cannot be built from a test blob,
 //! and the `btf-rs` crate is LGPL.
 //!
-//! The parsed form keeps one record per type id and answers questions by id,
-//! looking through typedefs and qualifiers (`const`, `volatile`, `restrict`,
-//! type tags) on the way. Every walk over type ids is bounded, so a malformed
+//! The blob is kept as it is (the kernel's file mapped where sysfs allows
+//! it) with where each type's record starts and a table of function names;
+//! a record is decoded when a question reaches it. Planning reads a few
+//! hundred of the kernel's 150,000 types, so indexing is most of the work:
+//! a few milliseconds, where decoding every type into its own allocations
+//! cost four times as much, and as much again to free. Questions are
+//! answered by id, looking through typedefs and qualifiers (`const`,
+//! `volatile`, `restrict`, type tags) on the way. Every walk over type ids is bounded, so a malformed
 //! blob (cycles, absurd sizes) gives odd answers or an error, never a panic
 //! or a hang. Pointers are taken to be 8 bytes: kspan runs on 64-bit kernels.
 
-use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 
 #[cfg(test)]
 pub(crate) mod builder;
+mod functions;
 mod parse;
 mod types;
 
+use functions::FunctionTable;
+
 use parse::{
-    Type, INT_BOOL, INT_CHAR, INT_SIGNED, KIND_CONST, KIND_TYPEDEF, KIND_TYPE_TAG, KIND_VOLATILE,
-    MAX_CHAIN, POINTER_BYTES,
+    Type, INT_BOOL, INT_CHAR, INT_SIGNED, KIND_CONST, KIND_ENUM, KIND_ENUM64, KIND_INT,
+    KIND_STRUCT, KIND_TYPEDEF, KIND_TYPE_TAG, KIND_UNION, KIND_VOLATILE, MAX_CHAIN, POINTER_BYTES,
 };
 pub use types::{Composite, FuncSignature, KernelType, Member, TypeClass};
 
@@ -60,63 +68,68 @@ pub enum BtfError {
     },
 }
 
-/// The kernel's type information, parsed.
+/// The bytes of a BTF blob: a copy, or the kernel's file mapped.
+pub(crate) type Blob = Box<dyn AsRef<[u8]> + Send + Sync>;
+
+/// The kernel's type information: the blob itself, where each type's record
+/// starts, and a table of function names.
 pub struct Btf {
-    strings: Vec<u8>,
-    types: Vec<Type>,
-    funcs: HashMap<String, u32, NameHash>,
+    /// Owns the bytes `bytes` points to; never read through directly (a
+    /// call through `dyn` on every field read costs more than the read).
+    _data: Blob,
+    /// `_data`'s bytes: a `Vec`'s heap buffer or a mapping, neither of
+    /// which moves or changes while `_data` lives.
+    bytes: *const [u8],
+    strings: Range<usize>,
+    type_start: usize,
+    /// Offset of each type id's record in the type section (0 for `void`).
+    records: Vec<u32>,
+    functions: FunctionTable,
 }
-
-/// A hasher for function names: the kernel has tens of thousands, each
-/// hashed once at parse time, and none comes from an adversary (SipHash's
-/// reason to be slow). FNV-1a over the bytes, eight at a time.
-#[derive(Default, Clone, Copy)]
-struct NameHasher(u64);
-
-impl std::hash::Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const PRIME: u64 = 0x0000_0100_0000_01b3;
-        let mut hash = self.0 ^ 0xcbf2_9ce4_8422_2325;
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-            hash = (hash ^ word).wrapping_mul(PRIME);
-        }
-        for &b in chunks.remainder() {
-            hash = (hash ^ u64::from(b)).wrapping_mul(PRIME);
-        }
-        self.0 = hash;
-    }
-
-    fn finish(&self) -> u64 {
-        // Mixes the high bits down: hashbrown takes its bucket from the low.
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
-type NameHash = std::hash::BuildHasherDefault<NameHasher>;
 
 impl fmt::Debug for Btf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Btf")
-            .field("types", &self.types.len())
-            .field("funcs", &self.funcs.len())
+            .field("types", &self.records.len())
+            .field("funcs", &self.functions.len())
             .finish()
     }
 }
 
+// SAFETY: `bytes` points into `_data`, which is `Send + Sync` and only
+// ever read; the other fields are plain data.
+unsafe impl Send for Btf {}
+// SAFETY: as for `Send`: shared access reads immutable bytes only.
+unsafe impl Sync for Btf {}
+
 impl Btf {
-    fn str_at(&self, offset: u32) -> &str {
-        let start = offset as usize;
-        let Some(tail) = self.strings.get(start..) else {
-            return "";
-        };
-        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
-        std::str::from_utf8(&tail[..end]).unwrap_or("")
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `bytes` is `_data`'s slice, taken when `self` was made;
+        // `_data` is owned by `self` and keeps its storage (a heap buffer
+        // or a mapping, behind a `Box` whose move does not move it) alive
+        // and unchanged until `self` is dropped.
+        unsafe { &*self.bytes }
     }
 
-    fn ty(&self, id: u32) -> &Type {
-        self.types.get(id as usize).unwrap_or(&Type::Void)
+    /// The string section.
+    fn strings(&self) -> &[u8] {
+        self.bytes().get(self.strings.clone()).unwrap_or_default()
+    }
+
+    /// The NUL-terminated string at `offset` of the string section.
+    fn str_bytes(&self, offset: u32) -> &[u8] {
+        let tail = self.strings().get(offset as usize..).unwrap_or_default();
+        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+        &tail[..end]
+    }
+
+    fn str_at(&self, offset: u32) -> &str {
+        std::str::from_utf8(self.str_bytes(offset)).unwrap_or("")
+    }
+
+    /// The `FUNC` id of function `name`.
+    fn func_id(&self, name: &str) -> Option<u32> {
+        self.functions.find(self.strings(), name.as_bytes())
     }
 
     /// The id under typedefs and qualifiers (`void`, id 0, for a chain too
@@ -124,7 +137,7 @@ impl Btf {
     fn strip(&self, mut id: u32) -> u32 {
         for _ in 0..MAX_CHAIN {
             match self.ty(id) {
-                Type::Alias { target, .. } => id = *target,
+                Type::Alias { target, .. } => id = target,
                 _ => return id,
             }
         }
@@ -133,12 +146,35 @@ impl Btf {
 
     /// Number of functions described.
     pub fn function_count(&self) -> usize {
-        self.funcs.len()
+        self.functions.len()
     }
 
     /// Names of every function described, in no particular order.
     pub fn function_names(&self) -> impl Iterator<Item = &str> {
-        self.funcs.keys().map(String::as_str)
+        self.function_names_starting("")
+    }
+
+    /// Names of the functions whose names start with `prefix`, in no
+    /// particular order: what a pattern's literal start narrows a search
+    /// of every name to, compared before any name is read as text.
+    pub fn function_names_starting<'a, 'p>(
+        &'a self,
+        prefix: &'p str,
+    ) -> impl Iterator<Item = &'a str> + 'p
+    where
+        'a: 'p,
+    {
+        let strings = self.strings();
+        self.functions
+            .names()
+            .filter(move |&name| {
+                let tail = strings.get(name as usize..).unwrap_or_default();
+                // The first byte inline: most names differ there.
+                prefix.is_empty()
+                    || (tail.first() == prefix.as_bytes().first()
+                        && tail.starts_with(prefix.as_bytes()))
+            })
+            .filter_map(|name| std::str::from_utf8(self.str_bytes(name)).ok())
     }
 
     /// The id of the integer, enum, typedef or struct/union named `name` as C
@@ -152,44 +188,47 @@ impl Btf {
                 None => (None, name.strip_prefix("enum ").unwrap_or(name)),
             },
         };
-        self.types.iter().enumerate().find_map(|(id, ty)| {
-            let (n, ok) = match ty {
-                Type::Int { name, .. } | Type::Enum { name, .. } => (*name, want_struct.is_none()),
-                Type::Alias { name, kind, .. } => {
-                    (*name, want_struct.is_none() && *kind == KIND_TYPEDEF)
-                }
-                Type::Composite { name, union, .. } => (*name, want_struct == Some(*union)),
-                _ => return None,
+        let bare = bare.as_bytes();
+        (1..self.records.len() as u32).find(|&id| {
+            // Kind and name from the record first: most types fail there.
+            let Some(pos) = self.record(id) else {
+                return false;
             };
-            (ok && n != 0 && self.str_at(n) == bare).then_some(id as u32)
+            let kind = (self.u32_at(pos + 4) >> 24) & 0x1f;
+            let wanted = match want_struct {
+                None => matches!(kind, KIND_INT | KIND_ENUM | KIND_ENUM64 | KIND_TYPEDEF),
+                Some(union) => kind == if union { KIND_UNION } else { KIND_STRUCT },
+            };
+            let name = self.u32_at(pos);
+            wanted && name != 0 && self.str_bytes(name) == bare
         })
     }
 
     /// Whether BTF describes a function `name`.
     pub fn has_function(&self, name: &str) -> bool {
-        self.funcs.contains_key(name)
+        self.func_id(name).is_some()
     }
 
     /// The signature of function `name`, if BTF describes it.
     pub fn function(&self, name: &str) -> Option<FuncSignature> {
-        let id = *self.funcs.get(name)?;
+        let id = self.func_id(name)?;
         let Type::Func { proto, .. } = self.ty(id) else {
             return None;
         };
-        let Type::FuncProto { ret, params } = self.ty(*proto) else {
+        let Type::FuncProto { ret, params } = self.ty(proto) else {
             return None;
         };
-        let params = params
-            .iter()
+        let params = self
+            .params(params)
             // A trailing (0, 0) parameter marks a variadic function.
-            .filter(|(_, ty)| *ty != 0)
-            .map(|(pname, ty)| (self.str_at(*pname).to_owned(), self.kernel_type(*ty)))
+            .filter(|&(_, ty)| ty != 0)
+            .map(|(pname, ty)| (self.str_at(pname).to_owned(), self.kernel_type(ty)))
             .collect();
         Some(FuncSignature {
             name: name.to_owned(),
             btf_id: id,
             params,
-            ret: self.kernel_type(*ret),
+            ret: self.kernel_type(ret),
         })
     }
 
@@ -199,36 +238,36 @@ impl Btf {
     /// returned, or one larger than 16 bytes passed by value. `None` when
     /// the signature is fine (or `name` is not a function here).
     pub fn trampoline_refusal(&self, name: &str) -> Option<String> {
-        let id = *self.funcs.get(name)?;
+        let id = self.func_id(name)?;
         let Type::Func { proto, .. } = self.ty(id) else {
             return None;
         };
-        let Type::FuncProto { ret, params } = self.ty(*proto) else {
+        let Type::FuncProto { ret, params } = self.ty(proto) else {
             return None;
         };
-        if params.last().is_some_and(|(_, ty)| *ty == 0) {
+        if self.params(params).last().is_some_and(|(_, ty)| ty == 0) {
             return Some("trampolines cannot attach to variadic functions".to_owned());
         }
-        if params.len() > 12 {
+        if params.count > 12 {
             return Some(format!(
                 "trampolines take at most 12 parameters; it has {}",
-                params.len()
+                params.count
             ));
         }
         let by_value = |ty: u32| matches!(self.ty(self.strip(ty)), Type::Composite { .. });
-        if by_value(*ret) {
+        if by_value(ret) {
             return Some(format!(
                 "trampolines cannot attach to a function returning `{}` (a struct or union)",
-                self.c_name(*ret, 0)
+                self.c_name(ret, 0)
             ));
         }
-        params.iter().find_map(|(pname, ty)| {
-            let size = self.size_of(*ty, 0).unwrap_or(0);
-            (by_value(*ty) && size > 16).then(|| {
+        self.params(params).find_map(|(pname, ty)| {
+            let size = self.size_of(ty, 0).unwrap_or(0);
+            (by_value(ty) && size > 16).then(|| {
                 format!(
                     "trampolines cannot attach to a function taking `{} {}` ({size} bytes) by value",
-                    self.c_name(*ty, 0),
-                    self.str_at(*pname)
+                    self.c_name(ty, 0),
+                    self.str_at(pname)
                 )
             })
         })
@@ -250,7 +289,7 @@ impl Btf {
     /// it points to, as written (qualifiers and type tags included).
     pub fn pointee(&self, id: u32) -> Option<u32> {
         match self.ty(self.strip(id)) {
-            Type::Ptr { target } => Some(*target),
+            Type::Ptr { target } => Some(target),
             _ => None,
         }
     }
@@ -274,10 +313,10 @@ impl Btf {
         else {
             return None;
         };
-        let members = members
-            .iter()
+        let members = self
+            .members(members)
             .map(|m| {
-                let (bit_offset, bitfield_bits) = if *bitfield_offsets {
+                let (bit_offset, bitfield_bits) = if bitfield_offsets {
                     (m.offset & 0x00ff_ffff, m.offset >> 24)
                 } else {
                     match self.ty(m.ty) {
@@ -286,8 +325,8 @@ impl Btf {
                             bits,
                             bit_offset,
                             ..
-                        } if u64::from(*bits) != u64::from(*size) * 8 || *bit_offset != 0 => {
-                            (m.offset.saturating_add(*bit_offset), *bits)
+                        } if u64::from(bits) != u64::from(size) * 8 || bit_offset != 0 => {
+                            (m.offset.saturating_add(bit_offset), bits)
                         }
                         _ => (m.offset, 0),
                     }
@@ -301,9 +340,9 @@ impl Btf {
             })
             .collect();
         Some(Composite {
-            name: self.str_at(*name).to_owned(),
-            is_union: *union,
-            size: *size,
+            name: self.str_at(name).to_owned(),
+            is_union: union,
+            size,
             members,
         })
     }
@@ -320,10 +359,14 @@ impl Btf {
     /// comes back as its bits (recover it with `as u64`).
     pub fn enumerators(&self, id: u32) -> Option<Vec<(String, i64)>> {
         match self.ty(self.strip(id)) {
-            Type::Enum { values, .. } => Some(
-                values
-                    .iter()
-                    .map(|(n, v)| (self.str_at(*n).to_owned(), *v))
+            Type::Enum {
+                values,
+                signed,
+                wide,
+                ..
+            } => Some(
+                self.enum_values(values, signed, wide)
+                    .map(|(n, v)| (self.str_at(n).to_owned(), v))
                     .collect(),
             ),
             _ => None,
@@ -339,9 +382,9 @@ impl Btf {
             Type::Int { size, .. }
             | Type::Enum { size, .. }
             | Type::Composite { size, .. }
-            | Type::Float { size, .. } => Some(*size),
+            | Type::Float { size, .. } => Some(size),
             Type::Ptr { .. } => Some(POINTER_BYTES),
-            Type::Array { elem, len } => self.size_of(*elem, depth + 1)?.checked_mul(*len),
+            Type::Array { elem, len } => self.size_of(elem, depth + 1)?.checked_mul(len),
             _ => None,
         }
     }
@@ -357,10 +400,10 @@ impl Btf {
         for _ in 0..MAX_CHAIN {
             match self.ty(id) {
                 Type::Alias { name, target, kind } => {
-                    if *kind == KIND_TYPE_TAG && self.str_at(*name) == "user" {
+                    if kind == KIND_TYPE_TAG && self.str_at(name) == "user" {
                         return true;
                     }
-                    id = *target;
+                    id = target;
                 }
                 _ => return false,
             }
@@ -377,25 +420,25 @@ impl Btf {
                     TypeClass::Bool
                 } else {
                     TypeClass::Int {
-                        bytes: *size,
+                        bytes: size,
                         signed: encoding & INT_SIGNED != 0,
                     }
                 }
             }
             Type::Ptr { .. } => TypeClass::Pointer,
             Type::Enum { size, signed, .. } => TypeClass::Enum {
-                bytes: *size,
-                signed: *signed,
+                bytes: size,
+                signed,
             },
             Type::Array { elem, len } => {
-                let elem_bytes = self.size_of(*elem, 1).unwrap_or(0);
-                if elem_bytes.checked_mul(*len).is_none() {
+                let elem_bytes = self.size_of(elem, 1).unwrap_or(0);
+                if elem_bytes.checked_mul(len).is_none() {
                     return TypeClass::Aggregate;
                 }
                 TypeClass::Array {
                     elem_bytes,
-                    len: *len,
-                    elem_is_char: self.is_char(*elem),
+                    len,
+                    elem_is_char: self.is_char(elem),
                 }
             }
             Type::Float { .. } => TypeClass::Float,
@@ -413,8 +456,8 @@ impl Btf {
         if depth > MAX_CHAIN {
             return "...".to_owned();
         }
-        let tagged = |keyword: &str, name: &u32| {
-            let n = self.str_at(*name);
+        let tagged = |keyword: &str, name: u32| {
+            let n = self.str_at(name);
             if n.is_empty() {
                 format!("{keyword} (anonymous)")
             } else {
@@ -424,7 +467,7 @@ impl Btf {
         match self.ty(id) {
             Type::Void => "void".to_owned(),
             Type::Int { name, encoding, .. } => {
-                let n = self.str_at(*name);
+                let n = self.str_at(name);
                 if n.is_empty() && encoding & INT_CHAR != 0 {
                     "char".to_owned()
                 } else {
@@ -432,29 +475,29 @@ impl Btf {
                 }
             }
             Type::Ptr { target } => {
-                let inner = self.c_name(*target, depth + 1);
+                let inner = self.c_name(target, depth + 1);
                 if inner.ends_with('*') {
                     format!("{inner}*")
                 } else {
                     format!("{inner} *")
                 }
             }
-            Type::Array { elem, len } => format!("{}[{len}]", self.c_name(*elem, depth + 1)),
+            Type::Array { elem, len } => format!("{}[{len}]", self.c_name(elem, depth + 1)),
             Type::Composite {
                 name, union: true, ..
             }
             | Type::Fwd { name, union: true } => tagged("union", name),
             Type::Composite { name, .. } | Type::Fwd { name, .. } => tagged("struct", name),
             Type::Enum { name, .. } => tagged("enum", name),
-            Type::Alias { name, target, kind } => match *kind {
-                KIND_TYPEDEF => self.str_at(*name).to_owned(),
-                KIND_CONST => format!("const {}", self.c_name(*target, depth + 1)),
-                KIND_VOLATILE => format!("volatile {}", self.c_name(*target, depth + 1)),
-                _ => self.c_name(*target, depth + 1),
+            Type::Alias { name, target, kind } => match kind {
+                KIND_TYPEDEF => self.str_at(name).to_owned(),
+                KIND_CONST => format!("const {}", self.c_name(target, depth + 1)),
+                KIND_VOLATILE => format!("volatile {}", self.c_name(target, depth + 1)),
+                _ => self.c_name(target, depth + 1),
             },
-            Type::Func { name, .. } => self.str_at(*name).to_owned(),
+            Type::Func { name, .. } => self.str_at(name).to_owned(),
             Type::FuncProto { .. } => "function".to_owned(),
-            Type::Float { name, .. } | Type::Other { name } => self.str_at(*name).to_owned(),
+            Type::Float { name, .. } | Type::Other { name } => self.str_at(name).to_owned(),
         }
     }
 }
@@ -857,6 +900,42 @@ mod tests {
         assert_eq!(btf.kernel_type(9999).class, TypeClass::Void);
         // 4 * u32::MAX bytes does not fit: not an array one could read.
         assert_eq!(sig.params[3].1.class, TypeClass::Aggregate);
+    }
+
+    #[test]
+    fn an_unknown_kind_is_named_with_its_id() {
+        let mut b = BtfBuilder::new();
+        b.int("int", 4, true);
+        let mut blob = b.build();
+        // The int's record starts the type section (after the 24-byte
+        // header); its info word's kind bits say 31.
+        blob[24 + 4..24 + 8].copy_from_slice(&(31u32 << 24).to_le_bytes());
+        assert_eq!(
+            Btf::parse(&blob).unwrap_err(),
+            BtfError::UnknownKind { kind: 31, id: 1 }
+        );
+    }
+
+    #[test]
+    fn names_by_prefix_are_the_names_that_start_so() {
+        let btf = crate::kernel::host_btf();
+        assert_eq!(btf.function_names().count(), btf.function_count());
+        let mut by_prefix: Vec<&str> = btf.function_names_starting("vfs_").collect();
+        let mut filtered: Vec<&str> = btf
+            .function_names()
+            .filter(|name| name.starts_with("vfs_"))
+            .collect();
+        by_prefix.sort_unstable();
+        filtered.sort_unstable();
+        assert!(by_prefix.len() > 20, "{by_prefix:?}");
+        assert_eq!(by_prefix, filtered);
+        // Every name listed is found, and found as that function.
+        for name in by_prefix {
+            assert_eq!(btf.function(name).map(|f| f.name), Some(name.to_owned()));
+        }
+        assert!(btf.type_named("struct file").is_some());
+        assert!(btf.type_named("union file").is_none());
+        assert!(btf.type_named("enum bpf_attach_type").is_some());
     }
 
     #[test]
