@@ -513,6 +513,49 @@ pub fn span_attr(
         .map(|kv| kv.value.clone())
 }
 
+/// The BPF programs this process holds a descriptor of: each one's name
+/// (the kernel keeps 15 characters) and how many instructions the verifier
+/// processed to load it.
+pub fn bpf_programs() -> Vec<(String, u32)> {
+    let mut programs = Vec::new();
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return programs;
+    };
+    for entry in fds.flatten() {
+        let is_program = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.as_os_str() == "anon_inode:bpf-prog");
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !is_program {
+            continue;
+        }
+        let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of_val(&info) as u32;
+        // SAFETY: `info` and `len` are valid for writes and `len` is
+        // `info`'s size; `fd` is only read by the kernel (a descriptor
+        // closed since the listing makes the call fail, nothing else).
+        let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+        if rc == 0 {
+            let name: Vec<u8> = info
+                .name
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            programs.push((
+                String::from_utf8_lossy(&name).into_owned(),
+                info.verified_insns,
+            ));
+        }
+    }
+    programs
+}
+
 /// The kernel's id of the calling thread (what kspan's `thread.id` holds).
 pub fn gettid() -> i64 {
     std::fs::read_link("/proc/thread-self")

@@ -21,6 +21,11 @@ fn ksys_read_auto(count: usize, ret: isize) {}
 #[kspan::kernel_span("vfs_read", mode = "fexit")]
 fn vfs_read_fexit(count: usize, ret: isize) {}
 
+/// Nothing captured or refused: a plain program serves it where
+/// fsession.multi attaches it (see `kspan::bpf::config::is_plain`).
+#[kspan::kernel_span("vfs_read", mode = "fexit")]
+fn vfs_read_plain(ret: isize) {}
+
 #[kspan::kernel_span("vfs_read", mode = "fexit")]
 fn vfs_read_named(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: isize) {}
 
@@ -44,11 +49,12 @@ struct Seen {
 /// buffer (256, 256, 188, 0 bytes) and of one read of a closed
 /// descriptor (EBADF), traced by `probes` with `disabled` turned off
 /// (spans told apart from other reads by the buffer's size or the file's
-/// name); and the attachment of each probe.
+/// name, or as children of such spans); the attachment of each probe; and
+/// the names of the BPF programs loaded.
 async fn reads(
     probes: &[&'static kspan::Probe],
     disabled: &[Mechanism],
-) -> (Vec<Seen>, Vec<Attachment>) {
+) -> (Vec<Seen>, Vec<Attachment>, Vec<String>) {
     let path = std::env::temp_dir().join("kspan-sessions.txt");
     std::fs::write(&path, vec![b's'; 700]).unwrap();
     let (provider, exporter) = kspan_tests::in_memory_provider();
@@ -62,6 +68,13 @@ async fn reads(
         .start()
         .unwrap_or_else(|e| panic!("needs trampolines and kprobes: {e}"));
     let attachments = kspan.attach_plan().iter().map(|d| d.attachment).collect();
+    let programs = kspan_tests::bpf_programs()
+        .into_iter()
+        .map(|(name, verified)| {
+            println!("program {name}: {verified} instructions verified");
+            name
+        })
+        .collect();
     let mut f = std::fs::File::open(&path).unwrap();
     let mut buf = [0u8; 256];
     while f.read(&mut buf).unwrap() > 0 {}
@@ -78,10 +91,19 @@ async fn reads(
         .filter(|s| kspan_tests::span_attr(s, "thread.id") == Some(tid.into()))
         // The thread's own reads only: glibc reads a /proc file on it once
         // (whether a thread heap may shrink) when one first does.
-        .filter(|s| {
-            kspan_tests::span_attr(s, "kernel.arg.count") == Some(256i64.into())
-                || kspan_tests::span_attr(s, "kernel.arg.name") == Some("kspan-sessions.txt".into())
-        })
+        .collect();
+    let own = |s: &SpanData| {
+        kspan_tests::span_attr(s, "kernel.arg.count") == Some(256i64.into())
+            || kspan_tests::span_attr(s, "kernel.arg.name") == Some("kspan-sessions.txt".into())
+    };
+    let parents: Vec<_> = spans
+        .iter()
+        .filter(|s| own(s))
+        .map(|s| s.span_context.span_id())
+        .collect();
+    let spans: Vec<SpanData> = spans
+        .into_iter()
+        .filter(|s| own(s) || parents.contains(&s.parent_span_id))
         .collect();
     let name_of = |id| {
         spans
@@ -108,7 +130,7 @@ async fn reads(
         })
         .collect();
     seen.sort();
-    (seen, attachments)
+    (seen, attachments, programs)
 }
 
 /// An attachment, whether the kernel has it, and the mechanisms it needs.
@@ -123,6 +145,28 @@ fn expected(ladder: &[Rung], disabled: &[Mechanism]) -> Attachment {
         .expect("the last attachment needs nothing")
 }
 
+/// The spans of [`reads`] traced by a `ksys_read` and a `vfs_read` probe: 5
+/// `ksys_read` (four of the file, one EBADF, the only error), 4 `vfs_read`
+/// under them, each with its return value.
+fn assert_the_reads(seen: &[Seen]) {
+    let count = |name: &str| seen.iter().filter(|s| s.name == name).count();
+    assert_eq!((count("ksys_read"), count("vfs_read")), (5, 4), "{seen:#?}");
+    assert!(
+        seen.iter().filter(|s| s.name == "vfs_read").all(|s| {
+            s.parent.as_deref() == Some("ksys_read")
+                && s.attributes
+                    .iter()
+                    .any(|a| a.starts_with("kernel.return_value="))
+        }),
+        "{seen:#?}"
+    );
+    assert_eq!(
+        seen.iter().filter(|s| s.error).count(),
+        1,
+        "EBADF: {seen:#?}"
+    );
+}
+
 /// Traces the reads with `probes` (a `ksys_read` and a `vfs_read` probe)
 /// once with nothing off, then with each of `turned_off`: every run takes
 /// the cheapest attachment of `ladder` left, and gives the same spans: 5
@@ -135,7 +179,7 @@ async fn same_spans_through_every_attachment(
     let mut runs = Vec::new();
     let none: &[Mechanism] = &[];
     for disabled in std::iter::once(none).chain(turned_off.chunks(1)) {
-        let (seen, attachments) = reads(probes, disabled).await;
+        let (seen, attachments, _) = reads(probes, disabled).await;
         let want = expected(ladder, disabled);
         assert_eq!(
             attachments,
@@ -145,21 +189,7 @@ async fn same_spans_through_every_attachment(
         runs.push((disabled, seen));
     }
     let (_, first) = &runs[0];
-    let count = |name: &str| first.iter().filter(|s| s.name == name).count();
-    assert_eq!(
-        (count("ksys_read"), count("vfs_read")),
-        (5, 4),
-        "{first:#?}"
-    );
-    assert!(first
-        .iter()
-        .filter(|s| s.name == "vfs_read")
-        .all(|s| s.parent.as_deref() == Some("ksys_read")));
-    assert_eq!(
-        first.iter().filter(|s| s.error).count(),
-        1,
-        "EBADF: {first:#?}"
-    );
+    assert_the_reads(first);
     for (disabled, seen) in &runs[1..] {
         assert_eq!(seen, first, "with {disabled:?} off");
     }
@@ -194,10 +224,34 @@ async fn trampoline_spans_are_the_same_through_every_attachment() {
 
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with trampolines; run by `cargo xtask test` in the VM"]
+async fn a_plain_program_gives_the_spans_of_the_full_one() {
+    let caps = KernelCapabilities::get();
+    // `vfs_read` captures nothing: on fsession.multi kernels its link has
+    // the plain program, `ksys_read` (which captures `count`) the full one;
+    // with sessions off both are fentry + fexit pairs.
+    let probes: [&'static kspan::Probe; 2] = [&ksys_read_auto, &vfs_read_plain];
+    let (plain, attachments, programs) = reads(&probes, &[]).await;
+    let (full, _, full_programs) = reads(&probes, &[Mechanism::Sessions]).await;
+    let is_plain = |name: &String| name.starts_with("kspan_plain_");
+    if caps.trampoline_multi.is_available() {
+        assert_eq!(attachments, [Attachment::FsessionMulti; 2]);
+        assert_eq!(
+            programs.iter().filter(|n| is_plain(n)).count(),
+            1,
+            "{programs:?}"
+        );
+    }
+    assert!(!full_programs.iter().any(is_plain), "{full_programs:?}");
+    assert_the_reads(&plain);
+    assert_eq!(plain, full);
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with trampolines; run by `cargo xtask test` in the VM"]
 async fn a_capture_reads_the_same_through_a_session() {
     let caps = KernelCapabilities::get();
-    let (with, attachments) = reads(&[&vfs_read_named], &[]).await;
-    let (without, _) = reads(&[&vfs_read_named], &[Mechanism::Sessions]).await;
+    let (with, attachments, _) = reads(&[&vfs_read_named], &[]).await;
+    let (without, _, _) = reads(&[&vfs_read_named], &[Mechanism::Sessions]).await;
     if caps.trampoline_sessions.is_available() {
         assert_ne!(attachments, [Attachment::FentryFexit]);
     }

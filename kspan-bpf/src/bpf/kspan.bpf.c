@@ -874,6 +874,18 @@ static __always_inline int kspan_rate_ok(__u32 probe_id, __u64 now)
 }
 
 /*
+ * A setting of kspan_cfg, or 0 in a plain program: one whose every call is
+ * a span with nothing captured, refused at its exit, summed or counted in
+ * a histogram. `plain` is a constant at every use, so clang leaves the
+ * code of those settings out of a plain program, and the verifier checks
+ * about a third of the instructions at each load (the cost of attaching a
+ * pattern through one fsession.multi link is mostly that check). The
+ * runtime loads a plain program only for probes whose settings are all 0
+ * there (`kspan::bpf::config::is_plain`).
+ */
+#define KSPAN_SETTING(plain, field) ((plain) ? 0 : kspan_cfg.field)
+
+/*
  * Why the call whose frame is `frame` is not a span (enum
  * kspan_probe_counter), or -1 when it is one.
  */
@@ -1185,11 +1197,11 @@ static __always_inline __u64 kspan_session_stamp(__u64 start_ns, __u32 probe_id)
  * its entry pushed a frame, which, and the probe's id. `spans_only`, a constant: the program serves
  * only modes with an exit (sessions, syscall sources), so the instant
  * path is left out of it at compile time rather than cut by the verifier
- * at every load.
+ * at every load. `plain`, a constant: see KSPAN_SETTING.
  */
 static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 				       struct task_struct *task, __u64 call, __u64 *cookie,
-				       __u64 pid_tgid, const int spans_only)
+				       __u64 pid_tgid, const int spans_only, const int plain)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
@@ -1223,8 +1235,8 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 			suppressed = KSPAN_CTR_OVERLOAD + 1;
 	}
 	/* The id is the key of the values read at entry; otherwise made when needed. */
-	span_id = kspan_cfg.entry_caps ? kspan_new_id() : 0;
-	if (!suppressed && kspan_cfg.entry_caps && kspan_keep_entry_values(args, span_id))
+	span_id = KSPAN_SETTING(plain, entry_caps) ? kspan_new_id() : 0;
+	if (!suppressed && KSPAN_SETTING(plain, entry_caps) && kspan_keep_entry_values(args, span_id))
 		suppressed = KSPAN_CTR_NO_STORAGE + 1;
 	if (suppressed)
 		kspan_count(suppressed - 1);
@@ -1241,7 +1253,7 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 		*cookie = kspan_session_stamp(now, probe_id);
 	frame->span_id = span_id;
 	frame->probe_id = probe_id;
-	frame->flags = kspan_cfg.may_drop ? KSPAN_FRAME_MAY_DROP : 0;
+	frame->flags = KSPAN_SETTING(plain, may_drop) ? KSPAN_FRAME_MAY_DROP : 0;
 	__builtin_memcpy(frame->args, args, sizeof(frame->args));
 	st->depth = depth + 1;
 	return 0;
@@ -1411,7 +1423,8 @@ static long kspan_search_step(__u64 index, void *data)
  * has them (fexit), the call's arguments.
  */
 static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_struct *task,
-				      __u64 call, __u64 *cookie, const __u64 *args, __u64 pid_tgid)
+				      __u64 call, __u64 *cookie, const __u64 *args, __u64 pid_tgid,
+				      const int plain)
 {
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame, *parent = NULL;
@@ -1517,22 +1530,23 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 	found = kspan_depth(st) + 1;
 	frame = kspan_frame_at(st, found - 1);
 	/* Every call but those of threads that suppress telemetry (kspan's own). */
-	if (kspan_cfg.histogram && kspan_tree_context(st, pid_tgid) != KSPAN_CTR_SUPPRESSED)
+	if (KSPAN_SETTING(plain, histogram) &&
+	    kspan_tree_context(st, pid_tgid) != KSPAN_CTR_SUPPRESSED)
 		kspan_hist_record(probe_id, frame->start_ns, now, ret);
 	if (frame->suppressed)
 		/* Counted at its entry. */
 		return 0;
 	if (found >= 2)
 		parent = kspan_frame_at(st, found - 2);
-	if (kspan_cfg.may_drop) {
+	if (KSPAN_SETTING(plain, may_drop)) {
 		int refused = kspan_refusal(frame, ret, now, probe_id);
 
 		if (refused >= 0) {
 			kspan_count_probe(probe_id, refused);
-			if (kspan_cfg.sum && kspan_tree_context(st, pid_tgid) < 0)
+			if (KSPAN_SETTING(plain, sum) && kspan_tree_context(st, pid_tgid) < 0)
 				kspan_add_sum(st->app_span_id, probe_id, now - frame->start_ns,
 					      kspan_failed(ret));
-			if (kspan_cfg.entry_caps)
+			if (KSPAN_SETTING(plain, entry_caps))
 				bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
 			if (frame->flags & KSPAN_FRAME_CHILD_SENT)
 				kspan_emit_reparent(st, frame, parent, probe_id);
@@ -1545,7 +1559,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 
 		if (skip >= 0) {
 			kspan_count(skip);
-			if (kspan_cfg.entry_caps)
+			if (KSPAN_SETTING(plain, entry_caps))
 				bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
 			return 0;
 		}
@@ -1555,7 +1569,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 	rec = bpf_ringbuf_reserve(&kspan_events, kspan_cfg.record_size, 0);
 	if (!rec) {
 		kspan_count(KSPAN_CTR_RINGBUF_FULL);
-		if (kspan_cfg.entry_caps)
+		if (KSPAN_SETTING(plain, entry_caps))
 			bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
 		return 0;
 	}
@@ -1568,9 +1582,10 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 	rec->ret = ret;
 	kspan_fill_ids(rec, pid_tgid, probe_id);
 	rec->flags = KSPAN_REC_HAS_RET | kspan_parent_flags(parent);
-	if (kspan_cfg.entry_caps)
+	if (KSPAN_SETTING(plain, entry_caps))
 		kspan_restore_entry_values(rec, frame->span_id);
-	kspan_capture(rec, frame->args, ret, KSPAN_PHASE_EXIT);
+	if (!plain)
+		kspan_capture(rec, frame->args, ret, KSPAN_PHASE_EXIT);
 	kspan_submit_span(rec);
 	return 0;
 }
@@ -1598,7 +1613,7 @@ int kspan_fentry(__u64 *ctx)
 	kspan_trampoline_args(ctx, args);
 	task = bpf_get_current_task_btf();
 	return kspan_entry(args, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL,
-			   pid_tgid, 0);
+			   pid_tgid, 0, 0);
 }
 
 SEC("fexit")
@@ -1615,7 +1630,7 @@ int kspan_fexit(__u64 *ctx)
 	kspan_trampoline_args(ctx, args);
 	task = bpf_get_current_task_btf();
 	return kspan_exit(ret, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL, args,
-			  pid_tgid);
+			  pid_tgid, 0);
 }
 
 /*
@@ -1628,9 +1643,9 @@ int kspan_fexit(__u64 *ctx)
  * 7.2+): read at the entry, and at an exit only when its entry pushed no
  * frame.
  * Arguments and the return value are read through helpers, as that
- * attach type requires. Must return 0.
+ * attach type requires. Must return 0. `plain`: see KSPAN_SETTING.
  */
-static __always_inline int kspan_session(__u64 *ctx)
+static __always_inline int kspan_session(__u64 *ctx, const int plain)
 {
 	__u64 pid_tgid;
 	__u64 args[KSPAN_MAX_ARGS];
@@ -1646,19 +1661,19 @@ static __always_inline int kspan_session(__u64 *ctx)
 		bpf_get_func_ret(ctx, &ret);
 		/* The entry's stamp names the probe: no attach cookie to read. */
 		kspan_exit(ret, *cookie ? (__u32)*cookie : kspan_probe_id(ctx), task,
-			   kspan_call_of(ctx, task), cookie, NULL, pid_tgid);
+			   kspan_call_of(ctx, task), cookie, NULL, pid_tgid, plain);
 		return 0;
 	}
 	kspan_trampoline_args(ctx, args);
 	kspan_entry(args, kspan_probe_id(ctx), task, kspan_call_of(ctx, task),
-		    bpf_session_cookie(ctx), pid_tgid, 1);
+		    bpf_session_cookie(ctx), pid_tgid, 1, plain);
 	return 0;
 }
 
 SEC("fsession")
 int kspan_fsession(__u64 *ctx)
 {
-	return kspan_session(ctx);
+	return kspan_session(ctx, 0);
 }
 
 /*
@@ -1668,7 +1683,19 @@ int kspan_fsession(__u64 *ctx)
 SEC("fsession.multi")
 int kspan_fsession_multi(__u64 *ctx)
 {
-	return kspan_session(ctx);
+	return kspan_session(ctx, 0);
+}
+
+/*
+ * The same for probes that capture, refuse, sum and count nothing (see
+ * KSPAN_SETTING): what patterns such as `vfs_*` mostly are, and where
+ * attaching costs most. Its name tells it apart in `bpftool prog`
+ * (names keep 15 characters).
+ */
+SEC("fsession.multi")
+int kspan_plain_fsession_multi(__u64 *ctx)
+{
+	return kspan_session(ctx, 1);
 }
 
 static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
@@ -1680,7 +1707,7 @@ static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
 		return 0;
 	kspan_kprobe_args(regs, args);
 	return kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL,
-			   pid_tgid, 0);
+			   pid_tgid, 0, 0);
 }
 
 static __always_inline int kspan_on_kretprobe(struct pt_regs *regs)
@@ -1689,7 +1716,7 @@ static __always_inline int kspan_on_kretprobe(struct pt_regs *regs)
 	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
-			  NULL, NULL, pid_tgid);
+			  NULL, NULL, pid_tgid, 0);
 }
 
 SEC("kprobe")
@@ -1741,11 +1768,12 @@ int kspan_kprobe_session(struct pt_regs *regs)
 		is_return = bpf_session_is_return___noctx();
 	if (is_return) {
 		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
-			   NULL, NULL, pid_tgid);
+			   NULL, NULL, pid_tgid, 0);
 		return 0;
 	}
 	kspan_kprobe_args(regs, args);
-	kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL, pid_tgid, 1);
+	kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL, pid_tgid, 1,
+		    0);
 	return 0;
 }
 
@@ -1767,7 +1795,7 @@ int kspan_sys_enter(__u64 *ctx)
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
 		args[i] = i < kspan_cfg.nr_args ? ctx[2 + i] : 0;
 	return kspan_entry(args, kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL,
-			   pid_tgid, 1);
+			   pid_tgid, 1, 0);
 }
 
 SEC("tracepoint")
@@ -1777,5 +1805,5 @@ int kspan_sys_exit(__u64 *ctx)
 	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	return kspan_exit(ctx[2], kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL, NULL,
-			  pid_tgid);
+			  pid_tgid, 0);
 }

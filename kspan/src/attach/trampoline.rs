@@ -220,7 +220,7 @@ fn attach_multi(
         Hook::Fexit,
         &config,
         0,
-        (Program::FsessionMulti, None),
+        (Program::fsession_multi_for(&config), None),
         fallbacks,
     )?;
     let link = |members: &[usize]| {

@@ -264,6 +264,24 @@ pub(crate) fn probe_config(
     }
 }
 
+/// Whether a plain program serves `config`: one built without captures,
+/// refusals at exit, sums and histograms (`KSPAN_SETTING` in
+/// `kspan.bpf.c`), which reads each of those settings as 0. Every one of
+/// them is 0 in `config`, those read only under another included.
+pub(crate) fn is_plain(config: &kspan_config) -> bool {
+    config.nr_caps == 0
+        && config.entry_caps == 0
+        && config.may_drop == 0
+        && config.errors_only == 0
+        && config.nr_clauses == 0
+        && config.min_duration_ns == 0
+        && config.rate_interval_ns == 0
+        && config.no_spans == 0
+        && config.sum == 0
+        && config.histogram == 0
+        && config.hist_errno_bytes == 0
+}
+
 /// The width of `plan`'s return value when a negative one is an errno (the
 /// histogram's failed calls), else 0.
 fn errno_bytes(plan: &ProbePlan) -> u32 {
@@ -363,5 +381,47 @@ mod tests {
             config_key(&with),
             "a histogram probe shares no program with one without"
         );
+    }
+
+    #[test]
+    fn plain_programs_serve_only_probes_with_none_of_what_they_leave_out() {
+        let btf = Btf::parse(&sample()).unwrap();
+        let runtime = RuntimeSettings::default();
+        let config = |probe| {
+            let plan = plan_probe(&btf, probe).unwrap();
+            probe_config(&plan, Hook::Fexit, ProbeId::FromCookie, &runtime)
+        };
+        let set =
+            crate::plan::plan_all(&btf, &[&every_kspan_function], &Default::default()).unwrap();
+        let pattern = probe_config(&set.plans[0], Hook::Fexit, ProbeId::FromCookie, &runtime);
+        assert!(is_plain(&pattern), "no captures, no filter: {pattern:?}");
+        assert!(!is_plain(&config(&count_and_ret)), "a capture");
+        assert!(!is_plain(&config(&histogram_of_reads)), "a histogram");
+        // Each setting the C source reads through KSPAN_SETTING, set on its
+        // own, rules the plain program out.
+        let source = include_str!("../../../kspan-bpf/src/bpf/kspan.bpf.c");
+        let mut fields: Vec<&str> = source
+            .split("KSPAN_SETTING(plain, ")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+            // The macro's own definition.
+            .filter(|&field| field != "field")
+            .collect();
+        fields.sort_unstable();
+        fields.dedup();
+        assert!(fields.len() >= 4, "{fields:?}");
+        for field in fields {
+            let mut with = pattern;
+            match field {
+                "entry_caps" => with.entry_caps = 1,
+                "may_drop" => with.may_drop = 1,
+                "histogram" => with.histogram = 1,
+                "sum" => with.sum = 1,
+                other => {
+                    panic!("`KSPAN_SETTING(plain, {other})` in kspan.bpf.c: make is_plain check it")
+                }
+            }
+            assert!(!is_plain(&with), "{field}");
+        }
     }
 }

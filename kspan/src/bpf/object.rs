@@ -45,6 +45,10 @@ pub(crate) enum Program {
     /// The same, loaded with no target: one fsession.multi link attaches
     /// it to many functions.
     FsessionMulti,
+    /// The same built without captures, refusals at exit, sums and
+    /// histograms, for probes that have none ([`super::config::is_plain`]):
+    /// a third of the instructions to verify.
+    PlainFsessionMulti,
     /// One program at both ends of kprobe.multi functions.
     KprobeSession,
     SysEnter,
@@ -70,7 +74,22 @@ impl Program {
         )
     }
 
-    const ALL: [Program; 11] = [
+    /// The fsession.multi program that serves `config`: the plain one
+    /// where it can.
+    pub(crate) fn fsession_multi_for(config: &kspan_config) -> Program {
+        if super::config::is_plain(config) {
+            Program::PlainFsessionMulti
+        } else {
+            Program::FsessionMulti
+        }
+    }
+
+    /// A trampoline program loaded with no target (its link names them).
+    fn is_multi_trampoline(self) -> bool {
+        matches!(self, Program::FsessionMulti | Program::PlainFsessionMulti)
+    }
+
+    const ALL: [Program; 12] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -79,6 +98,7 @@ impl Program {
         Program::KretprobeMulti,
         Program::Fsession,
         Program::FsessionMulti,
+        Program::PlainFsessionMulti,
         Program::KprobeSession,
         Program::SysEnter,
         Program::SysExit,
@@ -97,6 +117,7 @@ impl Program {
             Program::KretprobeMulti => &mut progs.kspan_kretprobe_multi,
             Program::Fsession => &mut progs.kspan_fsession,
             Program::FsessionMulti => &mut progs.kspan_fsession_multi,
+            Program::PlainFsessionMulti => &mut progs.kspan_plain_fsession_multi,
             Program::KprobeSession => &mut progs.kspan_kprobe_session,
             Program::SysEnter => &mut progs.kspan_sys_enter,
             Program::SysExit => &mut progs.kspan_sys_exit,
@@ -628,7 +649,7 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             prog.set_autoload(false);
             continue;
         }
-        if request.hook.is_trampoline() && program != Program::FsessionMulti {
+        if request.hook.is_trampoline() && !program.is_multi_trampoline() {
             prog.set_attach_target(0, Some(request.function.to_owned()))
                 .map_err(|e| fail(e, None))?;
         }
@@ -730,6 +751,7 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             Program::KretprobeMulti => &loaded.progs.kspan_kretprobe_multi,
             Program::Fsession => &loaded.progs.kspan_fsession,
             Program::FsessionMulti => &loaded.progs.kspan_fsession_multi,
+            Program::PlainFsessionMulti => &loaded.progs.kspan_plain_fsession_multi,
             Program::KprobeSession => &loaded.progs.kspan_kprobe_session,
             Program::SysEnter => &loaded.progs.kspan_sys_enter,
             Program::SysExit => &loaded.progs.kspan_sys_exit,
