@@ -19,9 +19,9 @@
 //! a few milliseconds, where decoding every type into its own allocations
 //! cost four times as much, and as much again to free. Questions are
 //! answered by id, looking through typedefs and qualifiers (`const`,
-//! `volatile`, `restrict`, type tags) on the way. Every walk over type ids is bounded, so a malformed
-//! blob (cycles, absurd sizes) gives odd answers or an error, never a panic
-//! or a hang. Pointers are taken to be 8 bytes: kspan runs on 64-bit kernels.
+//! `volatile`, `restrict`, type tags) on the way. Every walk over type ids
+//! is bounded, so a malformed blob (cycles, absurd sizes) gives odd answers
+//! or an error, never a panic or a hang. Pointers are taken to be 8 bytes: kspan runs on 64-bit kernels.
 
 use std::fmt;
 use std::ops::Range;
@@ -149,13 +149,14 @@ impl Btf {
         self.functions.len()
     }
 
-    /// Names of every function described, in no particular order.
+    /// Names of every function described, each once, in the order of the
+    /// types.
     pub fn function_names(&self) -> impl Iterator<Item = &str> {
         self.function_names_starting("")
     }
 
-    /// Names of the functions whose names start with `prefix`, in no
-    /// particular order: what a pattern's literal start narrows a search
+    /// Names of the functions whose names start with `prefix`, in the
+    /// order of the types: what a pattern's literal start narrows a search
     /// of every name to, compared before any name is read as text.
     pub fn function_names_starting<'a, 'p>(
         &'a self,
