@@ -1,0 +1,492 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Configuring kspan, and [`KspanBuilder::start`]'s stages.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use opentelemetry::metrics::{Meter, MeterProvider};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::annotation::{Mechanism, Mode, Probe};
+use crate::attach::{multi_links_take_all, Attacher};
+use crate::bpf::config::{
+    ring_buffer_size_problem, HistogramSizes, RuntimeSettings, ThreadContextSettings,
+    DEFAULT_RING_BUFFER_BYTES,
+};
+use crate::bpf::{Feature, KernelCapabilities, KernelSymbol, Orphans};
+use crate::consume::{self, Consumer};
+use crate::error::{Error, Result};
+use crate::export::ExportLedger;
+use crate::kernel::btf::Btf;
+use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
+use crate::latency::{HistogramSource, Latency};
+use crate::plan::{self, plan_all, NotTraced, PlanInputs, PlanSet, Traceable};
+use crate::span::{ClockOffset, SpanFactory, SCOPE_NAME};
+use crate::sums::KernelSums;
+use crate::telemetry::FigureSource;
+
+use super::figures::{Counters, Figures};
+use super::processor::Processor;
+use super::records::Registrar;
+use super::{lock, Kspan, ThreadContextReads};
+
+/// Configures and starts kspan.
+#[derive(Debug)]
+pub struct KspanBuilder {
+    provider: SdkTracerProvider,
+    probes: Vec<&'static Probe>,
+    btf_path: PathBuf,
+    all_processes: bool,
+    disabled: Vec<Mechanism>,
+    orphans: Orphans,
+    keep_unsampled: bool,
+    thread_context: bool,
+    context_observer: bool,
+    shutdown_timeout: Duration,
+    ring_buffer_bytes: u32,
+    ledger: Option<ExportLedger>,
+    meter: Option<Meter>,
+    sums: Option<KernelSums>,
+}
+
+impl KspanBuilder {
+    /// The defaults [`Kspan::builder`] documents.
+    pub(super) fn new(provider: &SdkTracerProvider) -> Self {
+        KspanBuilder {
+            provider: provider.clone(),
+            probes: Vec::new(),
+            btf_path: PathBuf::from(KERNEL_BTF),
+            all_processes: false,
+            disabled: Vec::new(),
+            orphans: Orphans::default(),
+            keep_unsampled: false,
+            thread_context: true,
+            context_observer: true,
+            shutdown_timeout: Duration::from_secs(30),
+            ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
+            ledger: None,
+            meter: None,
+            sums: None,
+        }
+    }
+
+    /// Adds a probe (a `static` made by `#[kernel_span]`).
+    pub fn probe(mut self, probe: &'static Probe) -> Self {
+        self.probes.push(probe);
+        self
+    }
+
+    /// Adds several probes.
+    pub fn probes(mut self, probes: impl IntoIterator<Item = &'static Probe>) -> Self {
+        self.probes.extend(probes);
+        self
+    }
+
+    /// Adds every `#[kernel_span]` probe linked into the program, in no
+    /// particular order (two on the same kernel function are refused at
+    /// start, naming both).
+    pub fn all_probes(mut self) -> Self {
+        self.probes
+            .extend(crate::annotation::PROBES.iter().copied());
+        self
+    }
+
+    /// Never uses `mechanism`: `auto` skips it (saying so in the attach
+    /// plan), and a probe whose mode needs it fails to start.
+    pub fn disable(mut self, mechanism: Mechanism) -> Self {
+        self.disabled.push(mechanism);
+        self
+    }
+
+    /// Reads BTF from `path` instead of [`KERNEL_BTF`].
+    pub fn btf_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.btf_path = path.into();
+        self
+    }
+
+    /// What happens to kernel calls made with no application span active on
+    /// their thread: [`Orphans::Drop`] (the default, counted; see
+    /// [`Orphans`] for why) or [`Orphans::NewTrace`]. Calls of other
+    /// processes ([`Self::trace_all_processes`]) have no application span
+    /// kspan can read: they always start traces of their own.
+    pub fn orphans(mut self, orphans: Orphans) -> Self {
+        self.orphans = orphans;
+        self
+    }
+
+    /// Records kernel calls made under an application span that is not
+    /// sampled too (the default drops them in the kernel, counted in
+    /// [`Stats::unsampled`](crate::Stats::unsampled)).
+    pub fn keep_unsampled(mut self, keep: bool) -> Self {
+        self.keep_unsampled = keep;
+        self
+    }
+
+    /// Whether kernel spans are parented under the application span active
+    /// on their thread (OTEP 4947 thread context, published by kspan's
+    /// context observer, see [`Self::context_observer`]); on by default.
+    /// Off: every outermost call starts a trace of its own (none is an
+    /// orphan, whatever [`Self::orphans`] says).
+    pub fn thread_context(mut self, on: bool) -> Self {
+        self.thread_context = on;
+        self
+    }
+
+    /// Whether [`Self::start`] registers kspan's OpenTelemetry context
+    /// observer ([`crate::context::register_observer`]), which publishes
+    /// every context switch; on by default, and `start` fails when the
+    /// process already has another observer. Off: the thread context comes
+    /// only from the `tracing` layers of [`crate::context`].
+    pub fn context_observer(mut self, on: bool) -> Self {
+        self.context_observer = on;
+        self
+    }
+
+    /// Traces calls made by every process, not only this one (the default is
+    /// this process only).
+    pub fn trace_all_processes(mut self, all: bool) -> Self {
+        self.all_processes = all;
+        self
+    }
+
+    /// Bytes of the ring buffer that carries finished spans to the consumer
+    /// (a power of two of at least a page; 4 MiB by default, see
+    /// [`DEFAULT_RING_BUFFER_BYTES`]). Records that find it full are
+    /// dropped and counted in [`Stats::dropped_ring_buffer_full`](crate::Stats::dropped_ring_buffer_full).
+    pub fn ring_buffer_size(mut self, bytes: u32) -> Self {
+        self.ring_buffer_bytes = bytes;
+        self
+    }
+
+    /// How long [`Kspan::shutdown`] waits for the tracer provider's flush
+    /// (30 s by default); past it, `shutdown` returns the final figures with
+    /// an error saying the flush did not finish.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Accounts for kernel spans after kspan too: `ledger` is that of the
+    /// [`AccountedExporter`](crate::AccountedExporter) wrapping the
+    /// application's exporter, and [`Stats`](crate::Stats) then says how many spans the
+    /// collector acknowledged, how many failed in export and why, and how
+    /// many the pipeline dropped before the exporter (one ledger per
+    /// runtime).
+    pub fn export_ledger(mut self, ledger: ExportLedger) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// Where the totals of probes with `sum` go: the handle whose
+    /// [`KernelSumsProcessor`](crate::KernelSumsProcessor) wraps the
+    /// application's span processor. Required when a probe sums.
+    pub fn kernel_sums(mut self, sums: KernelSums) -> Self {
+        self.sums = Some(sums);
+        self
+    }
+
+    /// The meter provider kspan reports its figures through (`kspan.*`
+    /// metrics, see [`crate::telemetry`]) and the latency histograms of
+    /// `histogram` probes (`kernel.<function>.duration`, see
+    /// [`crate::latency`]); the global one
+    /// (`opentelemetry::global::meter_provider()`) by default, which records
+    /// nothing until the application sets one.
+    pub fn meter_provider(mut self, provider: &impl MeterProvider) -> Self {
+        self.meter = Some(provider.meter(SCOPE_NAME));
+        self
+    }
+
+    /// What planning knows of which functions the kernel can trace. Where
+    /// every function goes to fsession.multi first and there are few enough
+    /// of them, only what the kernel's symbol table rules out (`__init`, no
+    /// symbol: a lookup per name), and a refused link reads the rest;
+    /// otherwise the kernel's whole list (`available_filter_functions`, a
+    /// quarter of a second or more to read), when it is readable.
+    fn traceable(&self, btf: &Btf, capabilities: &KernelCapabilities) -> Traceable {
+        let listed = || {
+            tracefs::traceable_functions()
+                .map(Traceable::Listed)
+                .unwrap_or_default()
+        };
+        if !multi_links_take_all(&self.probes, capabilities, &self.disabled) {
+            return listed();
+        }
+        let names = plan::kernel_functions(btf, &self.probes);
+        match crate::bpf::kernel_symbols(&names) {
+            Ok(symbols) => Traceable::Excluded(
+                names
+                    .iter()
+                    .zip(symbols)
+                    .filter_map(|(name, symbol)| {
+                        let why = match symbol {
+                            KernelSymbol::Init => NotTraced::FreedInit,
+                            KernelSymbol::Missing => NotTraced::NoSymbol,
+                            KernelSymbol::Text | KernelSymbol::Unknown => return None,
+                        };
+                        Some(((*name).to_owned(), why))
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::debug!(
+                    error = %e,
+                    "kspan reads available_filter_functions instead of the symbol table"
+                );
+                listed()
+            }
+        }
+    }
+
+    /// Plans, loads and attaches every probe and starts consuming spans on a
+    /// thread of kspan's own (within the current tokio runtime, if any, for
+    /// exporters that need it).
+    pub fn start(self) -> Result<Kspan> {
+        if let Some(reason) = ring_buffer_size_problem(self.ring_buffer_bytes) {
+            return Err(Error::InvalidSetting {
+                setting: "KspanBuilder::ring_buffer_size",
+                reason,
+            });
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        // The SDK renders its configuration, id generator included, only
+        // through `Debug`.
+        if !crate::span::provider_has_kernel_ids(&format!("{:?}", self.provider)) {
+            return Err(Error::NoKernelSpanIds);
+        }
+        if self.thread_context && self.context_observer {
+            crate::context::register_observer()?;
+        }
+        let started = std::time::Instant::now();
+        // Privileges first: without them, reading tracefs or loading would
+        // fail with errors that point elsewhere.
+        privileges::check_start(&self.probes).map_err(KernelError::MissingPrivileges)?;
+
+        // 1. Plan.
+        let btf = kernel::read_btf(&self.btf_path)?;
+        let syscalls: Vec<&'static str> = self
+            .probes
+            .iter()
+            .filter(|p| p.spec.mode == Mode::Syscall)
+            .map(|p| p.spec.function)
+            .collect();
+        // The kernel's mechanisms, probed with this BTF: they decide what
+        // planning reads of the kernel.
+        let probed;
+        let capabilities = if self.btf_path == std::path::Path::new(KERNEL_BTF) {
+            KernelCapabilities::cached(|| Ok::<_, String>(&btf))
+        } else {
+            probed = KernelCapabilities::probe_with(Ok(&btf));
+            &probed
+        };
+        let inputs = PlanInputs {
+            syscalls: tracefs::read_syscall_formats(&syscalls)?,
+            traceable: self.traceable(&btf, capabilities),
+        };
+        let PlanSet { plans, mut skipped } = plan_all(&btf, &self.probes, &inputs)?;
+        for (function, why) in &skipped {
+            tracing::info!(
+                function = function.as_str(),
+                reason = why.as_str(),
+                "kspan skips a match"
+            );
+        }
+        let mut thread_context = ThreadContextSettings::new(
+            &btf,
+            self.thread_context,
+            self.orphans,
+            self.keep_unsampled,
+        );
+        let mut context_reads = if thread_context.task_fsbase_offset == 0 {
+            ThreadContextReads::NotRead
+        } else {
+            match &capabilities.context_records {
+                Feature::Available => {
+                    thread_context.registered_records = true;
+                    ThreadContextReads::Registered
+                }
+                Feature::Unavailable { reason, .. } => ThreadContextReads::UserMemory {
+                    why: reason.clone(),
+                },
+            }
+        };
+        let mut settings = RuntimeSettings {
+            target_tgid: if self.all_processes {
+                0
+            } else {
+                std::process::id()
+            },
+            thread_context,
+            ring_buffer_bytes: self.ring_buffer_bytes,
+            entry_values: plans
+                .iter()
+                .any(|p| p.captures.iter().any(|c| c.bpf.at_entry != 0)),
+            probes: plans.len() as u32,
+            sums: plans.iter().any(|p| p.filter.sum),
+            histograms: HistogramSizes::of(&plans),
+        };
+        let summed: Vec<(u32, &'static str)> = plans
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.filter.sum)
+            .map(|(id, p)| (id as u32, p.function))
+            .collect();
+        if let (Some((_, function)), None) = (summed.first(), &self.sums) {
+            return Err(Error::InvalidSetting {
+                setting: "KspanBuilder::kernel_sums",
+                reason: format!(
+                    "the probe of `{function}` sums its calls onto application spans (`sum`), \
+                     and nothing puts the sums there: make a `kspan::KernelSums`, wrap the \
+                     tracer provider's span processor with `sums.processor(...)`, and pass \
+                     `.kernel_sums(sums)` to the builder"
+                ),
+            });
+        }
+        tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
+
+        drop(btf);
+
+        // 2. Attach.
+        kernel::sys::raise_open_files_limit();
+        let attach = |settings: &RuntimeSettings| {
+            let mut attacher = Attacher::new(settings, capabilities, &self.disabled);
+            if !inputs.traceable.is_listed() {
+                attacher = attacher.planned_without_traceable_list();
+            }
+            attacher.attach_all(&plans)
+        };
+        let mut attached = match attach(&settings) {
+            // The kernel said it has uptrs and then refused the map or its
+            // reads: the programs read user memory instead.
+            Err(refused) if settings.thread_context.registered_records => {
+                tracing::info!(
+                    error = %refused,
+                    "kspan attaches again, reading thread contexts from user memory"
+                );
+                settings.thread_context.registered_records = false;
+                context_reads = ThreadContextReads::UserMemory {
+                    why: format!("loading the programs with registered records failed: {refused}"),
+                };
+                attach(&settings)?
+            }
+            attached => attached?,
+        };
+        skipped.append(&mut attached.skipped);
+        tracing::debug!(functions = attached.decisions.len(), elapsed = ?started.elapsed(), "kspan attached");
+
+        // 3. Consume, then record.
+        let histogram_probes = plans
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.probe.spec.histogram)
+            .map(|(id, p)| (id as u32, p.function))
+            .collect();
+        let stats = Arc::new(Counters::default());
+        let functions: Vec<&'static str> = plans.iter().map(|p| p.function).collect();
+        // Shared with the consumer's last act (the spans still waiting for
+        // their parents); the lock is never contended.
+        let processor = Arc::new(Mutex::new(Processor {
+            plans,
+            factory: SpanFactory::new(self.provider.tracer(SCOPE_NAME), ClockOffset::measure())
+                .with_process_pid(self.all_processes)
+                .numbered(self.ledger.is_some()),
+            stats: stats.clone(),
+        }));
+        let ring = consume::ring_buffer(&attached.maps, {
+            let processor = processor.clone();
+            move |bytes| lock(&processor).process(bytes)
+        })?;
+        let links = Arc::new(Mutex::new(attached.links));
+        let consumer = Consumer::start(
+            ring,
+            runtime,
+            {
+                let links = links.clone();
+                // A consumer that dies stops the recording it can no longer
+                // turn into spans.
+                move || {
+                    tracing::error!("kspan's consumer died: kspan detaches every probe");
+                    lock(&links).detach_all();
+                }
+            },
+            move || lock(&processor).release_waiting(),
+        )
+        .map_err(|e| Error::Consumer(format!("cannot start the consumer thread: {e}")))?;
+        if let Some(sums) = &self.sums {
+            if !summed.is_empty() {
+                let map = attached.maps.sums_handle()?;
+                sums.connect(map, summed)
+                    .map_err(|reason| Error::InvalidSetting {
+                        setting: "KspanBuilder::kernel_sums",
+                        reason: reason.to_owned(),
+                    })?;
+            }
+        }
+        // Before recording starts, so that the first spans read registered
+        // records where they can.
+        let registrar = match attached.maps.context_records() {
+            Some(Ok(maps)) => {
+                // Its system calls are kspan's own (another runtime may be
+                // recording).
+                let (registrar, outcome) = {
+                    let _quiet = crate::context::suppress();
+                    Registrar::start(maps)
+                };
+                if let Err(why) = outcome {
+                    tracing::info!(
+                        reason = why.as_str(),
+                        "kspan reads the thread contexts of threads without a registered record \
+                         from user memory"
+                    );
+                }
+                Some(registrar)
+            }
+            // The maps keep the doubt they were made with: the programs
+            // read user memory.
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "kspan reads thread contexts from user memory");
+                context_reads = ThreadContextReads::UserMemory {
+                    why: format!("the map of registered records is unusable: {e}"),
+                };
+                None
+            }
+            None => None,
+        };
+        if let (None, ThreadContextReads::Registered) = (&registrar, &context_reads) {
+            context_reads = ThreadContextReads::UserMemory {
+                why: "the programs were loaded without the map of registered records".into(),
+            };
+        }
+        attached.maps.set_enabled(true)?;
+        let histogram_probes: Vec<(u32, &'static str)> = histogram_probes;
+        let figures = Arc::new(Figures {
+            functions,
+            maps: attached.maps,
+            histogram_probes: histogram_probes.iter().map(|&(id, _)| id).collect(),
+            counters: stats,
+            ledger: self.ledger,
+            programs: lock(&links).programs(),
+        });
+        let meter = self
+            .meter
+            .unwrap_or_else(|| opentelemetry::global::meter(SCOPE_NAME));
+        let source: Arc<dyn FigureSource> = figures.clone();
+        crate::telemetry::register(&meter, Arc::downgrade(&source));
+        let histograms: Arc<dyn HistogramSource> = figures.clone();
+        let latency = Latency::register(&meter, &histogram_probes, Arc::downgrade(&histograms));
+        Ok(Kspan {
+            latency,
+            decisions: attached.decisions,
+            skipped,
+            links,
+            figures,
+            provider: self.provider,
+            consumer,
+            shutdown_timeout: self.shutdown_timeout,
+            registrar,
+            context_reads,
+        })
+    }
+}

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Where [`Stats`] come from: the kernel's counters, the consumer's and
+//! the export ledger's.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::attach::Programs;
+use crate::bpf::object::SharedMaps;
+use crate::error::Result;
+use crate::export::ExportLedger;
+use crate::latency::{Counts, HistogramSource, ProbeCounts};
+use crate::stats::{ProbeStats, Stats};
+use crate::telemetry::FigureSource;
+
+/// Counters kept in user space.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) spans: AtomicU64,
+    pub(super) decode_errors: AtomicU64,
+    pub(super) unknown_probe: AtomicU64,
+    pub(super) handler_panics: AtomicU64,
+    pub(super) discarded: AtomicU64,
+    pub(super) unresolved: AtomicU64,
+    pub(super) waiting: AtomicU64,
+}
+
+/// Where the figures come from: the kernel's counters, the consumer's, and
+/// the export ledger's; shared with the metrics callbacks, which hold it
+/// weakly (they outlive the runtime in the meter provider).
+pub(super) struct Figures {
+    /// The kernel function of each probe id.
+    pub(super) functions: Vec<&'static str>,
+    pub(super) maps: SharedMaps,
+    /// The probe ids with a latency histogram.
+    pub(super) histogram_probes: Vec<u32>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) ledger: Option<ExportLedger>,
+    pub(super) programs: Arc<Programs>,
+}
+
+impl Figures {
+    /// Every figure now.
+    pub(super) fn read(&self) -> Result<Stats> {
+        let (k, probes, skipped_by_kernel) = {
+            let _quiet = crate::context::suppress();
+            (
+                self.maps.counters()?,
+                self.probe_stats()?,
+                self.programs.skipped(),
+            )
+        };
+        let total = |pick: fn(&ProbeStats) -> u64| probes.iter().map(pick).sum::<u64>();
+        let s = &self.counters;
+        let spans_to_pipeline = s.spans.load(Ordering::Relaxed);
+        let export = self
+            .ledger
+            .as_ref()
+            .map(ExportLedger::figures)
+            .unwrap_or_default();
+        Ok(Stats {
+            spans_to_pipeline,
+            pipeline_accounted: self.ledger.is_some(),
+            spans_acknowledged: export.acknowledged,
+            spans_export_failed: export.failed,
+            spans_export_timed_out: export.timed_out,
+            spans_dropped_before_export: export.dropped_before_export,
+            spans_in_pipeline: if self.ledger.is_some() {
+                spans_to_pipeline.saturating_sub(export.received + export.dropped_before_export)
+            } else {
+                0
+            },
+            records_emitted: k.emitted,
+            dropped_ring_buffer_full: k.ring_buffer_full,
+            dropped_stack_depth: k.stack_depth,
+            dropped_lost_exit: k.lost_exit,
+            unmatched_exits: k.unmatched_exit,
+            dropped_no_storage: k.no_storage,
+            skipped_by_kernel,
+            decode_errors: s.decode_errors.load(Ordering::Relaxed),
+            unknown_probe: s.unknown_probe.load(Ordering::Relaxed),
+            handler_panics: s.handler_panics.load(Ordering::Relaxed),
+            discarded_by_handler: s.discarded.load(Ordering::Relaxed),
+            unsampled: k.unsampled,
+            orphans_dropped: k.orphans,
+            dropped_overload: k.overload,
+            suppressed: k.suppressed,
+            filtered: total(|p| p.filtered),
+            rate_limited: total(|p| p.rate_limited),
+            summary_only: total(|p| p.summary_only),
+            sums_failed: k.sum_failed,
+            spans_parent_unresolved: s.unresolved.load(Ordering::Relaxed),
+            spans_waiting_for_parent: s.waiting.load(Ordering::Relaxed),
+        })
+    }
+
+    /// The calls each probe recorded but did not make into spans.
+    pub(super) fn probe_stats(&self) -> Result<Vec<ProbeStats>> {
+        let counters = self.maps.probe_counters(self.functions.len())?;
+        Ok(self
+            .functions
+            .iter()
+            .zip(counters)
+            .map(|(&function, c)| ProbeStats {
+                function,
+                filtered: c.filtered,
+                rate_limited: c.rate_limited,
+                summary_only: c.no_spans,
+            })
+            .collect())
+    }
+}
+
+impl HistogramSource for Figures {
+    fn histograms(&self) -> Option<Vec<(u32, ProbeCounts)>> {
+        let read = {
+            let _quiet = crate::context::suppress();
+            self.maps.histograms(&self.histogram_probes)
+        };
+        let counts = |row: &crate::bpf::object::HistogramRow| {
+            let mut c = Counts::default();
+            c.buckets.copy_from_slice(&row[..crate::latency::BUCKETS]);
+            c.sum_ns = row[crate::latency::BUCKETS];
+            c
+        };
+        match read {
+            Ok(rows) => Some(
+                self.histogram_probes
+                    .iter()
+                    .zip(rows)
+                    .map(|(&id, h)| {
+                        (
+                            id,
+                            ProbeCounts {
+                                succeeded: counts(&h.succeeded),
+                                failed: counts(&h.failed),
+                                by_errno: h.by_errno.iter().map(|(e, r)| (*e, counts(r))).collect(),
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::debug!(error = %e, "kspan cannot read the latency histograms now");
+                None
+            }
+        }
+    }
+}
+
+impl FigureSource for Figures {
+    fn figures(&self) -> Option<Stats> {
+        self.read().ok()
+    }
+
+    fn probe_figures(&self) -> Option<Vec<ProbeStats>> {
+        let _quiet = crate::context::suppress();
+        self.probe_stats().ok()
+    }
+}
