@@ -174,16 +174,19 @@ async fn run() -> Result<(), BoxError> {
     }
 
     // Reached on every way out of the loops, so no span is left unflushed.
-    let stats = kspan.shutdown().await?;
+    let (stats, failed) = kspan_examples::final_figures(kspan.shutdown().await)?;
     println!(
         "file_service: accepted {accepted} connections; kspan exported {} spans, lost {}, \
-         dropped {} calls made outside any request",
+         dropped {} calls made outside any request ({stats})",
         stats.spans_to_pipeline,
         stats.lost(),
         stats.orphans_dropped
     );
-    provider.shutdown()?;
-    Ok(())
+    let shut = provider.shutdown();
+    match failed {
+        Some(source) => Err(source.into()),
+        None => Ok(shut?),
+    }
 }
 
 /// One connection, one request, one server span.

@@ -62,16 +62,19 @@ async fn run() -> Result<(), BoxError> {
     })?;
     let ((attached_calls, _), (worker_calls, worker_bytes), worker_tid) = worker;
 
-    let stats = kspan.shutdown().await?;
+    let (stats, failed) = kspan_examples::final_figures(kspan.shutdown().await)?;
     println!(
         "otel_api: main {} read calls, {} bytes; worker {worker_tid}: {attached_calls} attached \
          read calls, {worker_calls} read calls, {worker_bytes} bytes; kspan exported {} spans, \
-         lost {}",
+         lost {} ({stats})",
         main_reads.0,
         main_reads.1,
         stats.spans_to_pipeline,
         stats.lost()
     );
-    provider.shutdown()?;
-    Ok(())
+    let shut = provider.shutdown();
+    match failed {
+        Some(source) => Err(source.into()),
+        None => Ok(shut?),
+    }
 }

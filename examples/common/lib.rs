@@ -49,16 +49,31 @@ async fn try_run_reads(program: &str, probes: Probes<'_>) -> Result<(), BoxError
         read_file(&args)?
     };
 
-    let stats = kspan.shutdown().await?;
+    let (stats, failed) = final_figures(kspan.shutdown().await)?;
     println!(
-        "{program}: {} read {} times: {calls} read calls, {bytes} bytes; kspan exported {} spans, lost {}",
+        "{program}: {} read {} times: {calls} read calls, {bytes} bytes; kspan exported {} spans, lost {} ({stats})",
         args.path.display(),
         args.times,
         stats.spans_to_pipeline,
         stats.lost()
     );
-    provider.shutdown()?;
-    Ok(())
+    let shut = provider.shutdown();
+    match failed {
+        Some(source) => Err(source.into()),
+        None => Ok(shut?),
+    }
+}
+
+/// The final figures of `Kspan::shutdown`'s result on both paths (a
+/// failed flush carries them too), with the failure to report after them.
+pub fn final_figures(
+    shutdown: kspan::Result<kspan::Stats>,
+) -> Result<(kspan::Stats, Option<Box<kspan::Error>>), BoxError> {
+    match shutdown {
+        Ok(stats) => Ok((stats, None)),
+        Err(kspan::Error::Shutdown { stats, source }) => Ok((*stats, Some(source))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Which probes an example starts.

@@ -61,7 +61,7 @@ pub enum Error {
     FlushTimeout(std::time::Duration),
     /// [`Kspan::shutdown`](crate::Kspan::shutdown) failed: why, and the
     /// final figures all the same.
-    #[error("{source} (kspan's final figures: {stats:?})")]
+    #[error("{source}; kspan's final figures: {stats}")]
     Shutdown {
         /// The final figures.
         stats: Box<crate::stats::Stats>,

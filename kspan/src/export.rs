@@ -13,7 +13,6 @@
 //! spans ended, so a number the exporter never saw, below one it saw, is a
 //! span dropped on the way, known as soon as a later one arrives.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +22,7 @@ use opentelemetry_sdk::Resource;
 
 use crate::annotation::attributes::SEQUENCE;
 use crate::span::SCOPE_NAME;
+use crate::stats::Stats;
 
 /// Counts of what the exporter did with kernel spans; shared by an
 /// [`AccountedExporter`] and the kspan runtime given it.
@@ -33,14 +33,23 @@ pub struct ExportLedger {
 
 #[derive(Debug, Default)]
 struct Ledger {
-    /// Kernel spans that reached the exporter with a number.
-    numbered: AtomicU64,
-    /// One more than the highest number seen (0: none yet).
-    numbers_seen: AtomicU64,
-    acknowledged: AtomicU64,
-    failed: AtomicU64,
-    timed_out: AtomicU64,
+    /// Under one lock, so that a reading is one moment of all of them (the
+    /// lock is taken twice a batch and at each reading).
+    counts: Mutex<Counts>,
     last_error: Mutex<Option<String>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    /// Kernel spans that reached the exporter with a number.
+    numbered: u64,
+    /// One more than the highest number seen (0: none yet).
+    numbers_seen: u64,
+    /// Kernel spans that reached it without one (settled like the others).
+    unnumbered: u64,
+    acknowledged: u64,
+    failed: u64,
+    timed_out: u64,
 }
 
 /// The ledger's figures at one moment.
@@ -57,6 +66,24 @@ pub(crate) struct ExportFigures {
     pub failed: u64,
     /// Spans whose export timed out.
     pub timed_out: u64,
+    /// Spans in an export that has not returned yet.
+    pub in_export: u64,
+    /// How many spans were numbered up to the highest number the exporter
+    /// saw: the rest of those handed are queued, or dropped unseen.
+    pub numbers_seen: u64,
+}
+
+impl ExportFigures {
+    /// The pipeline's figures once `handed` spans were handed to it:
+    /// `(queued, dropped before export)`. `capacity`, what the pipeline can
+    /// hold before the exporter (its queue and the batch being gathered),
+    /// where known: more than that past the last span seen are dropped
+    /// already, though not seen to be yet.
+    pub(crate) fn queued(&self, handed: u64, capacity: Option<u64>) -> (u64, u64) {
+        let unseen = handed.saturating_sub(self.numbers_seen);
+        let queued = capacity.map_or(unseen, |c| unseen.min(c));
+        (queued, self.dropped_before_export + (unseen - queued))
+    }
 }
 
 impl ExportLedger {
@@ -65,18 +92,44 @@ impl ExportLedger {
         Self::default()
     }
 
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.inner.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn figures(&self) -> ExportFigures {
-        let l = &self.inner;
-        // The number seen first: a batch counted in between only makes
-        // `received` larger, never the drop figure negative.
-        let seen = l.numbers_seen.load(Ordering::Acquire);
-        let numbered = l.numbered.load(Ordering::Acquire);
+        let c = *self.counts();
+        let settled = c.acknowledged + c.failed + c.timed_out;
         ExportFigures {
-            received: numbered,
-            dropped_before_export: seen.saturating_sub(numbered),
-            acknowledged: l.acknowledged.load(Ordering::Relaxed),
-            failed: l.failed.load(Ordering::Relaxed),
-            timed_out: l.timed_out.load(Ordering::Relaxed),
+            received: c.numbered,
+            dropped_before_export: c.numbers_seen.saturating_sub(c.numbered),
+            acknowledged: c.acknowledged,
+            failed: c.failed,
+            timed_out: c.timed_out,
+            in_export: (c.numbered + c.unnumbered).saturating_sub(settled),
+            numbers_seen: c.numbers_seen,
+        }
+    }
+
+    /// The final figures of a runtime, taken again now: `stats` are those
+    /// [`Kspan::shutdown`](crate::Kspan::shutdown) returned (or carried in
+    /// [`Error::Shutdown`](crate::Error::Shutdown)). Read them after the
+    /// tracer provider's own `shutdown` returned, when the pipeline holds
+    /// nothing more: what the collector acknowledged since is counted so,
+    /// what never reached the exporter as dropped before it, and an export
+    /// that still has not returned as [`Stats::spans_export_unfinished`].
+    /// Then `calls = acknowledged + lost()`, whatever the collector did.
+    pub fn final_figures(&self, stats: &Stats) -> Stats {
+        let export = self.figures();
+        let (queued, dropped) = export.queued(stats.spans_to_pipeline, None);
+        Stats {
+            spans_acknowledged: export.acknowledged,
+            spans_export_failed: export.failed,
+            spans_export_timed_out: export.timed_out,
+            spans_dropped_before_export: dropped + queued,
+            spans_export_unfinished: export.in_export,
+            spans_in_export: 0,
+            spans_in_pipeline: 0,
+            ..*stats
         }
     }
 
@@ -111,26 +164,54 @@ impl ExportLedger {
                 }
             }
         }
-        let l = &self.inner;
-        l.numbered.fetch_add(numbered, Ordering::AcqRel);
+        let mut c = self.counts();
+        c.numbered += numbered;
+        c.unnumbered += kernel - numbered;
         if let Some(h) = highest {
-            l.numbers_seen.fetch_max(h + 1, Ordering::AcqRel);
+            c.numbers_seen = c.numbers_seen.max(h + 1);
         }
         kernel
     }
 
     fn settle(&self, kernel: u64, result: &OTelSdkResult) {
-        let l = &self.inner;
-        let counter = match result {
-            Ok(()) => &l.acknowledged,
-            Err(OTelSdkError::Timeout(_)) => &l.timed_out,
-            Err(_) => &l.failed,
-        };
-        counter.fetch_add(kernel, Ordering::Relaxed);
+        {
+            let mut c = self.counts();
+            match result {
+                Ok(()) => c.acknowledged += kernel,
+                Err(OTelSdkError::Timeout(_)) => c.timed_out += kernel,
+                Err(_) => c.failed += kernel,
+            }
+        }
         if let Err(e) = result {
-            *l.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            *self
+                .inner
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
         }
     }
+}
+
+/// What the provider's batch processor holds before its exporter (its
+/// queue and the batch it gathers), from the provider's `Debug` (the SDK
+/// shows its configuration nowhere else); `None` unless the provider has
+/// exactly one `BatchSpanProcessor`, whose exporter is then the ledger's.
+pub(crate) fn batch_capacity(provider_debug: &str) -> Option<u64> {
+    let mut processors = provider_debug.match_indices("BatchSpanProcessor {");
+    let (at, _) = processors.next()?;
+    if processors.next().is_some() {
+        return None;
+    }
+    let field = |name: &str| -> Option<u64> {
+        let rest = &provider_debug[at..];
+        let from = rest.find(name)? + name.len();
+        let digits: String = rest[from..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    Some(field("max_queue_size: ")? + field("max_export_batch_size: ")?)
 }
 
 /// The application's span exporter, counting what becomes of kernel spans
@@ -253,6 +334,7 @@ mod tests {
                 received: 2,
                 dropped_before_export: 2,
                 acknowledged: 2,
+                numbers_seen: 4,
                 ..ExportFigures::default()
             }
         );
@@ -278,6 +360,102 @@ mod tests {
                 if timed_out { (2, 0) } else { (0, 2) }
             );
             assert!(ledger.last_error().is_some());
+        }
+    }
+
+    /// An exporter whose export waits until it is told to go on.
+    #[derive(Debug)]
+    struct Held(Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl SpanExporter for Held {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            let _ = self.0.lock().unwrap().recv();
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_batch_in_an_export_that_has_not_returned_is_in_export() {
+        let (go, wait) = std::sync::mpsc::channel();
+        let exporter = Arc::new(AccountedExporter::new(Held(Mutex::new(wait))));
+        let ledger = exporter.ledger();
+        let exporting = {
+            let exporter = exporter.clone();
+            std::thread::spawn(move || {
+                let batch = (0..3).map(|n| span(SCOPE_NAME, Some(n))).collect();
+                futures_executor_block_on(exporter.export(batch))
+            })
+        };
+        while ledger.figures().received < 3 {
+            std::thread::yield_now();
+        }
+        let live = ledger.figures();
+        assert_eq!((live.in_export, live.acknowledged), (3, 0), "{live:?}");
+        // Handed 5: 3 in the export, 2 queued behind it.
+        assert_eq!(live.queued(5, None), (2, 0));
+        let handed = Stats {
+            spans_to_pipeline: 5,
+            pipeline_accounted: true,
+            ..Stats::default()
+        };
+        // Final while the export still hangs: nothing is missing.
+        let hung = ledger.final_figures(&handed);
+        assert_eq!(hung.spans_export_unfinished, 3, "{hung:?}");
+        assert_eq!(hung.spans_dropped_before_export, 2, "{hung:?}");
+        assert_eq!(hung.spans_acknowledged + hung.lost(), 5, "{hung:?}");
+        go.send(()).unwrap();
+        exporting.join().unwrap().unwrap();
+        let settled = ledger.final_figures(&handed);
+        assert_eq!(
+            (settled.spans_acknowledged, settled.spans_export_unfinished),
+            (3, 0),
+            "{settled:?}"
+        );
+        assert_eq!(settled.unsettled(), 0);
+    }
+
+    #[test]
+    fn no_more_is_queued_than_the_pipeline_holds() {
+        let figures = ExportFigures {
+            received: 10,
+            numbers_seen: 12,
+            dropped_before_export: 2,
+            ..ExportFigures::default()
+        };
+        // 1,000 handed after the last span seen, a pipeline of 100: 900
+        // are dropped already.
+        assert_eq!(figures.queued(1012, Some(100)), (100, 902));
+        assert_eq!(figures.queued(1012, None), (1000, 2));
+        assert_eq!(figures.queued(50, Some(100)), (38, 2));
+    }
+
+    #[test]
+    fn the_capacity_is_that_of_the_providers_one_batch_processor() {
+        let processor = |queue| {
+            opentelemetry_sdk::trace::BatchSpanProcessor::builder(InMemorySpanExporter::default())
+                .with_batch_config(
+                    opentelemetry_sdk::trace::BatchConfigBuilder::default()
+                        .with_max_queue_size(queue)
+                        .with_max_export_batch_size(64)
+                        .build(),
+                )
+                .build()
+        };
+        let one = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(processor(1000))
+            .build();
+        assert_eq!(batch_capacity(&format!("{one:?}")), Some(1064));
+        let two = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(processor(1000))
+            .with_span_processor(processor(10))
+            .build();
+        assert_eq!(batch_capacity(&format!("{two:?}")), None);
+        let simple = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_simple_exporter(InMemorySpanExporter::default())
+            .build();
+        assert_eq!(batch_capacity(&format!("{simple:?}")), None);
+        for p in [one, two, simple] {
+            let _ = p.shutdown();
         }
     }
 

@@ -125,10 +125,22 @@ impl Kspan {
     }
 
     /// Detaches every probe, exports every span still in the ring buffer,
-    /// flushes the tracer provider (waiting at most
-    /// [`KspanBuilder::shutdown_timeout`]) and returns the final figures. When
-    /// something fails, the error is [`Error::Shutdown`], which carries the
-    /// final figures too.
+    /// flushes the tracer provider and returns the final figures.
+    ///
+    /// [`KspanBuilder::shutdown_timeout`] bounds the flush, whatever the
+    /// SDK's own limit (its batch processor stops waiting after 5 s; kspan
+    /// asks again). What a user gets:
+    /// - the flush finished: `Ok`, every span acknowledged or counted
+    ///   under its loss, what never reached the exporter as dropped before
+    ///   it ([`Stats::unsettled`] is 0);
+    /// - an export failed: [`Error::Shutdown`] with [`Error::Flush`], the
+    ///   same complete figures;
+    /// - the flush did not finish in time: [`Error::Shutdown`] with
+    ///   [`Error::FlushTimeout`]; what is still queued or in an export is
+    ///   [`Stats::unsettled`], not counted as lost, since the SDK may yet
+    ///   deliver it. Shut the provider down, then
+    ///   [`ExportLedger::final_figures`](crate::ExportLedger::final_figures)
+    ///   says what became of it.
     pub async fn shutdown(mut self) -> Result<Stats> {
         // No new records once the links are gone.
         {
@@ -153,10 +165,15 @@ impl Kspan {
             stats.spans_dropped_before_export += stats.spans_in_pipeline;
             stats.spans_in_pipeline = 0;
         }
-        if stats.lost() > 0 || stats.skipped_by_kernel > 0 || stats.handler_panics > 0 {
+        if stats.lost() > 0
+            || stats.unsettled() > 0
+            || stats.skipped_by_kernel > 0
+            || stats.handler_panics > 0
+        {
             tracing::warn!(
-                ?stats,
-                "kspan lost spans, the kernel skipped its programs, or handlers panicked"
+                figures = %stats,
+                "kspan lost spans, left some unsettled, the kernel skipped its programs, or \
+                 handlers panicked"
             );
         }
         flushed.map(|()| stats).map_err(|source| Error::Shutdown {

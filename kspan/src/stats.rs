@@ -27,9 +27,21 @@ pub struct Stats {
     /// processor's queue was full (or the application's sampler or a
     /// processor dropped them). Known once a later span reached the exporter.
     pub spans_dropped_before_export: u64,
-    /// Spans handed to the pipeline and not accounted for yet: queued, or
-    /// being exported now; 0 after a flush that finished.
+    /// Spans handed to the pipeline that have not reached the exporter yet:
+    /// queued. Never more than the batch processor can hold (its queue and
+    /// the batch it gathers, read from the provider at start when it has
+    /// one `BatchSpanProcessor`): past that, spans are known to be dropped
+    /// before the exporter. 0 after a flush that finished. Not a loss; see
+    /// [`Self::unsettled`].
     pub spans_in_pipeline: u64,
+    /// Spans in an export that has not returned yet: the collector may
+    /// have them or not. Not a loss; see [`Self::unsettled`].
+    pub spans_in_export: u64,
+    /// Spans in an export that had not returned when the figures were
+    /// made final ([`ExportLedger::final_figures`](crate::ExportLedger::final_figures),
+    /// after the provider's own shutdown): counted as lost, since nothing
+    /// will wait for them.
+    pub spans_export_unfinished: u64,
     /// Records the kernel put in the ring buffer.
     pub records_emitted: u64,
     /// Spans lost because the ring buffer was full.
@@ -48,6 +60,9 @@ pub struct Stats {
     /// full, a nested call once it is three quarters full. The room left
     /// takes the exits of the calls already recorded, so an exported span's
     /// parent is exported too (see [`KspanBuilder::ring_buffer_size`](crate::KspanBuilder::ring_buffer_size)).
+    /// Only calls that would have been recorded: one its thread's context
+    /// refuses anyway is counted under that reason ([`Self::orphans_dropped`],
+    /// [`Self::unsampled`], [`Self::suppressed`]).
     pub dropped_overload: u64,
     /// Entries not recorded because per-task storage could not be allocated.
     pub dropped_no_storage: u64,
@@ -139,7 +154,7 @@ impl Stats {
 
     /// Every loss by its reason (the names of kspan's `kspan.spans.lost`
     /// metric): first those in kspan, then those after it.
-    pub fn losses(&self) -> [(&'static str, u64); 10] {
+    pub fn losses(&self) -> [(&'static str, u64); 11] {
         [
             ("ring_buffer_full", self.dropped_ring_buffer_full),
             ("overload", self.dropped_overload),
@@ -151,7 +166,17 @@ impl Stats {
             ("export_failed", self.spans_export_failed),
             ("export_timed_out", self.spans_export_timed_out),
             ("dropped_before_export", self.spans_dropped_before_export),
+            ("export_unfinished", self.spans_export_unfinished),
         ]
+    }
+
+    /// Spans in the pipeline whose fate is not known yet: queued
+    /// ([`Self::spans_in_pipeline`]) or in an export that has not returned
+    /// ([`Self::spans_in_export`]). At every moment `spans_to_pipeline =
+    /// spans_acknowledged + lost_after_kspan() + unsettled()`; after a
+    /// flush that finished it is 0.
+    pub fn unsettled(&self) -> u64 {
+        self.spans_in_pipeline + self.spans_in_export
     }
 
     /// Calls not recorded on purpose, by reason (the names of kspan's
@@ -167,6 +192,44 @@ impl Stats {
             ("rate_limited", self.rate_limited),
             ("summary_only", self.summary_only),
         ]
+    }
+}
+
+/// The figures a user reads first: what became of the spans, lost by
+/// reason (only those that happened), and what is not known yet.
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} spans handed to the pipeline", self.spans_to_pipeline)?;
+        if self.pipeline_accounted {
+            write!(
+                f,
+                ", {} acknowledged by the collector",
+                self.spans_acknowledged
+            )?;
+        }
+        write!(f, "; {} lost", self.lost())?;
+        let mut reasons = self.losses().into_iter().filter(|(_, n)| *n > 0).peekable();
+        if reasons.peek().is_some() {
+            let named: Vec<String> = reasons.map(|(why, n)| format!("{why} {n}")).collect();
+            write!(f, " ({})", named.join(", "))?;
+        }
+        if self.unsettled() > 0 {
+            write!(
+                f,
+                "; {} not known yet ({} queued, {} in an export that has not returned)",
+                self.unsettled(),
+                self.spans_in_pipeline,
+                self.spans_in_export
+            )?;
+        }
+        if self.skipped_by_kernel > 0 {
+            write!(
+                f,
+                "; {} program runs skipped by the kernel",
+                self.skipped_by_kernel
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -190,10 +253,25 @@ mod tests {
             spans_export_failed: 128,
             spans_export_timed_out: 256,
             spans_dropped_before_export: 512,
+            spans_export_unfinished: 1024,
+            spans_in_pipeline: 2048,
+            spans_in_export: 4096,
             ..Stats::default()
         };
-        assert_eq!(s.lost(), 1023);
+        assert_eq!(s.lost(), 2047);
         assert_eq!(s.lost_in_kspan(), 127);
-        assert_eq!(s.lost_after_kspan(), 896);
+        assert_eq!(s.lost_after_kspan(), 1920);
+        assert_eq!(s.unsettled(), 6144);
+        let said = s.to_string();
+        assert!(
+            said.contains("2047 lost (ring_buffer_full 1, overload 2,"),
+            "{said}"
+        );
+        assert!(
+            said.contains("6144 not known yet (2048 queued, 4096 in an export"),
+            "{said}"
+        );
+        let none = Stats::default().to_string();
+        assert_eq!(none, "0 spans handed to the pipeline; 0 lost");
     }
 }

@@ -166,7 +166,7 @@ pub(crate) fn register(meter: &Meter, figures: Weak<Figures>) {
         )
         .with_unit("{span}")
         .with_callback(move |o: &dyn AsyncInstrument<u64>| {
-            with_stats(&figures_now, |s| o.observe(s.spans_in_pipeline, &[]));
+            with_stats(&figures_now, |s| o.observe(s.unsettled(), &[]));
         })
         .build();
 }

@@ -101,10 +101,26 @@ fn free_port() -> u16 {
 /// timeout, batches every 100 ms from a queue of `queue` spans, through an
 /// accounted exporter; and kspan on it.
 fn start(port: u16, queue: usize) -> (SdkTracerProvider, Kspan, ExportLedger) {
+    start_with(
+        port,
+        queue,
+        Duration::from_millis(500),
+        Duration::from_secs(10),
+    )
+}
+
+/// [`start`] with the OTLP exporter's own timeout and kspan's shutdown
+/// timeout.
+fn start_with(
+    port: u16,
+    queue: usize,
+    export_timeout: Duration,
+    shutdown_timeout: Duration,
+) -> (SdkTracerProvider, Kspan, ExportLedger) {
     let otlp = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .with_endpoint(format!("http://127.0.0.1:{port}"))
-        .with_timeout(Duration::from_millis(500))
+        .with_timeout(export_timeout)
         .build()
         .expect("the OTLP exporter builds");
     let exporter = AccountedExporter::new(otlp);
@@ -125,7 +141,7 @@ fn start(port: u16, queue: usize) -> (SdkTracerProvider, Kspan, ExportLedger) {
         .probe(&getppid)
         .orphans(kspan::Orphans::NewTrace)
         .export_ledger(ledger.clone())
-        .shutdown_timeout(Duration::from_secs(10))
+        .shutdown_timeout(shutdown_timeout)
         .start()
         .expect("syscall sources start on the host");
     (provider, kspan, ledger)
@@ -162,7 +178,7 @@ async fn finish(kspan: Kspan, provider: SdkTracerProvider) -> Stats {
 /// counted loss; nothing is left unaccounted.
 fn assert_accounted(made: u64, s: &Stats) {
     assert!(s.pipeline_accounted, "{s:?}");
-    assert_eq!(s.spans_in_pipeline, 0, "{s:?}");
+    assert_eq!(s.unsettled(), 0, "{s:?}");
     assert_eq!(
         made,
         s.spans_acknowledged + s.lost() + s.discarded_by_handler,
@@ -289,6 +305,134 @@ async fn a_full_queue_drops_are_counted_live_and_exactly() {
     let stats = finish(kspan, provider).await;
     assert_accounted(20_010, &stats);
     assert!(stats.spans_dropped_before_export > 0, "{stats:?}");
+    assert_eq!(collector.kill(), stats.spans_acknowledged);
+}
+
+/// Live, every span handed is acknowledged, lost by reason, or unsettled
+/// (queued or in an export), and no more is queued than the pipeline holds.
+fn assert_live_accounted(s: &Stats, capacity: u64) {
+    assert_eq!(
+        s.spans_to_pipeline,
+        s.spans_acknowledged + s.lost_after_kspan() + s.unsettled(),
+        "{s:?}"
+    );
+    assert!(s.spans_in_pipeline <= capacity, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_collector_leaves_nothing_uncounted() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    // It answers after an hour; the exporter waits as long.
+    let collector = Collector::start(0, Duration::from_secs(3600));
+    let port = collector.port();
+    let hour = Duration::from_secs(3600);
+    let (provider, kspan, ledger) = start_with(port, 4096, hour, Duration::from_secs(2));
+    calls(1000);
+    let live = until(&kspan, "an export in flight", |s| s.spans_in_export > 0).await;
+    assert_live_accounted(&live, 4096 + 512);
+    calls(500);
+    let live = until(&kspan, "the spans handed", |s| s.spans_to_pipeline == 1500).await;
+    assert_live_accounted(&live, 4096 + 512);
+    let started = Instant::now();
+    let stats = match kspan.shutdown().await {
+        Err(Error::Shutdown { stats, source }) => {
+            assert!(matches!(*source, Error::FlushTimeout(_)), "{source}");
+            *stats
+        }
+        other => panic!("a hanging export cannot flush: {other:?}"),
+    };
+    // kspan's limit bounds the shutdown, not the SDK's 5 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    // Not known yet, not counted as lost, and not missing.
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    assert_eq!(stats.unsettled(), 1500, "{stats:?}");
+    assert!(stats.spans_in_export > 0, "{stats:?}");
+    let _ = provider.shutdown_with_timeout(Duration::from_millis(500));
+    let settled = ledger.final_figures(&stats);
+    assert_accounted(1500, &settled);
+    assert_eq!(settled.spans_acknowledged, 0, "{settled:?}");
+    assert_eq!(
+        settled.spans_export_unfinished, stats.spans_in_export,
+        "{settled:?}"
+    );
+    collector.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_the_sdk_cuts_at_5_s_goes_on_to_kspans_limit_and_loses_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    // Each export takes 6 s: the SDK's batch processor stops waiting for a
+    // flush after 5 s while the export goes on.
+    let collector = Collector::start(0, Duration::from_secs(6));
+    let port = collector.port();
+    let (provider, kspan, ledger) =
+        start_with(port, 4096, Duration::from_secs(30), Duration::from_secs(30));
+    calls(300);
+    until(&kspan, "an export in flight", |s| s.spans_in_export > 0).await;
+    calls(200);
+    let stats = kspan
+        .shutdown()
+        .await
+        .expect("the flush finishes within 30 s");
+    assert_accounted(500, &stats);
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    assert_eq!(stats.spans_acknowledged, 500, "{stats:?}");
+    provider.shutdown().expect("nothing left to export");
+    assert_eq!(ledger.final_figures(&stats), stats);
+    assert_eq!(collector.kill(), 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_counts_orphans_as_orphans_and_loses_only_what_it_must() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let collector = Collector::start(0, Duration::ZERO);
+    let port = collector.port();
+    let otlp = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(format!("http://127.0.0.1:{port}"))
+        .build()
+        .expect("the OTLP exporter builds");
+    let exporter = AccountedExporter::new(otlp);
+    let ledger = exporter.ledger();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(
+            BatchSpanProcessor::builder(exporter)
+                .with_batch_config(
+                    BatchConfigBuilder::default()
+                        .with_max_queue_size(1 << 16)
+                        .build(),
+                )
+                .build(),
+        )
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
+    // A ring of one page: a burst fills it long before the consumer's next
+    // 50 ms round, so the overload policy declines calls.
+    let kspan = Kspan::builder(&provider)
+        .probe(&getppid)
+        .export_ledger(ledger)
+        .ring_buffer_size(4096)
+        .start()
+        .expect("syscall sources start on the host");
+    use opentelemetry::trace::{Tracer, TracerProvider as _};
+    let tracer = provider.tracer("app");
+    let (mut inside, mut outside) = (0, 0);
+    for _ in 0..400 {
+        tracer.in_span("request", |_| calls(5));
+        inside += 5;
+        // Orphans, made while the ring is full.
+        calls(5);
+        outside += 5;
+    }
+    let stats = finish(kspan, provider).await;
+    assert!(stats.dropped_overload > 0, "no overload: {stats:?}");
+    // Every call outside a span is an orphan, overloaded or not.
+    assert_eq!(stats.orphans_dropped, outside, "{stats:?}");
+    assert_accounted(inside, &stats);
     assert_eq!(collector.kill(), stats.spans_acknowledged);
 }
 

@@ -1190,6 +1190,19 @@ static __always_inline __u64 kspan_session_stamp(__u64 start_ns, __u32 probe_id)
 }
 
 /*
+ * Why a call the ring has no room for is not recorded, as a frame's
+ * `suppressed` (counter + 1): overload only when its tree would be recorded;
+ * a call that its context refuses anyway (orphan, unsampled, kspan's own)
+ * keeps that reason. The context is read here only under overload.
+ */
+static __always_inline __u32 kspan_declined(struct kspan_task_stack *st, __u64 pid_tgid)
+{
+	int skip = kspan_tree_context(st, pid_tgid);
+
+	return (skip >= 0 ? (__u32)skip : KSPAN_CTR_OVERLOAD) + 1;
+}
+
+/*
  * Entry of a traced call (kspan_wanted() said so): an instant, or a frame
  * pushed for the exit. `call` is where the call is on the task's stack
  * (kspan_call_of; 0: unknown); `cookie`, where a session program has one,
@@ -1227,12 +1240,12 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	if (depth == 0) {
 		/* A new tree: its context is read when a call of it needs it. */
 		st->ctx_known = 0;
-		suppressed = kspan_overloaded(1) ? KSPAN_CTR_OVERLOAD + 1 : 0;
+		suppressed = kspan_overloaded(1) ? kspan_declined(st, pid_tgid) : 0;
 	} else {
 		/* A call inside one that is not recorded is not recorded either. */
 		suppressed = kspan_frame_at(st, depth - 1)->suppressed;
 		if (!suppressed && kspan_overloaded(0))
-			suppressed = KSPAN_CTR_OVERLOAD + 1;
+			suppressed = kspan_declined(st, pid_tgid);
 	}
 	/* The id is the key of the values read at entry; otherwise made when needed. */
 	span_id = KSPAN_SETTING(plain, entry_caps) ? kspan_new_id() : 0;

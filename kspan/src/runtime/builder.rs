@@ -253,7 +253,8 @@ impl KspanBuilder {
         let runtime = tokio::runtime::Handle::try_current().ok();
         // The SDK renders its configuration, id generator included, only
         // through `Debug`.
-        if !crate::span::provider_has_kernel_ids(&format!("{:?}", self.provider)) {
+        let provider_debug = format!("{:?}", self.provider);
+        if !crate::span::provider_has_kernel_ids(&provider_debug) {
             return Err(Error::NoKernelSpanIds);
         }
         if self.thread_context && self.context_observer {
@@ -467,6 +468,7 @@ impl KspanBuilder {
             histogram_probes: histogram_probes.iter().map(|&(id, _)| id).collect(),
             counters: stats,
             ledger: self.ledger,
+            pipeline_capacity: crate::export::batch_capacity(&provider_debug),
             programs: lock(&links).programs(),
         });
         let meter = self

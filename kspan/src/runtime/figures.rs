@@ -36,6 +36,9 @@ pub(super) struct Figures {
     pub(super) histogram_probes: Vec<u32>,
     pub(super) counters: Arc<Counters>,
     pub(super) ledger: Option<ExportLedger>,
+    /// What the application's batch processor holds before its exporter,
+    /// where the provider says.
+    pub(super) pipeline_capacity: Option<u64>,
     pub(super) programs: Arc<Programs>,
 }
 
@@ -52,24 +55,28 @@ impl Figures {
         };
         let total = |pick: fn(&ProbeStats) -> u64| probes.iter().map(pick).sum::<u64>();
         let s = &self.counters;
-        let spans_to_pipeline = s.spans.load(Ordering::Relaxed);
+        // The ledger first: a span is counted as handed just after it is
+        // handed, and the exporter may see it in between.
         let export = self
             .ledger
             .as_ref()
             .map(ExportLedger::figures)
             .unwrap_or_default();
+        let spans_to_pipeline = s.spans.load(Ordering::Acquire);
+        let (queued, dropped_before_export) = match self.ledger {
+            Some(_) => export.queued(spans_to_pipeline, self.pipeline_capacity),
+            None => (0, 0),
+        };
         Ok(Stats {
             spans_to_pipeline,
             pipeline_accounted: self.ledger.is_some(),
             spans_acknowledged: export.acknowledged,
             spans_export_failed: export.failed,
             spans_export_timed_out: export.timed_out,
-            spans_dropped_before_export: export.dropped_before_export,
-            spans_in_pipeline: if self.ledger.is_some() {
-                spans_to_pipeline.saturating_sub(export.received + export.dropped_before_export)
-            } else {
-                0
-            },
+            spans_dropped_before_export: dropped_before_export,
+            spans_in_pipeline: queued,
+            spans_in_export: export.in_export,
+            spans_export_unfinished: 0,
             records_emitted: k.emitted,
             dropped_ring_buffer_full: k.ring_buffer_full,
             dropped_stack_depth: k.stack_depth,

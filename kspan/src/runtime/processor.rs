@@ -55,7 +55,7 @@ impl Processor {
     fn count_handed(&self, before: u64) {
         let s = &self.stats;
         s.spans
-            .fetch_add(self.factory.handed() - before, Ordering::Relaxed);
+            .fetch_add(self.factory.handed() - before, Ordering::Release);
         s.unresolved
             .store(self.factory.unresolved(), Ordering::Relaxed);
         s.waiting
