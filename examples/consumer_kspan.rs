@@ -35,7 +35,7 @@ fn sys_getppid(ret: i64) {}
 
 /// Ring buffer bytes, the same on both sides: room for about 440,000
 /// records of this probe (152 bytes with the ring's header), of which kspan
-/// fills half before it counts new calls as overload.
+/// fills 31/32 before it counts new calls as overload.
 const RING_BYTES: u32 = 64 << 20;
 
 fn main() -> ExitCode {

@@ -33,7 +33,7 @@ fn exported(ret: i64) {}
 // (`cargo xtask bench --host --only filters`).
 
 /// Ring buffer bytes: room for 2 s of records at 100,000 calls a second
-/// before kspan counts new calls as overload (past half of it), so that a
+/// before kspan counts new calls as overload (at 31/32 of it), so that a
 /// consumer that other processes keep from its CPU for a while on a shared
 /// machine catches up rather than drops (which voids the run). The cost
 /// of a call does not depend on the size.

@@ -55,10 +55,10 @@ pub struct Stats {
     /// exit (kspan detaches every entry first, so that calls in flight still
     /// find their exit); neither is a loss of a recorded span.
     pub unmatched_exits: u64,
-    /// Calls not recorded because the ring buffer was running short: a new
-    /// outermost call (with everything it calls) once the ring is half
-    /// full, a nested call once it is three quarters full. The room left
-    /// takes the exits of the calls already recorded, so an exported span's
+    /// Calls not recorded because the ring buffer was running short: a call
+    /// (with everything it calls) is recorded only while the ring has room
+    /// for its record, the records every open call may still need at its
+    /// exit, and a margin (1/32 of the ring), so that an exported span's
     /// parent is exported too (see [`KspanBuilder::ring_buffer_size`](crate::KspanBuilder::ring_buffer_size)).
     /// Only calls that would have been recorded: one its thread's context
     /// refuses anyway is counted under that reason ([`Self::orphans_dropped`],

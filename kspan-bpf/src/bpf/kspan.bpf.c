@@ -61,13 +61,16 @@ struct {
 } kspan_counters SEC(".maps");
 
 /*
- * One switch: 0 until user space is ready to consume, so the process's own
- * calls while it loads the other probes (libbpf reads BTF with vfs_read) do
- * not flood the ring buffer before anyone reads it. One entry.
+ * Entry 0, one switch: 0 until user space is ready to consume, so the
+ * process's own calls while it loads the other probes (libbpf reads BTF
+ * with vfs_read) do not flood the ring buffer before anyone reads it.
+ * Entry 1 (KSPAN_OPEN_FRAMES): the frames open on every task, each a record
+ * its exit may still need (see kspan_overloaded).
  */
+#define KSPAN_OPEN_FRAMES 1
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u32);
 } kspan_control SEC(".maps");
@@ -295,18 +298,51 @@ static __always_inline __u64 kspan_call_of(void *ctx, struct task_struct *curren
 }
 
 /*
- * Whether the ring buffer is too full to take a new call: past half for an
- * outermost call, past three quarters for a nested one. The space left is
- * for the exits of calls already recorded, so a tree is declined whole (or
- * loses its innermost calls) rather than losing a parent whose children
- * were exported.
+ * Frames opened (`n` > 0) or closed on any task: every change of a task's
+ * depth goes through here, so that the count is of open frames. A frame
+ * on a task that dies with it stays counted (a call that never returned,
+ * its exit skipped); kspan_overloaded reads the count with a cap for that.
  */
-static __always_inline int kspan_overloaded(int outermost)
+static __always_inline void kspan_open_frames_add(__s32 n)
+{
+	__u32 key = KSPAN_OPEN_FRAMES, *open = bpf_map_lookup_elem(&kspan_control, &key);
+
+	if (open)
+		__sync_fetch_and_add(open, (__u32)n);
+}
+
+/*
+ * Whether the ring buffer lacks room for a new call: room for its own
+ * record, for those every open frame may still need at its exit (each
+ * call's exit then finds its room, so a tree is declined whole, or loses
+ * its innermost calls, rather than losing a parent whose children were
+ * exported), and a margin for what other CPUs admit meanwhile and for the
+ * records no frame reserves (instants, reparents). The open frames are
+ * counted at most as half the ring, so that frames left on dead tasks
+ * can never shut it: past that, a call is declined once the ring is half
+ * full, as if every open frame needed its record.
+ */
+static __always_inline int kspan_overloaded(void)
 {
 	__u64 size = kspan_cfg.ring_bytes;
-	__u64 waiting = bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA);
+	/* A record takes the ring's 8-byte header, rounded to 8. */
+	__u64 slot = (kspan_cfg.record_size + 8 + 7) & ~7ULL;
+	__u32 key = KSPAN_OPEN_FRAMES, *counted;
+	__u64 waiting, open = 0, margin;
+	__s32 frames;
 
-	return size && waiting > (outermost ? size / 2 : size - size / 4);
+	if (!size)
+		return 0;
+	waiting = bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA);
+	counted = bpf_map_lookup_elem(&kspan_control, &key);
+	if (counted) {
+		frames = (__s32)*(volatile __u32 *)counted;
+		open = frames > 0 ? (__u64)frames * slot : 0;
+	}
+	if (open > size / 2)
+		open = size / 2;
+	margin = size / 32 > 4 * slot ? size / 32 : 4 * slot;
+	return waiting + open + slot + margin > size;
 }
 
 /*
@@ -1002,6 +1038,7 @@ static __noinline int kspan_forget_top(struct kspan_task_stack *st)
 		kspan_emit_reparent(st, frame, depth >= 2 ? kspan_frame_at(st, depth - 2) : NULL,
 				    frame->probe_id);
 	st->depth = depth - 1;
+	kspan_open_frames_add(-1);
 	/* Entries past the depth limit were inside it: over too. */
 	st->overflow = 0;
 	kspan_count(KSPAN_CTR_LOST_EXIT);
@@ -1056,6 +1093,7 @@ static __always_inline void kspan_forget_below(struct kspan_task_stack *st, __u6
 	}
 	if (keep < depth) {
 		kspan_count_n(KSPAN_CTR_LOST_EXIT, depth - keep);
+		kspan_open_frames_add(-(__s32)(depth - keep));
 		st->depth = keep;
 		st->overflow = 0;
 	}
@@ -1145,7 +1183,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 			return 0;
 		}
 		skip = kspan_tree_context(st, pid_tgid);
-		if (skip < 0 && kspan_overloaded(0))
+		if (skip < 0 && kspan_overloaded())
 			skip = KSPAN_CTR_OVERLOAD;
 		if (skip >= 0) {
 			kspan_count(skip);
@@ -1157,7 +1195,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	} else {
 		int skip = kspan_outermost(trace_id, &parent, pid_tgid);
 
-		if (skip < 0 && kspan_overloaded(1))
+		if (skip < 0 && kspan_overloaded())
 			skip = KSPAN_CTR_OVERLOAD;
 		if (skip >= 0) {
 			kspan_count(skip);
@@ -1240,11 +1278,11 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	if (depth == 0) {
 		/* A new tree: its context is read when a call of it needs it. */
 		st->ctx_known = 0;
-		suppressed = kspan_overloaded(1) ? kspan_declined(st, pid_tgid) : 0;
+		suppressed = kspan_overloaded() ? kspan_declined(st, pid_tgid) : 0;
 	} else {
 		/* A call inside one that is not recorded is not recorded either. */
 		suppressed = kspan_frame_at(st, depth - 1)->suppressed;
-		if (!suppressed && kspan_overloaded(0))
+		if (!suppressed && kspan_overloaded())
 			suppressed = kspan_declined(st, pid_tgid);
 	}
 	/* The id is the key of the values read at entry; otherwise made when needed. */
@@ -1269,6 +1307,7 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	frame->flags = KSPAN_SETTING(plain, may_drop) ? KSPAN_FRAME_MAY_DROP : 0;
 	__builtin_memcpy(frame->args, args, sizeof(frame->args));
 	st->depth = depth + 1;
+	kspan_open_frames_add(1);
 	return 0;
 }
 
@@ -1535,6 +1574,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 		if (st->depth > found)
 			kspan_count_n(KSPAN_CTR_LOST_EXIT, st->depth - found);
 	}
+	kspan_open_frames_add(-(__s32)(kspan_depth(st) - (found - 1)));
 	st->depth = found - 1;
 	/*
 	 * Read back: one value for the verifier whichever way the frame was
