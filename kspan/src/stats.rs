@@ -206,6 +206,8 @@ impl std::fmt::Display for Stats {
                 ", {} acknowledged by the collector",
                 self.spans_acknowledged
             )?;
+        } else {
+            write!(f, " (not followed past it: no export ledger)")?;
         }
         write!(f, "; {} lost", self.lost())?;
         let mut reasons = self.losses().into_iter().filter(|(_, n)| *n > 0).peekable();
@@ -272,6 +274,9 @@ mod tests {
             "{said}"
         );
         let none = Stats::default().to_string();
-        assert_eq!(none, "0 spans handed to the pipeline; 0 lost");
+        assert_eq!(
+            none,
+            "0 spans handed to the pipeline (not followed past it: no export ledger); 0 lost"
+        );
     }
 }
