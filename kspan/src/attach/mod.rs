@@ -550,6 +550,12 @@ impl<'a> Attacher<'a> {
                         "loading a copy of the {hook} program failed ({e}); loaded through libbpf"
                     );
                     tracing::warn!(function = plan.function(), "kspan: {why}");
+                    if let Some(log) = &e.verifier_log {
+                        tracing::debug!(
+                            function = plan.function(),
+                            "kspan: the verifier's log of the refused copy:\n{log}"
+                        );
+                    }
                     fallbacks.push(why);
                 }
             }

@@ -16,20 +16,17 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use kspan_bpf::types::kspan_config;
 use kspan_bpf::{names, KspanSkelBuilder, OpenKspanProgs};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, MapCore, MapFlags, MapHandle, OpenObject, OpenProgramMut};
 
 use super::config::HistogramSizes;
 use super::copies::ProgramTemplate;
-use super::error::{LoadError, MapError};
+use super::error::{verifier_log, LoadError, MapError, VERIFIER_LOG_BYTES};
 use crate::annotation::Hook;
-
-/// Bytes of verifier log kept per program and load: the end of a refusal's
-/// log, where the verifier says why, fits many times over.
-const VERIFIER_LOG_BYTES: usize = 1 << 20;
 
 /// kspan's programs, by role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -739,6 +736,23 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             .map(|(object, kept)| (object.as_fd().as_raw_fd(), kept.as_fd().as_raw_fd()))
             .collect::<Vec<_>>()
     });
+    // A descriptor of the templates' own to the object's BTF, which their
+    // records refer to: libbpf's closes with the object.
+    // SAFETY: the object is live and loaded.
+    let btf_fd = unsafe {
+        libbpf_rs::libbpf_sys::bpf_object__btf_fd(loaded.object().as_libbpf_object().as_ptr())
+    };
+    let btf = if btf_fd >= 0 {
+        // SAFETY: libbpf's descriptor of the object's BTF, open until the
+        // object is dropped below; only duplicated here.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(btf_fd) };
+        let owned = borrowed
+            .try_clone_to_owned()
+            .map_err(|e| fail(libbpf_rs::Error::from(e), None))?;
+        Some(Arc::new(owned))
+    } else {
+        None
+    };
     let mut programs = Vec::new();
     let mut templates = Vec::new();
     for &program in request.programs {
@@ -761,9 +775,12 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             .try_clone_to_owned()
             .map_err(|e| fail(libbpf_rs::Error::from(e), None))?;
         programs.push((program, fd));
-        if let Some(template) =
-            ProgramTemplate::new(prog, rodata_fd, lasting.as_ref().map_or(&[], |m| &m[..]))
-        {
+        if let Some(template) = ProgramTemplate::new(
+            prog,
+            rodata_fd,
+            lasting.as_ref().map_or(&[], |m| &m[..]),
+            btf.clone(),
+        ) {
             templates.push((program, template));
         }
     }
@@ -776,28 +793,9 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
     })
 }
 
-/// The verifier's log in a program's buffer, if the verifier wrote one.
-fn verifier_log(buffer: &[u8]) -> Option<String> {
-    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
-    let text = String::from_utf8_lossy(&buffer[..end]);
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn verifier_log_is_the_text_before_the_nul() {
-        let mut buffer = vec![0u8; 64];
-        assert_eq!(verifier_log(&buffer), None);
-        buffer[..22].copy_from_slice(b"0: R1=ctx\ninvalid mem\n");
-        assert_eq!(
-            verifier_log(&buffer).as_deref(),
-            Some("0: R1=ctx\ninvalid mem")
-        );
-    }
 
     #[test]
     fn every_hook_has_its_programs() {
