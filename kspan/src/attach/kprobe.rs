@@ -14,7 +14,7 @@ use super::links::{Link, LinkKind};
 use super::{AttachDecision, AttachError, Attacher, Batches};
 use crate::annotation::{Attachment, Hook, Mechanism};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
-use crate::bpf::object::Program;
+use crate::bpf::program::Program;
 use crate::bpf::sys::{self, KprobeMultiKind};
 use crate::plan::ProbePlan;
 

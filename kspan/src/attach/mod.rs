@@ -24,7 +24,9 @@ use kspan_bpf::types::kspan_config;
 use crate::annotation::{Attachment, Hook, Mechanism, Mode, Probe};
 use crate::bpf::config::RuntimeSettings;
 use crate::bpf::copies::{self, ProgramTemplate};
-use crate::bpf::object::{self, LoadRequest, Program, SharedMaps};
+use crate::bpf::maps::SharedMaps;
+use crate::bpf::object::{self, LoadRequest};
+use crate::bpf::program::Program;
 use crate::bpf::{refusal_reason, KernelCapabilities, LoadError};
 use crate::kernel::errno;
 use crate::plan::{denylist, ProbePlan};
@@ -550,6 +552,12 @@ impl<'a> Attacher<'a> {
                         "loading a copy of the {hook} program failed ({e}); loaded through libbpf"
                     );
                     tracing::warn!(function = plan.function(), "kspan: {why}");
+                    if let Some(log) = &e.verifier_log {
+                        tracing::debug!(
+                            function = plan.function(),
+                            "kspan: the verifier's log of the refused copy:\n{log}"
+                        );
+                    }
                     fallbacks.push(why);
                 }
             }

@@ -8,7 +8,7 @@ use super::links::{Link, LinkKind};
 use super::{AttachError, Attacher};
 use crate::annotation::{Attachment, Hook};
 use crate::bpf::config::{probe_config, ProbeId};
-use crate::bpf::object::Program;
+use crate::bpf::program::Program;
 use crate::bpf::sys;
 use crate::plan::ProbePlan;
 

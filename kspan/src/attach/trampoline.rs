@@ -23,7 +23,7 @@ use super::{AttachDecision, AttachError, Attacher, Batches};
 use crate::annotation::{Attachment, Hook, Mechanism, Mode};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::copies;
-use crate::bpf::object::Program;
+use crate::bpf::program::Program;
 use crate::bpf::sys;
 use crate::plan::{denylist, NotTraced, ProbePlan};
 

@@ -59,6 +59,27 @@ pub struct MapError {
     pub source: libbpf_rs::Error,
 }
 
+/// Bytes of verifier log kept per program and load: the end of a refusal's
+/// log, where the verifier says why, fits many times over.
+pub(super) const VERIFIER_LOG_BYTES: usize = 1 << 20;
+
+/// The verifier's log in a program's buffer, if the verifier wrote one.
+pub(super) fn verifier_log(buffer: &[u8]) -> Option<String> {
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    let text = String::from_utf8_lossy(&buffer[..end]);
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// Why the verifier refused a program: the last line of its log but the
+/// count of instructions processed, which it writes after the reason.
+pub(super) fn verifier_reason(log: &str) -> Option<&str> {
+    log.lines()
+        .map(str::trim)
+        .rev()
+        .find(|line| !line.is_empty() && !line.starts_with("processed "))
+}
+
 /// The kernel's errno inside a libbpf error.
 pub(crate) fn errno_of(err: &libbpf_rs::Error) -> Option<i32> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
@@ -165,6 +186,27 @@ fn perf_event_refused(what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verifier_log_is_the_text_before_the_nul() {
+        let mut buffer = vec![0u8; 64];
+        assert_eq!(verifier_log(&buffer), None);
+        buffer[..22].copy_from_slice(b"0: R1=ctx\ninvalid mem\n");
+        assert_eq!(
+            verifier_log(&buffer).as_deref(),
+            Some("0: R1=ctx\ninvalid mem")
+        );
+    }
+
+    #[test]
+    fn the_verifier_reason_is_the_last_line_before_the_count() {
+        let log = "func#0 @0\n0: R1=ctx() R10=fp0\n; cfg = &kspan_cfg; @ kspan.bpf.c:1\n\
+                   12: (18) r2 = 0x0\nmissing btf func_info\n\
+                   processed 13 insns (limit 1000000) max_states_per_insn 0 total_states 1\n";
+        assert_eq!(verifier_reason(log), Some("missing btf func_info"));
+        assert_eq!(verifier_reason("\n  \n"), None);
+        assert_eq!(verifier_reason("invalid mem"), Some("invalid mem"));
+    }
 
     #[test]
     fn errno_from_libbpf_errors() {

@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The interface with the kernel's BPF: the settings programs read
-//! ([`config`]), loading kspan's object ([`object`]), further copies of its
+//! ([`config`]), kspan's programs by role ([`program`]), loading kspan's
+//! object ([`object`]), the maps its programs share ([`maps`]) and those of
+//! registered thread contexts ([`context_records`]), further copies of its
 //! programs without libbpf ([`copies`]), the raw attach system calls
 //! ([`sys`]), what the kernel offers ([`KernelCapabilities`]) and what its
 //! symbol table says of function names ([`kernel_symbols`]).
 //! It plans nothing and attaches nothing itself.
 
 pub(crate) mod config;
+pub(crate) mod context_records;
 pub(crate) mod copies;
 mod error;
 mod features;
 mod kallsyms;
+pub(crate) mod maps;
 pub(crate) mod object;
+pub(crate) mod program;
 pub(crate) mod sys;
 
 pub use config::{Orphans, DEFAULT_RING_BUFFER_BYTES};

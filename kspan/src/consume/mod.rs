@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
 
-use crate::bpf::object::SharedMaps;
+use crate::bpf::maps::SharedMaps;
 use crate::bpf::MapError;
 
 pub(crate) use record::decode_capture;

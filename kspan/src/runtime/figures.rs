@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::attach::Programs;
-use crate::bpf::object::SharedMaps;
+use crate::bpf::maps::SharedMaps;
 use crate::error::Result;
 use crate::export::ExportLedger;
 use crate::latency::{Counts, HistogramSource, ProbeCounts};
@@ -124,7 +124,7 @@ impl HistogramSource for Figures {
             let _quiet = crate::context::suppress();
             self.maps.histograms(&self.histogram_probes)
         };
-        let counts = |row: &crate::bpf::object::HistogramRow| {
+        let counts = |row: &crate::bpf::maps::HistogramRow| {
             let mut c = Counts::default();
             c.buckets.copy_from_slice(&row[..crate::latency::BUCKETS]);
             c.sum_ns = row[crate::latency::BUCKETS];

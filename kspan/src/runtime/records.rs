@@ -16,7 +16,7 @@
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 
-use crate::bpf::object::ContextRecordMaps;
+use crate::bpf::context_records::ContextRecordMaps;
 use crate::context::{watch_records, RecordPlace, RecordWatch, RecordWatcher};
 use crate::kernel::sys::thread_pidfd;
 

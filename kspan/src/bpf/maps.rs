@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The maps every loaded program shares ([`SharedMaps`]): made by the first
+//! load, reused by every later one, and read by user space: the kernel's
+//! counters, each probe's counters and histograms, the sums by application
+//! span, the switch that turns recording on and off.
+
+use kspan_bpf::names;
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use super::context_records::ContextRecordMaps;
+use super::error::MapError;
+
+/// The maps every loaded program uses, made by the first object.
+#[derive(Debug)]
+pub(crate) struct SharedMaps {
+    /// Finished spans.
+    pub events: MapHandle,
+    pub(super) stacks: MapHandle,
+    pub(super) counters: MapHandle,
+    pub(super) control: MapHandle,
+    pub(super) entry_values: MapHandle,
+    pub(super) zero: MapHandle,
+    pub(super) probe_counters: MapHandle,
+    pub(super) rates: MapHandle,
+    pub(super) sums: MapHandle,
+    pub(super) hist: MapHandle,
+    pub(super) hist_errno: MapHandle,
+    pub(super) id_state: MapHandle,
+    /// Each thread's registered context record and the count of doubts
+    /// that every record is there, where the kernel has task-storage uptrs
+    /// and the runtime asked for them.
+    pub(super) ctx_records: Option<(MapHandle, MapHandle)>,
+}
+
+/// Seeds every CPU's id state (`kspan_id_state`, SplitMix64 in
+/// `kspan_new_id`) with random bits: unseeded, every CPU would hand out the
+/// same ids.
+pub(super) fn seed_ids(map: &MapHandle) -> Result<(), libbpf_rs::Error> {
+    let cpus = libbpf_rs::num_possible_cpus()?;
+    let mut seeds = vec![0u8; cpus * 8];
+    let mut filled = 0;
+    while filled < seeds.len() {
+        let rest = &mut seeds[filled..];
+        // SAFETY: `rest` is a live, writable buffer of `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(libbpf_rs::Error::from(e));
+        }
+        filled += n as usize;
+    }
+    let per_cpu: Vec<Vec<u8>> = seeds.chunks(8).map(<[u8]>::to_vec).collect();
+    map.update_percpu(&0u32.to_ne_bytes(), &per_cpu, MapFlags::ANY)
+}
+
+/// The kernel's per-CPU counters, summed (`enum kspan_counter` of kspan.h).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KernelCounters {
+    pub ring_buffer_full: u64,
+    pub stack_depth: u64,
+    pub lost_exit: u64,
+    pub unmatched_exit: u64,
+    pub no_storage: u64,
+    pub emitted: u64,
+    pub unsampled: u64,
+    pub orphans: u64,
+    pub overload: u64,
+    pub suppressed: u64,
+    pub sum_failed: u64,
+}
+
+/// Calls of one probe that were recorded but not made into spans.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ProbeCounters {
+    pub filtered: u64,
+    pub rate_limited: u64,
+    pub no_spans: u64,
+}
+
+/// One histogram row of `kspan.h` (`struct kspan_hist_row`), summed over
+/// the CPUs: calls per bucket, then the sum of their durations in ns.
+pub(crate) type HistogramRow = [u64; kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1];
+
+/// One probe's histogram rows, summed over the CPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KernelHistogram {
+    /// Calls that did not fail.
+    pub succeeded: HistogramRow,
+    /// Calls that returned an errno.
+    pub failed: HistogramRow,
+    /// The failed calls by errno, as far as `kspan_hist_errno` had room.
+    pub by_errno: Vec<(u16, HistogramRow)>,
+}
+
+/// Sums per-CPU values of 8-byte slots: `per_cpu[cpu]` holds `into.len()`
+/// native-endian u64s (or fewer, read as missing).
+fn sum_per_cpu(per_cpu: &[Vec<u8>], into: &mut [u64]) {
+    for cpu in per_cpu {
+        for (slot, bytes) in into.iter_mut().zip(cpu.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(bytes);
+            *slot = slot.wrapping_add(u64::from_ne_bytes(b));
+        }
+    }
+}
+
+/// Slot `index` of the per-CPU counter array `map`, summed over the CPUs.
+fn percpu_count(map: &MapHandle, name: &'static str, index: u32) -> Result<u64, MapError> {
+    let per_cpu = map
+        .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+        .map_err(|source| MapError { map: name, source })?
+        .unwrap_or_default();
+    let mut total = [0u64; 1];
+    sum_per_cpu(&per_cpu, &mut total);
+    Ok(total[0])
+}
+
+impl SharedMaps {
+    /// The histograms of `probe_ids`, summed over the CPUs, in that order.
+    pub(crate) fn histograms(&self, probe_ids: &[u32]) -> Result<Vec<KernelHistogram>, MapError> {
+        let hist_err = |source| MapError {
+            map: "kspan_hist",
+            source,
+        };
+        let row = |index: u32| -> Result<HistogramRow, MapError> {
+            let mut out: HistogramRow = [0; kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1];
+            let per_cpu = self
+                .hist
+                .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+                .map_err(hist_err)?
+                .unwrap_or_default();
+            sum_per_cpu(&per_cpu, &mut out);
+            Ok(out)
+        };
+        let mut out: Vec<KernelHistogram> = probe_ids
+            .iter()
+            .map(|&id| {
+                Ok(KernelHistogram {
+                    succeeded: row(id.saturating_mul(2))?,
+                    failed: row(id.saturating_mul(2).saturating_add(1))?,
+                    by_errno: Vec::new(),
+                })
+            })
+            .collect::<Result<_, MapError>>()?;
+        // The per-errno keys: {probe_id u32, errno u16, slot u16}. Read
+        // after the rows, so that calls counted in between make the errno
+        // series ahead of the failed row, never behind: the failed calls
+        // not kept by errno (`_OTHER`) are then under-read for a moment,
+        // and made good at the next read, never over-read.
+        let errno_err = |source| MapError {
+            map: "kspan_hist_errno",
+            source,
+        };
+        let buckets = kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize;
+        for key in self.hist_errno.keys() {
+            let (Some(id), Some(nr), Some(slot)) = (
+                key.get(0..4)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u32::from_ne_bytes),
+                key.get(4..6)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u16::from_ne_bytes),
+                key.get(6..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u16::from_ne_bytes),
+            ) else {
+                continue;
+            };
+            let Some(at) = probe_ids.iter().position(|&p| p == id) else {
+                continue;
+            };
+            let slot = usize::from(slot);
+            if slot > buckets {
+                continue;
+            }
+            // A key inserted a moment ago and deleted never: absent is 0.
+            let per_cpu = self
+                .hist_errno
+                .lookup_percpu(&key, MapFlags::ANY)
+                .map_err(errno_err)?
+                .unwrap_or_default();
+            let mut value = [0u64; 1];
+            sum_per_cpu(&per_cpu, &mut value);
+            let by_errno = &mut out[at].by_errno;
+            let i = match by_errno.iter().position(|(e, _)| *e == nr) {
+                Some(i) => i,
+                None => {
+                    by_errno.push((nr, [0; kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1]));
+                    by_errno.len() - 1
+                }
+            };
+            let entry = &mut by_errno[i].1;
+            entry[slot] = entry[slot].wrapping_add(value[0]);
+        }
+        Ok(out)
+    }
+
+    /// Sums the per-CPU kernel counters.
+    pub(crate) fn counters(&self) -> Result<KernelCounters, MapError> {
+        use kspan_bpf::consts as c;
+        let read = |index: u64| percpu_count(&self.counters, names::COUNTERS_MAP, index as u32);
+        Ok(KernelCounters {
+            sum_failed: read(c::KSPAN_CTR_SUM_FAILED)?,
+            ring_buffer_full: read(c::KSPAN_CTR_RINGBUF_FULL)?,
+            stack_depth: read(c::KSPAN_CTR_STACK_DEPTH)?,
+            lost_exit: read(c::KSPAN_CTR_LOST_EXIT)?,
+            unmatched_exit: read(c::KSPAN_CTR_UNMATCHED_EXIT)?,
+            no_storage: read(c::KSPAN_CTR_NO_STORAGE)?,
+            emitted: read(c::KSPAN_CTR_EMITTED)?,
+            unsampled: read(c::KSPAN_CTR_UNSAMPLED)?,
+            orphans: read(c::KSPAN_CTR_ORPHAN)?,
+            overload: read(c::KSPAN_CTR_OVERLOAD)?,
+            suppressed: read(c::KSPAN_CTR_SUPPRESSED)?,
+        })
+    }
+
+    /// The per-probe counters of the first `probes` probes, summed over the
+    /// CPUs.
+    pub(crate) fn probe_counters(&self, probes: usize) -> Result<Vec<ProbeCounters>, MapError> {
+        use kspan_bpf::consts as c;
+        let per_probe = c::KSPAN_PCTR_COUNT as usize;
+        let mut out = vec![ProbeCounters::default(); probes];
+        for (probe, counters) in out.iter_mut().enumerate() {
+            let read = |reason: u64| {
+                let index = (probe * per_probe) as u32 + reason as u32;
+                percpu_count(&self.probe_counters, names::PROBE_COUNTERS_MAP, index)
+            };
+            *counters = ProbeCounters {
+                filtered: read(c::KSPAN_PCTR_FILTERED)?,
+                rate_limited: read(c::KSPAN_PCTR_RATE_LIMITED)?,
+                no_spans: read(c::KSPAN_PCTR_NO_SPANS)?,
+            };
+        }
+        Ok(out)
+    }
+
+    /// A handle of its own to the table of sums by application span.
+    pub(crate) fn sums_handle(&self) -> Result<MapHandle, MapError> {
+        MapHandle::try_from(&self.sums).map_err(|source| MapError {
+            map: names::SUMS_MAP,
+            source,
+        })
+    }
+
+    /// Turns recording on or off in every program at once.
+    pub(crate) fn set_enabled(&self, on: bool) -> Result<(), MapError> {
+        self.control
+            .update(
+                &0u32.to_ne_bytes(),
+                &u32::from(on).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|source| MapError {
+                map: names::CONTROL_MAP,
+                source,
+            })
+    }
+
+    /// The maps of registered thread-context records, when the programs
+    /// have them.
+    pub(crate) fn context_records(&self) -> Option<Result<ContextRecordMaps, MapError>> {
+        let (records, pending) = self.ctx_records.as_ref()?;
+        Some(ContextRecordMaps::new(records, pending))
+    }
+}

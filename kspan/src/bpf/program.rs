@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! kspan's BPF programs by role ([`Program`]): which serve each hook, and
+//! where each is in the object's skeleton.
+
+use kspan_bpf::types::kspan_config;
+use kspan_bpf::OpenKspanProgs;
+use libbpf_rs::OpenProgramMut;
+
+use crate::annotation::Hook;
+
+/// kspan's programs, by role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Program {
+    Fentry,
+    Fexit,
+    Kprobe,
+    Kretprobe,
+    KprobeMulti,
+    KretprobeMulti,
+    /// One program at both ends of a trampoline function (fsession).
+    Fsession,
+    /// The same, loaded with no target: one fsession.multi link attaches
+    /// it to many functions.
+    FsessionMulti,
+    /// The same built without captures, refusals at exit, sums and
+    /// histograms, for probes that have none ([`super::config::is_plain`]):
+    /// a third of the instructions to verify.
+    PlainFsessionMulti,
+    /// One program at both ends of kprobe.multi functions.
+    KprobeSession,
+    SysEnter,
+    SysExit,
+}
+
+impl Program {
+    /// The entry program of `hook`, and its exit program when it has one.
+    pub(crate) fn of(hook: Hook) -> (Program, Option<Program>) {
+        let (entry, exit) = match hook {
+            Hook::Fentry | Hook::Fexit => (Program::Fentry, Program::Fexit),
+            Hook::Kprobe | Hook::Kretprobe => (Program::Kprobe, Program::Kretprobe),
+            Hook::Syscall => (Program::SysEnter, Program::SysExit),
+        };
+        (entry, hook.has_return().then_some(exit))
+    }
+
+    /// The kprobe.multi programs of a kprobe `hook`.
+    pub(crate) fn multi_of(hook: Hook) -> (Program, Option<Program>) {
+        (
+            Program::KprobeMulti,
+            hook.has_return().then_some(Program::KretprobeMulti),
+        )
+    }
+
+    /// The fsession.multi program that serves `config`: the plain one
+    /// where it can.
+    pub(crate) fn fsession_multi_for(config: &kspan_config) -> Program {
+        if super::config::is_plain(config) {
+            Program::PlainFsessionMulti
+        } else {
+            Program::FsessionMulti
+        }
+    }
+
+    /// A trampoline program loaded with no target (its link names them).
+    pub(super) fn is_multi_trampoline(self) -> bool {
+        matches!(self, Program::FsessionMulti | Program::PlainFsessionMulti)
+    }
+
+    pub(super) const ALL: [Program; 12] = [
+        Program::Fentry,
+        Program::Fexit,
+        Program::Kprobe,
+        Program::Kretprobe,
+        Program::KprobeMulti,
+        Program::KretprobeMulti,
+        Program::Fsession,
+        Program::FsessionMulti,
+        Program::PlainFsessionMulti,
+        Program::KprobeSession,
+        Program::SysEnter,
+        Program::SysExit,
+    ];
+
+    pub(super) fn in_skeleton<'a, 'obj>(
+        self,
+        progs: &'a mut OpenKspanProgs<'obj>,
+    ) -> &'a mut OpenProgramMut<'obj> {
+        match self {
+            Program::Fentry => &mut progs.kspan_fentry,
+            Program::Fexit => &mut progs.kspan_fexit,
+            Program::Kprobe => &mut progs.kspan_kprobe,
+            Program::Kretprobe => &mut progs.kspan_kretprobe,
+            Program::KprobeMulti => &mut progs.kspan_kprobe_multi,
+            Program::KretprobeMulti => &mut progs.kspan_kretprobe_multi,
+            Program::Fsession => &mut progs.kspan_fsession,
+            Program::FsessionMulti => &mut progs.kspan_fsession_multi,
+            Program::PlainFsessionMulti => &mut progs.kspan_plain_fsession_multi,
+            Program::KprobeSession => &mut progs.kspan_kprobe_session,
+            Program::SysEnter => &mut progs.kspan_sys_enter,
+            Program::SysExit => &mut progs.kspan_sys_exit,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hook_has_its_programs() {
+        assert_eq!(Program::of(Hook::Fentry), (Program::Fentry, None));
+        assert_eq!(
+            Program::of(Hook::Syscall),
+            (Program::SysEnter, Some(Program::SysExit))
+        );
+        assert_eq!(
+            Program::multi_of(Hook::Kretprobe),
+            (Program::KprobeMulti, Some(Program::KretprobeMulti))
+        );
+    }
+}
