@@ -5,9 +5,10 @@
 //! The SDK's batch processor gives up waiting for its own flush after 5 s,
 //! a limit no setting changes, and says so as an ordinary error while its
 //! export goes on. A cut like that is not a finished flush: the flush is
-//! asked again until it finishes or [`KspanBuilder::shutdown_timeout`]
-//! (crate::KspanBuilder::shutdown_timeout) has passed, so that limit is the
-//! one that bounds [`Kspan::shutdown`](crate::Kspan::shutdown).
+//! asked again until it finishes or
+//! [`KspanBuilder::shutdown_timeout`](crate::KspanBuilder::shutdown_timeout)
+//! has passed, so that limit is the one that bounds
+//! [`Kspan::shutdown`](crate::Kspan::shutdown).
 
 use std::time::{Duration, Instant};
 
