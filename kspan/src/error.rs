@@ -40,6 +40,20 @@ pub enum Error {
          `SdkTracerProvider::builder()` (or `KernelSpanIds::wrap(your_generator)`)"
     )]
     NoKernelSpanIds,
+    /// Another [`Kspan`](crate::Kspan) is running in this process: one
+    /// runtime per process (see [`KspanBuilder::start`](crate::KspanBuilder::start)).
+    #[error(
+        "another kspan runtime is running in this process, started at {first}; a process runs \
+         one, since every runtime records every call the process makes (the application span \
+         a call is made under does not say whose provider made it) and each would export it \
+         again: add these probes to that runtime's builder, or stop it first \
+         (`Kspan::shutdown`, or drop it)"
+    )]
+    RuntimeRunning {
+        /// Where the running one was started (the caller of
+        /// [`KspanBuilder::start`](crate::KspanBuilder::start)).
+        first: &'static std::panic::Location<'static>,
+    },
     /// Another OpenTelemetry context observer is registered.
     #[error(transparent)]
     ContextObserver(#[from] crate::context::ObserverTaken),

@@ -424,7 +424,7 @@ pub mod __private {
 ///
 /// One kernel function has one probe per runtime: a second probe on it is
 /// refused at start with an error naming both annotations (merge the
-/// handlers). Separate runtimes may trace the same function.
+/// handlers). A process runs one runtime at a time ([`KspanBuilder::start`]).
 ///
 /// # Names
 ///

@@ -3,6 +3,7 @@
 //! hands each record, in place, to a callback; [`parse_record`] reads one.
 //! Turning records into spans is the next stage's, given as the callback.
 
+mod claim;
 mod record;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +15,7 @@ use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use crate::bpf::object::SharedMaps;
 use crate::bpf::MapError;
 
+pub(crate) use claim::{Claim, PROCESS};
 pub(crate) use record::decode_capture;
 pub use record::{parse_record, DecodeError, RecordHeader, RecordView};
 
@@ -50,16 +52,21 @@ pub(crate) fn ring_buffer(
 pub(crate) struct Consumer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The runtime's claim on the process, released once the thread is
+    /// gone (after the fields above: `Drop` stops the thread first).
+    _claim: Claim,
 }
 
 impl Consumer {
-    /// Starts consuming `ring` on a new thread, within `runtime` if given;
+    /// Starts consuming `ring` on a new thread, holding `claim` while it
+    /// lives, within `runtime` if given;
     /// `on_death` runs on that thread if it ends without being asked to (the
     /// ring buffer cannot be polled, or the pipeline panicked), before the
     /// panic goes on; `on_drained` runs there once the ring is drained after
     /// a stop, for what the callback still holds.
     pub(crate) fn start(
         ring: RingBuffer<'static>,
+        claim: Claim,
         runtime: Option<tokio::runtime::Handle>,
         on_death: impl FnOnce() + Send + 'static,
         on_drained: impl FnOnce() + Send + 'static,
@@ -87,6 +94,7 @@ impl Consumer {
         Ok(Consumer {
             stop,
             thread: Some(thread),
+            _claim: claim,
         })
     }
 

@@ -243,7 +243,15 @@ impl KspanBuilder {
     /// Plans, loads and attaches every probe and starts consuming spans on a
     /// thread of kspan's own (within the current tokio runtime, if any, for
     /// exporters that need it).
+    ///
+    /// A process runs one runtime at a time: while one runs (until it is
+    /// shut down or dropped), `start` fails with [`Error::RuntimeRunning`],
+    /// naming where the first was started. Every runtime would record
+    /// every call of the process, whoever's application span it is made
+    /// under, and export it again.
+    #[track_caller]
     pub fn start(self) -> Result<Kspan> {
+        let caller = std::panic::Location::caller();
         if let Some(reason) = ring_buffer_size_problem(self.ring_buffer_bytes) {
             return Err(Error::InvalidSetting {
                 setting: "KspanBuilder::ring_buffer_size",
@@ -376,7 +384,11 @@ impl KspanBuilder {
         skipped.append(&mut attached.skipped);
         tracing::debug!(functions = attached.decisions.len(), elapsed = ?started.elapsed(), "kspan attached");
 
-        // 3. Consume, then record.
+        // 3. Consume, then record: one runtime per process, claimed before
+        // its recording is switched on.
+        let claim = consume::PROCESS
+            .take(caller)
+            .map_err(|first| Error::RuntimeRunning { first })?;
         let histogram_probes = plans
             .iter()
             .enumerate()
@@ -401,6 +413,7 @@ impl KspanBuilder {
         let links = Arc::new(Mutex::new(attached.links));
         let consumer = Consumer::start(
             ring,
+            claim,
             runtime,
             {
                 let links = links.clone();
