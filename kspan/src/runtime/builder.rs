@@ -7,7 +7,8 @@ use std::sync::Arc;
 use opentelemetry::metrics::{Meter, MeterProvider};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::annotation::{Mechanism, Mode, Probe};
@@ -32,6 +33,9 @@ use super::figures::{Counters, Figures};
 use super::processor::Processor;
 use super::records::Registrar;
 use super::{lock, Kspan, ThreadContextReads};
+use orphans::OrphanWatch;
+
+mod orphans;
 
 /// Configures and starts kspan.
 #[derive(Debug)]
@@ -411,6 +415,19 @@ impl KspanBuilder {
             move |bytes| lock(&processor).process(bytes)
         })?;
         let links = Arc::new(Mutex::new(attached.links));
+        // The figures are made once recording is on; the tick finds them here.
+        let figures_made: Arc<OnceLock<Arc<Figures>>> = Arc::default();
+        let on_tick = {
+            let figures = figures_made.clone();
+            let mut watch = OrphanWatch::new(self.orphans == Orphans::Drop && self.thread_context);
+            move || {
+                let Some(f) = figures.get() else { return };
+                let spans = f.counters.spans.load(Ordering::Relaxed);
+                if let Some(n) = watch.check(spans, || f.maps.counters().ok().map(|k| k.orphans)) {
+                    orphans::warn(n);
+                }
+            }
+        };
         let consumer = Consumer::start(
             ring,
             claim,
@@ -425,6 +442,7 @@ impl KspanBuilder {
                 }
             },
             move || lock(&processor).release_waiting(),
+            on_tick,
         )
         .map_err(|e| Error::Consumer(format!("cannot start the consumer thread: {e}")))?;
         if let Some(sums) = &self.sums {
@@ -482,6 +500,7 @@ impl KspanBuilder {
             ledger: self.ledger,
             programs: lock(&links).programs(),
         });
+        let _ = figures_made.set(figures.clone());
         let meter = self
             .meter
             .unwrap_or_else(|| opentelemetry::global::meter(SCOPE_NAME));
