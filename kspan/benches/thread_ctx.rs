@@ -22,6 +22,10 @@
 //! (`with_remote_span_context`) is timed in both phases too: the observer
 //! prepares the context's record then.
 
+// `ThreadContextLayer` is deprecated; its cost is still measured for the
+// programs that keep it.
+#![allow(deprecated)]
+
 use std::hint::black_box;
 use std::time::Instant;
 

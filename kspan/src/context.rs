@@ -28,9 +28,9 @@
 //! [`EnteredSpanLayer`] publishes the OpenTelemetry span of the innermost
 //! entered `tracing` span then (and the observer leaves it the record while
 //! a span it published is entered and no OpenTelemetry span is attached).
-//! For a process whose observer is someone else's, [`ThreadContextLayer`]
-//! republishes the current context after each `tracing` enter and exit, and
-//! [`attach`] after each `Context::attach`.
+//! For a process whose observer is someone else's, [`EnteredSpanLayer`]
+//! publishes after each `tracing` enter and exit (with context activation
+//! on or off), and [`attach`] after each `Context::attach`.
 //!
 //! The slot is defined in C (`csrc/thread_ctx.c`) because stable Rust cannot
 //! give a thread-local an exported symbol name; it is initial-exec TLS, so it
@@ -357,8 +357,9 @@ pub(crate) fn unobserved<R>(make: impl FnOnce() -> R) -> R {
      (`opentelemetry::context::GlobalContextObserver::set`, one per process), so kspan's \
      cannot see context switches to publish the thread context; remove that registration, \
      or keep it, call `KspanBuilder::context_observer(false)` and publish yourself: \
-     `kspan::context::ThreadContextLayer` after the tracing-opentelemetry layer for `tracing` \
-     spans, `kspan::context::attach(cx)` instead of `cx.attach()` for the OpenTelemetry API"
+     `kspan::context::EnteredSpanLayer::new()` after the tracing-opentelemetry layer for \
+     `tracing` spans, `kspan::context::attach(cx)` instead of `cx.attach()` for the \
+     OpenTelemetry API"
 )]
 pub struct ObserverTaken;
 
@@ -425,17 +426,23 @@ pub fn slot_offset() -> std::io::Result<i64> {
     Ok(slot.wrapping_sub(fs_base) as i64)
 }
 
-/// A `tracing` layer that publishes the active OpenTelemetry span of each
-/// thread after every span enter and exit, for a process whose context
-/// observer is not kspan's ([`ObserverTaken`]); with kspan's observer it
-/// adds nothing. Add it after (outside) the tracing-opentelemetry layer,
-/// whose enter attaches the span's context:
-/// `registry().with(tracing_opentelemetry::layer()...).with(ThreadContextLayer)`.
-/// It relies on that layer's context activation (on by default); with it
-/// turned off, use [`EnteredSpanLayer`].
+/// A `tracing` layer that republishes OpenTelemetry's current context
+/// after every span enter and exit. With kspan's context observer, which
+/// [`KspanBuilder::start`](crate::KspanBuilder::start) registers by default,
+/// it adds nothing: the observer publishes every context switch, those of
+/// tracing-opentelemetry's enters included. For a process whose observer is
+/// someone else's ([`ObserverTaken`]), [`EnteredSpanLayer`] does its work,
+/// with context activation on or off.
+#[deprecated(
+    note = "does nothing with kspan's context observer, which `KspanBuilder::start` registers \
+            by default: remove it; where the process's observer is someone else's \
+            (`kspan::context::ObserverTaken`), add `kspan::context::EnteredSpanLayer::new()` \
+            instead"
+)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadContextLayer;
 
+#[allow(deprecated)] // Kept working for the programs that still add it.
 impl<S> Layer<S> for ThreadContextLayer
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
@@ -790,8 +797,14 @@ mod tests {
     }
 
     #[test]
+    #[allow(deprecated)] // Still works for the programs that add it.
     fn thread_context_layer_publishes_entered_spans_with_context_activation() {
         nested_spans_are_published(subscriber!(true, ThreadContextLayer));
+    }
+
+    #[test]
+    fn entered_span_layer_publishes_entered_spans_with_context_activation() {
+        nested_spans_are_published(subscriber!(true, EnteredSpanLayer::new()));
     }
 
     #[test]
@@ -800,6 +813,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(deprecated)]
     fn thread_context_layer_sees_nothing_without_context_activation() {
         let subscriber = subscriber!(false, ThreadContextLayer);
         std::thread::spawn(move || {

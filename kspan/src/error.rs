@@ -8,7 +8,12 @@ use crate::kernel::KernelError;
 use crate::plan::PlanError;
 
 /// An error of kspan. Each names the thing at fault and what would fix it.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` form is its message (then any cause the message does not
+/// already give), so that `fn main() -> Result<(), kspan::Error>` and
+/// `.expect(..)`, which print `Debug`, show the fix too; match on the
+/// variants for the structure.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The kernel or the process lacks what kspan needs (BTF, tracefs,
@@ -35,6 +40,20 @@ pub enum Error {
          `SdkTracerProvider::builder()` (or `KernelSpanIds::wrap(your_generator)`)"
     )]
     NoKernelSpanIds,
+    /// Another [`Kspan`](crate::Kspan) is running in this process: one
+    /// runtime per process (see [`KspanBuilder::start`](crate::KspanBuilder::start)).
+    #[error(
+        "another kspan runtime is running in this process, started at {first}; a process runs \
+         one, since every runtime records every call the process makes (the application span \
+         a call is made under does not say whose provider made it) and each would export it \
+         again: add these probes to that runtime's builder, or stop it first \
+         (`Kspan::shutdown`, or drop it)"
+    )]
+    RuntimeRunning {
+        /// Where the running one was started (the caller of
+        /// [`KspanBuilder::start`](crate::KspanBuilder::start)).
+        first: &'static std::panic::Location<'static>,
+    },
     /// Another OpenTelemetry context observer is registered.
     #[error(transparent)]
     ContextObserver(#[from] crate::context::ObserverTaken),
@@ -70,5 +89,78 @@ pub enum Error {
     },
 }
 
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut said = self.to_string();
+        f.write_str(&said)?;
+        let mut cause = std::error::Error::source(self);
+        while let Some(e) = cause {
+            // Most messages embed their cause already.
+            let text = e.to_string();
+            if !said.contains(&text) {
+                write!(f, "\n  caused by: {text}")?;
+                said.push_str(&text);
+            }
+            cause = e.source();
+        }
+        Ok(())
+    }
+}
+
 /// A shorthand for results of kspan.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_says_what_display_says() {
+        let e = Error::NoKernelSpanIds;
+        assert_eq!(format!("{e:?}"), e.to_string());
+        // What `fn main() -> Result<(), kspan::Error>` prints.
+        assert!(
+            format!("Error: {e:?}").contains("with_id_generator(kspan::KernelSpanIds::default())")
+        );
+        let e = Error::InvalidSetting {
+            setting: "KspanBuilder::ring_buffer_size",
+            reason: "3 bytes: a power of two".into(),
+        };
+        assert_eq!(
+            format!("{e:?}"),
+            "`KspanBuilder::ring_buffer_size`: 3 bytes: a power of two"
+        );
+        let e = Error::from(crate::context::ObserverTaken);
+        assert_eq!(format!("{e:?}"), e.to_string());
+    }
+
+    #[test]
+    fn debug_adds_only_causes_the_message_does_not_give() {
+        let sdk =
+            opentelemetry_sdk::error::OTelSdkError::InternalFailure("the exporter hung up".into());
+        let e = Error::Shutdown {
+            stats: Box::default(),
+            source: Box::new(Error::Flush(sdk)),
+        };
+        let debug = format!("{e:?}");
+        assert!(debug.starts_with(&e.to_string()), "{debug}");
+        assert_eq!(debug.matches("the exporter hung up").count(), 1, "{debug}");
+        // A cause that the message leaves out is added.
+        #[derive(Debug, thiserror::Error)]
+        #[error("permission denied")]
+        struct Outer(#[source] Inner);
+        #[derive(Debug, thiserror::Error)]
+        #[error("the file is on a filesystem kspan cannot read")]
+        struct Inner;
+        let e = Error::Kernel(KernelError::NoKernelBtf {
+            path: "/nowhere".into(),
+            source: std::io::Error::other(Outer(Inner)),
+        });
+        let debug = format!("{e:?}");
+        assert_eq!(
+            debug,
+            format!("{e}\n  caused by: the file is on a filesystem kspan cannot read")
+        );
+        assert!(debug.contains("CONFIG_DEBUG_INFO_BTF"), "{debug}");
+    }
+}

@@ -417,14 +417,17 @@ pub mod __private {
 /// A panicking handler does not stop kspan: the panic is counted
 /// ([`Stats::handler_panics`]) and reported at shutdown, and the span is
 /// exported as the handler left it, with `kspan.handler.panicked = true`.
-/// Only its first panic per probe reaches the process's panic hook (and is
-/// logged once); the later ones are counted, not printed.
+/// Its first panic per probe is logged (a `tracing` warning with the panic's
+/// message and location); the later ones are counted, not logged. None
+/// reaches the process's panic hook, which would print each and, with
+/// `RUST_BACKTRACE` set, capture and symbolize a backtrace (tens of MB kept
+/// for the life of the process, and the consumer stalled meanwhile).
 ///
 /// # Probes on the same function
 ///
 /// One kernel function has one probe per runtime: a second probe on it is
 /// refused at start with an error naming both annotations (merge the
-/// handlers). Separate runtimes may trace the same function.
+/// handlers). A process runs one runtime at a time ([`KspanBuilder::start`]).
 ///
 /// # Names
 ///

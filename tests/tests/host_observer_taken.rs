@@ -2,7 +2,7 @@
 //! A process whose OpenTelemetry context observer is the application's own
 //! (a process of its own: the observer is set once per process). kspan says
 //! so at start instead of replacing it or missing context switches, leaves
-//! it working, and with `context_observer(false)` and `ThreadContextLayer`
+//! it working, and with `context_observer(false)` and `EnteredSpanLayer`
 //! still parents kernel spans under `tracing` spans (host: syscall sources).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +53,7 @@ async fn another_observer_is_reported_and_kept() {
         err.contains("KspanBuilder::context_observer(false)"),
         "{err}"
     );
-    assert!(err.contains("ThreadContextLayer"), "{err}");
+    assert!(err.contains("EnteredSpanLayer::new()"), "{err}");
     let before = theirs.0.load(Ordering::Relaxed);
     drop(Context::new().attach());
     assert_eq!(theirs.0.load(Ordering::Relaxed), before + 1, "still theirs");
@@ -67,7 +67,7 @@ async fn another_observer_is_reported_and_kept() {
         .expect("syscall sources start on the host");
     let subscriber = tracing_subscriber::registry()
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("app")))
-        .with(kspan::context::ThreadContextLayer);
+        .with(kspan::context::EnteredSpanLayer::new());
     let path = std::env::temp_dir().join(format!("kspan-observer-{}", std::process::id()));
     std::fs::write(&path, b"twelve bytes").unwrap();
     tracing::subscriber::with_default(subscriber, || {

@@ -23,8 +23,13 @@ fn typo(filename: u64) {}
 #[kspan::kernel_span(syscall = "openat")]
 fn wrong_param(path: u64) {}
 
+/// A process runs one kspan runtime at a time: the tests that start one
+/// take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "current_thread")]
 async fn openat_and_read_spans_carry_what_the_test_did() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let dir = std::env::temp_dir().join(format!("kspan-sys-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let present = dir.join("present.txt");
@@ -249,6 +254,7 @@ fn the_examples_export_the_thread_context_slot() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn all_processes_spans_name_the_process_that_made_the_call() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let dir = std::env::temp_dir().join(format!("kspan-sysall-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("child.txt");

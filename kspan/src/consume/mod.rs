@@ -3,17 +3,20 @@
 //! hands each record, in place, to a callback; [`parse_record`] reads one.
 //! Turning records into spans is the next stage's, given as the callback.
 
+mod claim;
 mod record;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
 
 use crate::bpf::maps::SharedMaps;
 use crate::bpf::MapError;
 
+pub(crate) use claim::{Claim, PROCESS};
 pub(crate) use record::decode_capture;
 pub use record::{parse_record, DecodeError, RecordHeader, RecordView};
 
@@ -50,19 +53,26 @@ pub(crate) fn ring_buffer(
 pub(crate) struct Consumer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The runtime's claim on the process, released once the thread is
+    /// gone (after the fields above: `Drop` stops the thread first).
+    _claim: Claim,
 }
 
 impl Consumer {
-    /// Starts consuming `ring` on a new thread, within `runtime` if given;
+    /// Starts consuming `ring` on a new thread, holding `claim` while it
+    /// lives, within `runtime` if given;
     /// `on_death` runs on that thread if it ends without being asked to (the
     /// ring buffer cannot be polled, or the pipeline panicked), before the
     /// panic goes on; `on_drained` runs there once the ring is drained after
-    /// a stop, for what the callback still holds.
+    /// a stop, for what the callback still holds; `on_tick` runs there about
+    /// every [`TICK`] between records, and once more after `on_drained`.
     pub(crate) fn start(
         ring: RingBuffer<'static>,
+        claim: Claim,
         runtime: Option<tokio::runtime::Handle>,
         on_death: impl FnOnce() + Send + 'static,
         on_drained: impl FnOnce() + Send + 'static,
+        mut on_tick: impl FnMut() + Send + 'static,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
@@ -73,10 +83,14 @@ impl Consumer {
                 // kspan's own calls (waiting on the ring buffer, the
                 // processors' exports) make no kernel spans.
                 let _quiet = crate::context::suppress();
-                let ran =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ring, &stopped)));
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run(&ring, &stopped, &mut on_tick)
+                }));
                 match ran {
-                    Ok(true) => on_drained(),
+                    Ok(true) => {
+                        on_drained();
+                        on_tick();
+                    }
                     Ok(false) => on_death(),
                     Err(panic) => {
                         on_death();
@@ -87,6 +101,7 @@ impl Consumer {
         Ok(Consumer {
             stop,
             thread: Some(thread),
+            _claim: claim,
         })
     }
 
@@ -111,9 +126,10 @@ impl Drop for Consumer {
     }
 }
 
-/// Waits for records until `stop`, then drains the rest; `false` when it
-/// had to give up first.
-fn run(ring: &RingBuffer<'static>, stop: &AtomicBool) -> bool {
+/// Waits for records until `stop`, with `on_tick` about every [`TICK`],
+/// then drains the rest; `false` when it had to give up first.
+fn run(ring: &RingBuffer<'static>, stop: &AtomicBool, on_tick: &mut dyn FnMut()) -> bool {
+    let mut ticked = Instant::now();
     // The kernel wakes the consumer only once KSPAN_WAKEUP_BYTES wait (a
     // wakeup per record would tax every traced call); the timeout collects a
     // quieter trickle.
@@ -125,6 +141,10 @@ fn run(ring: &RingBuffer<'static>, stop: &AtomicBool) -> bool {
             tracing::error!(error = %e, "kspan stops consuming its ring buffer");
             return false;
         }
+        if ticked.elapsed() >= TICK {
+            on_tick();
+            ticked = Instant::now();
+        }
     }
     // Whatever the kernel wrote before the links went away.
     if let Err(e) = ring.consume() {
@@ -132,6 +152,10 @@ fn run(ring: &RingBuffer<'static>, stop: &AtomicBool) -> bool {
     }
     true
 }
+
+/// How often the consumer's `on_tick` runs, at least (slower only while a
+/// batch of records takes longer).
+pub(crate) const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a record may wait in the ring buffer when fewer than
 /// `KSPAN_WAKEUP_BYTES` are waiting (documented with `Kspan`).

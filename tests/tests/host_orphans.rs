@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! With `Orphans::Drop` (the default), a program whose calls are all made
+//! outside application spans exports nothing: kspan says so once per
+//! runtime, naming the fix, and not when a kernel span was exported.
+//! Checked on the host with a syscall source and kspan's context observer.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+use tracing_subscriber::layer::SubscriberExt as _;
+
+#[kspan::kernel_span(syscall = "getppid")]
+fn getppid(ret: i64) {}
+
+extern "C" {
+    #[link_name = "getppid"]
+    fn libc_getppid() -> i32;
+}
+
+fn calls(n: usize) {
+    for _ in 0..n {
+        // SAFETY: getppid has no arguments and cannot fail.
+        unsafe { libc_getppid() };
+    }
+}
+
+/// The messages of every warning logged in this process.
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Warnings;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        if *event.metadata().level() == tracing::Level::WARN {
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            WARNINGS.lock().unwrap().push(message.0);
+        }
+    }
+}
+
+/// The warnings about orphans so far.
+fn orphan_warnings() -> Vec<String> {
+    WARNINGS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|m| m.contains("no application span"))
+        .cloned()
+        .collect()
+}
+
+/// Longer than the consumer's tick (a second).
+const PAST_A_TICK: Duration = Duration::from_millis(1500);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn orphans_dropped_with_no_span_exported_are_said_once_per_runtime_with_the_fix() {
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Warnings))
+        .expect("the first subscriber of this process");
+    let (provider, exporter) = kspan_tests::in_memory_provider();
+    let builder = || kspan::Kspan::builder(&provider).probe(&getppid);
+
+    // Every call outside an application span: said on the consumer's tick.
+    let kspan = builder()
+        .start()
+        .expect("syscall sources start on the host");
+    calls(100);
+    std::thread::sleep(PAST_A_TICK);
+    let said = orphan_warnings();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains(".orphans(kspan::Orphans::NewTrace)"),
+        "{}",
+        said[0]
+    );
+    assert!(said[0].contains("context observer"), "{}", said[0]);
+    // Once per runtime.
+    calls(100);
+    std::thread::sleep(PAST_A_TICK);
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.orphans_dropped, 200, "{stats:?}");
+    assert_eq!(stats.spans_to_pipeline, 0, "{stats:?}");
+    assert_eq!(orphan_warnings().len(), 1);
+
+    // A runtime shut down before its first tick says it at shutdown.
+    let kspan = builder()
+        .start()
+        .expect("syscall sources start on the host");
+    calls(10);
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.orphans_dropped, 10, "{stats:?}");
+    assert_eq!(orphan_warnings().len(), 2);
+
+    // Calls inside an application span became kernel spans: orphans
+    // besides them are not worth a word.
+    let kspan = builder()
+        .start()
+        .expect("syscall sources start on the host");
+    provider.tracer("app").in_span("request", |_| calls(5));
+    calls(50);
+    std::thread::sleep(PAST_A_TICK);
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.orphans_dropped, 50, "{stats:?}");
+    assert_eq!(stats.spans_to_pipeline, 5, "{stats:?}");
+    assert_eq!(orphan_warnings().len(), 2, "{:?}", orphan_warnings());
+    let spans = exporter.get_finished_spans().unwrap();
+    assert_eq!(spans.iter().filter(|s| s.name == "getppid").count(), 5);
+
+    // `Orphans::NewTrace`: nothing is dropped, nothing said.
+    let kspan = builder()
+        .orphans(kspan::Orphans::NewTrace)
+        .start()
+        .expect("syscall sources start on the host");
+    calls(10);
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.orphans_dropped, 0, "{stats:?}");
+    assert_eq!(orphan_warnings().len(), 2);
+}
