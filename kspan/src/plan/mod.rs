@@ -451,6 +451,8 @@ mod tests {
         static INSTANT: Probe = Probe {
             spec: crate::annotation::ProbeSpec {
                 function: "vfs_read",
+                alternatives: &[],
+                optional: false,
                 mode: Mode::Fentry,
                 params: &[],
                 ret: None,
