@@ -19,6 +19,8 @@ pub enum AlternativeError {
     Duplicate(String),
     /// The name is a pattern (`vfs_*`), or a pattern has alternatives.
     Pattern(String),
+    /// A syscall source has alternatives.
+    Syscall,
 }
 
 impl fmt::Display for AlternativeError {
@@ -35,6 +37,11 @@ impl fmt::Display for AlternativeError {
                 "a pattern (`{name}`) cannot take part in alternatives: a pattern traces every \
                  function it matches, alternatives trace the first function the kernel has; \
                  write names without `*` or `?`, or a probe of its own for the pattern"
+            ),
+            AlternativeError::Syscall => f.write_str(
+                "a syscall source traces one system call: system calls keep their names across \
+                 kernels (an application that makes two, such as `open` and `openat`, needs a \
+                 probe for each); alternatives (`|`) are for kernel functions",
             ),
         }
     }
@@ -78,7 +85,10 @@ mod tests {
 
     #[test]
     fn names_are_checked_in_order() {
-        assert_eq!(check_alternatives("do_unlinkat", &["filename_unlinkat"]), Ok(()));
+        assert_eq!(
+            check_alternatives("do_unlinkat", &["filename_unlinkat"]),
+            Ok(())
+        );
         assert_eq!(check_alternatives("a", &[]), Ok(()));
         assert_eq!(
             check_alternatives("a", &["b", ""]),

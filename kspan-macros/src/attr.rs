@@ -364,9 +364,7 @@ fn alternatives(
         if syscall {
             push(syn::Error::new(
                 bar.span,
-                "a syscall source traces one system call: system calls keep their names across \
-                 kernels (an application that makes two, such as `open` and `openat`, needs a \
-                 probe for each); alternatives (`|`) are for kernel functions",
+                kspan_dsl::AlternativeError::Syscall,
             ));
             continue;
         }
@@ -756,7 +754,12 @@ mod tests {
 
     #[test]
     fn alternatives_and_optional() {
-        let a = parse(quote!("do_unlinkat" | "filename_unlinkat", mode = "fexit", optional)).unwrap();
+        let a = parse(quote!(
+            "do_unlinkat" | "filename_unlinkat",
+            mode = "fexit",
+            optional
+        ))
+        .unwrap();
         assert_eq!(a.function.value(), "do_unlinkat");
         let names: Vec<String> = a.alternatives.iter().map(LitStr::value).collect();
         assert_eq!(names, ["filename_unlinkat"]);
@@ -795,7 +798,10 @@ mod tests {
             "{msgs:?}"
         );
         let msgs = messages(quote!("a" || "b"));
-        assert!(msgs[0].starts_with("alternatives are separated by one `|`"), "{msgs:?}");
+        assert!(
+            msgs[0].starts_with("alternatives are separated by one `|`"),
+            "{msgs:?}"
+        );
         let msgs = messages(quote!("a" | b));
         assert!(
             msgs[0].starts_with("after `|` comes another kernel function name"),

@@ -616,7 +616,11 @@ mod tests {
     #[test]
     fn alternatives_and_optional_reach_the_spec() {
         let out = expand_str(
-            quote!("do_unlinkat" | "filename_unlinkat", mode = "fexit", optional),
+            quote!(
+                "do_unlinkat" | "filename_unlinkat",
+                mode = "fexit",
+                optional
+            ),
             quote!(
                 fn unlink(dfd: i32, ret: i32) {}
             ),
@@ -628,8 +632,16 @@ mod tests {
         );
         assert!(out.contains("optional : true"), "{out}");
         assert!(!out.contains("compile_error"), "{out}");
-        let out = expand_str(quote!("vfs_read"), quote!(fn v() {}));
-        assert!(out.contains("alternatives : & []"), "none by default: {out}");
+        let out = expand_str(
+            quote!("vfs_read"),
+            quote!(
+                fn v() {}
+            ),
+        );
+        assert!(
+            out.contains("alternatives : & []"),
+            "none by default: {out}"
+        );
         assert!(out.contains("optional : false"), "{out}");
     }
 
