@@ -91,7 +91,7 @@ impl AttachDecision {
     }
 
     /// The decision for an optional probe left out.
-    pub(crate) fn not_attached(left_out: &NotAttached) -> Self {
+    pub(crate) fn left_out(left_out: &NotAttached) -> Self {
         let spec = &left_out.probe.spec;
         let chosen = Hook::candidates(spec.mode)
             .first()

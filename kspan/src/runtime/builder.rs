@@ -408,7 +408,7 @@ impl KspanBuilder {
         skipped.append(&mut attached.skipped);
         attached
             .decisions
-            .extend(not_attached.iter().map(AttachDecision::not_attached));
+            .extend(not_attached.iter().map(AttachDecision::left_out));
         tracing::debug!(functions = attached.decisions.len(), elapsed = ?started.elapsed(), "kspan attached");
 
         // 3. Consume, then record.
