@@ -8,6 +8,7 @@
 //! kspan list --syscalls 'open*'     # syscall sources, with their arguments
 //! kspan gen vfs_read                # a handler with the Rust types kspan accepts
 //! kspan gen --syscall openat
+//! kspan gen do_unlinkat --params dfd,name  # another kernel's name: what takes those here
 //! ```
 //!
 //! # Why it is shaped this way
@@ -67,7 +68,8 @@ Usage:
   kspan list [PATTERN] [--all]     kernel functions kspan can trace matching PATTERN, with C
                                    signatures (--all: also those it will not, with the reason)
   kspan list --syscalls [PATTERN]  system calls usable as syscall sources, with their arguments
-  kspan gen FUNCTION [--mode MODE] a #[kspan::kernel_span] handler for a kernel function
+  kspan gen FUNCTION [--mode MODE] [--params NAMES]
+                                   a #[kspan::kernel_span] handler for a kernel function
   kspan gen --syscall NAME         a handler for a system call (its tracepoints)
   kspan help                       this text (also -h, --help)
   kspan --version
@@ -78,6 +80,10 @@ default is `*`.
 
 MODE is one of auto (the default: fexit, else kretprobe), fentry, fexit, kprobe,
 kretprobe; fentry and kprobe see no return value.
+
+NAMES (`--params dfd,name`) are the parameters a handler takes: where this
+kernel lacks FUNCTION (another kernel's name), the functions suggested instead
+are those that take them first.
 
 Exit status: 0 done, 1 failed (nothing matched, BTF unreadable, unknown name),
 2 usage error.
@@ -464,7 +470,13 @@ fn no_match<'a>(
         .chars()
         .filter(|c| !matches!(c, '*' | '?'))
         .collect();
-    let suggestions = render::closest_names(names, &literal, 5);
+    // A name this kernel lacks may be another kernel's: names alike by
+    // their stem too (`filename_unlinkat` for `do_unlinkat`).
+    let suggestions = if what == "kernel function" && !render::has_wildcard(pattern) {
+        render::closest_functions(names, &literal, 5, |_| true)
+    } else {
+        render::closest_names(names, &literal, 5)
+    };
     let mut message = format!("no {what} matches `{pattern}`");
     if !render::has_wildcard(pattern) {
         message.push_str(" (a pattern without `*` or `?` matches one name exactly)");
@@ -482,12 +494,27 @@ fn no_match<'a>(
 
 fn generate(args: &[String]) -> Outcome {
     let mut mode: Option<Mode> = None;
+    let mut params: Option<Vec<String>> = None;
     let mut syscall = false;
     let mut name: Option<&str> = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let arg = arg.as_str();
-        if arg == "--mode" || arg.starts_with("--mode=") {
+        if arg == "--params" || arg.starts_with("--params=") {
+            let value = match arg.strip_prefix("--params=") {
+                Some(value) => value,
+                None => rest.next().map(String::as_str).ok_or_else(|| {
+                    Failure::Usage(
+                        "`--params` needs the handler's parameter names, e.g. `--params dfd,name`"
+                            .to_owned(),
+                    )
+                })?,
+            };
+            if params.is_some() {
+                return Err(Failure::Usage("`--params` is given twice".to_owned()));
+            }
+            params = Some(render::parse_params(value).map_err(Failure::Usage)?);
+        } else if arg == "--mode" || arg.starts_with("--mode=") {
             let value = match arg.strip_prefix("--mode=") {
                 Some(value) => value,
                 None => rest.next().map(String::as_str).ok_or_else(|| {
@@ -505,8 +532,8 @@ fn generate(args: &[String]) -> Outcome {
             syscall = true;
         } else if arg.starts_with('-') && arg.len() > 1 {
             return Err(Failure::Usage(format!(
-                "unknown option `{arg}` for `kspan gen`: the options are `--mode MODE` and \
-                 `--syscall`"
+                "unknown option `{arg}` for `kspan gen`: the options are `--mode MODE`, \
+                 `--params NAMES` and `--syscall`"
             )));
         } else if let Some(first) = name {
             return Err(Failure::Usage(format!(
@@ -532,6 +559,13 @@ fn generate(args: &[String]) -> Outcome {
         )));
     }
     if syscall {
+        if params.is_some() {
+            return Err(Failure::Usage(
+                "`--params` chooses among kernel functions; a system call keeps its name: \
+                 remove `--params`"
+                    .to_owned(),
+            ));
+        }
         if mode.is_some() {
             return Err(Failure::Usage(
                 "a syscall source has its own mode (the syscall's tracepoints): remove `--mode`"
@@ -540,11 +574,15 @@ fn generate(args: &[String]) -> Outcome {
         }
         generate_syscall(name)
     } else {
-        generate_function(name, mode.unwrap_or(Mode::Auto))
+        generate_function(
+            name,
+            mode.unwrap_or(Mode::Auto),
+            &params.unwrap_or_default(),
+        )
     }
 }
 
-fn generate_function(name: &str, mode: Mode) -> Outcome {
+fn generate_function(name: &str, mode: Mode, params: &[String]) -> Outcome {
     let btf = read_btf()?;
     let Some(sig) = btf.function(name) else {
         let mut message = format!(
@@ -557,10 +595,26 @@ fn generate_function(name: &str, mode: Mode) -> Outcome {
                 "; `{name}` is a system call: `kspan gen --syscall {name}`"
             ));
         }
+        let takes = |f: &str| {
+            btf.function(f)
+                .is_some_and(|sig| render::takes_params(&sig, params))
+        };
+        let suggestions = render::closest_functions(btf.function_names(), name, 3, takes);
         message.push_str(&format!(
             "; `kspan list '*{name}*'` lists the functions whose names contain it{}",
-            render::did_you_mean(&render::closest_names(btf.function_names(), name, 3))
+            render::did_you_mean(&suggestions)
         ));
+        if let Some(first) = suggestions
+            .first()
+            .filter(|f| !params.is_empty() && takes(f))
+        {
+            message.push_str(&format!(
+                "\n`{first}` takes `{}`: `kspan gen {first}`; where other kernels have \
+                 `{name}`, one probe traces whichever the kernel has: \
+                 `#[kspan::kernel_span(\"{name}\" | \"{first}\")]`",
+                params.join("`, `")
+            ));
+        }
         return Err(Failure::Failed(message));
     };
     if let Some(why) = render::not_traced(name, read_traceable().as_ref().ok()) {

@@ -443,9 +443,32 @@ fn function_item(name: &str, params: &[HandlerParam]) -> String {
 /// decides.
 pub use kspan::plan::denylist::{not_traced, NotTraced};
 
-/// Suggestions by edit distance, and how they are offered: the library's,
-/// as in its own errors.
-pub use kspan::plan::{closest_names, did_you_mean};
+/// Suggestions by edit distance and by the handler's parameters, and how
+/// they are offered: the library's, as in its own errors.
+pub use kspan::plan::{closest_functions, closest_names, did_you_mean};
+
+/// The names of `--params dfd,name`: the parameters a handler takes, for
+/// suggestions of functions that take them too.
+pub fn parse_params(text: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = text.split(',').map(|n| n.trim().to_owned()).collect();
+    match names
+        .iter()
+        .find(|n| rust_ident(n).is_err() || n.is_empty())
+    {
+        Some(bad) => Err(format!(
+            "`--params` takes the handler's parameter names, comma-separated (`--params \
+             dfd,name`); `{bad}` is not a parameter name"
+        )),
+        None => Ok(names),
+    }
+}
+
+/// Whether `sig` has a parameter of each of `names`.
+pub fn takes_params(sig: &FuncSignature, names: &[String]) -> bool {
+    names
+        .iter()
+        .all(|wanted| sig.params.iter().any(|(name, _)| name == wanted))
+}
 
 #[cfg(test)]
 mod tests {
@@ -838,6 +861,31 @@ mod tests {
             "; did you mean `a`, `b`?"
         );
         assert_eq!(did_you_mean(&[]), "");
+    }
+
+    #[test]
+    fn parameters_for_suggestions() {
+        assert_eq!(
+            parse_params("dfd,name"),
+            Ok(vec!["dfd".into(), "name".into()])
+        );
+        assert_eq!(parse_params(" dfd "), Ok(vec!["dfd".into()]));
+        for bad in ["", "dfd,", "1x", "a b"] {
+            let err = parse_params(bad).unwrap_err();
+            assert!(err.contains("comma-separated"), "{bad}: {err}");
+        }
+        let unlink = FuncSignature {
+            name: "filename_unlinkat".into(),
+            btf_id: 1,
+            params: vec![
+                ("dfd".into(), int("int", 4, true)),
+                ("name".into(), ty("struct filename *", TypeClass::Pointer)),
+            ],
+            ret: int("int", 4, true),
+        };
+        assert!(takes_params(&unlink, &["name".into(), "dfd".into()]));
+        assert!(takes_params(&unlink, &[]));
+        assert!(!takes_params(&unlink, &["dfd".into(), "flag".into()]));
     }
 
     #[test]

@@ -143,6 +143,39 @@ fn gen_unknown_function() {
     );
 }
 
+/// 7.x's `filename_unlinkat` is this kernel's (6.18) `do_unlinkat`, and
+/// `io_unlinkat` (io_uring's, `req` and `issue_flags`) has a name as close.
+#[test]
+fn another_kernels_name_suggests_the_function_with_its_parameters() {
+    let run = kspan(&["gen", "filename_unlinkat"]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr
+            .contains("did you mean `io_unlinkat`, `do_unlinkat`?"),
+        "nothing to tell them apart without the parameters: {}",
+        run.stderr
+    );
+    let run = kspan(&["gen", "filename_unlinkat", "--params", "dfd,name"]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr.contains("did you mean `do_unlinkat`?")
+            && run.stderr.contains(
+                "`do_unlinkat` takes `dfd`, `name`: `kspan gen do_unlinkat`; where other kernels \
+                 have `filename_unlinkat`, one probe traces whichever the kernel has: \
+                 `#[kspan::kernel_span(\"filename_unlinkat\" | \"do_unlinkat\")]`"
+            ),
+        "{}",
+        run.stderr
+    );
+    let run = kspan(&["list", "filename_unlinkat"]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr.contains("`do_unlinkat`"),
+        "a name alike by its stem: {}",
+        run.stderr
+    );
+}
+
 #[test]
 fn gen_usage_errors() {
     for (args, expected) in [
@@ -160,6 +193,19 @@ fn gen_usage_errors() {
         (
             &["gen", "vfs_read", "--mode", "syscall"][..],
             "--syscall NAME",
+        ),
+        (&["gen", "vfs_read", "--params"][..], "`--params` needs"),
+        (
+            &["gen", "vfs_read", "--params", "a,,b"][..],
+            "comma-separated",
+        ),
+        (
+            &["gen", "vfs_read", "--params=a", "--params=b"][..],
+            "given twice",
+        ),
+        (
+            &["gen", "--syscall", "openat", "--params", "dfd"][..],
+            "remove `--params`",
         ),
     ] {
         let run = kspan(args);

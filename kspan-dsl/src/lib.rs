@@ -28,14 +28,18 @@
 //! * [`Predicate`] and durations: the in-kernel filters
 //!   (`filter = "count >= 65536"`, `min_duration = "1ms"`), checked by
 //!   [`parse_predicate`] and [`parse_duration`].
+//! * Alternatives (`"do_unlinkat" | "filename_unlinkat"`): the names a
+//!   probe may trace, checked by [`check_alternatives`] ([`AlternativeError`]).
 //!
 //! The crate uses only `std`, has no dependencies, and checks text alone: no
 //! I/O, no kernel, so every rule is unit-tested here.
 
+mod alternatives;
 mod fieldpath;
 mod filter;
 mod mode;
 
+pub use alternatives::{check_alternative, check_alternatives, is_pattern, AlternativeError};
 pub use fieldpath::{
     parse as parse_field_path, Access, FieldPath, PathSyntaxError, Segment, MAX_SEGMENTS,
 };

@@ -22,18 +22,25 @@ pub(crate) mod kw {
     syn::custom_keyword!(rate_limit);
     syn::custom_keyword!(sum);
     syn::custom_keyword!(spans);
+    syn::custom_keyword!(optional);
 }
 
 /// The keys of `#[kernel_span]`, as the unknown-key message lists them.
 const KEYS: &str =
     "`mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, \
-                    `spans` and `histogram`";
+                    `spans`, `histogram` and `optional`";
 
 /// The parsed attribute.
 #[derive(Debug)]
 pub(crate) struct KernelSpanArgs {
     /// The kernel function to trace.
     pub function: LitStr,
+    /// The functions to trace instead where the kernel lacks it, in order
+    /// (`"do_unlinkat" | "filename_unlinkat"`).
+    pub alternatives: Vec<LitStr>,
+    /// Whether the runtime starts without the probe where none of its
+    /// functions can be traced (default false).
+    pub optional: bool,
     /// The attach mode and its token (for errors about it).
     pub mode: Mode,
     /// Whether a negative errno return fails the span (default true).
@@ -122,16 +129,18 @@ impl Parse for KernelSpanArgs {
             ));
         }
 
-        let mut mode: Option<Mode> = None;
-        let mut errno: Option<bool> = None;
-        let mut filters = Filters::default();
-        let mut seen: Vec<&'static str> = Vec::new();
-        let mut histogram: Option<(bool, Span)> = None;
         let mut errors: Option<syn::Error> = None;
         let mut push = |e: syn::Error| match errors.as_mut() {
             Some(all) => all.combine(e),
             None => errors = Some(e),
         };
+        let alternatives = alternatives(input, &function, syscall.is_some(), &mut push)?;
+        let mut mode: Option<Mode> = None;
+        let mut errno: Option<bool> = None;
+        let mut optional: Option<bool> = None;
+        let mut filters = Filters::default();
+        let mut seen: Vec<&'static str> = Vec::new();
+        let mut histogram: Option<(bool, Span)> = None;
         while !input.is_empty() {
             input.parse::<Token![,]>()?;
             if input.is_empty() {
@@ -250,6 +259,12 @@ impl Parse for KernelSpanArgs {
                     continue;
                 }
                 filters.no_spans = (!value.value).then_some(value.span);
+            } else if lookahead.peek(kw::optional) {
+                let key = input.parse::<kw::optional>()?;
+                let on = flag(input, "optional")?;
+                if optional.replace(on).is_some() {
+                    push(syn::Error::new(key.span, "duplicate key `optional`"));
+                }
             } else if lookahead.peek(kw::histogram) {
                 let key = input.parse::<kw::histogram>()?;
                 // `histogram` alone means `histogram = true`.
@@ -305,11 +320,72 @@ impl Parse for KernelSpanArgs {
         }
         Ok(KernelSpanArgs {
             function,
+            alternatives,
+            optional: optional.unwrap_or(false),
             mode,
             errno: errno.unwrap_or(true),
             filters,
             histogram: histogram.is_some_and(|(on, _)| on),
         })
+    }
+}
+
+/// `| "name"`, each an alternative to `function`, up to the first key.
+/// A wrong token ends the parse; a name that cannot be an alternative is
+/// reported and the parse goes on.
+fn alternatives(
+    input: ParseStream<'_>,
+    function: &LitStr,
+    syscall: bool,
+    push: &mut impl FnMut(syn::Error),
+) -> syn::Result<Vec<LitStr>> {
+    let mut alternatives: Vec<LitStr> = Vec::new();
+    let mut primary_reported = false;
+    loop {
+        if input.peek(Token![||]) {
+            let bars = input.parse::<Token![||]>()?;
+            return Err(syn::Error::new(
+                syn::spanned::Spanned::span(&bars),
+                "alternatives are separated by one `|`: \
+                 `#[kernel_span(\"do_unlinkat\" | \"filename_unlinkat\")]`",
+            ));
+        }
+        if !input.peek(Token![|]) {
+            return Ok(alternatives);
+        }
+        let bar = input.parse::<Token![|]>()?;
+        let name: LitStr = input.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                "after `|` comes another kernel function name, a string literal: \
+                 `#[kernel_span(\"do_unlinkat\" | \"filename_unlinkat\")]`",
+            )
+        })?;
+        if syscall {
+            push(syn::Error::new(
+                bar.span,
+                kspan_dsl::AlternativeError::Syscall,
+            ));
+            continue;
+        }
+        let earlier: Vec<String> = std::iter::once(function)
+            .chain(&alternatives)
+            .map(LitStr::value)
+            .collect();
+        let earlier: Vec<&str> = earlier.iter().map(String::as_str).collect();
+        match kspan_dsl::check_alternative(&earlier, &name.value()) {
+            Ok(()) => alternatives.push(name),
+            // A pattern is shown where it is written, once.
+            Err(e @ kspan_dsl::AlternativeError::Pattern(_))
+                if kspan_dsl::is_pattern(&function.value()) =>
+            {
+                if !primary_reported {
+                    push(syn::Error::new(function.span(), e));
+                    primary_reported = true;
+                }
+            }
+            Err(e) => push(syn::Error::new(name.span(), e)),
+        }
     }
 }
 
@@ -460,9 +536,9 @@ mod tests {
         assert_eq!(
             msgs,
             [
-                "unknown key `colour`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, `spans` and `histogram`",
+                "unknown key `colour`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, `spans`, `histogram` and `optional`",
                 "unknown mode `x`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`",
-                "unknown key `size`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, `spans` and `histogram`",
+                "unknown key `size`: the keys are `mode`, `errno`, `min_duration`, `errors_only`, `filter`, `rate_limit`, `sum`, `spans`, `histogram` and `optional`",
             ]
         );
     }
@@ -665,6 +741,88 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown mode `syscall`: expected one of `auto`, `fentry`, `fexit`, `kprobe`, `kretprobe`"
+        );
+    }
+
+    fn messages(tokens: proc_macro2::TokenStream) -> Vec<String> {
+        parse(tokens)
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn alternatives_and_optional() {
+        let a = parse(quote!(
+            "do_unlinkat" | "filename_unlinkat",
+            mode = "fexit",
+            optional
+        ))
+        .unwrap();
+        assert_eq!(a.function.value(), "do_unlinkat");
+        let names: Vec<String> = a.alternatives.iter().map(LitStr::value).collect();
+        assert_eq!(names, ["filename_unlinkat"]);
+        assert!(a.optional);
+        assert_eq!(a.mode.value, kspan_dsl::Mode::Fexit);
+        let a = parse(quote!("a" | "b" | "c")).unwrap();
+        assert_eq!(a.alternatives.len(), 2);
+        assert!(!a.optional, "not optional by default");
+        assert!(!parse(quote!("a", optional = false)).unwrap().optional);
+        assert!(parse(quote!("a", optional = true)).unwrap().optional);
+        let a = parse(quote!(syscall = "openat2", optional)).unwrap();
+        assert!(a.optional && a.alternatives.is_empty());
+    }
+
+    #[test]
+    fn bad_alternatives_are_reported_at_their_tokens() {
+        assert_eq!(
+            messages(quote!("a" | "", mode = "fexit")),
+            ["an alternative kernel function name is empty"]
+        );
+        assert_eq!(
+            messages(quote!("a" | "b" | "a" | "b")),
+            [
+                "`a` is named twice: each alternative is another kernel function; remove one",
+                "`b` is named twice: each alternative is another kernel function; remove one",
+            ]
+        );
+        let msgs = messages(quote!("vfs_*" | "a" | "b"));
+        assert_eq!(msgs.len(), 1, "the pattern once: {msgs:?}");
+        assert!(msgs[0].starts_with("a pattern (`vfs_*`) cannot take part in alternatives"));
+        let msgs = messages(quote!("a" | "b_*"));
+        assert!(msgs[0].starts_with("a pattern (`b_*`)"), "{msgs:?}");
+        let msgs = messages(quote!(syscall = "openat" | "open"));
+        assert!(
+            msgs[0].starts_with("a syscall source traces one system call"),
+            "{msgs:?}"
+        );
+        let msgs = messages(quote!("a" || "b"));
+        assert!(
+            msgs[0].starts_with("alternatives are separated by one `|`"),
+            "{msgs:?}"
+        );
+        let msgs = messages(quote!("a" | b));
+        assert!(
+            msgs[0].starts_with("after `|` comes another kernel function name"),
+            "{msgs:?}"
+        );
+        assert!(messages(quote!("a" |))[0].starts_with("after `|`"));
+        // Alternatives come before the keys, and the keys are still checked.
+        assert_eq!(
+            messages(quote!("a" | "a", optional, optional)),
+            [
+                "`a` is named twice: each alternative is another kernel function; remove one",
+                "duplicate key `optional`",
+            ]
+        );
+        assert_eq!(
+            messages(quote!("a", optional = 1)),
+            ["`optional` takes `true` or `false`"]
+        );
+        assert_eq!(
+            messages(quote!("a", optional, optional = false)),
+            ["duplicate key `optional`"]
         );
     }
 

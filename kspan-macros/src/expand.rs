@@ -218,6 +218,8 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
     handler_fn.attrs.clear();
 
     let function = &args.function;
+    let alternatives = &args.alternatives;
+    let optional = args.optional;
     let errno = args.errno;
     let histogram = args.histogram;
     let mode = format_ident!("{}", args.mode.value.variant_name(), span = args.mode.span);
@@ -295,6 +297,8 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
             ::kspan::Probe {
                 spec: ::kspan::ProbeSpec {
                     function: #function,
+                    alternatives: &[#(#alternatives),*],
+                    optional: #optional,
                     mode: ::kspan::Mode::#mode,
                     params: &[#(#param_specs),*],
                     ret: #ret_spec,
@@ -607,6 +611,38 @@ mod tests {
             "default mode: {out}"
         );
         assert!(out.contains("errno : false"), "{out}");
+    }
+
+    #[test]
+    fn alternatives_and_optional_reach_the_spec() {
+        let out = expand_str(
+            quote!(
+                "do_unlinkat" | "filename_unlinkat",
+                mode = "fexit",
+                optional
+            ),
+            quote!(
+                fn unlink(dfd: i32, ret: i32) {}
+            ),
+        );
+        assert!(out.contains("function : \"do_unlinkat\""), "{out}");
+        assert!(
+            out.contains("alternatives : & [\"filename_unlinkat\"]"),
+            "{out}"
+        );
+        assert!(out.contains("optional : true"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+        let out = expand_str(
+            quote!("vfs_read"),
+            quote!(
+                fn v() {}
+            ),
+        );
+        assert!(
+            out.contains("alternatives : & []"),
+            "none by default: {out}"
+        );
+        assert!(out.contains("optional : false"), "{out}");
     }
 
     #[test]

@@ -207,7 +207,7 @@ pub mod __private {
 ///
 /// # The attribute
 ///
-/// `#[kernel_span("function", mode = "...", errno = bool, histogram, <filters>)]`
+/// `#[kernel_span("function" | "alternative", mode = "...", errno = bool, histogram, optional, <filters>)]`
 ///
 /// * `"function"`: the kernel function, a string literal, first.
 /// * `mode = "auto"` (the default): a span from entry to exit through the
@@ -218,6 +218,22 @@ pub mod __private {
 /// * `syscall = "openat"` instead of the function name: a syscall source, from
 ///   the syscall's enter and exit tracepoints, typed from its tracefs format;
 ///   works where neither trampolines nor kprobes do. Pointers are user memory.
+/// * `"do_unlinkat" | "filename_unlinkat"`: alternatives, for kernels that
+///   renamed a function. The first of them the running kernel has and can
+///   trace is traced, and the handler is checked against that one (one that
+///   does not fit it fails the start, naming it); [`AttachDecision`] says
+///   which functions were passed over and why. Not with patterns, nor with
+///   `syscall` (system calls keep their names).
+///
+///   ```no_run
+///   #[kspan::kernel_span("do_unlinkat" | "filename_unlinkat", mode = "fexit", optional)]
+///   fn unlink(dfd: i32, #[capture(path = "name->name")] name: &str, ret: i32) {}
+///   ```
+/// * `optional` (or `optional = true`): where the kernel can trace none of
+///   the probe's functions, [`KspanBuilder::start`] goes on without it,
+///   saying why in [`Kspan::attach_plan`] ([`AttachDecision::not_attached`]),
+///   in [`Stats::probes_not_attached`] and once at `warn`; otherwise that
+///   fails the start.
 /// * A function name with `*` or `?` (`"vfs_*"`) traces every matching function
 ///   the kernel can trace; the captures must exist in every match. Functions on
 ///   kspan's deny list ([`plan::denylist`]) and inlined or notrace matches are skipped

@@ -117,6 +117,12 @@ pub struct Stats {
     /// Spans waiting for their parent's fate now (a parent with filters
     /// still running); handed as soon as it ends.
     pub spans_waiting_for_parent: u64,
+    /// Optional probes (`optional = true`) left out at start because this
+    /// kernel can trace none of their functions; each is in
+    /// [`Kspan::attach_plan`](crate::Kspan::attach_plan) with why
+    /// ([`AttachDecision::not_attached`](crate::AttachDecision::not_attached)).
+    /// Fixed once started; not a loss.
+    pub probes_not_attached: u64,
 }
 
 /// What became of the calls of one probe (one kernel function) that were

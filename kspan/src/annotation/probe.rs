@@ -96,8 +96,18 @@ impl FilterSpec {
 /// What to attach and what to capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeSpec {
-    /// The kernel function.
+    /// The kernel function (or pattern, or system call).
     pub function: &'static str,
+    /// Functions to trace where the kernel lacks `function` or cannot
+    /// trace it, in order (`"do_unlinkat" | "filename_unlinkat"`): the
+    /// first of `function` and these that this kernel has and can trace is
+    /// traced, and the handler's parameters are checked against that one.
+    pub alternatives: &'static [&'static str],
+    /// Whether the runtime starts without this probe where none of its
+    /// functions can be traced (`optional = true`), saying why in
+    /// `Kspan::attach_plan` and counting it in `Stats::probes_not_attached`;
+    /// otherwise that fails the start.
+    pub optional: bool,
     /// How to attach.
     pub mode: Mode,
     /// Captured parameters, in handler order.

@@ -29,7 +29,7 @@ use crate::bpf::object::{self, LoadRequest};
 use crate::bpf::program::Program;
 use crate::bpf::{refusal_reason, KernelCapabilities, LoadError};
 use crate::kernel::errno;
-use crate::plan::{denylist, ProbePlan};
+use crate::plan::{denylist, NotAttached, ProbePlan};
 
 pub(crate) use links::{Links, Programs};
 
@@ -59,6 +59,15 @@ pub struct AttachDecision {
     /// Faster ways that failed before the one that worked, each with why
     /// (a program copy the kernel refused, a kprobe.multi batch).
     pub fallbacks: Vec<String>,
+    /// The probe's functions before `function` (it names alternatives,
+    /// `"do_unlinkat" | "filename_unlinkat"`) that this kernel lacks or
+    /// cannot trace, each with why; for a probe not attached, all of them.
+    pub functions_passed_over: Vec<(&'static str, String)>,
+    /// Why the probe is not attached at all: it is optional
+    /// (`optional = true`) and this kernel can trace none of its functions.
+    /// `function` is then its first function, and `chosen` and
+    /// `attachment` what its mode would have used.
+    pub not_attached: Option<String>,
 }
 
 impl AttachDecision {
@@ -78,6 +87,33 @@ impl AttachDecision {
             passed_over,
             multi: attachment.is_multi(),
             fallbacks: Vec::new(),
+            functions_passed_over: plan.passed_over.clone(),
+            not_attached: None,
+        }
+    }
+
+    /// The decision for an optional probe left out.
+    pub(crate) fn left_out(left_out: &NotAttached) -> Self {
+        let spec = &left_out.probe.spec;
+        let chosen = Hook::candidates(spec.mode)
+            .first()
+            .copied()
+            .unwrap_or(Hook::Fexit);
+        let attachment = Attachment::ladder(chosen)[0];
+        AttachDecision {
+            function: spec.function,
+            requested: spec.mode,
+            chosen,
+            rejected: Vec::new(),
+            attachment,
+            passed_over: Vec::new(),
+            multi: false,
+            fallbacks: Vec::new(),
+            functions_passed_over: left_out.tried.clone(),
+            not_attached: Some(format!(
+                "an optional probe, and this kernel can trace none of its functions: {}",
+                left_out.reason()
+            )),
         }
     }
 

@@ -862,6 +862,8 @@ mod tests {
             Box::leak(Box::new(Probe {
                 spec: ProbeSpec {
                     function,
+                    alternatives: &[],
+                    optional: false,
                     mode,
                     params: &[],
                     ret: None,

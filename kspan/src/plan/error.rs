@@ -26,9 +26,10 @@ pub enum PlanError {
     /// A function named by a probe is not in the kernel's BTF.
     #[error(
         "unknown kernel function `{function}` (probe at {location}): {} in this \
-         kernel's BTF{}",
+         kernel's BTF{}{}",
         if super::denylist::is_pattern(function) { "the pattern matches no function" } else { "it is not" },
-        suggest(suggestions)
+        suggest(suggestions),
+        if super::denylist::is_pattern(function) { String::new() } else { other_kernels(function, suggestions) }
     )]
     UnknownFunction {
         /// The function asked for.
@@ -37,6 +38,56 @@ pub enum PlanError {
         location: &'static str,
         /// Real functions with close names.
         suggestions: Vec<String>,
+    },
+    /// A probe's alternatives break a rule of their own (a spec made by
+    /// hand; the macro refuses these at the token).
+    #[error("`{function}` (probe at {location}): {source}")]
+    Alternatives {
+        /// The probe's function.
+        function: String,
+        /// Where the probe is declared.
+        location: &'static str,
+        /// Which rule.
+        source: kspan_dsl::AlternativeError,
+    },
+    /// None of the functions of a probe with alternatives can be traced on
+    /// this kernel, and the probe is not optional.
+    #[error(
+        "no function of the probe at {location} can be traced on this kernel: {}{}; name the \
+         function this kernel has as one more alternative (`\"{function}\" | ... | \"{}\"`), \
+         or make the probe `optional = true` to start without it",
+        list(tried),
+        super::names::did_you_mean(suggestions),
+        suggestions.first().map_or("...", String::as_str)
+    )]
+    NoFunction {
+        /// The probe's first function.
+        function: String,
+        /// Where the probe is declared.
+        location: &'static str,
+        /// Each function of the probe, with why this kernel cannot trace it.
+        tried: Vec<(String, String)>,
+        /// Functions of this kernel that fit the handler, or have close
+        /// names.
+        suggestions: Vec<String>,
+    },
+    /// The function chosen among a probe's alternatives does not fit the
+    /// handler.
+    #[error(
+        "{source} (`{function}` is the first function of the probe at {location} that this \
+         kernel can trace: {}; the handler's parameters must fit it)",
+        list(passed_over)
+    )]
+    InAlternative {
+        /// The function chosen.
+        function: String,
+        /// Where the probe is declared.
+        location: &'static str,
+        /// The probe's functions before it, each with why it was passed
+        /// over.
+        passed_over: Vec<(String, String)>,
+        /// Why the handler does not fit it.
+        source: Box<PlanError>,
     },
     /// A probe names a function on kspan's deny list.
     #[error("`{function}` (probe at {location}) is on kspan's deny list: {reason}")]
@@ -197,4 +248,23 @@ fn suggest(suggestions: &[String]) -> String {
     } else {
         super::names::did_you_mean(suggestions)
     }
+}
+
+/// What to do where other kernels have `function` and this one does not.
+fn other_kernels(function: &str, suggestions: &[String]) -> String {
+    format!(
+        ". Where other kernels have it, name this kernel's function as an alternative \
+         (`#[kernel_span(\"{function}\" | \"{}\")]`), or make the probe `optional = true` to \
+         start without it here",
+        suggestions.first().map_or("...", String::as_str)
+    )
+}
+
+/// `` `a`: why; `b`: why `` (the functions in order).
+fn list(functions: &[(String, String)]) -> String {
+    functions
+        .iter()
+        .map(|(function, why)| format!("`{function}`: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }

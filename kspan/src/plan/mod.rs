@@ -8,6 +8,7 @@
 //! probes attached.
 
 mod capture;
+mod choose;
 pub mod denylist;
 mod error;
 pub mod fieldpath;
@@ -21,10 +22,11 @@ use kspan_bpf::types::kspan_record;
 pub use crate::kernel::tracefs::SyscallFormats;
 pub use capture::{normalize, rust_int_type, CapturePlan, DEFAULT_BYTES_MAX, DEFAULT_STR_MAX};
 pub(crate) use capture::{KIND_KBYTES, KIND_KSTR, KIND_UBYTES, KIND_USTR};
+pub use choose::NotAttached;
 pub use denylist::{NotTraced, Traceable};
 pub use error::PlanError;
 pub use filter::FilterPlan;
-pub use names::{closest_names, did_you_mean};
+pub use names::{closest_functions, closest_names, did_you_mean};
 
 use crate::annotation::{Mode, Probe};
 use crate::kernel::btf::{Btf, FuncSignature, TypeClass};
@@ -56,6 +58,9 @@ pub struct ProbePlan {
     /// signature), if it will not: `auto` goes straight to kprobes, and no
     /// multi-function link takes it.
     pub trampoline_refusal: Option<String>,
+    /// The probe's functions before `function` (it names alternatives)
+    /// that this kernel lacks or cannot trace, each with why.
+    pub passed_over: Vec<(&'static str, String)>,
 }
 
 impl ProbePlan {
@@ -86,6 +91,9 @@ pub struct PlanSet {
     pub plans: Vec<ProbePlan>,
     /// `(function, why)` for each match left out: deny list, notrace, inlined.
     pub skipped: Vec<(String, String)>,
+    /// Optional probes left out: this kernel can trace none of their
+    /// functions.
+    pub not_attached: Vec<NotAttached>,
 }
 
 /// Plans every probe, expanding patterns (`vfs_*`); fails on the first probe
@@ -96,28 +104,64 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
     }
     // Two probes naming one function are refused before anything else is
     // checked; matches of patterns are checked once expanded, below.
+    // A function may be named by one probe, as its function or as an
+    // alternative, whichever this kernel has.
     let mut named: HashMap<&str, &'static str> = HashMap::new();
-    for p in probes
-        .iter()
-        .filter(|p| !denylist::is_pattern(p.spec.function))
-    {
-        if let Some(first) = named.insert(p.spec.function, p.spec.location) {
-            return Err(PlanError::DuplicateProbe {
-                function: p.spec.function.to_owned(),
-                first,
-                second: p.spec.location,
+    for p in probes {
+        let spec = &p.spec;
+        let rule = if spec.mode == Mode::Syscall && !spec.alternatives.is_empty() {
+            Err(kspan_dsl::AlternativeError::Syscall)
+        } else {
+            kspan_dsl::check_alternatives(spec.function, spec.alternatives)
+        };
+        if let Err(source) = rule {
+            return Err(PlanError::Alternatives {
+                function: spec.function.to_owned(),
+                location: spec.location,
+                source,
             });
+        }
+        if denylist::is_pattern(spec.function) {
+            continue;
+        }
+        for &function in std::iter::once(&spec.function).chain(spec.alternatives) {
+            if let Some(first) = named.insert(function, spec.location) {
+                return Err(PlanError::DuplicateProbe {
+                    function: function.to_owned(),
+                    first,
+                    second: spec.location,
+                });
+            }
         }
     }
     let mut set = PlanSet {
         plans: Vec::new(),
         skipped: Vec::new(),
+        not_attached: Vec::new(),
     };
     for &probe in probes {
         let spec = &probe.spec;
         if spec.mode == Mode::Syscall {
+            if spec.optional && inputs.syscalls.get(spec.function).is_none() {
+                let why = format!(
+                    "this kernel has no syscalls:sys_enter_{} tracepoint",
+                    spec.function
+                );
+                let suggestions = closest_names(
+                    inputs.syscalls.known().iter().map(String::as_str),
+                    spec.function,
+                    3,
+                );
+                choose::not_traced(probe, vec![(spec.function, why)], suggestions, &mut set)?;
+                continue;
+            }
             set.plans
                 .push(plan_probe_with(btf, probe, &inputs.syscalls)?);
+            continue;
+        }
+        if !denylist::is_pattern(spec.function) && (spec.optional || !spec.alternatives.is_empty())
+        {
+            choose::plan_chosen(btf, probe, inputs, &mut set)?;
             continue;
         }
         if !denylist::is_pattern(spec.function) {
@@ -145,6 +189,11 @@ pub fn plan_all(btf: &Btf, probes: &[&'static Probe], inputs: &PlanInputs) -> Re
             continue;
         }
         let matches = pattern_matches(btf, spec.function);
+        if matches.is_empty() && spec.optional {
+            let why = "the pattern matches no function in this kernel's BTF".to_owned();
+            choose::not_traced(probe, vec![(spec.function, why)], Vec::new(), &mut set)?;
+            continue;
+        }
         if matches.is_empty() {
             return Err(PlanError::UnknownFunction {
                 function: spec.function.to_owned(),
@@ -204,8 +253,12 @@ pub fn kernel_functions<'b>(btf: &'b Btf, probes: &[&'static Probe]) -> Vec<&'b 
         let function = probe.spec.function;
         if denylist::is_pattern(function) {
             names.extend(pattern_matches(btf, function));
-        } else if btf.has_function(function) {
-            names.push(function);
+            continue;
+        }
+        for &name in std::iter::once(&function).chain(probe.spec.alternatives) {
+            if btf.has_function(name) {
+                names.push(name);
+            }
         }
     }
     names.retain(|name| denylist::denied(name).is_none());
@@ -254,7 +307,7 @@ fn plan_function(
             .ok_or_else(|| PlanError::UnknownFunction {
                 function: function.to_owned(),
                 location: spec.location,
-                suggestions: closest_names(btf.function_names(), function, 3),
+                suggestions: choose::suggestions(btf, probe, syscalls, function, &[]),
             })?
     };
     if spec.params.len() > kspan_bpf::MAX_CAPS {
@@ -345,6 +398,7 @@ fn plan_function(
         errno_status: spec.errno && spec.mode.has_return() && ret_is_errno,
         filter,
         trampoline_refusal: btf.trampoline_refusal(function),
+        passed_over: Vec::new(),
     })
 }
 
@@ -451,6 +505,8 @@ mod tests {
         static INSTANT: Probe = Probe {
             spec: crate::annotation::ProbeSpec {
                 function: "vfs_read",
+                alternatives: &[],
+                optional: false,
                 mode: Mode::Fentry,
                 params: &[],
                 ret: None,

@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::annotation::{Mechanism, Mode, Probe};
-use crate::attach::{multi_links_take_all, Attacher};
+use crate::attach::{multi_links_take_all, AttachDecision, Attacher};
 use crate::bpf::config::{
     ring_buffer_size_problem, HistogramSizes, RuntimeSettings, ThreadContextSettings,
     DEFAULT_RING_BUFFER_BYTES,
@@ -226,7 +226,14 @@ impl KspanBuilder {
                 .map(Traceable::Listed)
                 .unwrap_or_default()
         };
-        if !multi_links_take_all(&self.probes, capabilities, &self.disabled) {
+        // A probe with alternatives, or optional, is planned on the
+        // kernel's own list: which function it traces, or whether it is left
+        // out, is decided before attaching.
+        let chooses = self
+            .probes
+            .iter()
+            .any(|p| p.spec.optional || !p.spec.alternatives.is_empty());
+        if chooses || !multi_links_take_all(&self.probes, capabilities, &self.disabled) {
             return listed();
         }
         let names = plan::kernel_functions(btf, &self.probes);
@@ -309,12 +316,37 @@ impl KspanBuilder {
             syscalls: tracefs::read_syscall_formats(&syscalls)?,
             traceable: self.traceable(&btf, capabilities),
         };
-        let PlanSet { plans, mut skipped } = plan_all(&btf, &self.probes, &inputs)?;
+        let PlanSet {
+            plans,
+            mut skipped,
+            not_attached,
+        } = plan_all(&btf, &self.probes, &inputs)?;
         for (function, why) in &skipped {
             tracing::info!(
                 function = function.as_str(),
                 reason = why.as_str(),
                 "kspan skips a match"
+            );
+        }
+        for left_out in &not_attached {
+            tracing::warn!(
+                function = left_out.probe.spec.function,
+                location = left_out.probe.spec.location,
+                reason = left_out.reason().as_str(),
+                "kspan starts without an optional probe: this kernel can trace none of its functions"
+            );
+        }
+        for plan in plans.iter().filter(|p| !p.passed_over.is_empty()) {
+            let passed_over: Vec<String> = plan
+                .passed_over
+                .iter()
+                .map(|(f, why)| format!("`{f}`: {why}"))
+                .collect();
+            tracing::info!(
+                function = plan.function,
+                instead_of = plan.probe.spec.function,
+                reason = passed_over.join("; ").as_str(),
+                "kspan traces an alternative"
             );
         }
         let mut thread_context = ThreadContextSettings::new(
@@ -398,6 +430,9 @@ impl KspanBuilder {
             attached => attached?,
         };
         skipped.append(&mut attached.skipped);
+        attached
+            .decisions
+            .extend(not_attached.iter().map(AttachDecision::left_out));
         tracing::debug!(functions = attached.decisions.len(), elapsed = ?started.elapsed(), "kspan attached");
 
         // 3. Consume, then record: one runtime per process, claimed before
@@ -512,6 +547,7 @@ impl KspanBuilder {
             ledger: self.ledger,
             pipeline_capacity: crate::export::batch_capacity(&provider_debug),
             programs: lock(&links).programs(),
+            probes_not_attached: not_attached.len() as u64,
         });
         let _ = figures_made.set(figures.clone());
         let meter = self

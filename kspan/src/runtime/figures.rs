@@ -40,6 +40,8 @@ pub(super) struct Figures {
     /// where the provider says.
     pub(super) pipeline_capacity: Option<u64>,
     pub(super) programs: Arc<Programs>,
+    /// Optional probes left out at start.
+    pub(super) probes_not_attached: u64,
 }
 
 impl Figures {
@@ -98,6 +100,7 @@ impl Figures {
             sums_failed: k.sum_failed,
             spans_parent_unresolved: s.unresolved.load(Ordering::Relaxed),
             spans_waiting_for_parent: s.waiting.load(Ordering::Relaxed),
+            probes_not_attached: self.probes_not_attached,
         })
     }
 

@@ -1,0 +1,4 @@
+#[kspan::kernel_span("do_unlinkat" | "filename_unlinkat" | "do_unlinkat")]
+fn unlink(dfd: i32) {}
+
+fn main() {}
