@@ -417,7 +417,12 @@ impl<'a> Attacher<'a> {
                 && decision.chosen.is_kprobe()
                 && kprobes_first(self.capabilities, self.disabled)
             {
-                let why = preemptible_trampolines(self.capabilities);
+                let off = Hook::Fexit.mechanism();
+                let why = if self.disabled.contains(&off) {
+                    format!("{off} disabled by KspanBuilder::disable")
+                } else {
+                    preemptible_trampolines(self.capabilities)
+                };
                 decision.rejected.insert(0, (Hook::Fexit, why));
             }
             // The first trampoline attached gave templates: load the copies
