@@ -201,6 +201,20 @@ fn doctor() -> Outcome {
     for (name, feature) in features {
         text.push_str(&format!("  {name:<15} {feature}\n"));
     }
+    let preempts = caps.preemption.preempts_programs();
+    text.push_str(&format!(
+        "  {:<15} {} ({})\n",
+        "preemption",
+        caps.preemption,
+        if caps.preemption.model.is_none() {
+            "taken as preempting inside trampoline programs"
+        } else if preempts {
+            "preempts inside trampoline programs: the kernel skips them for other tasks \
+             meanwhile"
+        } else {
+            "trampoline programs run to the end"
+        }
+    ));
 
     // What each mode needs besides its mechanism: BTF to plan the probes
     // against, and the privileges to load BPF programs.
@@ -270,8 +284,13 @@ fn doctor() -> Outcome {
         (steps.join(" > "), chosen)
     };
     let (fexit_ladder, fexit_choice) = ladder(Hook::Fexit, trampolines.is_ok());
-    let (kret_ladder, _) = ladder(Hook::Kretprobe, kprobes.is_ok());
-    let auto = if let (true, Some(a)) = (trampolines.is_ok(), fexit_choice) {
+    let (kret_ladder, kret_choice) = ladder(Hook::Kretprobe, kprobes.is_ok());
+    let auto = if let (true, true, Some(a)) = (preempts, kprobes.is_ok(), kret_choice) {
+        format!(
+            "would use kretprobe through {a} (this kernel preempts inside trampoline programs; \
+             kprobes run with preemption off)"
+        )
+    } else if let (true, Some(a)) = (trampolines.is_ok(), fexit_choice) {
         format!("would use fexit through {a}")
     } else if kprobes.is_ok() {
         "would use kretprobe (no trampolines)".to_owned()
@@ -288,7 +307,8 @@ fn doctor() -> Outcome {
     );
     text.push_str(&format!("  fexit: {fexit_ladder}\n"));
     text.push_str(&format!(
-        "  kretprobe: {kret_ladder} (the first two for explicit kretprobe probes)\n"
+        "  kretprobe: {kret_ladder} (the first two for kretprobe probes, and auto's where \
+         kprobes come first)\n"
     ));
     print(&text)
 }

@@ -339,7 +339,23 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
     } else {
         ("fentry+fexit", ["no", "no", "yes"])
     };
-    let auto = if fexit.ends_with("yes\n") {
+    let kretprobe_through = if caps.kprobe_sessions.is_available() {
+        "kprobe.session"
+    } else if caps.kprobe_multi.is_available() {
+        "kprobe.multi"
+    } else {
+        "kprobes"
+    };
+    let preempts = caps.preemption.preempts_programs();
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("preemption"))
+        .unwrap_or_else(|| panic!("no `preemption` line in:\n{}", run.stdout));
+    assert!(line.contains(&format!(" {} (", caps.preemption)), "{line}");
+    let auto = if preempts && kprobes.ends_with("yes\n") {
+        format!("  auto: would use kretprobe through {kretprobe_through} (this kernel preempts")
+    } else if fexit.ends_with("yes\n") {
         format!("  auto: would use fexit through {fexit_through}\n")
     } else if kprobes.ends_with("yes\n") {
         "  auto: would use kretprobe".to_owned()

@@ -87,6 +87,22 @@
 //! * **Nothing is lost silently.** Every drop (ring buffer full, stack too
 //!   deep, lost exit) has a per-CPU counter, reported by [`Kspan::stats`] and
 //!   at [`Kspan::shutdown`].
+//! * **Kprobes where the kernel preempts inside programs.** The kernel runs
+//!   a BPF program at most once at a time on a CPU. Trampoline programs run
+//!   with preemption on, so on a kernel that preempts kernel code (`full`,
+//!   `lazy`, `rt`: sid's 7.2 runs `lazy`) a task preempted inside one makes
+//!   other tasks' calls of it on that CPU skipped, and a call whose entry
+//!   and exit were both skipped leaves nothing behind: the kernel's count of
+//!   skips names no process or call, so it cannot be counted, and no
+//!   bookkeeping in the programs can keep that promise. A program per
+//!   function does not either (the calls that collide are of one function).
+//!   Kprobe programs run with preemption off and lose none, so there `auto`
+//!   takes kprobes (kprobe.session where the kernel has it), and trampolines
+//!   where programs run to the end (Debian 12's and 13's `voluntary`); it
+//!   costs a few hundred instructions a call more (README's "Preemptible
+//!   kernels", BENCHMARKS.md). [`kernel::preemption`] reads the model, and
+//!   fexit's entry in [`AttachDecision::rejected`] says why it was passed
+//!   over.
 //!
 //! # Where things are
 //!
@@ -97,7 +113,7 @@
 //! | stage | what it holds |
 //! | --- | --- |
 //! | `annotation` | what `#[kernel_span]` generates ([`Probe`], [`Mode`]), the values a handler gets ([`Captured`]) and the span it may change ([`KernelSpan`]); re-exported here |
-//! | [`kernel`] | facts about the running kernel, no BPF: its BTF, tracefs, syscall formats, privileges, errno names |
+//! | [`kernel`] | facts about the running kernel, no BPF: its BTF, tracefs, syscall formats, privileges, preemption model, errno names |
 //! | [`plan`] | pure: each probe checked against BTF into captures and settings; field paths, the deny list ([`PlanError`]) |
 //! | `bpf` | kspan's BPF object through its skeleton, program copies, the raw attach system calls, what the kernel offers ([`KernelCapabilities`], [`LoadError`]) |
 //! | `attach` | the order, `auto`'s fallback from one [`Hook`] to the next, one module per hook, the links ([`AttachDecision`], [`AttachError`]) |
@@ -211,8 +227,10 @@ pub mod __private {
 ///
 /// * `"function"`: the kernel function, a string literal, first.
 /// * `mode = "auto"` (the default): a span from entry to exit through the
-///   best mechanism the kernel offers, `fexit` then `kretprobe`, with the choice
-///   and the reasons in [`Kspan::attach_plan`]. `mode = "fexit"` /
+///   best mechanism the kernel offers, `fexit` then `kretprobe` (`kretprobe`
+///   first on a kernel that preempts inside BPF programs, where trampoline
+///   programs lose calls uncounted: see [`kernel::preemption`]), with the
+///   choice and the reasons in [`Kspan::attach_plan`]. `mode = "fexit"` /
 ///   `"kretprobe"`: that mechanism only. `mode = "fentry"` / `"kprobe"`: an
 ///   instant at entry, with the captures only.
 /// * `syscall = "openat"` instead of the function name: a syscall source, from

@@ -68,16 +68,19 @@ pub struct Stats {
     pub dropped_no_storage: u64,
     /// Runs of kspan's programs the kernel skipped (their
     /// `recursion_misses`). It runs a program at most once at a time on a
-    /// CPU, and skips it while it runs there: nested, or, on PREEMPT and
-    /// PREEMPT_LAZY kernels (every 7.x kernel), while a task preempted
-    /// inside a trampoline program (fentry, fexit, fsession) waits to run
-    /// again, so that other tasks' calls on that CPU lose their entry, their
-    /// exit or both. Kprobes and tracepoints run their programs with
-    /// preemption off. A skip is a call's entry or exit of any process (the
-    /// programs filter after the kernel runs them), so this bounds the spans
-    /// lost that way from above; it is not in [`Self::lost`], whose reasons
-    /// count spans exactly. A skipped exit also shows as
-    /// [`Self::dropped_lost_exit`], a skipped entry as [`Self::unmatched_exits`].
+    /// CPU, and skips it while it runs there: nested, or, on a kernel that
+    /// preempts kernel code (`full`, `lazy`, `rt`: sid's 7.2), while a task
+    /// preempted inside a trampoline program (fentry, fexit, fsession) waits
+    /// to run again, so that other tasks' calls on that CPU lose their
+    /// entry, their exit or both. Kprobes and tracepoints run their programs
+    /// with preemption off, and `auto` takes kprobes on such a kernel
+    /// ([`crate::kernel::preemption`]): there this moves only with an
+    /// explicit trampoline mode. A skip is a call's entry or exit of any
+    /// process (the programs filter after the kernel runs them), so this
+    /// bounds the spans lost that way from above; it is not in
+    /// [`Self::lost`], whose reasons count spans exactly. A skipped exit
+    /// also shows as [`Self::dropped_lost_exit`], a skipped entry as
+    /// [`Self::unmatched_exits`]; a call that lost both shows nowhere else.
     pub skipped_by_kernel: u64,
     /// Records that could not be decoded.
     pub decode_errors: u64,

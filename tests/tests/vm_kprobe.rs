@@ -236,16 +236,47 @@ async fn auto_plan(
     )
 }
 
+/// `auto` takes trampolines, but on a kernel that preempts inside their
+/// programs (sid's 7.2, or `preempt=full`), where it takes kprobes and
+/// says why.
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
-async fn auto_prefers_trampolines() {
+async fn auto_prefers_trampolines_where_programs_run_to_the_end() {
     let (plan, spans) = auto_plan(None, "kspan-auto.txt").await;
     assert_eq!(plan.len(), 1);
-    assert_eq!(
-        (plan[0].requested, plan[0].chosen),
-        (kspan::Mode::Auto, kspan::Hook::Fexit)
-    );
-    assert!(plan[0].rejected.is_empty(), "{plan:?}");
+    let caps = kspan::KernelCapabilities::get();
+    let preemption = &caps.preemption;
+    eprintln!("preemption: {preemption}; {plan:?}");
+    if preemption.preempts_programs() {
+        // The cheapest kretprobe attachment the kernel has.
+        let attachment = if caps.kprobe_sessions.is_available() {
+            kspan::Attachment::KprobeSession
+        } else if caps.kprobe_multi.is_available() {
+            kspan::Attachment::KprobeMulti
+        } else {
+            kspan::Attachment::Kprobes
+        };
+        assert_eq!(
+            (plan[0].requested, plan[0].chosen, plan[0].attachment),
+            (kspan::Mode::Auto, kspan::Hook::Kretprobe, attachment)
+        );
+        let [(hook, why)] = &plan[0].rejected[..] else {
+            panic!("one hook passed over: {plan:?}");
+        };
+        assert_eq!(*hook, kspan::Hook::Fexit);
+        assert!(
+            why.starts_with(&format!(
+                "passed over for kprobes: this kernel's preemption is {preemption}"
+            )),
+            "{why}"
+        );
+    } else {
+        assert_eq!(
+            (plan[0].requested, plan[0].chosen),
+            (kspan::Mode::Auto, kspan::Hook::Fexit)
+        );
+        assert!(plan[0].rejected.is_empty(), "{plan:?}");
+    }
     assert_eq!(spans.len(), 2, "two reads: 4 bytes, then 0");
 }
 
@@ -305,4 +336,23 @@ fn capabilities_of_the_stock_kernels() {
             "{name} on {release}: {caps:?}"
         );
     }
+    // The preemption model, from debugfs (the VM runs tests as root with
+    // debugfs mounted): Debian 12's and 13's default `voluntary`, sid's
+    // 7.2 `lazy`, unless the kernel was booted with `preempt=`.
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap();
+    let booted = cmdline
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("preempt="))
+        .next_back();
+    let model = caps.preemption.model.map(|m| m.as_str());
+    let expected = match booted {
+        Some(mode) => mode,
+        None if at_least(7, 0) => "lazy",
+        None => "voluntary",
+    };
+    assert_eq!(model, Some(expected), "{}", caps.preemption);
+    assert_eq!(
+        caps.preemption.source,
+        kspan::kernel::preemption::DEBUGFS_PREEMPT
+    );
 }

@@ -9,7 +9,9 @@
 
 use std::time::Instant;
 
-#[kspan::kernel_span("vfs_*")]
+/// Explicitly fexit: where fsession.multi takes it, that is what this
+/// tests (`auto` takes kprobes on a kernel that preempts in programs).
+#[kspan::kernel_span("vfs_*", mode = "fexit")]
 fn every_vfs() {}
 
 /// `do_syscall_64` is `noinstr` (no ftrace record, but a symbol) in every

@@ -15,8 +15,8 @@ use kspan::{Attachment, KernelCapabilities, Mechanism};
 use opentelemetry::trace::Status;
 use opentelemetry_sdk::trace::SpanData;
 
-#[kspan::kernel_span("ksys_read", mode = "auto")]
-fn ksys_read_auto(count: usize, ret: isize) {}
+#[kspan::kernel_span("ksys_read", mode = "fexit")]
+fn ksys_read_fexit(count: usize, ret: isize) {}
 
 #[kspan::kernel_span("vfs_read", mode = "fexit")]
 fn vfs_read_fexit(count: usize, ret: isize) {}
@@ -215,7 +215,7 @@ async fn trampoline_spans_are_the_same_through_every_attachment() {
         (Attachment::FentryFexit, true, &[]),
     ];
     same_spans_through_every_attachment(
-        &[&ksys_read_auto, &vfs_read_fexit],
+        &[&ksys_read_fexit, &vfs_read_fexit],
         &ladder,
         &[Mechanism::MultiLinks, Mechanism::Sessions],
     )
@@ -229,7 +229,7 @@ async fn a_plain_program_gives_the_spans_of_the_full_one() {
     // `vfs_read` captures nothing: on fsession.multi kernels its link has
     // the plain program, `ksys_read` (which captures `count`) the full one;
     // with sessions off both are fentry + fexit pairs.
-    let probes: [&'static kspan::Probe; 2] = [&ksys_read_auto, &vfs_read_plain];
+    let probes: [&'static kspan::Probe; 2] = [&ksys_read_fexit, &vfs_read_plain];
     let (plain, attachments, programs) = reads(&probes, &[]).await;
     let (full, _, full_programs) = reads(&probes, &[Mechanism::Sessions]).await;
     let is_plain = |name: &String| name.starts_with("kspan_plain_");

@@ -50,6 +50,9 @@ pub struct VmOptions {
     pub otlp_forward: bool,
     /// Also print the console before the command starts (kernel, init).
     pub verbose: bool,
+    /// Words added to the kernel's command line (`--append`, e.g.
+    /// `preempt=full`).
+    pub append: Vec<String>,
     /// Variables set for the command besides the caller's `OTEL_*`,
     /// `KSPAN_*`, `RUST_LOG` (these win over the caller's).
     pub env: Vec<(String, String)>,
@@ -79,6 +82,7 @@ impl Default for VmOptions {
             icount: false,
             otlp_forward: true,
             verbose: false,
+            append: Vec::new(),
             env: Vec::new(),
         }
     }
@@ -102,7 +106,10 @@ const MSIZE: u32 = 512_000;
 pub fn command(args: &[String]) -> Result<u8> {
     let (opts, cmd) = parse_args(args)?;
     if cmd.is_empty() {
-        bail!("usage: cargo xtask vm [--kernel K] [--timeout SECS] [--mem SIZE] -- CMD [ARGS...]");
+        bail!(
+            "usage: cargo xtask vm [--kernel K] [--timeout SECS] [--mem SIZE] \
+             [--append 'KERNEL ARGS'] -- CMD [ARGS...]"
+        );
     }
     let cwd = std::env::current_dir().context("current directory")?;
     run_vm(&opts, &cmd, &cwd)
@@ -119,6 +126,8 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
             opts.timeout = parse_secs(&v)?;
         } else if let Some(v) = opt_value(args, &mut i, "--mem")? {
             opts.mem = v;
+        } else if let Some(v) = opt_value(args, &mut i, "--append")? {
+            opts.append.extend(v.split_whitespace().map(String::from));
         } else if let Some(v) = opt_value(args, &mut i, "--smp")? {
             opts.smp = v.parse().with_context(|| format!("--smp {v}"))?;
         } else {
@@ -142,6 +151,17 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
     }
     opts.check()?;
     Ok((opts, cmd))
+}
+
+/// The guest kernel's command line: the console, no reboot, quiet, the
+/// initramfs's init, then `append`'s words.
+fn kernel_command_line(append: &[String]) -> String {
+    let mut line = "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init".to_owned();
+    for word in append {
+        line.push(' ');
+        line.push_str(word);
+    }
+    line
 }
 
 /// Parses a number of seconds.
@@ -499,10 +519,8 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
         .arg(&initrd)
-        .args([
-            "-append",
-            "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
-        ])
+        .arg("-append")
+        .arg(kernel_command_line(&opts.append))
         .args([
             "-fsdev",
             "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
@@ -785,6 +803,16 @@ mod tests {
         assert_eq!(o.kernel.name(), "debian14");
         assert_eq!(cmd, ["uname"]);
         assert!(!o.multi_threaded_tcg);
+        let a: Vec<String> = ["--append", "preempt=full  mitigations=off", "uname"]
+            .map(String::from)
+            .to_vec();
+        let (opts, cmd) = parse_args(&a).unwrap();
+        assert_eq!(opts.append, ["preempt=full", "mitigations=off"]);
+        assert_eq!(cmd, ["uname"]);
+        assert_eq!(
+            kernel_command_line(&opts.append),
+            "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init preempt=full mitigations=off"
+        );
         let a: Vec<String> = ["--multi-threaded-tcg", "uname"].map(String::from).to_vec();
         let (o, cmd) = parse_args(&a).unwrap();
         assert!(o.multi_threaded_tcg);

@@ -2,10 +2,10 @@
 //! kprobes and kretprobes: one program pair per distinct settings serves
 //! every function with those settings, the probe id in each link's BPF
 //! cookie; where the kernel has kprobe.multi (fprobe), the functions of
-//! explicit `kprobe`/`kretprobe` probes attach in batches: one
-//! kprobe.session program and link for both ends of every kretprobe
-//! function of the same settings (Linux 6.10+), else one kprobe.multi link
-//! per direction.
+//! `kprobe`/`kretprobe` probes (and of `auto` ones where kprobes come
+//! first) attach in batches: one kprobe.session program and link for both
+//! ends of every kretprobe function of the same settings (Linux 6.10+),
+//! else one kprobe.multi link per direction.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -78,8 +78,10 @@ pub(super) fn attach(
     Ok(Attachment::Kprobes)
 }
 
-/// Where the kernel has kprobe.multi: attaches the functions of explicit
-/// `kprobe`/`kretprobe` probes in batches, one per distinct settings:
+/// Where the kernel has kprobe.multi: attaches the functions whose first
+/// hook is a kprobe (explicit `kprobe`/`kretprobe` probes, and `auto` ones
+/// on a kernel that preempts inside trampoline programs) in batches, one
+/// per distinct settings:
 /// kretprobes through one kprobe.session link where the kernel has it (else
 /// a kprobe.multi link per direction). A refused batch is said at `warn`
 /// and in its functions' decisions.
@@ -90,13 +92,13 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
     }
     let mut groups: BTreeMap<Vec<u8>, (Hook, Vec<usize>)> = BTreeMap::new();
     for (i, plan) in plans.iter().enumerate() {
-        // Only explicit kprobe modes: `auto` prefers trampolines.
-        if let [hook] = Hook::candidates(plan.mode()) {
+        // Explicit kprobe modes, and `auto` where kprobes come first.
+        if let Some(hook) = at.first_hook(plan) {
             if hook.is_kprobe() {
-                let config = probe_config(plan, *hook, ProbeId::FromCookie, at.runtime);
+                let config = probe_config(plan, hook, ProbeId::FromCookie, at.runtime);
                 groups
                     .entry(config_key(&config))
-                    .or_insert((*hook, Vec::new()))
+                    .or_insert((hook, Vec::new()))
                     .1
                     .push(i);
             }

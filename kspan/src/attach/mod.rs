@@ -43,7 +43,9 @@ pub struct AttachDecision {
     pub requested: Mode,
     /// The hook in use.
     pub chosen: Hook,
-    /// Hooks tried or skipped before, each with why.
+    /// Hooks tried or skipped before, each with why; for `auto` on a
+    /// kernel that preempts inside trampoline programs, also fexit, passed
+    /// over for kprobes (see [`crate::kernel::preemption`]).
     pub rejected: Vec<(Hook, String)>,
     /// How the chosen hook's programs are attached.
     pub attachment: Attachment,
@@ -254,6 +256,46 @@ fn unusable(
     feature.filter(|f| !f.is_available()).map(|f| f.to_string())
 }
 
+/// The hooks a probe of `mode` tries, in order, on a kernel with `caps`:
+/// `auto` puts kprobes first where the kernel preempts inside trampoline
+/// programs and has kprobes ([`kprobes_first`]).
+pub(crate) fn candidates(
+    mode: Mode,
+    caps: &KernelCapabilities,
+    disabled: &[Mechanism],
+) -> &'static [Hook] {
+    if mode == Mode::Auto && kprobes_first(caps, disabled) {
+        &[Hook::Kretprobe, Hook::Fexit]
+    } else {
+        Hook::candidates(mode)
+    }
+}
+
+/// Whether `auto` takes kprobes before trampolines here. The kernel runs a
+/// program at most once at a time on a CPU; trampoline programs run with
+/// preemption on, so on a kernel that preempts kernel code (`full`,
+/// `lazy`, `rt`) a task preempted inside one makes other tasks' calls of
+/// it on that CPU skipped: their entry, their exit, or both, and a call
+/// that lost both is counted nowhere. Kprobe programs run with preemption
+/// off and lose none. A model that cannot be read counts as preemptible.
+fn kprobes_first(caps: &KernelCapabilities, disabled: &[Mechanism]) -> bool {
+    caps.preemption.preempts_programs()
+        && caps.kprobes.is_available()
+        && !disabled.contains(&Mechanism::Kprobes)
+}
+
+/// Why `auto` passed over fexit for kprobes on this kernel.
+fn preemptible_trampolines(caps: &KernelCapabilities) -> String {
+    format!(
+        "passed over for kprobes: this kernel's preemption is {}; a task preempted inside a \
+         trampoline program makes the kernel skip that program for every other task on its \
+         CPU until it runs again, so calls lose their entry, exit or both, a call that lost \
+         both uncounted; kprobe programs run with preemption off and lose none (ask for \
+         `mode = \"fexit\"` to take trampolines anyway)",
+        caps.preemption
+    )
+}
+
 /// Whether every kernel function of `probes` (syscall sources aside) goes
 /// to fsession.multi first here: then a link the kernel refuses can say
 /// which of its functions are untraceable, and the planner needs only what
@@ -267,7 +309,7 @@ pub(crate) fn multi_links_take_all(
         && probes
             .iter()
             .filter(|p| p.spec.mode != Mode::Syscall)
-            .all(|p| Hook::candidates(p.spec.mode).first() == Some(&Hook::Fexit))
+            .all(|p| candidates(p.spec.mode, caps, disabled).first() == Some(&Hook::Fexit))
 }
 
 /// What the multi-function links did, by plan index.
@@ -402,13 +444,25 @@ impl<'a> Attacher<'a> {
             if total >= 20 && probe_id % (total / 10) == 0 {
                 tracing::info!(attached = probe_id, total, "kspan attaching");
             }
-            let decision = match batched.attached.remove(&probe_id) {
+            let mut decision = match batched.attached.remove(&probe_id) {
                 Some(decision) => decision,
                 None => {
                     let refused = batched.refused.remove(&probe_id);
                     self.attach_one(plan, probe_id as u32, refused)?
                 }
             };
+            if decision.requested == Mode::Auto
+                && decision.chosen.is_kprobe()
+                && kprobes_first(self.capabilities, self.disabled)
+            {
+                let off = Hook::Fexit.mechanism();
+                let why = if self.disabled.contains(&off) {
+                    format!("{off} disabled by KspanBuilder::disable")
+                } else {
+                    preemptible_trampolines(self.capabilities)
+                };
+                decision.rejected.insert(0, (Hook::Fexit, why));
+            }
             // The first trampoline attached gave templates: load the copies
             // of the rest in parallel, ahead of their attaches.
             if decision.chosen.is_trampoline() && !prepared_ahead {
@@ -439,6 +493,13 @@ impl<'a> Attacher<'a> {
             maps,
             skipped,
         })
+    }
+
+    /// The first hook `plan` tries here.
+    fn first_hook(&self, plan: &ProbePlan) -> Option<Hook> {
+        candidates(plan.mode(), self.capabilities, self.disabled)
+            .first()
+            .copied()
     }
 
     /// Why `attachment` cannot be used here, before trying it: the kernel
@@ -482,7 +543,7 @@ impl<'a> Attacher<'a> {
         let mut rejected = Vec::new();
         let mut fallbacks: Vec<String> = refused.iter().map(|(_, why)| why.clone()).collect();
         let mut reasons: Vec<(Attachment, String)> = refused.into_iter().collect();
-        for &hook in Hook::candidates(requested) {
+        for &hook in candidates(requested, self.capabilities, self.disabled) {
             if !auto && self.disabled.contains(&hook.mechanism()) {
                 return Err(AttachError::Disabled {
                     function: plan.function().to_owned(),
@@ -638,6 +699,7 @@ impl<'a> Attacher<'a> {
 mod tests {
     use super::*;
     use crate::bpf::Feature;
+    use crate::kernel::preemption::{Preemption, PreemptionModel};
 
     fn caps(multi: bool, session: bool, kprobe_session: bool) -> KernelCapabilities {
         let feature = |on: bool, why: &str| {
@@ -661,7 +723,51 @@ mod tests {
             kprobe_sessions: feature(kprobe_session, "no kprobe.session"),
             tracepoints: Feature::Available,
             context_records: Feature::Available,
+            preemption: Preemption {
+                model: Some(PreemptionModel::Voluntary),
+                source: "a test".to_owned(),
+            },
         }
+    }
+
+    #[test]
+    fn auto_takes_kprobes_first_where_the_kernel_preempts_programs() {
+        let mut kernel = caps(true, true, true);
+        let trampolines_first = [Hook::Fexit, Hook::Kretprobe];
+        assert_eq!(candidates(Mode::Auto, &kernel, &[]), trampolines_first);
+        for model in [
+            Some(PreemptionModel::Full),
+            Some(PreemptionModel::Lazy),
+            Some(PreemptionModel::Rt),
+            None,
+        ] {
+            kernel.preemption.model = model;
+            assert_eq!(
+                candidates(Mode::Auto, &kernel, &[]),
+                [Hook::Kretprobe, Hook::Fexit],
+                "{model:?}"
+            );
+            // Explicit modes keep their hook.
+            assert_eq!(candidates(Mode::Fexit, &kernel, &[]), [Hook::Fexit]);
+            // Without kprobes, trampolines: skips beat nothing.
+            assert_eq!(
+                candidates(Mode::Auto, &kernel, &[Mechanism::Kprobes]),
+                trampolines_first
+            );
+        }
+        kernel.preemption.model = Some(PreemptionModel::Lazy);
+        let why = preemptible_trampolines(&kernel);
+        assert!(
+            why.starts_with(
+                "passed over for kprobes: this kernel's preemption is lazy (from a test)"
+            ),
+            "{why}"
+        );
+        kernel.kprobes = Feature::Unavailable {
+            reason: "no kprobe PMU".to_owned(),
+            errno: None,
+        };
+        assert_eq!(candidates(Mode::Auto, &kernel, &[]), trampolines_first);
     }
 
     #[test]

@@ -127,7 +127,8 @@ fn attach_session(
 }
 
 /// Where the kernel has fsession.multi: attaches every function whose
-/// first hook is fexit (explicit `fexit` and `auto` probes), one link per
+/// first hook is fexit (explicit `fexit` probes, and `auto` ones unless
+/// kprobes come first on this kernel), one link per
 /// distinct settings, the probe ids in the targets' cookies. A refused
 /// batch is said at `warn`; its functions are then attached one by one,
 /// which reports errors per function.
@@ -140,9 +141,7 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
     }
     let mut groups: BTreeMap<Vec<u8>, Vec<usize>> = BTreeMap::new();
     for (i, plan) in plans.iter().enumerate() {
-        if Hook::candidates(plan.mode()).first() == Some(&Hook::Fexit)
-            && plan.trampoline_refusal.is_none()
-        {
+        if at.first_hook(plan) == Some(Hook::Fexit) && plan.trampoline_refusal.is_none() {
             let config = probe_config(plan, Hook::Fexit, ProbeId::FromCookie, at.runtime);
             groups.entry(config_key(&config)).or_default().push(i);
         }
@@ -275,6 +274,7 @@ pub(super) fn prepare(
         return;
     }
     let session = sessions(at);
+    let first: Vec<Option<Hook>> = plans.iter().map(|p| at.first_hook(p)).collect();
     let templates = &at.templates;
     // The templates of the programs `hook` attaches here.
     let for_hook = |hook: Hook| match hook {
@@ -291,7 +291,7 @@ pub(super) fn prepare(
         .skip(from)
         .filter(|(id, _)| !attached.contains_key(id))
         .filter_map(|(id, plan)| {
-            let hook = Hook::candidates(plan.mode())[0];
+            let hook = first[id]?;
             (hook.is_trampoline() && for_hook(hook).is_some()).then_some((id as u32, plan, hook))
         })
         .collect();

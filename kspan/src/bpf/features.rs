@@ -7,8 +7,8 @@
 //! and for trampolines the real thing short of attaching: the smallest fentry
 //! program is loaded against a function and unloaded, so the kernel's errno
 //! (EPERM on a locked-down kernel) is what is reported, and an expected
-//! refusal writes nothing to libbpf's log. `auto` mode and `kspan doctor`
-//! read the same record.
+//! refusal writes nothing to libbpf's log; the preemption model from the
+//! kernel's files. `auto` mode and `kspan doctor` read the same record.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -19,6 +19,7 @@ use super::sys::KPROBE_PMU;
 use crate::annotation::Hook;
 use crate::kernel::btf::Btf;
 use crate::kernel::errno;
+use crate::kernel::preemption::Preemption;
 use crate::kernel::tracefs::TRACEFS;
 use crate::kernel::{privileges, read_btf, KERNEL_BTF};
 
@@ -95,6 +96,10 @@ pub struct KernelCapabilities {
     /// there, and programs read it with plain loads instead of copying it
     /// from user memory at each call that starts a tree.
     pub context_records: Feature,
+    /// The kernel's preemption model: where it preempts inside trampoline
+    /// programs, `auto` takes kprobes (see
+    /// [`crate::kernel::preemption`]).
+    pub preemption: Preemption,
 }
 
 impl KernelCapabilities {
@@ -192,6 +197,7 @@ impl KernelCapabilities {
             kprobe_sessions,
             tracepoints,
             context_records,
+            preemption: Preemption::read(),
         }
     }
 

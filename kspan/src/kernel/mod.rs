@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Facts about the running kernel, read without loading anything: its BTF,
 //! what tracefs says (syscall formats, traceable functions), the process's
-//! privileges, errno names. The first stage after the annotations: it reads
+//! privileges, its preemption model, errno names. The first stage after the annotations: it reads
 //! only their modes (which mechanisms the probes need privileges for).
 
 pub mod btf;
 pub mod errno;
+pub mod preemption;
 pub(crate) mod privileges;
 pub(crate) mod sys;
 pub mod syscall;
