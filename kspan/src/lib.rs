@@ -98,9 +98,9 @@
 //!   function does not either (the calls that collide are of one function).
 //!   Kprobe programs run with preemption off and lose none, so there `auto`
 //!   takes kprobes (kprobe.session where the kernel has it), and trampolines
-//!   where programs run to the end (Debian 12's and 13's `voluntary`); it
-//!   costs a few hundred instructions a call more (README's "Preemptible
-//!   kernels", BENCHMARKS.md). [`kernel::preemption`] reads the model, and
+//!   where programs run to the end (Debian 12's and 13's `voluntary`); on
+//!   7.2 that costs about 710 instructions a call more than fsession.multi
+//!   (README's "Preemptible kernels", BENCHMARKS.md). [`kernel::preemption`] reads the model, and
 //!   fexit's entry in [`AttachDecision::rejected`] says why it was passed
 //!   over.
 //!

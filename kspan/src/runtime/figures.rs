@@ -64,7 +64,9 @@ impl Figures {
             .as_ref()
             .map(ExportLedger::figures)
             .unwrap_or_default();
-        let spans_to_pipeline = s.spans.load(Ordering::Acquire);
+        // Numbers are given in the order spans are handed: the exporter may
+        // hold a span its count here does not have yet.
+        let spans_to_pipeline = s.spans.load(Ordering::Acquire).max(export.numbers_seen);
         let (queued, dropped_before_export) = match self.ledger {
             Some(_) => export.queued(spans_to_pipeline, self.pipeline_capacity),
             None => (0, 0),
