@@ -111,10 +111,20 @@ mod tests {
             16 + 32 + 8 + 12 + 4 + 64 + 8
         );
         // 14 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
-        // then 8 u32s, two u64s and MAX_CLAUSES clauses of 16 bytes
+        // then 8 u32s, two u64s, MAX_CLAUSES clauses of 16 bytes and
+        // `wait_min_ns`
         assert_eq!(
             std::mem::size_of::<types::kspan_config>(),
-            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8
+            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8 + 8
+        );
+        // The record, then 8 + 16 + 16 + 16 + 8 bytes, then the stack and
+        // the waker's stack, each with its count.
+        assert_eq!(
+            std::mem::size_of::<types::kspan_wait_record>(),
+            std::mem::size_of::<types::kspan_record>()
+                + 64
+                + 8 * (1 + consts::KSPAN_WAIT_FRAMES as usize)
+                + 8 * (1 + consts::KSPAN_WAKER_FRAMES as usize)
         );
         assert_eq!(
             types::kspan_config::default().caps[0].steps.len(),

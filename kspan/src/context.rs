@@ -91,6 +91,7 @@ const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, valid) == 24);
 const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, attrs_data_size) == 26);
 
 mod arena;
+pub(crate) mod current_time;
 mod registry;
 
 pub(crate) use registry::{watch as watch_records, RecordPlace, RecordWatch, RecordWatcher};
@@ -196,6 +197,7 @@ pub fn publish(span: &SpanContext) {
 fn publish_record(prepared: &ThreadContextRecord) {
     // `try_with`: during thread teardown the record may be gone already.
     let _ = RECORD.try_with(|r| r.publish(prepared));
+    current_time::switched(prepared.span_key());
 }
 
 impl ThreadContextRecord {
@@ -211,6 +213,16 @@ impl ThreadContextRecord {
         trace_flags: 0,
         attrs_data_size: 0,
     };
+
+    /// The span id as the kernel's maps key it (big-endian bytes as a
+    /// number); 0 for no span, or a thread that suppresses telemetry.
+    #[inline]
+    pub(crate) fn span_key(&self) -> u64 {
+        if self.valid != 1 {
+            return 0;
+        }
+        u64::from_be_bytes(self.span_id)
+    }
 
     /// The record for `cx`: [`Self::SUPPRESSED`] when it suppresses
     /// telemetry, else that of its span.

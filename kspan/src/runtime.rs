@@ -24,6 +24,7 @@ use crate::attach::{AttachDecision, Links};
 use crate::consume::Consumer;
 use crate::error::{Error, Result};
 use crate::latency::Latency;
+use crate::sched::SchedMechanism;
 use crate::stats::{ProbeStats, Stats};
 
 mod builder;
@@ -64,6 +65,9 @@ pub struct Kspan {
     registrar: Option<Registrar>,
     /// Where contexts are read from when there is no registrar.
     context_reads: ThreadContextReads,
+    /// The scheduler's account, when on: its mechanism, and why BTF
+    /// tracepoints are not it.
+    scheduler: Option<(SchedMechanism, Option<String>)>,
 }
 
 fn lock<T>(shared: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -93,6 +97,18 @@ impl Kspan {
     /// (deny list, inlined or notrace).
     pub fn skipped(&self) -> &[(String, String)] {
         &self.skipped
+    }
+
+    /// The scheduler's account's mechanism, when it is on
+    /// ([`KspanBuilder::scheduler_account`]).
+    pub fn scheduler_account(&self) -> Option<SchedMechanism> {
+        self.scheduler.as_ref().map(|(mechanism, _)| *mechanism)
+    }
+
+    /// Why the scheduler's account does not use BTF tracepoints, when it
+    /// is on and does not.
+    pub fn scheduler_btf_passed_over(&self) -> Option<&str> {
+        self.scheduler.as_ref().and_then(|(_, why)| why.as_deref())
     }
 
     /// How each probe was attached, and why other mechanisms were not used.
@@ -147,6 +163,9 @@ impl Kspan {
             let _quiet = crate::context::suppress();
             lock(&self.links).detach_all();
         }
+        if self.scheduler.is_some() {
+            crate::context::current_time::stop();
+        }
         // The calls counted since the last collection, for the meter
         // provider's next export.
         if let Some(latency) = &self.latency {
@@ -187,6 +206,9 @@ impl Drop for Kspan {
     fn drop(&mut self) {
         let _quiet = crate::context::suppress();
         lock(&self.links).detach_all();
+        if self.scheduler.is_some() {
+            crate::context::current_time::stop();
+        }
         // Dropped without `shutdown`: the last histogram counts still
         // reach the meter provider (again a no-op after `shutdown`).
         if let Some(latency) = &self.latency {

@@ -30,6 +30,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
+use crate::sched::SchedTotals;
 use crate::span::SCOPE_NAME;
 
 /// The link between the runtime and [`KernelSumsProcessor`]: clone it into
@@ -38,12 +39,15 @@ use crate::span::SCOPE_NAME;
 #[derive(Clone, Default)]
 pub struct KernelSums {
     table: Arc<OnceLock<SumTable>>,
+    /// The scheduler's totals per application span (see [`crate::sched`]).
+    sched: Arc<OnceLock<MapHandle>>,
 }
 
 impl fmt::Debug for KernelSums {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KernelSums")
             .field("connected", &self.table.get().is_some())
+            .field("scheduler_account", &self.sched.get().is_some())
             .finish()
     }
 }
@@ -97,15 +101,36 @@ impl KernelSums {
             .map_err(|_| "this KernelSums is connected to another kspan runtime already")
     }
 
+    /// Connects the handle to the scheduler's totals (at start; once).
+    pub(crate) fn connect_scheduler(&self, map: MapHandle) -> Result<(), &'static str> {
+        self.sched.set(map).map_err(|_| {
+            "this KernelSums is connected to another kspan runtime's scheduler account already"
+        })
+    }
+
     /// Moves the kernel's totals for `span` onto it.
     fn apply(&self, span: &mut SpanData) {
-        let Some(table) = self.table.get() else {
-            return;
-        };
-        if span.instrumentation_scope.name() == SCOPE_NAME {
+        let (table, sched) = (self.table.get(), self.sched.get());
+        if (table.is_none() && sched.is_none()) || span.instrumentation_scope.name() == SCOPE_NAME {
             return;
         }
         let id = u64::from_be_bytes(span.span_context.span_id().to_bytes());
+        if let Some(map) = sched {
+            // Before the lookups' own context switch below.
+            let current_ns = crate::context::current_time::take(id);
+            let _quiet = crate::context::suppress();
+            let totals = match map.lookup_and_delete(&id.to_ne_bytes()) {
+                Ok(Some(bytes)) => Some(SchedTotals::from_bytes(&bytes)),
+                _ => None,
+            };
+            if current_ns > 0 || totals.is_some() {
+                span.attributes
+                    .extend(totals.unwrap_or_default().attributes(current_ns));
+            }
+        }
+        let Some(table) = table else {
+            return;
+        };
         // The lookups are kspan's own calls: never traced.
         let _quiet = crate::context::suppress();
         for probe in &table.probes {

@@ -1860,3 +1860,355 @@ int kspan_sys_exit(__u64 *ctx)
 	return kspan_exit(ctx[2], kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL, NULL,
 			  pid_tgid, 0);
 }
+
+/*
+ * The scheduler's account of application spans (see kspan.h). Two events:
+ * a switch runs on the task that leaves the CPU, which is then current, so
+ * its thread context names the span it leaves in; the switch-in of the
+ * next task needs only what its own switch-out left by tid. A wake-up runs
+ * on the waker (or in an interrupt), whose context names the span that
+ * released the wait. Other processes' threads return at the first check:
+ * their tgid (BTF tracepoints), or a hash miss on their tid (classic ones).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KSPAN_SCHED_TASKS_MAX);
+	__type(key, __u32);
+	__type(value, struct kspan_sched_task);
+} kspan_sched_tasks SEC(".maps");
+
+/* Per application span (by span id): read and deleted when the span ends. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KSPAN_SUMS_MAX);
+	__type(key, __u64);
+	__type(value, struct kspan_sched_sum);
+} kspan_sched_spans SEC(".maps");
+
+/* Keeps the wait record's layout in the object's BTF for the Rust skeleton. */
+struct kspan_wait_record kspan_wait_record_layout SEC(".bss.layout");
+
+/* The task_struct fields the BTF tracepoints read; CO-RE relocates them. */
+struct task_struct___sched {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+/*
+ * A thread of the process leaves the CPU in `state`. With a span current
+ * (and recordable), what its switch-in needs is kept by tid; with
+ * `frames`, the kernel stack of the switch-out too (classic tracepoints:
+ * at the switch-in the stack of the task coming in cannot be read).
+ */
+static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 state,
+					    __u32 voluntary, int frames)
+{
+	struct kspan_thread_ctx c = {};
+	struct kspan_sched_task *t;
+	__u32 tid = (__u32)pid_tgid, skip = 0;
+
+	if (!kspan_app_context(&c, pid_tgid))
+		return;
+	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
+		skip = KSPAN_CTR_SUPPRESSED;
+	else if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
+		skip = KSPAN_CTR_UNSAMPLED;
+	t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+	if (!t) {
+		struct kspan_sched_task fresh = {};
+
+		bpf_map_update_elem(&kspan_sched_tasks, &tid, &fresh, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+		if (!t)
+			return;
+	}
+	__builtin_memcpy(t->trace_id, c.trace_id, sizeof(c.trace_id));
+	t->app_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
+	t->state = state;
+	t->voluntary = voluntary;
+	t->skip = skip;
+	t->wake_ns = 0;
+	t->waker_kind = KSPAN_WAKER_NONE;
+	t->nframes = 0;
+	if (frames && !skip && kspan_cfg.wait_min_ns) {
+		long n = bpf_get_stack(ctx, t->frames, sizeof(t->frames), 0);
+
+		t->nframes = n > 0 ? n / 8 : 0;
+	}
+	/* Last: a wake-up on another CPU takes a thread with out_ns set as off CPU. */
+	t->out_ns = bpf_ktime_get_ns();
+}
+
+/* Adds a finished off-CPU interval to its application span's totals. */
+static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 off_ns,
+					    __u64 run_queue_ns, int long_wait)
+{
+	struct kspan_sched_sum *s;
+	__u64 key = t->app_span_id;
+
+	s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
+	if (!s) {
+		struct kspan_sched_sum fresh = {};
+
+		bpf_map_update_elem(&kspan_sched_spans, &key, &fresh, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
+		if (!s) {
+			kspan_count(KSPAN_CTR_SUM_FAILED);
+			return;
+		}
+	}
+	/* Atomically: one span may be current on several threads. */
+	__sync_fetch_and_add(&s->run_queue_ns, run_queue_ns);
+	if (t->state == KSPAN_SCHED_SLEEPING)
+		__sync_fetch_and_add(&s->sleeping_ns, off_ns);
+	else if (t->state == KSPAN_SCHED_BLOCKED)
+		__sync_fetch_and_add(&s->blocked_ns, off_ns);
+	else if (t->state == KSPAN_SCHED_OTHER)
+		__sync_fetch_and_add(&s->other_ns, off_ns);
+	if (t->voluntary)
+		__sync_fetch_and_add(&s->voluntary, 1);
+	else
+		__sync_fetch_and_add(&s->involuntary, 1);
+	if (long_wait)
+		__sync_fetch_and_add(&s->waits, 1);
+}
+
+/*
+ * Thread `tid` of the process comes back on a CPU: its interval since the
+ * switch-out goes to the span it left in, and a long one becomes a wait
+ * span, whole or counted. `next`: the task, where its stack can be read
+ * (BTF tracepoints), else NULL (the stack of the switch-out is used).
+ */
+static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next)
+{
+	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+	struct kspan_wait_record *w;
+	__u64 now, out, wake, run_from;
+	int long_wait;
+
+	if (!t || !t->out_ns)
+		return;
+	now = bpf_ktime_get_ns();
+	out = t->out_ns;
+	t->out_ns = 0;
+	if (now < out)
+		return;
+	wake = t->wake_ns;
+	/* Preempted: runnable from the switch-out. Not seen waking: all waiting. */
+	if (t->state == KSPAN_SCHED_PREEMPTED)
+		run_from = out;
+	else if (wake >= out && wake <= now)
+		run_from = wake;
+	else
+		run_from = now;
+	long_wait = kspan_cfg.wait_min_ns && now - out >= kspan_cfg.wait_min_ns;
+	if (!t->skip)
+		kspan_sched_add(t, run_from - out, now - run_from, long_wait);
+	if (!long_wait)
+		return;
+	if (t->skip) {
+		kspan_count(t->skip);
+		return;
+	}
+	if (kspan_overloaded()) {
+		kspan_count(KSPAN_CTR_OVERLOAD);
+		return;
+	}
+	w = bpf_ringbuf_reserve(&kspan_events, sizeof(*w), 0);
+	if (!w) {
+		kspan_count(KSPAN_CTR_RINGBUF_FULL);
+		return;
+	}
+	__builtin_memcpy(w->rec.trace_id, t->trace_id, sizeof(w->rec.trace_id));
+	w->rec.span_id = kspan_new_id();
+	w->rec.parent_span_id = t->app_span_id;
+	w->rec.start_ns = out;
+	w->rec.end_ns = now;
+	w->rec.ret = 0;
+	w->rec.probe_id = KSPAN_WAIT_PROBE_ID;
+	w->rec.pid = tgid;
+	w->rec.tid = tid;
+	w->rec.flags = KSPAN_REC_WAIT;
+	w->wake_ns = run_from;
+	w->state = t->state;
+	w->waker_kind = t->waker_kind;
+	w->waker_pid = t->waker_pid;
+	w->waker_tid = t->waker_tid;
+	__builtin_memcpy(w->waker_comm, t->waker_comm, sizeof(w->waker_comm));
+	__builtin_memcpy(w->waker_trace_id, t->waker_trace_id, sizeof(w->waker_trace_id));
+	w->waker_span_id = t->waker_span_id;
+	w->waker_nframes = t->waker_nframes <= KSPAN_WAKER_FRAMES ? t->waker_nframes : 0;
+	__builtin_memcpy(w->waker_frames, t->waker_frames, sizeof(w->waker_frames));
+	if (next) {
+		long n = bpf_get_task_stack(next, w->frames, sizeof(w->frames), 0);
+
+		w->nframes = n > 0 ? n / 8 : 0;
+	} else {
+		__u64 n = t->nframes;
+
+		w->nframes = n <= KSPAN_WAIT_FRAMES ? n : 0;
+		__builtin_memcpy(w->frames, t->frames, sizeof(w->frames));
+	}
+	kspan_submit_span(w);
+}
+
+/*
+ * Thread `tid` of the process is being woken, by the current task or an
+ * interrupt: the first wake-up of an interval is kept, with who made it.
+ */
+static __always_inline void kspan_sched_waking(void *ctx, __u32 tid)
+{
+	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+	struct kspan_thread_ctx c = {};
+	__u64 pid_tgid;
+
+	if (!t || !t->out_ns || t->wake_ns)
+		return;
+	t->wake_ns = bpf_ktime_get_ns();
+	/*
+	 * The waker's stack, for user space to tell an interrupt (a timer, a
+	 * device, a softirq) from the task it interrupted: the kernel's
+	 * per-CPU preempt count is not readable on kernels without
+	 * KALLSYMS_ALL, and programs may run on stacks of their own.
+	 */
+	{
+		long n = bpf_get_stack(ctx, t->waker_frames, sizeof(t->waker_frames), 0);
+
+		t->waker_nframes = n > 0 ? n / 8 : 0;
+	}
+	pid_tgid = bpf_get_current_pid_tgid();
+	t->waker_kind = KSPAN_WAKER_TASK;
+	t->waker_pid = pid_tgid >> 32;
+	t->waker_tid = (__u32)pid_tgid;
+	bpf_get_current_comm(t->waker_comm, sizeof(t->waker_comm));
+	t->waker_span_id = 0;
+	if (kspan_app_context(&c, pid_tgid) && c.span_id[0] | c.span_id[1] | c.span_id[2] |
+	    c.span_id[3] | c.span_id[4] | c.span_id[5] | c.span_id[6] | c.span_id[7]) {
+		__builtin_memcpy(t->waker_trace_id, c.trace_id, sizeof(c.trace_id));
+		t->waker_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
+	}
+}
+
+/* Raw task states (include/linux/sched.h) and the states sched_switch reports. */
+#define KSPAN_TASK_INTERRUPTIBLE 0x1
+#define KSPAN_TASK_UNINTERRUPTIBLE 0x2
+#define KSPAN_TASK_DEAD 0x80
+#define KSPAN_TASK_NOLOAD 0x400
+/* Reported: EXIT_DEAD, EXIT_ZOMBIE; TASK_REPORT_MAX (0x100) and above for a preemption. */
+#define KSPAN_REPORT_EXITING 0x30
+#define KSPAN_REPORT_MAX 0x100
+
+/* Whether the process's recording is on (the switch user space turns on). */
+static __always_inline int kspan_sched_enabled(void)
+{
+	__u32 zero = 0, *enabled = bpf_map_lookup_elem(&kspan_control, &zero);
+
+	return enabled && *enabled;
+}
+
+/*
+ * sched_switch as a BTF tracepoint (raw arguments: the raw state of
+ * `prev`, and whether it was preempted).
+ */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(kspan_tp_sched_switch, _Bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	struct task_struct___sched *p = (void *)prev, *n = (void *)next;
+	__u32 target = kspan_cfg.target_tgid;
+
+	if (p->tgid == target && kspan_sched_enabled()) {
+		__u64 pid_tgid = ((__u64)target << 32) | (__u32)p->pid;
+		__u32 state;
+
+		if (prev_state & KSPAN_TASK_DEAD) {
+			__u32 tid = p->pid;
+
+			bpf_map_delete_elem(&kspan_sched_tasks, &tid);
+		} else {
+			if (preempt || !prev_state)
+				state = KSPAN_SCHED_PREEMPTED;
+			else if (prev_state & KSPAN_TASK_UNINTERRUPTIBLE)
+				state = prev_state & KSPAN_TASK_NOLOAD ? KSPAN_SCHED_OTHER
+								       : KSPAN_SCHED_BLOCKED;
+			else if (prev_state & KSPAN_TASK_INTERRUPTIBLE)
+				state = KSPAN_SCHED_SLEEPING;
+			else
+				state = KSPAN_SCHED_OTHER;
+			kspan_sched_out(ctx, pid_tgid, state, !preempt && prev_state, 0);
+		}
+	}
+	if (n->tgid == target)
+		kspan_sched_in(n->pid, target, next);
+	return 0;
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(kspan_tp_sched_waking, struct task_struct *p)
+{
+	struct task_struct___sched *t = (void *)p;
+
+	if (t->tgid == kspan_cfg.target_tgid)
+		kspan_sched_waking(ctx, t->pid);
+	return 0;
+}
+
+/*
+ * The same as classic tracepoints (sched:sched_switch, sched:sched_waking),
+ * their records as the formats under tracefs lay them out (the runtime
+ * checks the offsets): the reported state of `prev`, and tids only.
+ */
+struct kspan_sched_switch_args {
+	__u64 common;
+	char prev_comm[16];
+	__s32 prev_pid;
+	__s32 prev_prio;
+	__s64 prev_state;
+	char next_comm[16];
+	__s32 next_pid;
+	__s32 next_prio;
+};
+
+struct kspan_sched_waking_args {
+	__u64 common;
+	char comm[16];
+	__s32 pid;
+	__s32 prio;
+	__s32 target_cpu;
+};
+
+SEC("tracepoint/sched/sched_switch")
+int kspan_sched_switch(struct kspan_sched_switch_args *args)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 target = kspan_cfg.target_tgid;
+
+	if ((__u32)(pid_tgid >> 32) == target && kspan_sched_enabled()) {
+		__s64 reported = args->prev_state;
+		__u32 tid = (__u32)pid_tgid, state;
+
+		if (reported & KSPAN_REPORT_EXITING) {
+			bpf_map_delete_elem(&kspan_sched_tasks, &tid);
+		} else {
+			if (!reported || reported >= KSPAN_REPORT_MAX)
+				state = KSPAN_SCHED_PREEMPTED;
+			else if (reported & KSPAN_TASK_UNINTERRUPTIBLE)
+				state = KSPAN_SCHED_BLOCKED;
+			else if (reported & KSPAN_TASK_INTERRUPTIBLE)
+				state = KSPAN_SCHED_SLEEPING;
+			else
+				state = KSPAN_SCHED_OTHER;
+			kspan_sched_out(args, pid_tgid, state,
+					reported && reported < KSPAN_REPORT_MAX, 1);
+		}
+	}
+	kspan_sched_in((__u32)args->next_pid, target, NULL);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_waking")
+int kspan_sched_waking_tp(struct kspan_sched_waking_args *args)
+{
+	kspan_sched_waking(args, (__u32)args->pid);
+	return 0;
+}

@@ -397,6 +397,11 @@ struct kspan_config {
 	 */
 	__u32 hist_errno_bytes;
 	__s64 thread_ctx_offset;
+	/*
+	 * The scheduler's account (its own load): an off-CPU interval of an
+	 * application span this long or longer is a wait span; 0: none is.
+	 */
+	__u64 wait_min_ns;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
 
@@ -489,6 +494,122 @@ struct kspan_record {
 struct kspan_entry_values {
 	struct kspan_record rec;
 	__u8 data[KSPAN_MAX_DATA];
+};
+
+/*
+ * The scheduler's account of application spans (sched_switch and
+ * sched_waking): what a thread of the process did while an application
+ * span was its current context. Only off-CPU intervals are the kernel's to
+ * measure: a thread's record cannot change while it is off CPU, so each
+ * interval belongs whole to the span current at its switch-out. Time on a
+ * CPU is the rest of the span's time as current context, which user space
+ * measures at each context switch.
+ */
+
+/* How a thread left the CPU. */
+enum kspan_sched_state {
+	/* Preempted, or yielded: runnable all along (run-queue time). */
+	KSPAN_SCHED_PREEMPTED = 0,
+	/* Interruptible sleep (S): futexes, poll/epoll, sleeps, sockets. */
+	KSPAN_SCHED_SLEEPING = 1,
+	/* Uninterruptible (D): disk and file I/O, page faults, some kernel locks. */
+	KSPAN_SCHED_BLOCKED = 2,
+	/* Anything else: stopped, traced, idle (I), parked. */
+	KSPAN_SCHED_OTHER = 3,
+};
+
+/* Who made a waiting thread runnable again. */
+enum kspan_waker_kind {
+	/* Not seen (a preemption needs no wake-up). */
+	KSPAN_WAKER_NONE = 0,
+	/*
+	 * The current task: pid, tid, comm, and its application span when it
+	 * is one of the process's; or an interrupt that interrupted it (user
+	 * space tells from the waker's stack).
+	 */
+	KSPAN_WAKER_TASK = 1,
+};
+
+/* Kernel stack frames a wait span carries, from the switch-out. */
+#define KSPAN_WAIT_FRAMES 16
+
+/* Kernel stack frames kept of a waker: enough to reach an interrupt's entry. */
+#define KSPAN_WAKER_FRAMES 12
+
+/* Probe id of wait records: no probe has it. */
+#define KSPAN_WAIT_PROBE_ID 4294967295
+
+/* Record flag: a wait span (`struct kspan_wait_record`). */
+#define KSPAN_REC_WAIT (1u << 3)
+
+/* Threads of the process the account follows at once (an LRU, by tid). */
+#define KSPAN_SCHED_TASKS_MAX 16384
+
+/* A thread of the process between its switch-out and its switch-in. */
+struct kspan_sched_task {
+	/* The application span current at the switch-out (trace id, span id as a number). */
+	__u8 trace_id[16];
+	__u64 app_span_id;
+	/* Switch-out, CLOCK_MONOTONIC ns; 0 while the thread is on a CPU. */
+	__u64 out_ns;
+	/* The wake-up that made it runnable (0: not seen). */
+	__u64 wake_ns;
+	/* enum kspan_sched_state. */
+	__u32 state;
+	/* 1: a voluntary switch (it blocked or slept), 0: involuntary. */
+	__u32 voluntary;
+	/* KSPAN_CTR_* of why its wait spans are not recorded (unsampled, suppressed), or 0. */
+	__u32 skip;
+	/* enum kspan_waker_kind, and the waker when a task. */
+	__u32 waker_kind;
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u8 waker_comm[16];
+	/* The waker's application span (all zero: none). */
+	__u8 waker_trace_id[16];
+	__u64 waker_span_id;
+	/* Frames of the kernel stack at the switch-out (classic tracepoints). */
+	__u64 nframes;
+	__u64 frames[KSPAN_WAIT_FRAMES];
+	/* The waker's kernel stack (an interrupt's shows its entry). */
+	__u64 waker_nframes;
+	__u64 waker_frames[KSPAN_WAKER_FRAMES];
+};
+
+/* Per application span, what the scheduler did while it was current. */
+struct kspan_sched_sum {
+	/* Runnable, waiting for a CPU: from the wake-up or preemption to the switch-in. */
+	__u64 run_queue_ns;
+	/* Off CPU by state, up to the wake-up. */
+	__u64 sleeping_ns;
+	__u64 blocked_ns;
+	__u64 other_ns;
+	/* Context switches (as /proc/<tid>/status counts them). */
+	__u64 voluntary;
+	__u64 involuntary;
+	/* Off-CPU intervals at least `wait_min_ns` long (wait spans, made or counted). */
+	__u64 waits;
+};
+
+/*
+ * One wait span: a record (probe id KSPAN_WAIT_PROBE_ID, flag
+ * KSPAN_REC_WAIT; trace id and parent the application span's, start the
+ * switch-out, end the switch-in, pid and tid the thread's), then this.
+ */
+struct kspan_wait_record {
+	struct kspan_record rec;
+	__u64 wake_ns;
+	__u32 state;
+	__u32 waker_kind;
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u8 waker_comm[16];
+	__u8 waker_trace_id[16];
+	__u64 waker_span_id;
+	__u64 nframes;
+	__u64 frames[KSPAN_WAIT_FRAMES];
+	__u64 waker_nframes;
+	__u64 waker_frames[KSPAN_WAKER_FRAMES];
 };
 
 #endif /* KSPAN_H */

@@ -13,6 +13,7 @@
 
 mod kprobe;
 mod links;
+mod scheduler;
 mod tracepoint;
 mod trampoline;
 
@@ -32,6 +33,7 @@ use crate::kernel::errno;
 use crate::plan::{denylist, NotAttached, ProbePlan};
 
 pub(crate) use links::{Links, Programs};
+pub(crate) use scheduler::attach as attach_scheduler;
 
 /// How one probe was attached.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -65,6 +65,9 @@ pub(crate) struct LoadedPrograms {
     pub templates: Vec<(Program, ProgramTemplate)>,
     /// The shared maps, when no `shared` were given.
     pub maps: Option<SharedMaps>,
+    /// The scheduler's totals per application span, when its programs
+    /// were loaded.
+    pub sched_spans: Option<MapHandle>,
 }
 
 impl LoadedPrograms {
@@ -207,6 +210,18 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
                 .map_err(|e| fail(e, None))?;
         }
     }
+    // The scheduler's maps are its load's alone: no other program reads them.
+    let sched = request.programs.iter().any(|p| p.is_sched());
+    if !sched {
+        open.maps
+            .kspan_sched_tasks
+            .set_autocreate(false)
+            .map_err(|e| fail(e, None))?;
+        open.maps
+            .kspan_sched_spans
+            .set_autocreate(false)
+            .map_err(|e| fail(e, None))?;
+    }
     let mut logs: Vec<(Program, Vec<u8>)> = Vec::new();
     for program in Program::ALL {
         let prog = program.in_skeleton(&mut open.progs);
@@ -278,6 +293,11 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
                 .map_err(|e| fail(e, None))?;
         }
     }
+    let sched_spans = if sched {
+        Some(map_handle(&loaded.maps.kspan_sched_spans)?)
+    } else {
+        None
+    };
     let rodata_fd = loaded.maps.rodata.as_fd().as_raw_fd();
     // The object's descriptors of the shared maps, and the lasting ones.
     let lasting = request.shared.or(maps.as_ref()).map(|shared| {
@@ -337,6 +357,10 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             Program::KprobeSession => &loaded.progs.kspan_kprobe_session,
             Program::SysEnter => &loaded.progs.kspan_sys_enter,
             Program::SysExit => &loaded.progs.kspan_sys_exit,
+            Program::BtfSchedSwitch => &loaded.progs.kspan_tp_sched_switch,
+            Program::BtfSchedWaking => &loaded.progs.kspan_tp_sched_waking,
+            Program::SchedSwitch => &loaded.progs.kspan_sched_switch,
+            Program::SchedWaking => &loaded.progs.kspan_sched_waking_tp,
         };
         let fd = prog
             .as_fd()
@@ -358,5 +382,6 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
         programs,
         templates,
         maps,
+        sched_spans,
     })
 }

@@ -30,6 +30,13 @@ pub(crate) enum Program {
     KprobeSession,
     SysEnter,
     SysExit,
+    /// The scheduler's account (see [`crate::sched`]): `sched_switch` and
+    /// `sched_waking` as BTF tracepoints.
+    BtfSchedSwitch,
+    BtfSchedWaking,
+    /// The same as classic tracepoints.
+    SchedSwitch,
+    SchedWaking,
 }
 
 impl Program {
@@ -66,7 +73,16 @@ impl Program {
         matches!(self, Program::FsessionMulti | Program::PlainFsessionMulti)
     }
 
-    pub(super) const ALL: [Program; 12] = [
+    /// The scheduler's account programs: BTF tracepoints first.
+    pub(crate) const SCHED_BTF: [Program; 2] = [Program::BtfSchedSwitch, Program::BtfSchedWaking];
+    pub(crate) const SCHED_CLASSIC: [Program; 2] = [Program::SchedSwitch, Program::SchedWaking];
+
+    /// One of the scheduler's account programs.
+    pub(super) fn is_sched(self) -> bool {
+        Self::SCHED_BTF.contains(&self) || Self::SCHED_CLASSIC.contains(&self)
+    }
+
+    pub(super) const ALL: [Program; 16] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -79,6 +95,10 @@ impl Program {
         Program::KprobeSession,
         Program::SysEnter,
         Program::SysExit,
+        Program::BtfSchedSwitch,
+        Program::BtfSchedWaking,
+        Program::SchedSwitch,
+        Program::SchedWaking,
     ];
 
     pub(super) fn in_skeleton<'a, 'obj>(
@@ -98,6 +118,10 @@ impl Program {
             Program::KprobeSession => &mut progs.kspan_kprobe_session,
             Program::SysEnter => &mut progs.kspan_sys_enter,
             Program::SysExit => &mut progs.kspan_sys_exit,
+            Program::BtfSchedSwitch => &mut progs.kspan_tp_sched_switch,
+            Program::BtfSchedWaking => &mut progs.kspan_tp_sched_waking,
+            Program::SchedSwitch => &mut progs.kspan_sched_switch,
+            Program::SchedWaking => &mut progs.kspan_sched_waking_tp,
         }
     }
 }

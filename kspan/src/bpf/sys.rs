@@ -37,6 +37,15 @@ pub(crate) fn attach_trace(
     owned(fd)
 }
 
+/// Attaches a BTF tracepoint program (`tp_btf`, loaded against its
+/// tracepoint): a raw tracepoint link.
+pub(crate) fn attach_btf_tracepoint(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall wrapper; a NULL name takes the tracepoint the
+    // program was loaded for.
+    let fd = unsafe { libbpf_sys::bpf_raw_tracepoint_open(std::ptr::null(), prog.as_raw_fd()) };
+    owned(fd)
+}
+
 /// `BPF_TRACE_FSESSION_MULTI` of the UAPI (Linux 7.2), past what
 /// libbpf-sys 1.7 knows.
 pub(crate) const BPF_TRACE_FSESSION_MULTI: libbpf_sys::bpf_attach_type = 61;
@@ -87,7 +96,17 @@ pub(crate) fn load_trampoline_probe(
 /// `prog` attached to the `syscalls:<event>` tracepoint (`sys_enter_read`)
 /// through a perf event and a BPF link.
 pub(crate) fn attach_syscall_tracepoint(prog: BorrowedFd<'_>, event: &str) -> io::Result<OwnedFd> {
-    let id_path = Path::new(TRACEFS).join(format!("events/syscalls/{event}/id"));
+    attach_tracepoint(prog, "syscalls", event)
+}
+
+/// `prog` attached to the `<category>:<event>` tracepoint through a perf
+/// event and a BPF link.
+pub(crate) fn attach_tracepoint(
+    prog: BorrowedFd<'_>,
+    category: &str,
+    event: &str,
+) -> io::Result<OwnedFd> {
+    let id_path = Path::new(TRACEFS).join(format!("events/{category}/{event}/id"));
     let id: u64 = std::fs::read_to_string(&id_path)?
         .trim()
         .parse()

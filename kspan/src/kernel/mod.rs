@@ -6,6 +6,7 @@
 
 pub mod btf;
 pub mod errno;
+pub mod ksyms;
 pub mod preemption;
 pub(crate) mod privileges;
 pub(crate) mod sys;

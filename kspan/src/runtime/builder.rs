@@ -12,7 +12,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::annotation::{Mechanism, Mode, Probe};
-use crate::attach::{multi_links_take_all, AttachDecision, Attacher};
+use crate::attach::{
+    attach_scheduler, multi_links_take_all, AttachDecision, Attached, Attacher, Links,
+};
 use crate::bpf::config::{
     ring_buffer_size_problem, HistogramSizes, RuntimeSettings, ThreadContextSettings,
     DEFAULT_RING_BUFFER_BYTES,
@@ -25,6 +27,7 @@ use crate::kernel::btf::Btf;
 use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
 use crate::latency::{HistogramSource, Latency};
 use crate::plan::{self, plan_all, NotTraced, PlanInputs, PlanSet, Traceable};
+use crate::sched::SchedulerAccount;
 use crate::span::{ClockOffset, SpanFactory, SCOPE_NAME};
 use crate::sums::KernelSums;
 use crate::telemetry::FigureSource;
@@ -54,6 +57,7 @@ pub struct KspanBuilder {
     ledger: Option<ExportLedger>,
     meter: Option<Meter>,
     sums: Option<KernelSums>,
+    scheduler: Option<SchedulerAccount>,
 }
 
 impl KspanBuilder {
@@ -74,6 +78,7 @@ impl KspanBuilder {
             ledger: None,
             meter: None,
             sums: None,
+            scheduler: None,
         }
     }
 
@@ -203,6 +208,17 @@ impl KspanBuilder {
         self
     }
 
+    /// The scheduler's account of every application span of the process
+    /// (see [`crate::sched`]): on-CPU, run-queue, blocked and sleeping
+    /// time and context switches as attributes of each span, and long
+    /// waits as child spans. Needs no probe; needs a
+    /// [`KernelSums`] processor in front of the exporter, passed with
+    /// [`Self::kernel_sums`], which puts the figures on the spans.
+    pub fn scheduler_account(mut self, account: SchedulerAccount) -> Self {
+        self.scheduler = Some(account);
+        self
+    }
+
     /// The meter provider kspan reports its figures through (`kspan.*`
     /// metrics, see [`crate::telemetry`]) and the latency histograms of
     /// `histogram` probes (`kernel.<function>.duration`, see
@@ -320,7 +336,15 @@ impl KspanBuilder {
             plans,
             mut skipped,
             not_attached,
-        } = plan_all(&btf, &self.probes, &inputs)?;
+        } = if self.probes.is_empty() && self.scheduler.is_some() {
+            PlanSet {
+                plans: Vec::new(),
+                skipped: Vec::new(),
+                not_attached: Vec::new(),
+            }
+        } else {
+            plan_all(&btf, &self.probes, &inputs)?
+        };
         for (function, why) in &skipped {
             tracing::info!(
                 function = function.as_str(),
@@ -400,6 +424,16 @@ impl KspanBuilder {
                 ),
             });
         }
+        if let (Some(_), None) = (&self.scheduler, &self.sums) {
+            return Err(Error::InvalidSetting {
+                setting: "KspanBuilder::scheduler_account",
+                reason: "the account's figures go onto application spans as they end, and \
+                         nothing puts them there: make a `kspan::KernelSums`, wrap the tracer \
+                         provider's span processor with `sums.processor(...)`, and pass \
+                         `.kernel_sums(sums)` to the builder"
+                    .to_owned(),
+            });
+        }
         tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
 
         drop(btf);
@@ -413,22 +447,65 @@ impl KspanBuilder {
             }
             attacher.attach_all(&plans)
         };
-        let mut attached = match attach(&settings) {
-            // The kernel said it has uptrs and then refused the map or its
-            // reads: the programs read user memory instead.
-            Err(refused) if settings.thread_context.registered_records => {
-                tracing::info!(
-                    error = %refused,
-                    "kspan attaches again, reading thread contexts from user memory"
-                );
-                settings.thread_context.registered_records = false;
-                context_reads = ThreadContextReads::UserMemory {
-                    why: format!("loading the programs with registered records failed: {refused}"),
-                };
-                attach(&settings)?
-            }
-            attached => attached?,
+        let attached = if plans.is_empty() {
+            None
+        } else {
+            Some(match attach(&settings) {
+                // The kernel said it has uptrs and then refused the map or its
+                // reads: the programs read user memory instead.
+                Err(refused) if settings.thread_context.registered_records => {
+                    tracing::info!(
+                        error = %refused,
+                        "kspan attaches again, reading thread contexts from user memory"
+                    );
+                    settings.thread_context.registered_records = false;
+                    context_reads = ThreadContextReads::UserMemory {
+                        why: format!(
+                            "loading the programs with registered records failed: {refused}"
+                        ),
+                    };
+                    attach(&settings)?
+                }
+                attached => attached?,
+            })
         };
+        // The scheduler's account: its own load, sharing the probes' maps
+        // (or making them, without probes).
+        let (mut attached, scheduler) = match (attached, self.scheduler) {
+            (Some(mut attached), Some(account)) => {
+                let sched = attach_scheduler(
+                    &settings,
+                    account.wait_min_ns(),
+                    Some(&attached.maps),
+                    &mut attached.links,
+                )?;
+                (attached, Some(sched))
+            }
+            (None, Some(account)) => {
+                let mut links = Links::default();
+                let mut sched =
+                    attach_scheduler(&settings, account.wait_min_ns(), None, &mut links)?;
+                let maps = sched.maps.take().ok_or_else(|| {
+                    Error::Consumer("the scheduler's load made no ring buffer".to_owned())
+                })?;
+                let attached = Attached {
+                    decisions: Vec::new(),
+                    links,
+                    maps,
+                    skipped: Vec::new(),
+                };
+                (attached, Some(sched))
+            }
+            (Some(attached), None) => (attached, None),
+            (None, None) => return Err(plan::PlanError::NoProbes.into()),
+        };
+        if let Some(sched) = &scheduler {
+            tracing::info!(
+                mechanism = sched.mechanism.as_str(),
+                passed_over = sched.btf_passed_over.as_deref().unwrap_or("-"),
+                "kspan's scheduler account attached"
+            );
+        }
         skipped.append(&mut attached.skipped);
         attached
             .decisions
@@ -456,6 +533,7 @@ impl KspanBuilder {
                 .with_process_pid(self.all_processes)
                 .numbered(self.ledger.is_some()),
             stats: stats.clone(),
+            symbols: Default::default(),
         }));
         let ring = consume::ring_buffer(&attached.maps, {
             let processor = processor.clone();
@@ -502,6 +580,18 @@ impl KspanBuilder {
                     })?;
             }
         }
+        let scheduler = match (scheduler, &self.sums) {
+            (Some(sched), Some(sums)) => {
+                sums.connect_scheduler(sched.spans)
+                    .map_err(|reason| Error::InvalidSetting {
+                        setting: "KspanBuilder::kernel_sums",
+                        reason: reason.to_owned(),
+                    })?;
+                crate::context::current_time::start();
+                Some((sched.mechanism, sched.btf_passed_over))
+            }
+            _ => None,
+        };
         // Before recording starts, so that the first spans read registered
         // records where they can.
         let registrar = match attached.maps.context_records() {
@@ -568,6 +658,7 @@ impl KspanBuilder {
             shutdown_timeout: self.shutdown_timeout,
             registrar,
             context_reads,
+            scheduler,
         })
     }
 }

@@ -8,7 +8,7 @@ use opentelemetry_sdk::trace::SdkTracer;
 
 use crate::consume::parse_record;
 use crate::plan::ProbePlan;
-use crate::span::{Outcome, SpanFactory};
+use crate::span::{is_wait, parse_wait, Outcome, SpanFactory, WaitSymbols};
 
 use super::figures::Counters;
 
@@ -17,6 +17,8 @@ pub(super) struct Processor {
     pub(super) plans: Vec<ProbePlan>,
     pub(super) factory: SpanFactory<SdkTracer>,
     pub(super) stats: Arc<Counters>,
+    /// Kernel symbols for wait spans' stacks, read on first use.
+    pub(super) symbols: WaitSymbols,
 }
 
 impl Processor {
@@ -28,6 +30,19 @@ impl Processor {
                 return;
             }
         };
+        if is_wait(view.header.probe_id, view.header.flags) {
+            match parse_wait(bytes) {
+                Some(wait) => {
+                    let handed = self.factory.handed();
+                    self.factory.process_wait(&wait, &self.symbols);
+                    self.count_handed(handed);
+                }
+                None => {
+                    self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
         let Some(plan) = self.plans.get(view.header.probe_id as usize) else {
             self.stats.unknown_probe.fetch_add(1, Ordering::Relaxed);
             return;

@@ -9,10 +9,12 @@ mod clock;
 mod held;
 mod ids;
 mod panics;
+mod wait;
 
 pub use clock::ClockOffset;
 pub(crate) use ids::provider_has_kernel_ids;
 pub use ids::KernelSpanIds;
+pub(crate) use wait::{is_wait, parse_wait, WaitSymbols};
 
 use std::cell::{Cell, RefCell};
 use std::time::Instant;

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The scheduler's account: `sched_switch` and `sched_waking`, as BTF
+//! tracepoints where the kernel lets this process load them (their
+//! arguments are the tasks themselves: another process's switch costs a
+//! field compare, and a long wait's stack is read at its end only), else
+//! as classic tracepoints (perf events, as syscall sources are; another
+//! process's switch costs a hash lookup, and every switch-out of the
+//! process reads its stack).
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use libbpf_rs::MapHandle;
+
+use super::links::{Link, LinkKind, Links};
+use super::AttachError;
+use crate::annotation::Hook;
+use crate::bpf::config::{sched_config, HistogramSizes, RuntimeSettings};
+use crate::bpf::maps::SharedMaps;
+use crate::bpf::object::{self, LoadRequest};
+use crate::bpf::program::Program;
+use crate::bpf::sys;
+use crate::sched::SchedMechanism;
+
+/// What attaching the account leaves.
+#[derive(Debug)]
+pub(crate) struct SchedAttached {
+    /// The mechanism in use.
+    pub mechanism: SchedMechanism,
+    /// Why BTF tracepoints are not in use, when they are not.
+    pub btf_passed_over: Option<String>,
+    /// The totals per application span.
+    pub spans: MapHandle,
+    /// The shared maps, when this load made them (no probe did before).
+    pub maps: Option<SharedMaps>,
+}
+
+/// Loads and attaches the account's programs into `links`, sharing `shared`
+/// (the probes' maps) where there are.
+pub(crate) fn attach(
+    runtime: &RuntimeSettings,
+    wait_min_ns: u64,
+    shared: Option<&SharedMaps>,
+    links: &mut Links,
+) -> Result<SchedAttached, AttachError> {
+    let config = sched_config(runtime, wait_min_ns);
+    let btf = attach_with(
+        &config,
+        runtime,
+        shared,
+        links,
+        SchedMechanism::BtfTracepoints,
+    );
+    let (attached, why) = match btf {
+        Ok(attached) => (attached, None),
+        Err(refused) => {
+            let why = refused.to_string();
+            tracing::info!(
+                reason = why.as_str(),
+                "kspan's scheduler account uses classic tracepoints: BTF tracepoints failed"
+            );
+            let attached =
+                attach_with(&config, runtime, shared, links, SchedMechanism::Tracepoints)?;
+            (attached, Some(why))
+        }
+    };
+    Ok(SchedAttached {
+        btf_passed_over: why,
+        ..attached
+    })
+}
+
+fn attach_with(
+    config: &kspan_bpf::types::kspan_config,
+    runtime: &RuntimeSettings,
+    shared: Option<&SharedMaps>,
+    links: &mut Links,
+    mechanism: SchedMechanism,
+) -> Result<SchedAttached, AttachError> {
+    let programs = match mechanism {
+        SchedMechanism::BtfTracepoints => Program::SCHED_BTF,
+        SchedMechanism::Tracepoints => Program::SCHED_CLASSIC,
+    };
+    let mut loaded = object::load(&LoadRequest {
+        function: "sched:sched_switch",
+        hook: Hook::Syscall,
+        config,
+        programs: &programs,
+        shared,
+        ring_buffer_bytes: runtime.ring_buffer_bytes,
+        entry_values: runtime.entry_values,
+        probes: runtime.probes,
+        sums: runtime.sums,
+        histograms: if shared.is_some() {
+            runtime.histograms
+        } else {
+            HistogramSizes::default()
+        },
+    })?;
+    let refused = |event: &str, e: std::io::Error| AttachError::refused(event, Hook::Syscall, e);
+    let [switch, waking] = programs;
+    let switch_fd = loaded.take(switch).ok_or_else(|| missing(switch))?;
+    let waking_fd = loaded.take(waking).ok_or_else(|| missing(waking))?;
+    let link = |prog: &OwnedFd, event: &str| -> Result<Link, AttachError> {
+        let fd = match mechanism {
+            SchedMechanism::BtfTracepoints => sys::attach_btf_tracepoint(prog.as_fd()),
+            SchedMechanism::Tracepoints => sys::attach_tracepoint(prog.as_fd(), "sched", event),
+        };
+        fd.map(|fd| Link::new(LinkKind::Tracepoint, fd))
+            .map_err(|e| refused(event, e))
+    };
+    // The waking program first: a switch-out it would complete is then
+    // never missing its wake-up.
+    let waking_link = link(&waking_fd, "sched_waking")?;
+    let switch_link = link(&switch_fd, "sched_switch")?;
+    links.keep(None, waking_link, [Some(waking_fd)]);
+    links.keep(None, switch_link, [Some(switch_fd)]);
+    let spans = loaded.sched_spans.take().ok_or_else(|| missing(switch))?;
+    Ok(SchedAttached {
+        mechanism,
+        btf_passed_over: None,
+        spans,
+        maps: loaded.maps.take(),
+    })
+}
+
+fn missing(program: Program) -> AttachError {
+    AttachError::refused(
+        "sched:sched_switch",
+        Hook::Syscall,
+        std::io::Error::other(format!("the load did not give the {program:?} program")),
+    )
+}

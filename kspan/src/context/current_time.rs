@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! How long each application span has been a thread's current context:
+//! the scheduler's account's time base (see [`crate::sched`]).
+//!
+//! The kernel measures what a span's threads spent off CPU, since a
+//! thread's current span cannot change while it is off CPU; it cannot see
+//! when a span becomes current or stops being so, which happens in user
+//! space with no system call. So every publication of a thread's record
+//! (every context switch the observer or a layer sees) stamps the thread
+//! with `CLOCK_MONOTONIC` (the vDSO: no system call) and adds the time
+//! since the previous stamp to the span that was current. A span's time
+//! on a CPU is then this total less what the kernel saw it spend off CPU.
+//!
+//! Off unless a runtime with the account runs: a publication then costs
+//! one relaxed load more.
+
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex, PoisonError};
+
+/// Whether publications are timed.
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Shards of the totals, by span id: threads switching different spans
+/// rarely wait on one another.
+const SHARDS: usize = 16;
+
+/// Spans that ended lately, whose time is no longer wanted: a thread that
+/// leaves one afterwards adds nothing (its total was taken at the end).
+const ENDED_KEPT: usize = 4096;
+
+#[derive(Default)]
+struct Shard {
+    /// Nanoseconds each span has been current, on every thread, up to
+    /// each thread's last switch away from it.
+    totals: HashMap<u64, u64>,
+    ended: HashSet<u64>,
+    ended_order: VecDeque<u64>,
+}
+
+static TOTALS: LazyLock<[Mutex<Shard>; SHARDS]> =
+    LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
+
+fn shard(span: u64) -> std::sync::MutexGuard<'static, Shard> {
+    TOTALS[(span as usize) % SHARDS]
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+thread_local! {
+    /// The span current on this thread (0: none) and since when.
+    static CURRENT: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// `CLOCK_MONOTONIC` in ns, the clock of `bpf_ktime_get_ns`.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Starts timing publications (a runtime with the account starts).
+pub(crate) fn start() {
+    ON.store(true, Ordering::Relaxed);
+}
+
+/// Stops it (that runtime stops).
+pub(crate) fn stop() {
+    ON.store(false, Ordering::Relaxed);
+}
+
+/// The calling thread's current span is now `span` (its id as a number;
+/// 0 for none, or for a thread that suppresses telemetry).
+#[inline]
+pub(super) fn switched(span: u64) {
+    if !ON.load(Ordering::Relaxed) {
+        return;
+    }
+    let _ = CURRENT.try_with(|current| {
+        let (was, since) = current.get();
+        if was == span {
+            return;
+        }
+        let now = monotonic_ns();
+        if was != 0 {
+            add(was, now.saturating_sub(since));
+        }
+        current.set((span, now));
+    });
+}
+
+fn add(span: u64, ns: u64) {
+    let mut shard = shard(span);
+    if let Some(total) = shard.totals.get_mut(&span) {
+        *total += ns;
+    } else if !shard.ended.contains(&span) {
+        shard.totals.insert(span, ns);
+    }
+}
+
+/// The time `span` has been current, taken as it ends: its total so far,
+/// with the calling thread's time since its last switch when the span is
+/// current here (a span ended inside its own scope). Later switches away
+/// from it add nothing.
+pub(crate) fn take(span: u64) -> u64 {
+    let mut open = 0;
+    let _ = CURRENT.try_with(|current| {
+        let (now_current, since) = current.get();
+        if now_current == span {
+            let now = monotonic_ns();
+            open = now.saturating_sub(since);
+            current.set((0, now));
+        }
+    });
+    let mut shard = shard(span);
+    let total = shard.totals.remove(&span).unwrap_or(0) + open;
+    if shard.ended.insert(span) {
+        shard.ended_order.push_back(span);
+        if shard.ended_order.len() > ENDED_KEPT / SHARDS {
+            if let Some(old) = shard.ended_order.pop_front() {
+                shard.ended.remove(&old);
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_adds_its_time_current_and_nothing_after_it_ended() {
+        start();
+        let span = 0x5eed_0001;
+        switched(span);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        switched(0);
+        switched(span);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        // Ended while current: the open interval counts.
+        let total = take(span);
+        assert!(
+            (30_000_000..200_000_000).contains(&total),
+            "total {total} ns"
+        );
+        // Leaving it afterwards adds nothing, and creates no entry.
+        switched(0);
+        assert!(!shard(span).totals.contains_key(&span));
+    }
+}

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Where a request's time went: the scheduler's account of every
+//! application span.
+//!
+//! With [`KspanBuilder::scheduler_account`](crate::KspanBuilder::scheduler_account)
+//! every application span of the process says, when it ends, how long it
+//! was on a CPU, runnable but waiting for one, blocked (`D`: disk and file
+//! I/O, page faults, some kernel locks) and sleeping (`S`: futexes and user
+//! locks, poll and epoll, sleeps, sockets), and how many voluntary and
+//! involuntary context switches it went through ([`attributes`]); each
+//! off-CPU interval longer than a threshold is a child span of its own (a
+//! *wait span*, [`wait_attributes`]) from the switch-out to the switch-in,
+//! with the kernel stack it left on and who woke it: a link to the waker's
+//! application span when the waker is a thread of the process inside one
+//! (the lock holder, the thread that finished the work).
+//!
+//! # What the figures mean
+//!
+//! A span's figures are those of the time it was a thread's *current*
+//! context (the innermost span a thread has entered or attached), on every
+//! thread where it was: a span entered by a `spawn_blocking` closure adds
+//! that thread's time to the request's. A child span's time is its own,
+//! not its parent's. For async code this is the time the task was being
+//! polled under the span: a task parked in the executor, waiting for its
+//! future to be woken, is not current anywhere and is not "off CPU" for its
+//! span; a poll that blocks its worker thread (a synchronous read, a
+//! contended `std` mutex) is. So for a request handled by a tokio task, on
+//! CPU + run queue + blocked + sleeping is the time its polls took, and the
+//! span's duration less that is the time it waited in the executor.
+//!
+//! # How
+//!
+//! The kernel half attaches `sched_switch` and `sched_waking`. At a
+//! switch-out the program runs on the thread leaving the CPU: it reads the
+//! thread's OTEP 4947 record (the span it leaves in) and keeps, by tid,
+//! when and in which state it left. At a wake-up it runs on the waker, whose
+//! record names the span that released the wait. At the switch-in the
+//! interval is added to the span's totals (a kernel map keyed by span id)
+//! and, when long, emitted as a wait record into the ring buffer like any
+//! span: overload, a full ring, an unsampled or suppressed span are counted
+//! as for every other record. The time a span was current is measured in
+//! user space at every context switch ([`crate::context`]); its time on a
+//! CPU is that less its off-CPU time. Threads of other processes return at
+//! the first check of every program.
+
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+
+/// The scheduler's account: one builder line,
+/// `.scheduler_account(SchedulerAccount::default())`, with a
+/// [`KernelSums`](crate::KernelSums) processor in front of the exporter
+/// (which puts the figures on the spans as they end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerAccount {
+    wait_min: Option<Duration>,
+}
+
+/// The default shortest wait span: shorter waits are in the totals only.
+pub const DEFAULT_WAIT_SPAN_MIN: Duration = Duration::from_millis(1);
+
+impl Default for SchedulerAccount {
+    fn default() -> Self {
+        SchedulerAccount {
+            wait_min: Some(DEFAULT_WAIT_SPAN_MIN),
+        }
+    }
+}
+
+impl SchedulerAccount {
+    /// The account with wait spans of 1 ms and longer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Off-CPU intervals at least `min` long become wait spans (0 is taken
+    /// as 1 ns: every interval).
+    pub fn wait_spans_from(mut self, min: Duration) -> Self {
+        self.wait_min = Some(min.max(Duration::from_nanos(1)));
+        self
+    }
+
+    /// No wait spans: the totals on each application span only (nothing
+    /// goes through the ring buffer).
+    pub fn without_wait_spans(mut self) -> Self {
+        self.wait_min = None;
+        self
+    }
+
+    /// The shortest wait span in ns, 0 for none.
+    pub(crate) fn wait_min_ns(&self) -> u64 {
+        self.wait_min
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// How the account's programs are attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchedMechanism {
+    /// `tp_btf/sched_switch` and `tp_btf/sched_waking`: raw tracepoints
+    /// whose arguments are the tasks (cheapest for other processes; a long
+    /// wait's stack is read once, at its end).
+    BtfTracepoints,
+    /// `sched:sched_switch` and `sched:sched_waking` through perf events:
+    /// where BTF tracepoints cannot be loaded.
+    Tracepoints,
+}
+
+impl SchedMechanism {
+    /// A short name (`tp_btf`, `tracepoint`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchedMechanism::BtfTracepoints => "tp_btf",
+            SchedMechanism::Tracepoints => "tracepoint",
+        }
+    }
+}
+
+impl std::fmt::Display for SchedMechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The attribute keys of the account, on each application span.
+pub mod attributes {
+    /// Nanoseconds on a CPU while the span was current.
+    pub const ON_CPU_NS: &str = "kspan.sched.on_cpu_ns";
+    /// Nanoseconds runnable, waiting for a CPU (run-queue latency: from a
+    /// wake-up or a preemption to the switch-in).
+    pub const RUN_QUEUE_NS: &str = "kspan.sched.run_queue_ns";
+    /// Nanoseconds blocked uninterruptibly (`D`).
+    pub const BLOCKED_NS: &str = "kspan.sched.blocked_ns";
+    /// Nanoseconds sleeping interruptibly (`S`).
+    pub const SLEEPING_NS: &str = "kspan.sched.sleeping_ns";
+    /// Nanoseconds off CPU in any other state (stopped, traced, idle).
+    pub const OTHER_OFF_CPU_NS: &str = "kspan.sched.other_off_cpu_ns";
+    /// Nanoseconds the span was a thread's current context, on all of
+    /// them: the sum of the four above and `other_off_cpu_ns`.
+    pub const CURRENT_NS: &str = "kspan.sched.current_ns";
+    /// Context switches of kind `voluntary` (the thread blocked or slept),
+    /// named after the semantic conventions' `process.context_switch.type`.
+    pub const VOLUNTARY_SWITCHES: &str = "kspan.sched.context_switches.voluntary";
+    /// Context switches of kind `involuntary` (preempted).
+    pub const INVOLUNTARY_SWITCHES: &str = "kspan.sched.context_switches.involuntary";
+    /// Off-CPU intervals at least the wait-span threshold long.
+    pub const WAITS: &str = "kspan.sched.waits";
+}
+
+/// The attribute keys of a wait span.
+pub mod wait_attributes {
+    /// `preempted`, `sleeping`, `blocked` or `other`.
+    pub const STATE: &str = "kspan.sched.state";
+    /// Nanoseconds of the span waiting for the wake-up (0 for a preemption).
+    pub const WAITING_NS: &str = "kspan.sched.waiting_ns";
+    /// Nanoseconds from the wake-up (or preemption) to the switch-in.
+    pub const RUN_QUEUE_NS: &str = "kspan.sched.run_queue_ns";
+    /// The kernel stack at the switch-out, innermost first, scheduler
+    /// frames left out: `do_nanosleep <- hrtimer_nanosleep <- ...`
+    /// (the semantic conventions' `code.stacktrace`).
+    pub const STACK: &str = "code.stacktrace";
+    /// `task`, `interrupt`, or `none` (a preemption, or not seen).
+    pub const WAKER_KIND: &str = "kspan.sched.waker";
+    /// The waking task's process id.
+    pub const WAKER_PID: &str = "kspan.sched.waker.pid";
+    /// The waking task's thread id.
+    pub const WAKER_TID: &str = "kspan.sched.waker.tid";
+    /// The waking task's name (`comm`).
+    pub const WAKER_COMM: &str = "kspan.sched.waker.comm";
+}
+
+/// What the kernel summed for one application span (`struct kspan_sched_sum`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedTotals {
+    /// Runnable, waiting for a CPU.
+    pub run_queue_ns: u64,
+    /// Off CPU, sleeping (`S`).
+    pub sleeping_ns: u64,
+    /// Off CPU, blocked (`D`).
+    pub blocked_ns: u64,
+    /// Off CPU otherwise.
+    pub other_ns: u64,
+    /// Voluntary context switches.
+    pub voluntary: u64,
+    /// Involuntary context switches.
+    pub involuntary: u64,
+    /// Off-CPU intervals at least the wait-span threshold long.
+    pub waits: u64,
+}
+
+impl SchedTotals {
+    /// From the map's value bytes (seven native-endian u64s).
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Self {
+        let word = |i: usize| {
+            bytes
+                .get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_ne_bytes)
+        };
+        SchedTotals {
+            run_queue_ns: word(0),
+            sleeping_ns: word(1),
+            blocked_ns: word(2),
+            other_ns: word(3),
+            voluntary: word(4),
+            involuntary: word(5),
+            waits: word(6),
+        }
+    }
+
+    /// Off CPU in total, run queue included.
+    pub fn off_cpu_ns(&self) -> u64 {
+        self.run_queue_ns + self.sleeping_ns + self.blocked_ns + self.other_ns
+    }
+
+    /// The span's attributes, given how long it was current (`current_ns`):
+    /// on a CPU is that less the time off CPU (never below 0: the two
+    /// clocks are read a few hundred ns apart at each switch).
+    pub fn attributes(&self, current_ns: u64) -> [KeyValue; 9] {
+        let current = current_ns.max(self.off_cpu_ns());
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        [
+            KeyValue::new(attributes::ON_CPU_NS, n(current - self.off_cpu_ns())),
+            KeyValue::new(attributes::RUN_QUEUE_NS, n(self.run_queue_ns)),
+            KeyValue::new(attributes::BLOCKED_NS, n(self.blocked_ns)),
+            KeyValue::new(attributes::SLEEPING_NS, n(self.sleeping_ns)),
+            KeyValue::new(attributes::OTHER_OFF_CPU_NS, n(self.other_ns)),
+            KeyValue::new(attributes::CURRENT_NS, n(current)),
+            KeyValue::new(attributes::VOLUNTARY_SWITCHES, n(self.voluntary)),
+            KeyValue::new(attributes::INVOLUNTARY_SWITCHES, n(self.involuntary)),
+            KeyValue::new(attributes::WAITS, n(self.waits)),
+        ]
+    }
+}
+
+/// The name of a wait state (`enum kspan_sched_state`).
+pub(crate) fn state_name(state: u32) -> &'static str {
+    use kspan_bpf::consts as c;
+    match u64::from(state) {
+        c::KSPAN_SCHED_PREEMPTED => "preempted",
+        c::KSPAN_SCHED_SLEEPING => "sleeping",
+        c::KSPAN_SCHED_BLOCKED => "blocked",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_cpu_is_the_current_time_less_the_off_cpu_time() {
+        let totals = SchedTotals {
+            run_queue_ns: 5,
+            sleeping_ns: 50,
+            blocked_ns: 20,
+            other_ns: 0,
+            voluntary: 3,
+            involuntary: 1,
+            waits: 2,
+        };
+        let attrs = totals.attributes(100);
+        assert_eq!(attrs[0].value, opentelemetry::Value::I64(25));
+        assert_eq!(attrs[5].value, opentelemetry::Value::I64(100));
+        // A current time below the off-CPU time (clock skew) is raised to it.
+        assert_eq!(totals.attributes(60)[0].value, opentelemetry::Value::I64(0));
+    }
+
+    #[test]
+    fn totals_read_the_kernel_layout() {
+        let words: Vec<u8> = (1u64..=7).flat_map(u64::to_ne_bytes).collect();
+        let t = SchedTotals::from_bytes(&words);
+        assert_eq!((t.run_queue_ns, t.waits), (1, 7));
+        assert_eq!(
+            std::mem::size_of::<kspan_bpf::types::kspan_sched_sum>(),
+            words.len()
+        );
+    }
+
+    #[test]
+    fn the_threshold_is_in_ns_and_off_is_zero() {
+        assert_eq!(SchedulerAccount::default().wait_min_ns(), 1_000_000);
+        assert_eq!(
+            SchedulerAccount::new().without_wait_spans().wait_min_ns(),
+            0
+        );
+        assert_eq!(
+            SchedulerAccount::new()
+                .wait_spans_from(Duration::ZERO)
+                .wait_min_ns(),
+            1
+        );
+    }
+}

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Wait spans of the scheduler's account (see [`crate::sched`]): a
+//! `struct kspan_wait_record` made into a child span of the application
+//! span the thread waited in, with its state, the run-queue part, the
+//! kernel stack and who woke it.
+
+use std::cell::OnceCell;
+
+use kspan_bpf::consts as c;
+use kspan_bpf::types::kspan_wait_record;
+use opentelemetry::trace::{
+    Link, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+    Tracer,
+};
+use opentelemetry::KeyValue;
+
+use super::{keys, SpanFactory};
+use crate::annotation::{KernelSpan, KernelSpanParts};
+use crate::kernel::ksyms::{in_interrupt, render_stack, KernelSymbolTable};
+use crate::sched::{state_name, wait_attributes as attr};
+
+/// Frames of a wait span's stack kept in its attribute.
+const STACK_FRAMES_SHOWN: usize = 8;
+
+/// Whether `bytes` is a wait record (its header says so).
+pub(crate) fn is_wait(probe_id: u32, flags: u32) -> bool {
+    u64::from(probe_id) == c::KSPAN_WAIT_PROBE_ID && u64::from(flags) & c::KSPAN_REC_WAIT != 0
+}
+
+/// The wait record in `bytes`, if they hold one whole.
+pub(crate) fn parse_wait(bytes: &[u8]) -> Option<kspan_wait_record> {
+    if bytes.len() < std::mem::size_of::<kspan_wait_record>() {
+        return None;
+    }
+    // SAFETY: the slice holds a whole record; the type is plain old data
+    // (integers and byte arrays: every bit pattern is valid), and
+    // read_unaligned copes with any alignment.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<kspan_wait_record>()) })
+}
+
+/// The span name of each state: low cardinality, as span names should be.
+fn span_name(state: u32) -> &'static str {
+    match u64::from(state) {
+        c::KSPAN_SCHED_PREEMPTED => "off-cpu preempted",
+        c::KSPAN_SCHED_SLEEPING => "off-cpu sleeping",
+        c::KSPAN_SCHED_BLOCKED => "off-cpu blocked",
+        _ => "off-cpu other",
+    }
+}
+
+/// The kernel's symbols, read on first use.
+#[derive(Debug, Default)]
+pub(crate) struct WaitSymbols(OnceCell<KernelSymbolTable>);
+
+impl WaitSymbols {
+    fn table(&self) -> &KernelSymbolTable {
+        self.0.get_or_init(|| {
+            KernelSymbolTable::load().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "kspan cannot read /proc/kallsyms: wait spans show stack addresses");
+                KernelSymbolTable::default()
+            })
+        })
+    }
+}
+
+/// A NUL-padded kernel string.
+fn c_str(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+impl<T: Tracer> SpanFactory<T> {
+    /// Makes wait record `w` a span under its application span.
+    pub(crate) fn process_wait(&self, w: &kspan_wait_record, symbols: &WaitSymbols) {
+        let rec = &w.rec;
+        let end = rec.end_ns.max(rec.start_ns);
+        let run_from = w.wake_ns.clamp(rec.start_ns, end);
+        let mut attributes = vec![
+            KeyValue::new(attr::STATE, state_name(w.state)),
+            KeyValue::new(attr::WAITING_NS, (run_from - rec.start_ns) as i64),
+            KeyValue::new(attr::RUN_QUEUE_NS, (end - run_from) as i64),
+            KeyValue::new(keys::THREAD_ID, i64::from(rec.tid)),
+        ];
+        let frames = &w.frames[..(w.nframes as usize).min(w.frames.len())];
+        if !frames.is_empty() {
+            let stack = render_stack(symbols.table(), frames, STACK_FRAMES_SHOWN);
+            attributes.push(KeyValue::new(attr::STACK, stack));
+        }
+        let mut links = Vec::new();
+        let waker_frames = &w.waker_frames[..(w.waker_nframes as usize).min(w.waker_frames.len())];
+        match u64::from(w.waker_kind) {
+            c::KSPAN_WAKER_TASK if in_interrupt(symbols.table(), waker_frames) => {
+                attributes.push(KeyValue::new(attr::WAKER_KIND, "interrupt"));
+            }
+            c::KSPAN_WAKER_TASK => {
+                attributes.extend([
+                    KeyValue::new(attr::WAKER_KIND, "task"),
+                    KeyValue::new(attr::WAKER_PID, i64::from(w.waker_pid)),
+                    KeyValue::new(attr::WAKER_TID, i64::from(w.waker_tid)),
+                    KeyValue::new(attr::WAKER_COMM, c_str(&w.waker_comm)),
+                ]);
+                if w.waker_span_id != 0 {
+                    let waker = SpanContext::new(
+                        TraceId::from_bytes(w.waker_trace_id),
+                        SpanId::from(w.waker_span_id),
+                        TraceFlags::SAMPLED,
+                        false,
+                        TraceState::NONE,
+                    );
+                    links.push(Link::with_context(waker));
+                }
+            }
+            _ => attributes.push(KeyValue::new(attr::WAKER_KIND, "none")),
+        }
+        if self.process_pid {
+            attributes.push(KeyValue::new(keys::PROCESS_PID, i64::from(rec.pid)));
+        }
+        let mut builder = SpanBuilder::from_name(span_name(w.state));
+        builder.span_kind = Some(SpanKind::Internal);
+        builder.start_time = Some(self.clock.to_system_time(rec.start_ns));
+        builder.attributes = Some(attributes);
+        if !links.is_empty() {
+            builder.links = Some(links);
+        }
+        self.export(KernelSpan::new(KernelSpanParts {
+            builder,
+            trace_id: TraceId::from_bytes(rec.trace_id),
+            span_id: SpanId::from(rec.span_id),
+            parent_span_id: Some(SpanId::from(rec.parent_span_id)),
+            end_time: self.clock.to_system_time(end),
+            status: Status::Unset,
+        }));
+    }
+}
