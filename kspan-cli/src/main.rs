@@ -185,7 +185,7 @@ fn doctor() -> Outcome {
         Err(e) => format!("unknown (cannot read /proc/sys/kernel/osrelease: {e})"),
     };
     let caps = KernelCapabilities::probe();
-    let features: [(&str, &Feature); 10] = [
+    let features: [(&str, &Feature); 11] = [
         ("btf", &caps.btf),
         ("privileges", &caps.privileges),
         ("trampolines", &caps.trampolines),
@@ -195,6 +195,7 @@ fn doctor() -> Outcome {
         ("kprobe.multi", &caps.kprobe_multi),
         ("kprobe.session", &caps.kprobe_sessions),
         ("tracepoints", &caps.tracepoints),
+        ("tp_btf", &caps.btf_tracepoints),
         ("ctx-records", &caps.context_records),
     ];
     let mut text = format!("kernel {release}\n\nmechanisms:\n");
@@ -259,6 +260,14 @@ fn doctor() -> Outcome {
                 TRACEFS
             ),
             other => yes_no(other),
+        }
+    ));
+    text.push_str(&format!(
+        "  scheduler account: {}\n",
+        match (&syscalls, &caps.btf_tracepoints) {
+            (Ok(()), Feature::Available) => "yes, through tp_btf (BTF tracepoints)".to_owned(),
+            (Ok(()), _) => "yes, through classic tracepoints (tp_btf unavailable)".to_owned(),
+            (Err(no), _) => no.clone(),
         }
     ));
     // Per hook, its attachments best first, and the one a probe would get.

@@ -305,6 +305,7 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
         ("kprobe.multi", &caps.kprobe_multi),
         ("kprobe.session", &caps.kprobe_sessions),
         ("tracepoints", &caps.tracepoints),
+        ("tp_btf", &caps.btf_tracepoints),
         ("ctx-records", &caps.context_records),
     ] {
         let line = run
@@ -331,6 +332,13 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
     };
     assert!(run.stdout.contains(kprobes), "{}", run.stdout);
     assert!(run.stdout.contains("  syscall sources: "));
+    // The scheduler's account says which tracepoints it would use.
+    let account = match (caps.privileges.is_available(), caps.btf_tracepoints.is_available()) {
+        (true, true) => "  scheduler account: yes, through tp_btf",
+        (true, false) => "  scheduler account: yes, through classic tracepoints",
+        (false, _) => "  scheduler account: no (",
+    };
+    assert!(run.stdout.contains(account), "{}", run.stdout);
     // The cheapest trampoline attachment the kernel has.
     let (fexit_through, yes_no) = if caps.trampoline_multi.is_available() {
         ("fsession.multi", ["yes", "yes", "yes"])

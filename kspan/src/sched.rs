@@ -54,6 +54,7 @@ use opentelemetry::KeyValue;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerAccount {
     wait_min: Option<Duration>,
+    mechanism: Option<SchedMechanism>,
 }
 
 /// The default shortest wait span: shorter waits are in the totals only.
@@ -63,6 +64,7 @@ impl Default for SchedulerAccount {
     fn default() -> Self {
         SchedulerAccount {
             wait_min: Some(DEFAULT_WAIT_SPAN_MIN),
+            mechanism: None,
         }
     }
 }
@@ -85,6 +87,19 @@ impl SchedulerAccount {
     pub fn without_wait_spans(mut self) -> Self {
         self.wait_min = None;
         self
+    }
+
+    /// Attaches with `mechanism` only (start fails where it cannot), not
+    /// the cheapest that works: to compare them, or to keep to the perf
+    /// events a kernel's policy allows.
+    pub fn mechanism(mut self, mechanism: SchedMechanism) -> Self {
+        self.mechanism = Some(mechanism);
+        self
+    }
+
+    /// The mechanism asked for, if one is.
+    pub(crate) fn only_mechanism(&self) -> Option<SchedMechanism> {
+        self.mechanism
     }
 
     /// The shortest wait span in ns, 0 for none.

@@ -786,6 +786,8 @@ pub fn missing_capabilities(stderr: &str) -> &str {
     &stderr[start..start + len]
 }
 
+pub mod sched;
+
 /// Helpers of the latency histogram tests (`host_latency`, `vm_latency`).
 pub mod latency {
     use std::time::Duration;

@@ -724,6 +724,7 @@ mod tests {
             trampoline_multi: feature(multi, "no fsession.multi"),
             kprobe_sessions: feature(kprobe_session, "no kprobe.session"),
             tracepoints: Feature::Available,
+            btf_tracepoints: Feature::Available,
             context_records: Feature::Available,
             preemption: Preemption {
                 model: Some(PreemptionModel::Voluntary),

@@ -19,7 +19,7 @@ use crate::bpf::maps::SharedMaps;
 use crate::bpf::object::{self, LoadRequest};
 use crate::bpf::program::Program;
 use crate::bpf::sys;
-use crate::sched::SchedMechanism;
+use crate::sched::{SchedMechanism, SchedulerAccount};
 
 /// What attaching the account leaves.
 #[derive(Debug)]
@@ -38,11 +38,14 @@ pub(crate) struct SchedAttached {
 /// (the probes' maps) where there are.
 pub(crate) fn attach(
     runtime: &RuntimeSettings,
-    wait_min_ns: u64,
+    account: &SchedulerAccount,
     shared: Option<&SharedMaps>,
     links: &mut Links,
 ) -> Result<SchedAttached, AttachError> {
-    let config = sched_config(runtime, wait_min_ns);
+    let config = sched_config(runtime, account.wait_min_ns());
+    if let Some(only) = account.only_mechanism() {
+        return attach_with(&config, runtime, shared, links, only);
+    }
     let btf = attach_with(
         &config,
         runtime,

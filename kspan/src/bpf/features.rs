@@ -91,6 +91,10 @@ pub struct KernelCapabilities {
     pub kprobe_sessions: Feature,
     /// Tracepoints (syscall sources), through tracefs.
     pub tracepoints: Feature,
+    /// BTF tracepoints (`tp_btf`) on the scheduler's tracepoints: what the
+    /// scheduler's account attaches with where it can (see
+    /// [`crate::sched`]); classic tracepoints otherwise.
+    pub btf_tracepoints: Feature,
     /// Task storage holding pointers into user memory that the kernel pins
     /// (uptr, Linux 6.13+): each thread's context record is registered
     /// there, and programs read it with plain loads instead of copying it
@@ -179,6 +183,11 @@ impl KernelCapabilities {
             )),
             Err(_) => Feature::no("the kernel has no tracefs"),
         };
+        let btf_tracepoints = match (&btf, &privileges) {
+            (Err(e), _) => Feature::no(format!("no kernel BTF: {e}")),
+            (_, Feature::Unavailable { .. }) => Feature::no("not probed: missing privileges"),
+            (Ok(btf), Feature::Available) => probe_btf_tracepoints(btf),
+        };
         let context_records = match &btf {
             Ok(btf) => probe_context_records(btf),
             Err(_) => Feature::no("no kernel BTF to look for task-storage uptrs"),
@@ -196,6 +205,7 @@ impl KernelCapabilities {
             trampoline_multi,
             kprobe_sessions,
             tracepoints,
+            btf_tracepoints,
             context_records,
             preemption: Preemption::read(),
         }
@@ -232,6 +242,23 @@ fn probe_trampolines(btf: &Btf) -> Feature {
                 "this kernel refuses BPF trampolines (a minimal fentry program, loaded against \
                  `{target}` to test them, was refused)"
             ),
+            errno: e.raw_os_error(),
+        },
+    }
+}
+
+/// Loads a minimal `tp_btf/sched_switch` program and unloads it: the
+/// tracepoint's BTF typedef must exist and the kernel must let this
+/// process load tracing programs.
+fn probe_btf_tracepoints(btf: &Btf) -> Feature {
+    let Some(id) = btf.type_named("btf_trace_sched_switch") else {
+        return Feature::no("no btf_trace_sched_switch in the kernel's BTF");
+    };
+    match super::sys::load_trampoline_probe(libbpf_sys::BPF_TRACE_RAW_TP, id) {
+        Ok(_) => Feature::Available,
+        Err(e) => Feature::Unavailable {
+            reason: "this kernel refuses BTF tracepoints (a minimal tp_btf/sched_switch program                      was refused): the scheduler's account uses classic tracepoints"
+                .to_owned(),
             errno: e.raw_os_error(),
         },
     }

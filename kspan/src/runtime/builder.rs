@@ -475,7 +475,7 @@ impl KspanBuilder {
             (Some(mut attached), Some(account)) => {
                 let sched = attach_scheduler(
                     &settings,
-                    account.wait_min_ns(),
+                    &account,
                     Some(&attached.maps),
                     &mut attached.links,
                 )?;
@@ -483,8 +483,7 @@ impl KspanBuilder {
             }
             (None, Some(account)) => {
                 let mut links = Links::default();
-                let mut sched =
-                    attach_scheduler(&settings, account.wait_min_ns(), None, &mut links)?;
+                let mut sched = attach_scheduler(&settings, &account, None, &mut links)?;
                 let maps = sched.maps.take().ok_or_else(|| {
                     Error::Consumer("the scheduler's load made no ring buffer".to_owned())
                 })?;

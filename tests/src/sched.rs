@@ -1,0 +1,602 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The scheduler's account of application spans, checked against the
+//! kernel's own per-thread accounting (`/proc/thread-self/schedstat` and
+//! `status`): the cases `host_sched` runs on the host kernel natively and
+//! `vm_sched` in the VM on every kernel of the matrix.
+
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use kspan::sched::{attributes as a, wait_attributes as w};
+use opentelemetry::trace::{SpanId, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::{Context, Value};
+use opentelemetry_sdk::trace::{
+    InMemorySpanExporter, SdkTracerProvider, SimpleSpanProcessor, SpanData,
+};
+
+/// A process runs one kspan runtime at a time: the tests take turns.
+pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A provider whose spans pass through `sums` into an in-memory exporter.
+fn provider(sums: &kspan::KernelSums) -> (SdkTracerProvider, InMemorySpanExporter) {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(sums.processor(SimpleSpanProcessor::new(exporter.clone())))
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
+    (provider, exporter)
+}
+
+fn int(span: &SpanData, key: &str) -> i64 {
+    match span.attributes.iter().find(|kv| kv.key.as_str() == key) {
+        Some(kv) => match kv.value {
+            Value::I64(v) => v,
+            ref other => panic!("{key} is {other:?} on {}", span.name),
+        },
+        None => panic!("{key} missing on {}: {:?}", span.name, span.attributes),
+    }
+}
+
+fn string(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.as_str().into_owned())
+}
+
+/// The kernel's figures for the calling thread: on-CPU ns, run-queue ns,
+/// timeslices (schedstat), voluntary and involuntary switches (status).
+/// The thread's CPU clock is read first: it brings a running thread's
+/// schedstat up to date (otherwise up to a tick stale).
+#[derive(Debug, Clone, Copy)]
+struct KernelFigures {
+    on_cpu: i64,
+    run_queue: i64,
+    voluntary: i64,
+    involuntary: i64,
+}
+
+fn kernel_figures() -> KernelFigures {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    let mut words = schedstat
+        .split_whitespace()
+        .map(|w| w.parse::<i64>().unwrap());
+    let (on_cpu, run_queue) = (words.next().unwrap(), words.next().unwrap());
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().parse::<i64>().unwrap())
+            .unwrap()
+    };
+    KernelFigures {
+        on_cpu,
+        run_queue,
+        voluntary: field("voluntary_ctxt_switches:"),
+        involuntary: field("nonvoluntary_ctxt_switches:"),
+    }
+}
+
+/// Time the hypervisor stole from every CPU so far (`/proc/stat`, in ns;
+/// counted in USER_HZ ticks of 10 ms). The kernel leaves stolen time (and
+/// interrupt time) out of a thread's on-CPU figure; the account, which
+/// measures on-CPU as the span's time less its time off CPU, cannot tell
+/// it from the thread's own.
+fn stolen_ns() -> i64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu = stat.lines().next().unwrap();
+    // cpu user nice system idle iowait irq softirq steal ...
+    let ticks: i64 = cpu
+        .split_whitespace()
+        .nth(8)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    ticks * 10_000_000
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Spins until this thread has used `cpu` more CPU time.
+fn busy(cpu: Duration) {
+    let until = thread_cpu_ns() + cpu.as_nanos() as u64;
+    while thread_cpu_ns() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Pins the calling thread to CPU `cpu`.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and
+    // sched_setaffinity get valid pointers and sizes.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+}
+
+/// Reads `path` past the page cache, so that the thread blocks in D:
+/// with O_DIRECT (the host's ext4 /tmp), else plainly (the VM's 9p share,
+/// which caches nothing), `blocks` 64 KiB blocks. False when nothing was
+/// read.
+fn direct_read(path: &std::path::Path, blocks: usize) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const BLOCK: usize = 64 * 1024;
+    let layout = std::alloc::Layout::from_size_align(BLOCK, 4096).unwrap();
+    // SAFETY: the layout is non-zero in size; the buffer is freed below.
+    let buf = unsafe { std::alloc::alloc(layout) };
+    // SAFETY: `buf` holds BLOCK bytes, written by the reads only.
+    let slice = unsafe { std::slice::from_raw_parts_mut(buf, BLOCK) };
+    let read_all = |file: std::io::Result<std::fs::File>, slice: &mut [u8]| {
+        let mut file = file.ok()?;
+        for _ in 0..blocks {
+            if file.read(slice).ok()? == 0 {
+                return None;
+            }
+        }
+        Some(())
+    };
+    // tmpfs and 9p may refuse O_DIRECT, at the open or the first read.
+    let direct = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path);
+    let ok = read_all(direct, slice)
+        .or_else(|| read_all(std::fs::File::open(path), slice))
+        .is_some();
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(buf, layout) };
+    ok
+}
+
+/// Where the D read goes: a file on a file system with a device or a
+/// server behind it (the host's /tmp is ext4 on a disk; the VM's is a
+/// tmpfs, its target directory the host's 9p share).
+pub fn disk_dir(in_vm: bool) -> std::path::PathBuf {
+    if in_vm {
+        crate::target_dir()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn direct_read_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join(format!("kspan-sched-{}.bin", std::process::id()));
+    std::fs::write(&path, vec![7u8; 4 << 20]).unwrap();
+    path
+}
+
+fn start(
+    provider: &SdkTracerProvider,
+    sums: &kspan::KernelSums,
+    account: kspan::SchedulerAccount,
+) -> kspan::Kspan {
+    start_with(provider, sums, account, |b| b)
+}
+
+fn start_with(
+    provider: &SdkTracerProvider,
+    sums: &kspan::KernelSums,
+    account: kspan::SchedulerAccount,
+    more: impl FnOnce(kspan::KspanBuilder) -> kspan::KspanBuilder,
+) -> kspan::Kspan {
+    let kspan = more(
+        kspan::Kspan::builder(provider)
+            .kernel_sums(sums.clone())
+            .scheduler_account(account),
+    )
+    .start()
+    .expect("the scheduler's tracepoints attach on this kernel");
+    eprintln!(
+        "scheduler account: {:?} ({})",
+        kspan.scheduler_account(),
+        kspan.scheduler_btf_passed_over().unwrap_or("-")
+    );
+    kspan
+}
+
+/// Tolerances, in ns. A span's boundaries are a few µs from the kernel
+/// reads around it; each switch puts the account's clock reads (at the
+/// tracepoint) a few µs from the scheduler's own; and this machine is a VM
+/// whose hypervisor steals time from a running thread, which the kernel
+/// leaves out of the thread's on-CPU time and the account cannot tell from
+/// it (up to 1.5 ms per 100 ms of CPU measured here): 1 ms plus 2% of the
+/// CPU time plus the time stolen meanwhile for on-CPU, 1 ms plus 5% for
+/// the run queue.
+fn close(what: &str, got: i64, want: i64, slack: i64) {
+    assert!(
+        (got - want).abs() <= slack,
+        "{what}: the account says {got} ns, the kernel {want} ns (allowed {slack} ns)"
+    );
+}
+
+fn shutdown(kspan: kspan::Kspan) -> kspan::Stats {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(kspan.shutdown())
+        .expect("kspan shuts down")
+}
+
+/// A thread does, inside one application span, a known mix: 30 ms busy,
+/// a 50 ms sleep, a mutex another thread holds 40 ms inside its own span,
+/// an O_DIRECT read (blocked in D), and 40 ms busy against a rival thread
+/// on the same CPU (run-queue wait). The span's figures equal the kernel's
+/// per-thread accounting around it; the sleep and the mutex wait are wait
+/// spans, the mutex wait linked to the holder's span.
+///
+/// `slack_ms` widens the fixed part of each tolerance (the emulated VM's
+/// timer and scheduler work runs ten times slower than the host's).
+pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
+    account: kspan::SchedulerAccount,
+    disk: &std::path::Path,
+    slack_ms: i64,
+) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let tracer = provider.tracer("sched-test");
+    let disk_file = direct_read_file(disk);
+    let removable = disk_file.clone();
+
+    let lock = Arc::new(Mutex::new(()));
+    let ready = Arc::new(Barrier::new(2));
+    let holder = {
+        let (lock, ready, tracer) = (lock.clone(), ready.clone(), tracer.clone());
+        std::thread::spawn(move || {
+            let span = tracer.start("holder");
+            let cx = Context::current_with_span(span);
+            let _attached = cx.clone().attach();
+            let guard = lock.lock().unwrap();
+            ready.wait();
+            std::thread::sleep(Duration::from_millis(40));
+            drop(guard);
+            cx.span().span_context().span_id()
+        })
+    };
+
+    let worker = std::thread::spawn(move || {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let stolen = stolen_ns();
+        let before = kernel_figures();
+        let started = Instant::now();
+        let span = tracer.start("work");
+        let cx = Context::current_with_span(span);
+        let blocked_read;
+        {
+            let _attached = cx.clone().attach();
+            busy(Duration::from_millis(30));
+            std::thread::sleep(Duration::from_millis(50));
+            ready.wait();
+            drop(lock.lock().unwrap());
+            blocked_read = direct_read(&disk_file, 16);
+            // Run-queue wait: a second busy thread on this thread's CPU.
+            pin_to(0);
+            let rival = std::thread::spawn(move || {
+                pin_to(0);
+                busy(Duration::from_millis(40));
+            });
+            busy(Duration::from_millis(40));
+            rival.join().unwrap();
+            let _ = cpus;
+        }
+        let elapsed = started.elapsed();
+        let after = kernel_figures();
+        let stolen = stolen_ns() - stolen;
+        let id = cx.span().span_context().span_id();
+        drop(cx);
+        (before, after, elapsed, id, blocked_read, stolen)
+    });
+    let (before, after, elapsed, work_id, blocked_read, stolen) = worker.join().unwrap();
+    let holder_id = holder.join().unwrap();
+    let stats = shutdown(kspan);
+    let _ = std::fs::remove_file(removable);
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let work = spans
+        .iter()
+        .find(|s| s.name == "work")
+        .expect("the work span");
+    let on_cpu = int(work, a::ON_CPU_NS);
+    let run_queue = int(work, a::RUN_QUEUE_NS);
+    let sleeping = int(work, a::SLEEPING_NS);
+    let blocked = int(work, a::BLOCKED_NS);
+    let other = int(work, a::OTHER_OFF_CPU_NS);
+    let current = int(work, a::CURRENT_NS);
+    let want_cpu = after.on_cpu - before.on_cpu;
+    let want_rq = after.run_queue - before.run_queue;
+    eprintln!(
+        "account: on {on_cpu} rq {run_queue} sleep {sleeping} blocked {blocked} other {other} \
+         current {current}; kernel: on {want_cpu} rq {want_rq}; elapsed {elapsed:?}; \
+         switches {}+{} vs {}+{}; stolen {stolen} ns; {stats}",
+        int(work, a::VOLUNTARY_SWITCHES),
+        int(work, a::INVOLUNTARY_SWITCHES),
+        after.voluntary - before.voluntary,
+        after.involuntary - before.involuntary,
+    );
+    let ms = slack_ms * 1_000_000;
+    // On CPU: above the kernel's figure by at most what was stolen (from
+    // any CPU, an upper bound) and the interrupts it served.
+    close("on CPU", on_cpu, want_cpu, ms + want_cpu / 50 + stolen);
+    close("run queue", run_queue, want_rq, ms + want_rq / 20);
+    // Every nanosecond of the span is on CPU, runnable or off CPU.
+    assert_eq!(on_cpu + run_queue + sleeping + blocked + other, current);
+    close(
+        "time current",
+        current,
+        elapsed.as_nanos() as i64,
+        1_000_000,
+    );
+    // The sleep and the mutex wait (50 + 40 ms), interruptibly.
+    assert!(
+        (88_000_000..130_000_000).contains(&sleeping),
+        "sleeping {sleeping} ns"
+    );
+    if blocked_read {
+        assert!(blocked > 0, "an O_DIRECT read blocks in D");
+    }
+    let switches = |v: i64, i: i64| v + i;
+    let got = switches(
+        int(work, a::VOLUNTARY_SWITCHES),
+        int(work, a::INVOLUNTARY_SWITCHES),
+    );
+    let want = switches(
+        after.voluntary - before.voluntary,
+        after.involuntary - before.involuntary,
+    );
+    assert!((got - want).abs() <= 2, "switches: {got} against {want}");
+
+    // The waits: children of `work`.
+    let waits: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == work_id && s.name.starts_with("off-cpu"))
+        .collect();
+    for s in &waits {
+        eprintln!(
+            "wait {} {:?} {:?} links {:?}",
+            s.name,
+            s.end_time.duration_since(s.start_time).unwrap(),
+            s.attributes
+                .iter()
+                .map(|kv| format!("{}={}", kv.key, kv.value))
+                .collect::<Vec<_>>(),
+            s.links
+                .iter()
+                .map(|l| l.span_context.span_id())
+                .collect::<Vec<_>>()
+        );
+    }
+    eprintln!("holder {holder_id:?}");
+    let sleep = waits
+        .iter()
+        .find(|s| {
+            let d = s.end_time.duration_since(s.start_time).unwrap();
+            d >= Duration::from_millis(45)
+                && string(s, w::STACK).is_some_and(|st| st.contains("nanosleep"))
+        })
+        .unwrap_or_else(|| panic!("no 50 ms sleep wait under `work`: {waits:#?}"));
+    assert_eq!(string(sleep, w::STATE).as_deref(), Some("sleeping"));
+    let mutex = waits
+        .iter()
+        .find(|s| {
+            s.links
+                .iter()
+                .any(|l| l.span_context.span_id() == holder_id)
+        })
+        .unwrap_or_else(|| panic!("no wait linked to the holder's span: {waits:#?}"));
+    let d = mutex.end_time.duration_since(mutex.start_time).unwrap();
+    assert!(d >= Duration::from_millis(20), "the mutex wait took {d:?}");
+    assert_eq!(string(mutex, w::STATE).as_deref(), Some("sleeping"));
+    assert!(
+        string(mutex, w::STACK).is_some_and(|s| s.contains("futex")),
+        "{mutex:#?}"
+    );
+}
+
+/// 64 tokio tasks, each in its own span, do known CPU work on the workers
+/// and a `spawn_blocking` sleep under the same span, and wait in the
+/// executor between: every span's figures are its own work (the sleep of
+/// its blocking closure, the CPU of its polls), none another's, and the
+/// executor's waits are nobody's.
+pub fn tokio_tasks_each_get_their_own_figures(account: kspan::SchedulerAccount, slack_ms: i64) {
+    use opentelemetry::trace::FutureExt as _;
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let tracer = provider.tracer("sched-tokio");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Per task: (its span, ms of CPU, ms of blocking sleep).
+    let plan: Vec<(u64, u64)> = (0..64u64).map(|i| (1 + i % 4, 4 + 2 * (i % 3))).collect();
+    let stolen = stolen_ns();
+    let ids: Vec<SpanId> = rt.block_on(async {
+        let tasks: Vec<_> = plan
+            .iter()
+            .enumerate()
+            .map(|(i, &(cpu, sleep))| {
+                let span = tracer.start(format!("task {i}"));
+                let cx = Context::current_with_span(span);
+                let id = cx.span().span_context().span_id();
+                let work = async move {
+                    busy(Duration::from_millis(cpu));
+                    let under = Context::current();
+                    tokio::task::spawn_blocking(move || {
+                        let _attached = under.attach();
+                        std::thread::sleep(Duration::from_millis(sleep));
+                    })
+                    .await
+                    .unwrap();
+                    // Parked in the executor: not this span's time.
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                };
+                (id, tokio::spawn(work.with_context(cx)))
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for (id, task) in tasks {
+            task.await.unwrap();
+            ids.push(id);
+        }
+        ids
+    });
+    drop(rt);
+    // Stolen time inflates a poll's time on CPU (see `close`).
+    let stolen = stolen_ns() - stolen;
+    let stats = shutdown(kspan);
+    eprintln!("{stats}; stolen {stolen} ns");
+    let spans = exporter.get_finished_spans().unwrap();
+    let ms = slack_ms * 1_000_000;
+    for ((i, &(cpu, sleep)), id) in plan.iter().enumerate().zip(&ids) {
+        let span = spans
+            .iter()
+            .find(|s| s.span_context.span_id() == *id)
+            .unwrap_or_else(|| panic!("task {i}'s span"));
+        let (cpu, sleep) = (cpu as i64 * 1_000_000, sleep as i64 * 1_000_000);
+        let on_cpu = int(span, a::ON_CPU_NS);
+        let sleeping = int(span, a::SLEEPING_NS);
+        let current = int(span, a::CURRENT_NS);
+        // The closure's sleep, never another task's (the sleeps differ by
+        // 2 ms from one task to the next).
+        assert!(
+            sleeping >= sleep && sleeping < sleep + ms,
+            "task {i}: sleeping {sleeping} ns for a {sleep} ns sleep"
+        );
+        assert!(
+            on_cpu >= cpu * 9 / 10 && on_cpu < cpu + ms + stolen,
+            "task {i}: on CPU {on_cpu} ns for {cpu} ns of work"
+        );
+        // The 3 ms in the executor is in the span's duration, not its
+        // current time.
+        let duration = span.end_time.duration_since(span.start_time).unwrap();
+        assert!(
+            (current as u128) < duration.as_nanos(),
+            "task {i}: current {current} ns, duration {duration:?}"
+        );
+    }
+}
+
+/// Other processes' context switches make nothing, and neither do kspan's
+/// own threads (their waits are counted as suppressed): every wait span is
+/// under one of this test's spans.
+pub fn only_this_process_s_spans_are_accounted(account: kspan::SchedulerAccount) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let tracer = provider.tracer("sched-isolation");
+    // Another process that sleeps and switches all along.
+    let mut other = std::process::Command::new("sh")
+        .args(["-c", "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.02; done"])
+        .spawn()
+        .expect("sh runs");
+    let mut ours = Vec::new();
+    for i in 0..5 {
+        let span = tracer.start(format!("sleeper {i}"));
+        let cx = Context::current_with_span(span);
+        ours.push(cx.span().span_context().span_id());
+        let _attached = cx.clone().attach();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Outside any span: accounted nowhere.
+    std::thread::sleep(Duration::from_millis(30));
+    other.wait().unwrap();
+    let stats = shutdown(kspan);
+    let spans = exporter.get_finished_spans().unwrap();
+    let waits: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("off-cpu"))
+        .collect();
+    assert!(waits.len() >= 5, "a wait per sleep: {waits:#?}");
+    for w in &waits {
+        assert!(
+            ours.contains(&w.parent_span_id),
+            "a wait span under someone else's span: {w:#?}"
+        );
+    }
+    // The consumer's own waits (its 50 ms timer) are counted, not made.
+    assert!(stats.suppressed > 0, "{stats:?}");
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+}
+
+/// With a ring buffer of one page, most wait spans find no room: each is
+/// exported whole or counted (overload, ring full), and the totals on the
+/// application spans, kept outside the ring, stay exact.
+pub fn under_overload_wait_spans_are_whole_or_counted(account: kspan::SchedulerAccount) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start_with(&provider, &sums, account, |b| b.ring_buffer_size(4096));
+    let tracer = provider.tracer("sched-overload");
+    const THREADS: usize = 8;
+    const SLEEPS: u64 = 25;
+    let threads: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let tracer = tracer.clone();
+            std::thread::spawn(move || {
+                let span = tracer.start(format!("sleeper {i}"));
+                let cx = Context::current_with_span(span);
+                let started = Instant::now();
+                {
+                    let _attached = cx.clone().attach();
+                    for _ in 0..SLEEPS {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+                (cx.span().span_context().span_id(), started.elapsed())
+            })
+        })
+        .collect();
+    let ids: Vec<(SpanId, Duration)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let stats = shutdown(kspan);
+    let spans = exporter.get_finished_spans().unwrap();
+    let mut waits_counted = 0;
+    for (id, elapsed) in &ids {
+        let span = spans
+            .iter()
+            .find(|s| s.span_context.span_id() == *id)
+            .unwrap();
+        let sleeping = int(span, a::SLEEPING_NS);
+        let off = sleeping + int(span, a::RUN_QUEUE_NS) + int(span, a::BLOCKED_NS);
+        assert!(
+            sleeping >= (SLEEPS * 2_000_000) as i64 && off <= elapsed.as_nanos() as i64,
+            "sleeping {sleeping} ns of {SLEEPS} 2 ms sleeps in {elapsed:?}"
+        );
+        waits_counted += int(span, a::WAITS);
+    }
+    let exported = spans
+        .iter()
+        .filter(|s| s.name.starts_with("off-cpu"))
+        .count() as i64;
+    let declined = (stats.dropped_overload + stats.dropped_ring_buffer_full) as i64;
+    eprintln!("waits {waits_counted}: {exported} exported, {declined} declined; {stats}");
+    assert!(
+        declined > 0,
+        "one page should not hold every wait: {stats:?}"
+    );
+    assert_eq!(waits_counted, exported + declined, "{stats:?}");
+}
