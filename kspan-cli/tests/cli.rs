@@ -333,7 +333,10 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
     assert!(run.stdout.contains(kprobes), "{}", run.stdout);
     assert!(run.stdout.contains("  syscall sources: "));
     // The scheduler's account says which tracepoints it would use.
-    let account = match (caps.privileges.is_available(), caps.btf_tracepoints.is_available()) {
+    let account = match (
+        caps.privileges.is_available(),
+        caps.btf_tracepoints.is_available(),
+    ) {
         (true, true) => "  scheduler account: yes, through tp_btf",
         (true, false) => "  scheduler account: yes, through classic tracepoints",
         (false, _) => "  scheduler account: no (",

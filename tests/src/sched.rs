@@ -600,3 +600,27 @@ pub fn under_overload_wait_spans_are_whole_or_counted(account: kspan::SchedulerA
     );
     assert_eq!(waits_counted, exported + declined, "{stats:?}");
 }
+
+/// The account without what it stands on fails at start, naming the fix:
+/// without a `KernelSums` processor, and with the thread context off.
+pub fn the_account_without_its_parts_is_refused_with_the_fix() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (provider, _exporter) = crate::in_memory_provider();
+    let err = kspan::Kspan::builder(&provider)
+        .scheduler_account(kspan::SchedulerAccount::new())
+        .start()
+        .expect_err("no KernelSums to put the figures on spans");
+    let text = err.to_string();
+    assert!(
+        text.contains("KspanBuilder::scheduler_account") && text.contains(".kernel_sums(sums)"),
+        "{text}"
+    );
+    let sums = kspan::KernelSums::new();
+    let err = kspan::Kspan::builder(&provider)
+        .kernel_sums(sums)
+        .thread_context(false)
+        .scheduler_account(kspan::SchedulerAccount::new())
+        .start()
+        .expect_err("no thread context to find spans in");
+    assert!(err.to_string().contains("thread_context(false)"), "{err}");
+}

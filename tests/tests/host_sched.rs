@@ -45,3 +45,8 @@ fn classic_only_this_process_s_spans_are_accounted() {
 fn under_overload_wait_spans_are_whole_or_counted() {
     sched::under_overload_wait_spans_are_whole_or_counted(SchedulerAccount::new());
 }
+
+#[test]
+fn the_account_without_its_parts_is_refused_with_the_fix() {
+    sched::the_account_without_its_parts_is_refused_with_the_fix();
+}

@@ -19,6 +19,7 @@ use crate::bpf::maps::SharedMaps;
 use crate::bpf::object::{self, LoadRequest};
 use crate::bpf::program::Program;
 use crate::bpf::sys;
+use crate::kernel::tracefs;
 use crate::sched::{SchedMechanism, SchedulerAccount};
 
 /// What attaching the account leaves.
@@ -81,7 +82,10 @@ fn attach_with(
 ) -> Result<SchedAttached, AttachError> {
     let programs = match mechanism {
         SchedMechanism::BtfTracepoints => Program::SCHED_BTF,
-        SchedMechanism::Tracepoints => Program::SCHED_CLASSIC,
+        SchedMechanism::Tracepoints => {
+            check_classic_formats()?;
+            Program::SCHED_CLASSIC
+        }
     };
     let mut loaded = object::load(&LoadRequest {
         function: "sched:sched_switch",
@@ -124,6 +128,40 @@ fn attach_with(
         spans,
         maps: loaded.maps.take(),
     })
+}
+
+/// The fields the classic programs read, where they read them
+/// (`struct kspan_sched_switch_args` and `kspan_sched_waking_args` of
+/// kspan.bpf.c): every kernel since 4.x lays them out so; another layout
+/// is refused with what differs.
+const CLASSIC_FIELDS: [(&str, &str, usize, usize); 3] = [
+    ("sched_switch", "prev_state", 32, 8),
+    ("sched_switch", "next_pid", 56, 4),
+    ("sched_waking", "pid", 24, 4),
+];
+
+fn check_classic_formats() -> Result<(), AttachError> {
+    for (event, field, offset, size) in CLASSIC_FIELDS {
+        let format = tracefs::read_sched_format(event).map_err(|e| {
+            AttachError::refused(
+                &format!("sched:{event}"),
+                Hook::Syscall,
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
+        let found = tracefs::field_layout(&format, field);
+        if found != Some((offset, size)) {
+            return Err(AttachError::refused(
+                &format!("sched:{event}"),
+                Hook::Syscall,
+                std::io::Error::other(format!(
+                    "its `{field}` field is at {found:?} (offset, size) in this kernel's format, \
+                     where kspan's program reads ({offset}, {size})"
+                )),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn missing(program: Program) -> AttachError {

@@ -119,3 +119,57 @@ pub fn traceable_functions() -> std::io::Result<HashSet<String>> {
         .map(str::to_owned)
         .collect())
 }
+
+/// The formats of the `sched:<event>` tracepoints, mounting tracefs first
+/// where it is not.
+pub fn read_sched_format(event: &str) -> Result<String, KernelError> {
+    let tracefs = Path::new(TRACEFS);
+    let path = tracefs.join(format!("events/sched/{event}/format"));
+    if let Err(e) = std::fs::metadata(tracefs.join("events")) {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            super::sys::mount_tracefs(tracefs).map_err(|e| KernelError::Tracefs {
+                path: tracefs.to_owned(),
+                reason: format!("it is not mounted, and mounting it failed: {e}"),
+            })?;
+        }
+    }
+    std::fs::read_to_string(&path).map_err(|e| KernelError::Tracefs {
+        path: tracefs.to_owned(),
+        reason: format!("cannot read {}: {e}", path.display()),
+    })
+}
+
+/// The offset and size of field `name` in a tracepoint's `format` text
+/// (`field:pid_t next_pid;	offset:56;	size:4;	signed:1;`).
+pub fn field_layout(format: &str, name: &str) -> Option<(usize, usize)> {
+    format.lines().find_map(|line| {
+        let mut parts = line.trim().split(';').map(str::trim);
+        let declaration = parts.next()?.strip_prefix("field:")?;
+        let field = declaration.rsplit(|c: char| c == ' ' || c == '*').next()?;
+        let field = field.split('[').next()?;
+        if field != name {
+            return None;
+        }
+        let offset = parts.next()?.strip_prefix("offset:")?.parse().ok()?;
+        let size = parts.next()?.strip_prefix("size:")?.parse().ok()?;
+        Some((offset, size))
+    })
+}
+
+#[cfg(test)]
+mod sched_format_tests {
+    use super::field_layout;
+
+    #[test]
+    fn fields_are_found_by_name() {
+        let format = "name: sched_switch\nID: 316\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\
+            \tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;\n\
+            \tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;\n";
+        assert_eq!(field_layout(format, "next_pid"), Some((56, 4)));
+        assert_eq!(field_layout(format, "prev_state"), Some((32, 8)));
+        assert_eq!(field_layout(format, "prev_comm"), Some((8, 16)));
+        assert_eq!(field_layout(format, "pid"), None);
+    }
+}

@@ -434,6 +434,24 @@ impl KspanBuilder {
                     .to_owned(),
             });
         }
+        if self.scheduler.is_some()
+            && (!self.thread_context || settings.thread_context.task_fsbase_offset == 0)
+        {
+            return Err(Error::InvalidSetting {
+                setting: "KspanBuilder::scheduler_account",
+                reason: if self.thread_context {
+                    "the account finds the span a thread is in through its thread context, \
+                     which cannot be read here (see the warning above): nothing would be \
+                     accounted"
+                        .to_owned()
+                } else {
+                    "the account finds the span a thread is in through its thread context, and \
+                     `KspanBuilder::thread_context(false)` turns reading it off: remove one of \
+                     the two"
+                        .to_owned()
+                },
+            });
+        }
         tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
 
         drop(btf);
