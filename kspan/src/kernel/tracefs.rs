@@ -140,7 +140,7 @@ pub fn read_sched_format(event: &str) -> Result<String, KernelError> {
 }
 
 /// The offset and size of field `name` in a tracepoint's `format` text
-/// (`field:pid_t next_pid;	offset:56;	size:4;	signed:1;`).
+/// (`field:pid_t next_pid; offset:56; size:4; signed:1;`).
 pub fn field_layout(format: &str, name: &str) -> Option<(usize, usize)> {
     format.lines().find_map(|line| {
         let mut parts = line.trim().split(';').map(str::trim);
