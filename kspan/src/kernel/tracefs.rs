@@ -145,7 +145,7 @@ pub fn field_layout(format: &str, name: &str) -> Option<(usize, usize)> {
     format.lines().find_map(|line| {
         let mut parts = line.trim().split(';').map(str::trim);
         let declaration = parts.next()?.strip_prefix("field:")?;
-        let field = declaration.rsplit(|c: char| c == ' ' || c == '*').next()?;
+        let field = declaration.rsplit([' ', '*']).next()?;
         let field = field.split('[').next()?;
         if field != name {
             return None;
