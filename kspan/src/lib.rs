@@ -120,7 +120,8 @@
 //! | [`consume`] | the ring buffer and the records in it |
 //! | [`span`] | records to spans through the application's tracer ([`SpanFactory`], [`KernelSpanIds`]) |
 //! | `export` | after kspan: what the application's exporter made of kernel spans ([`AccountedExporter`], [`ExportLedger`]) |
-//! | `sums` | the kernel's totals of calls not made into spans, onto application spans as they end ([`KernelSums`], [`KernelSumsProcessor`]) |
+//! | [`sched`] | the scheduler's account: its settings ([`SchedulerAccount`]), the attribute keys, the kernel's totals per application span; first in the data flow (the attach, consume and span stages use it) |
+//! | `sums` | the kernel's totals onto application spans as they end: of calls not made into spans, and the scheduler's account ([`KernelSums`], [`KernelSumsProcessor`]) |
 //! | [`telemetry`] | kspan's figures ([`Stats`]) as OpenTelemetry metrics |
 //! | [`latency`] | the kernel's latency histograms as OpenTelemetry histograms |
 //! | [`context`] | beside the stages: the application's span per thread, published for the BPF programs |

@@ -30,11 +30,14 @@
 //!
 //! # How
 //!
-//! The kernel half attaches `sched_switch` and `sched_waking`. At a
-//! switch-out the program runs on the thread leaving the CPU: it reads the
-//! thread's OTEP 4947 record (the span it leaves in) and keeps, by tid,
-//! when and in which state it left. At a wake-up it runs on the waker, whose
-//! record names the span that released the wait. At the switch-in the
+//! The kernel half attaches `sched_switch`, `sched_waking` and
+//! `sched_wakeup`. At a switch-out the program runs on the thread leaving
+//! the CPU: it reads the thread's OTEP 4947 record (the span it leaves in)
+//! and keeps, by tid, when and in which state it left. At a waking it runs
+//! on the waker, whose record names the span that released the wait; the
+//! run-queue time starts at the wake-up, when the thread is queued (as the
+//! scheduler's own `run_delay` counts: a remote wake-up's IPI is waiting,
+//! not queued). At the switch-in the
 //! interval is added to the span's totals (a kernel map keyed by span id)
 //! and, when long, emitted as a wait record into the ring buffer like any
 //! span: overload, a full ring, an unsampled or suppressed span are counted
@@ -113,11 +116,11 @@ impl SchedulerAccount {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SchedMechanism {
-    /// `tp_btf/sched_switch` and `tp_btf/sched_waking`: raw tracepoints
+    /// `tp_btf/sched_switch`, `sched_waking` and `sched_wakeup`: raw tracepoints
     /// whose arguments are the tasks (cheapest for other processes; a long
     /// wait's stack is read once, at its end).
     BtfTracepoints,
-    /// `sched:sched_switch` and `sched:sched_waking` through perf events:
+    /// `sched:sched_switch`, `sched_waking` and `sched_wakeup` through perf events:
     /// where BTF tracepoints cannot be loaded.
     Tracepoints,
 }

@@ -219,9 +219,10 @@ fn start_with(
 /// tracepoint) a few µs from the scheduler's own; and this machine is a VM
 /// whose hypervisor steals time from a running thread, which the kernel
 /// leaves out of the thread's on-CPU time and the account cannot tell from
-/// it (up to 1.5 ms per 100 ms of CPU measured here): 1 ms plus 2% of the
-/// CPU time plus the time stolen meanwhile for on-CPU, 1 ms plus 5% for
-/// the run queue.
+/// it (1.5% of the machine's time on average here, in bursts of 5%, while
+/// `/proc/stat` counts it in 10 ms ticks per CPU, too coarse to subtract):
+/// 1 ms plus 5% of the CPU time plus the ticks stolen meanwhile for
+/// on-CPU, 1 ms plus 5% for the run queue.
 fn close(what: &str, got: i64, want: i64, slack: i64) {
     assert!(
         (got - want).abs() <= slack,
@@ -335,10 +336,31 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
         after.voluntary - before.voluntary,
         after.involuntary - before.involuntary,
     );
+    // The waits: children of `work`.
+    let waits: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == work_id && s.name.starts_with("off-cpu"))
+        .collect();
+    for s in &waits {
+        eprintln!(
+            "wait {} {:?} {:?} links {:?}",
+            s.name,
+            s.end_time.duration_since(s.start_time).unwrap(),
+            s.attributes
+                .iter()
+                .map(|kv| format!("{}={}", kv.key, kv.value))
+                .collect::<Vec<_>>(),
+            s.links
+                .iter()
+                .map(|l| l.span_context.span_id())
+                .collect::<Vec<_>>()
+        );
+    }
+    eprintln!("holder {holder_id:?}");
     let ms = slack_ms * 1_000_000;
     // On CPU: above the kernel's figure by at most what was stolen (from
     // any CPU, an upper bound) and the interrupts it served.
-    close("on CPU", on_cpu, want_cpu, ms + want_cpu / 50 + stolen);
+    close("on CPU", on_cpu, want_cpu, ms + want_cpu / 20 + stolen);
     close("run queue", run_queue, want_rq, ms + want_rq / 20);
     // Every nanosecond of the span is on CPU, runnable or off CPU.
     assert_eq!(on_cpu + run_queue + sleeping + blocked + other, current);
@@ -367,27 +389,6 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
     );
     assert!((got - want).abs() <= 2, "switches: {got} against {want}");
 
-    // The waits: children of `work`.
-    let waits: Vec<&SpanData> = spans
-        .iter()
-        .filter(|s| s.parent_span_id == work_id && s.name.starts_with("off-cpu"))
-        .collect();
-    for s in &waits {
-        eprintln!(
-            "wait {} {:?} {:?} links {:?}",
-            s.name,
-            s.end_time.duration_since(s.start_time).unwrap(),
-            s.attributes
-                .iter()
-                .map(|kv| format!("{}={}", kv.key, kv.value))
-                .collect::<Vec<_>>(),
-            s.links
-                .iter()
-                .map(|l| l.span_context.span_id())
-                .collect::<Vec<_>>()
-        );
-    }
-    eprintln!("holder {holder_id:?}");
     let sleep = waits
         .iter()
         .find(|s| {
@@ -434,7 +435,7 @@ pub fn tokio_tasks_each_get_their_own_figures(account: kspan::SchedulerAccount, 
     // Per task: (its span, ms of CPU, ms of blocking sleep).
     let plan: Vec<(u64, u64)> = (0..64u64).map(|i| (1 + i % 4, 4 + 2 * (i % 3))).collect();
     let stolen = stolen_ns();
-    let ids: Vec<SpanId> = rt.block_on(async {
+    let ids: Vec<(SpanId, (i64, Duration))> = rt.block_on(async {
         let tasks: Vec<_> = plan
             .iter()
             .enumerate()
@@ -445,22 +446,24 @@ pub fn tokio_tasks_each_get_their_own_figures(account: kspan::SchedulerAccount, 
                 let work = async move {
                     busy(Duration::from_millis(cpu));
                     let under = Context::current();
-                    tokio::task::spawn_blocking(move || {
+                    let slept = tokio::task::spawn_blocking(move || {
                         let _attached = under.attach();
+                        let started = Instant::now();
                         std::thread::sleep(Duration::from_millis(sleep));
+                        (crate::gettid(), started.elapsed())
                     })
                     .await
                     .unwrap();
                     // Parked in the executor: not this span's time.
                     tokio::time::sleep(Duration::from_millis(3)).await;
+                    slept
                 };
                 (id, tokio::spawn(work.with_context(cx)))
             })
             .collect();
         let mut ids = Vec::new();
         for (id, task) in tasks {
-            task.await.unwrap();
-            ids.push(id);
+            ids.push((id, task.await.unwrap()));
         }
         ids
     });
@@ -471,21 +474,37 @@ pub fn tokio_tasks_each_get_their_own_figures(account: kspan::SchedulerAccount, 
     eprintln!("{stats}; stolen {stolen} ns");
     let spans = exporter.get_finished_spans().unwrap();
     let ms = slack_ms * 1_000_000;
-    for ((i, &(cpu, sleep)), id) in plan.iter().enumerate().zip(&ids) {
+    for ((i, &(cpu, _)), (id, (sleeper, slept))) in plan.iter().enumerate().zip(&ids) {
         let span = spans
             .iter()
             .find(|s| s.span_context.span_id() == *id)
             .unwrap_or_else(|| panic!("task {i}'s span"));
-        let (cpu, sleep) = (cpu as i64 * 1_000_000, sleep as i64 * 1_000_000);
+        // The sleep as long as the kernel made it (an emulated guest's
+        // timers overshoot a 4 ms sleep by up to 15 ms).
+        let (cpu, sleep) = (cpu as i64 * 1_000_000, slept.as_nanos() as i64);
         let on_cpu = int(span, a::ON_CPU_NS);
         let sleeping = int(span, a::SLEEPING_NS);
         let current = int(span, a::CURRENT_NS);
-        // The closure's sleep, never another task's (the sleeps differ by
-        // 2 ms from one task to the next).
+        // The closure's sleep is in the span's (with what its polls
+        // waited on tokio's own locks, which a loaded machine makes
+        // milliseconds)...
         assert!(
-            sleeping >= sleep && sleeping < sleep + ms,
+            sleeping >= sleep - ms,
             "task {i}: sleeping {sleeping} ns for a {sleep} ns sleep"
         );
+        // ... and the wait span of exactly that sleep is under it, from the
+        // closure's thread: no other task's sleep is.
+        let sleeps: Vec<&SpanData> = spans
+            .iter()
+            .filter(|s| {
+                s.parent_span_id == *id
+                    && string(s, w::STACK).is_some_and(|st| st.contains("nanosleep"))
+            })
+            .collect();
+        assert_eq!(sleeps.len(), 1, "task {i}: {sleeps:#?}");
+        assert_eq!(int(sleeps[0], "thread.id"), *sleeper, "task {i}");
+        let d = sleeps[0].end_time.duration_since(sleeps[0].start_time).unwrap();
+        close(&format!("task {i}'s sleep"), d.as_nanos() as i64, sleep, ms);
         assert!(
             on_cpu >= cpu * 9 / 10 && on_cpu < cpu + ms + stolen,
             "task {i}: on CPU {on_cpu} ns for {cpu} ns of work"

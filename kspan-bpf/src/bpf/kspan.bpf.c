@@ -1901,7 +1901,7 @@ struct task_struct___sched {
  * at the switch-in the stack of the task coming in cannot be read).
  */
 static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 state,
-					    __u32 voluntary, int frames)
+					    __u32 voluntary, int frames, __u64 now)
 {
 	struct kspan_thread_ctx c = {};
 	struct kspan_sched_task *t;
@@ -1936,7 +1936,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 		t->nframes = n > 0 ? n / 8 : 0;
 	}
 	/* Last: a wake-up on another CPU takes a thread with out_ns set as off CPU. */
-	t->out_ns = bpf_ktime_get_ns();
+	t->out_ns = now;
 }
 
 /* Adds a finished off-CPU interval to its application span's totals. */
@@ -1979,16 +1979,15 @@ static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 of
  * span, whole or counted. `next`: the task, where its stack can be read
  * (BTF tracepoints), else NULL (the stack of the switch-out is used).
  */
-static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next)
+static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, __u64 now)
 {
 	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 	struct kspan_wait_record *w;
-	__u64 now, out, wake, run_from;
+	__u64 out, wake, run_from;
 	int long_wait;
 
 	if (!t || !t->out_ns)
 		return;
-	now = bpf_ktime_get_ns();
 	out = t->out_ns;
 	t->out_ns = 0;
 	if (now < out)
@@ -2062,8 +2061,9 @@ static __always_inline void kspan_sched_waking(void *ctx, __u32 tid)
 	struct kspan_thread_ctx c = {};
 	__u64 pid_tgid;
 
-	if (!t || !t->out_ns || t->wake_ns)
+	if (!t || !t->out_ns || t->waker_kind != KSPAN_WAKER_NONE)
 		return;
+	/* Until its sched_wakeup says when it was queued. */
 	t->wake_ns = bpf_ktime_get_ns();
 	/*
 	 * The waker's stack, for user space to tell an interrupt (a timer, a
@@ -2087,6 +2087,25 @@ static __always_inline void kspan_sched_waking(void *ctx, __u32 tid)
 		__builtin_memcpy(t->waker_trace_id, c.trace_id, sizeof(c.trace_id));
 		t->waker_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
 	}
+}
+
+/*
+ * Thread `tid` of the process is on a run queue again (sched_wakeup: on
+ * the CPU that queues it, which for a remote wake-up is the wakee's, in
+ * the IPI): its run-queue time starts now, as the scheduler's own
+ * run_delay does, not at the waking (the IPI's latency is not queued
+ * time).
+ */
+static __always_inline void kspan_sched_wakeup(__u32 tid)
+{
+	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+	__u64 now;
+
+	if (!t || !t->out_ns)
+		return;
+	now = bpf_ktime_get_ns();
+	if (now >= t->out_ns)
+		t->wake_ns = now;
 }
 
 /* Raw task states (include/linux/sched.h) and the states sched_switch reports. */
@@ -2114,6 +2133,12 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(kspan_tp_sched_switch, _Bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
+	/*
+	 * First: the scheduler charges what runs from here on to the task
+	 * coming in (its clock started before the tracepoint), so the switch
+	 * is this instant for both tasks.
+	 */
+	__u64 now = bpf_ktime_get_ns();
 	struct task_struct___sched *p = (void *)prev, *n = (void *)next;
 	__u32 target = kspan_cfg.target_tgid;
 
@@ -2135,11 +2160,11 @@ int BPF_PROG(kspan_tp_sched_switch, _Bool preempt, struct task_struct *prev,
 				state = KSPAN_SCHED_SLEEPING;
 			else
 				state = KSPAN_SCHED_OTHER;
-			kspan_sched_out(ctx, pid_tgid, state, !preempt && prev_state, 0);
+			kspan_sched_out(ctx, pid_tgid, state, !preempt && prev_state, 0, now);
 		}
 	}
 	if (n->tgid == target)
-		kspan_sched_in(n->pid, target, next);
+		kspan_sched_in(n->pid, target, next, now);
 	return 0;
 }
 
@@ -2150,6 +2175,16 @@ int BPF_PROG(kspan_tp_sched_waking, struct task_struct *p)
 
 	if (t->tgid == kspan_cfg.target_tgid)
 		kspan_sched_waking(ctx, t->pid);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(kspan_tp_sched_wakeup, struct task_struct *p)
+{
+	struct task_struct___sched *t = (void *)p;
+
+	if (t->tgid == kspan_cfg.target_tgid)
+		kspan_sched_wakeup(t->pid);
 	return 0;
 }
 
@@ -2180,6 +2215,7 @@ struct kspan_sched_waking_args {
 SEC("tracepoint/sched/sched_switch")
 int kspan_sched_switch(struct kspan_sched_switch_args *args)
 {
+	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 target = kspan_cfg.target_tgid;
 
@@ -2199,10 +2235,10 @@ int kspan_sched_switch(struct kspan_sched_switch_args *args)
 			else
 				state = KSPAN_SCHED_OTHER;
 			kspan_sched_out(args, pid_tgid, state,
-					reported && reported < KSPAN_REPORT_MAX, 1);
+					reported && reported < KSPAN_REPORT_MAX, 1, now);
 		}
 	}
-	kspan_sched_in((__u32)args->next_pid, target, NULL);
+	kspan_sched_in((__u32)args->next_pid, target, NULL, now);
 	return 0;
 }
 
@@ -2210,5 +2246,13 @@ SEC("tracepoint/sched/sched_waking")
 int kspan_sched_waking_tp(struct kspan_sched_waking_args *args)
 {
 	kspan_sched_waking(args, (__u32)args->pid);
+	return 0;
+}
+
+/* sched_wakeup has sched_waking's format. */
+SEC("tracepoint/sched/sched_wakeup")
+int kspan_sched_wakeup_tp(struct kspan_sched_waking_args *args)
+{
+	kspan_sched_wakeup((__u32)args->pid);
 	return 0;
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! The scheduler's account: `sched_switch` and `sched_waking`, as BTF
+//! The scheduler's account: `sched_switch`, `sched_waking` (who woke a
+//! thread) and `sched_wakeup` (when it was queued), as BTF
 //! tracepoints where the kernel lets this process load them (their
 //! arguments are the tasks themselves: another process's switch costs a
 //! field compare, and a long wait's stack is read at its end only), else
@@ -104,9 +105,10 @@ fn attach_with(
         },
     })?;
     let refused = |event: &str, e: std::io::Error| AttachError::refused(event, Hook::Syscall, e);
-    let [switch, waking] = programs;
+    let [switch, waking, wakeup] = programs;
     let switch_fd = loaded.take(switch).ok_or_else(|| missing(switch))?;
     let waking_fd = loaded.take(waking).ok_or_else(|| missing(waking))?;
+    let wakeup_fd = loaded.take(wakeup).ok_or_else(|| missing(wakeup))?;
     let link = |prog: &OwnedFd, event: &str| -> Result<Link, AttachError> {
         let fd = match mechanism {
             SchedMechanism::BtfTracepoints => sys::attach_btf_tracepoint(prog.as_fd()),
@@ -115,10 +117,12 @@ fn attach_with(
         fd.map(|fd| Link::new(LinkKind::Tracepoint, fd))
             .map_err(|e| refused(event, e))
     };
-    // The waking program first: a switch-out it would complete is then
-    // never missing its wake-up.
+    // The wake-up programs first: a switch-out they would complete is
+    // then never missing its wake-up.
+    let wakeup_link = link(&wakeup_fd, "sched_wakeup")?;
     let waking_link = link(&waking_fd, "sched_waking")?;
     let switch_link = link(&switch_fd, "sched_switch")?;
+    links.keep(None, wakeup_link, [Some(wakeup_fd)]);
     links.keep(None, waking_link, [Some(waking_fd)]);
     links.keep(None, switch_link, [Some(switch_fd)]);
     let spans = loaded.sched_spans.take().ok_or_else(|| missing(switch))?;
@@ -134,10 +138,11 @@ fn attach_with(
 /// (`struct kspan_sched_switch_args` and `kspan_sched_waking_args` of
 /// kspan.bpf.c): every kernel since 4.x lays them out so; another layout
 /// is refused with what differs.
-const CLASSIC_FIELDS: [(&str, &str, usize, usize); 3] = [
+const CLASSIC_FIELDS: [(&str, &str, usize, usize); 4] = [
     ("sched_switch", "prev_state", 32, 8),
     ("sched_switch", "next_pid", 56, 4),
     ("sched_waking", "pid", 24, 4),
+    ("sched_wakeup", "pid", 24, 4),
 ];
 
 fn check_classic_formats() -> Result<(), AttachError> {

@@ -361,6 +361,8 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             Program::BtfSchedWaking => &loaded.progs.kspan_tp_sched_waking,
             Program::SchedSwitch => &loaded.progs.kspan_sched_switch,
             Program::SchedWaking => &loaded.progs.kspan_sched_waking_tp,
+            Program::BtfSchedWakeup => &loaded.progs.kspan_tp_sched_wakeup,
+            Program::SchedWakeup => &loaded.progs.kspan_sched_wakeup_tp,
         };
         let fd = prog
             .as_fd()

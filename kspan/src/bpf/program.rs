@@ -30,13 +30,15 @@ pub(crate) enum Program {
     KprobeSession,
     SysEnter,
     SysExit,
-    /// The scheduler's account (see [`crate::sched`]): `sched_switch` and
-    /// `sched_waking` as BTF tracepoints.
+    /// The scheduler's account (see [`crate::sched`]): `sched_switch`,
+    /// `sched_waking` and `sched_wakeup` as BTF tracepoints.
     BtfSchedSwitch,
     BtfSchedWaking,
+    BtfSchedWakeup,
     /// The same as classic tracepoints.
     SchedSwitch,
     SchedWaking,
+    SchedWakeup,
 }
 
 impl Program {
@@ -74,15 +76,23 @@ impl Program {
     }
 
     /// The scheduler's account programs: BTF tracepoints first.
-    pub(crate) const SCHED_BTF: [Program; 2] = [Program::BtfSchedSwitch, Program::BtfSchedWaking];
-    pub(crate) const SCHED_CLASSIC: [Program; 2] = [Program::SchedSwitch, Program::SchedWaking];
+    pub(crate) const SCHED_BTF: [Program; 3] = [
+        Program::BtfSchedSwitch,
+        Program::BtfSchedWaking,
+        Program::BtfSchedWakeup,
+    ];
+    pub(crate) const SCHED_CLASSIC: [Program; 3] = [
+        Program::SchedSwitch,
+        Program::SchedWaking,
+        Program::SchedWakeup,
+    ];
 
     /// One of the scheduler's account programs.
     pub(super) fn is_sched(self) -> bool {
         Self::SCHED_BTF.contains(&self) || Self::SCHED_CLASSIC.contains(&self)
     }
 
-    pub(super) const ALL: [Program; 16] = [
+    pub(super) const ALL: [Program; 18] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -97,8 +107,10 @@ impl Program {
         Program::SysExit,
         Program::BtfSchedSwitch,
         Program::BtfSchedWaking,
+        Program::BtfSchedWakeup,
         Program::SchedSwitch,
         Program::SchedWaking,
+        Program::SchedWakeup,
     ];
 
     pub(super) fn in_skeleton<'a, 'obj>(
@@ -122,6 +134,8 @@ impl Program {
             Program::BtfSchedWaking => &mut progs.kspan_tp_sched_waking,
             Program::SchedSwitch => &mut progs.kspan_sched_switch,
             Program::SchedWaking => &mut progs.kspan_sched_waking_tp,
+            Program::BtfSchedWakeup => &mut progs.kspan_tp_sched_wakeup,
+            Program::SchedWakeup => &mut progs.kspan_sched_wakeup_tp,
         }
     }
 }
