@@ -84,20 +84,26 @@ fn kernel_figures() -> KernelFigures {
     }
 }
 
-/// Time the hypervisor stole from every CPU so far (`/proc/stat`, in ns;
-/// counted in USER_HZ ticks of 10 ms). The kernel leaves stolen time (and
+/// Time the hypervisor stole from every CPU so far, and every CPU's time
+/// in interrupts (`/proc/stat`, in ns; counted in USER_HZ ticks of 10 ms). The kernel leaves stolen time (and
 /// interrupt time) out of a thread's on-CPU figure; the account, which
 /// measures on-CPU as the span's time less its time off CPU, cannot tell
 /// it from the thread's own.
+///
+/// Interrupt time too: with IRQ_TIME_ACCOUNTING (Debian's kernels) the
+/// kernel leaves the interrupts a CPU served out of the thread that was
+/// running, and the account counts them as the thread's (the emulated
+/// guest's virtio interrupts cost about a millisecond a 9p read).
 fn stolen_ns() -> i64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap();
     let cpu = stat.lines().next().unwrap();
     // cpu user nice system idle iowait irq softirq steal ...
     let ticks: i64 = cpu
         .split_whitespace()
-        .nth(8)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+        .skip(6)
+        .take(3)
+        .filter_map(|v| v.parse::<i64>().ok())
+        .sum();
     ticks * 10_000_000
 }
 
@@ -251,6 +257,7 @@ fn shutdown(kspan: kspan::Kspan) -> kspan::Stats {
 pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
     account: kspan::SchedulerAccount,
     disk: &std::path::Path,
+    read_blocks: usize,
     slack_ms: i64,
 ) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -282,7 +289,7 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
         let before = kernel_figures();
         let span = tracer.start("work");
         let cx = Context::current_with_span(span);
-        let (blocked_read, started, elapsed, cpu_in, cpu_out);
+        let (blocked_read, started, elapsed, cpu_in, cpu_out, read_took);
         {
             let _attached = cx.clone().attach();
             // The span's bounds on this thread, as closely as they can be
@@ -295,7 +302,9 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
             std::thread::sleep(Duration::from_millis(50));
             ready.wait();
             drop(lock.lock().unwrap());
-            blocked_read = direct_read(&disk_file, 16);
+            let reading = Instant::now();
+            blocked_read = direct_read(&disk_file, read_blocks);
+            read_took = reading.elapsed();
             // Run-queue wait: a second busy thread on this thread's CPU.
             pin_to(0);
             let rival = std::thread::spawn(move || {
@@ -312,9 +321,19 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
         let id = cx.span().span_context().span_id();
         drop(cx);
         let on_cpu = (cpu_out - cpu_in) as i64;
-        (before, after, elapsed, id, blocked_read, stolen, on_cpu)
+        (
+            before,
+            after,
+            elapsed,
+            id,
+            blocked_read,
+            stolen,
+            on_cpu,
+            read_took,
+        )
     });
-    let (before, after, elapsed, work_id, blocked_read, stolen, want_cpu) = worker.join().unwrap();
+    let (before, after, elapsed, work_id, blocked_read, stolen, want_cpu, read_took) =
+        worker.join().unwrap();
     let holder_id = holder.join().unwrap();
     let stats = shutdown(kspan);
     let _ = std::fs::remove_file(removable);
@@ -366,17 +385,19 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
     }
     eprintln!("holder {holder_id:?}");
     let ms = slack_ms * 1_000_000;
-    // On CPU: above the kernel's figure by at most what was stolen (from
-    // any CPU, an upper bound) and the interrupts it served.
+    // On CPU: above the kernel's figure by at most what was stolen and
+    // spent in interrupts (on any CPU: an upper bound).
     close("on CPU", on_cpu, want_cpu, ms + want_cpu / 20 + stolen);
     close("run queue", run_queue, want_rq, ms + want_rq / 20);
     // Every nanosecond of the span is on CPU, runnable or off CPU.
     assert_eq!(on_cpu + run_queue + sleeping + blocked + other, current);
     close("time current", current, elapsed.as_nanos() as i64, ms);
-    // The sleep and the mutex wait (50 + 40 ms), interruptibly.
+    // The sleep and the mutex wait (50 + 40 ms), interruptibly, and the
+    // read where the file system waits interruptibly (9p on 6.12).
+    let most = 130_000_000 + read_took.as_nanos() as i64;
     assert!(
-        (88_000_000..130_000_000).contains(&sleeping),
-        "sleeping {sleeping} ns"
+        (88_000_000..most).contains(&sleeping),
+        "sleeping {sleeping} ns (the read took {read_took:?})"
     );
     if blocked_read {
         assert!(blocked > 0, "an O_DIRECT read blocks in D");
@@ -485,7 +506,8 @@ pub fn tokio_tasks_each_get_their_own_figures(account: kspan::SchedulerAccount, 
     eprintln!("{stats}; stolen {stolen} ns");
     let spans = exporter.get_finished_spans().unwrap();
     let ms = slack_ms * 1_000_000;
-    for ((i, _), (id, ((sleeper, slept), own))) in plan.iter().enumerate().zip(&ids) {
+    for ((i, &(_, asked)), (id, ((sleeper, slept), own))) in plan.iter().enumerate().zip(&ids) {
+        let asked = asked as i64 * 1_000_000;
         let span = spans
             .iter()
             .find(|s| s.span_context.span_id() == *id)
@@ -513,13 +535,22 @@ pub fn tokio_tasks_each_get_their_own_figures(account: kspan::SchedulerAccount, 
                     && string(s, w::STACK).is_some_and(|st| st.contains("nanosleep"))
             })
             .collect();
-        assert_eq!(sleeps.len(), 1, "task {i}: {sleeps:#?}");
-        assert_eq!(int(sleeps[0], "thread.id"), *sleeper, "task {i}");
-        let d = sleeps[0]
-            .end_time
-            .duration_since(sleeps[0].start_time)
-            .unwrap();
-        close(&format!("task {i}'s sleep"), d.as_nanos() as i64, sleep, ms);
+        // (An emulated guest's timer may wake a sleeper early, and the
+        // kernel puts it back to sleep: one sleep, two waits.)
+        assert!(!sleeps.is_empty(), "task {i}: no wait of its sleep");
+        for s in &sleeps {
+            assert_eq!(int(s, "thread.id"), *sleeper, "task {i}: {s:#?}");
+        }
+        // At least the sleep asked for, at most the sleep as the closure
+        // timed it (which includes what preempted it around the sleep).
+        let d: i64 = sleeps
+            .iter()
+            .map(|s| s.end_time.duration_since(s.start_time).unwrap().as_nanos() as i64)
+            .sum();
+        assert!(
+            d >= asked - ms && d <= sleep + ms,
+            "task {i}: waits of {d} ns for a sleep of {asked} ns asked, {sleep} ns timed"
+        );
         assert!(
             on_cpu >= cpu * 9 / 10 && on_cpu < cpu + ms + stolen,
             "task {i}: on CPU {on_cpu} ns for {cpu} ns of its own code"

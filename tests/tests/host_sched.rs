@@ -11,6 +11,7 @@ fn btf_tracepoints_figures_equal_the_kernel_s() {
     sched::a_span_s_figures_equal_the_kernel_s_own_accounting(
         SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
         &sched::disk_dir(false),
+        16,
         1,
     );
 }
@@ -20,6 +21,7 @@ fn classic_tracepoints_figures_equal_the_kernel_s() {
     sched::a_span_s_figures_equal_the_kernel_s_own_accounting(
         SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
         &sched::disk_dir(false),
+        16,
         1,
     );
 }
