@@ -13,6 +13,7 @@ fn btf_tracepoints_figures_equal_the_kernel_s() {
         &sched::disk_dir(false),
         16,
         1,
+        5,
     );
 }
 
@@ -23,6 +24,7 @@ fn classic_tracepoints_figures_equal_the_kernel_s() {
         &sched::disk_dir(false),
         16,
         1,
+        5,
     );
 }
 

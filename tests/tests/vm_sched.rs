@@ -1,14 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The scheduler's account on every kernel of the VM matrix (the cases of
 //! `kspan_tests::sched`, as `host_sched` runs them on the host), with
-//! wider fixed tolerances: the emulated guest's timers and scheduler run
-//! about ten times slower. Run in the VM by `cargo xtask test`.
+//! wider tolerances: in the emulated guest the interrupt, timer and
+//! tracing paths run ten to fifty times slower, and the emulator's vCPU
+//! threads share the host's two cores with its own (measured: on-CPU
+//! figures off by up to 52 ms of 185 ms on 6.1, a tokio poll's by up to
+//! 41 ms; the host's agree to about 1 ms). Run in the VM by `cargo xtask
+//! test`.
 
 use kspan::{SchedMechanism, SchedulerAccount};
 use kspan_tests::sched;
 
-/// Milliseconds added to each tolerance in the emulated guest.
-const VM_SLACK_MS: i64 = 5;
+/// The fixed part of each tolerance in the emulated guest, in ms.
+const VM_SLACK_MS: i64 = 50;
+
+/// The relative part, in percent.
+const VM_PERCENT: i64 = 10;
 
 #[test]
 #[ignore = "needs root and a kernel with the sched tracepoints; run by `cargo xtask test` in the VM"]
@@ -18,6 +25,7 @@ fn btf_tracepoints_figures_equal_the_kernel_s() {
         &sched::disk_dir(true),
         4,
         VM_SLACK_MS,
+        VM_PERCENT,
     );
 }
 
@@ -29,6 +37,7 @@ fn classic_tracepoints_figures_equal_the_kernel_s() {
         &sched::disk_dir(true),
         4,
         VM_SLACK_MS,
+        VM_PERCENT,
     );
 }
 
