@@ -54,3 +54,8 @@ fn under_overload_wait_spans_are_whole_or_counted() {
 fn the_account_without_its_parts_is_refused_with_the_fix() {
     sched::the_account_without_its_parts_is_refused_with_the_fix();
 }
+
+#[test]
+fn a_read_past_the_cache_is_blocked_time() {
+    sched::a_read_past_the_cache_is_blocked_time(&sched::disk_dir(false));
+}
