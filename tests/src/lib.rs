@@ -578,6 +578,25 @@ pub fn in_memory_provider() -> (
     (provider, exporter)
 }
 
+/// A tracer provider whose spans pass through `sums` (the kernel's totals
+/// onto application spans) into an in-memory exporter, synchronously.
+pub fn in_memory_provider_with_sums(
+    sums: &kspan::KernelSums,
+) -> (
+    opentelemetry_sdk::trace::SdkTracerProvider,
+    opentelemetry_sdk::trace::InMemorySpanExporter,
+) {
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider =
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(sums.processor(
+                opentelemetry_sdk::trace::SimpleSpanProcessor::new(exporter.clone()),
+            ))
+            .with_id_generator(kspan::KernelSpanIds::default())
+            .build();
+    (provider, exporter)
+}
+
 /// Starts kspan in this process with `probes` and an in-memory exporter,
 /// runs `work` on this thread, shuts kspan down (asserting that nothing was
 /// lost) and returns the spans made on this thread, in start order. Panics

@@ -10,22 +10,12 @@ use std::time::{Duration, Instant};
 use kspan::sched::{attributes as a, wait_attributes as w};
 use opentelemetry::trace::{SpanId, TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, Value};
-use opentelemetry_sdk::trace::{
-    InMemorySpanExporter, SdkTracerProvider, SimpleSpanProcessor, SpanData,
-};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 
 /// A process runs one kspan runtime at a time: the tests take turns.
 pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A provider whose spans pass through `sums` into an in-memory exporter.
-fn provider(sums: &kspan::KernelSums) -> (SdkTracerProvider, InMemorySpanExporter) {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_span_processor(sums.processor(SimpleSpanProcessor::new(exporter.clone())))
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .build();
-    (provider, exporter)
-}
+use crate::in_memory_provider_with_sums as provider;
 
 fn int(span: &SpanData, key: &str) -> i64 {
     match span.attributes.iter().find(|kv| kv.key.as_str() == key) {

@@ -12,9 +12,7 @@ use opentelemetry::trace::{SpanId, TraceContextExt, Tracer, TracerProvider as _}
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{
-    InMemorySpanExporter, SdkTracerProvider, SimpleSpanProcessor, SpanData,
-};
+use opentelemetry_sdk::trace::SpanData;
 
 #[kspan::kernel_span(syscall = "read", filter = "count >= 65536")]
 fn read(count: usize, ret: i64) {}
@@ -34,15 +32,7 @@ fn getpid() {}
 #[kspan::kernel_span(syscall = "getuid", filter = "ret == 12345", sum)]
 fn getuid() {}
 
-/// A provider whose spans pass through `sums` into an in-memory exporter.
-fn provider(sums: &kspan::KernelSums) -> (SdkTracerProvider, InMemorySpanExporter) {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_span_processor(sums.processor(SimpleSpanProcessor::new(exporter.clone())))
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .build();
-    (provider, exporter)
-}
+use kspan_tests::in_memory_provider_with_sums as provider;
 
 fn int(span: &SpanData, key: &str) -> Option<i64> {
     span.attributes
