@@ -310,6 +310,15 @@ impl KspanBuilder {
         // Privileges first: without them, reading tracefs or loading would
         // fail with errors that point elsewhere.
         privileges::check_start(&self.probes).map_err(KernelError::MissingPrivileges)?;
+        if self.scheduler.is_some() {
+            // The account's tracepoints load like any tracing program.
+            privileges::check_tracing_caps(privileges::effective()).map_err(|why| {
+                Error::InvalidSetting {
+                    setting: "KspanBuilder::scheduler_account",
+                    reason: format!("the scheduler's tracepoints cannot be loaded: {why}"),
+                }
+            })?;
+        }
 
         // 1. Plan.
         let btf = kernel::read_btf(&self.btf_path)?;
