@@ -113,6 +113,11 @@ pub struct Stats {
     /// totals: the kernel's table of open sums was full (its calls are
     /// still counted above; the totals on that span are short by these).
     pub sums_failed: u64,
+    /// Off-CPU intervals of the scheduler's account whose switch-in the
+    /// kernel program did not see (found at the thread's next switch-out):
+    /// their span's figures count that time as on a CPU, and the switch
+    /// is not counted. Not a lost span.
+    pub sched_intervals_missed: u64,
     /// Spans whose parent's fate never arrived (its exit was lost, or it
     /// ran longer than kspan waits): handed with that parent, which may not
     /// be exported.
@@ -238,6 +243,13 @@ impl std::fmt::Display for Stats {
                 f,
                 "; {} program runs skipped by the kernel",
                 self.skipped_by_kernel
+            )?;
+        }
+        if self.sched_intervals_missed > 0 {
+            write!(
+                f,
+                "; {} off-CPU intervals of the scheduler's account missed their switch-in",
+                self.sched_intervals_missed
             )?;
         }
         Ok(())

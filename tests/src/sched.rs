@@ -764,3 +764,68 @@ pub fn a_read_past_the_cache_is_blocked_time(disk: &std::path::Path) {
         "a blocked wait with the read in its stack: {blocked_waits:#?}"
     );
 }
+
+/// 16 threads, each through 20 spans of five 1 ms sleeps: every span's
+/// voluntary switches are the kernel's own count for its thread around it
+/// (`/proc/thread-self/status`), or the difference is in
+/// `Stats::sched_intervals_missed`: no switch is lost silently.
+pub fn every_switch_is_counted_or_said_missed(account: kspan::SchedulerAccount) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let tracer = provider.tracer("sched-switches");
+    let voluntary = || kernel_figures().voluntary;
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let tracer = tracer.clone();
+            std::thread::spawn(move || {
+                (0..20)
+                    .map(|r| {
+                        let span = tracer.start(format!("t{i} r{r}"));
+                        let cx = Context::current_with_span(span);
+                        let id = cx.span().span_context().span_id();
+                        let (before, after);
+                        {
+                            let _attached = cx.clone().attach();
+                            before = voluntary();
+                            for _ in 0..5 {
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                            after = voluntary();
+                        }
+                        (id, after - before)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let made: Vec<(SpanId, i64)> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    let stats = shutdown(kspan);
+    let spans = exporter.get_finished_spans().unwrap();
+    let mut short = 0;
+    for (id, want) in &made {
+        let span = spans
+            .iter()
+            .find(|s| s.span_context.span_id() == *id)
+            .unwrap();
+        let got = int(span, a::VOLUNTARY_SWITCHES);
+        // The kernel's count is read inside the span: each read may add a
+        // switch of its own, never fewer than the sleeps.
+        assert!(
+            got <= *want + 2,
+            "{}: {got} switches, the kernel {want}",
+            span.name
+        );
+        short += (*want - got).max(0);
+    }
+    eprintln!("{short} switches short; {stats}");
+    assert!(
+        short as u64 <= stats.sched_intervals_missed,
+        "{short} switches short, {} said missed",
+        stats.sched_intervals_missed
+    );
+}

@@ -59,3 +59,8 @@ fn the_account_without_its_parts_is_refused_with_the_fix() {
 fn a_read_past_the_cache_is_blocked_time() {
     sched::a_read_past_the_cache_is_blocked_time(&sched::disk_dir(false));
 }
+
+#[test]
+fn every_switch_is_counted_or_said_missed() {
+    sched::every_switch_is_counted_or_said_missed(SchedulerAccount::new());
+}

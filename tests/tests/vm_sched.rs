@@ -67,3 +67,9 @@ fn under_overload_wait_spans_are_whole_or_counted() {
 fn a_read_past_the_cache_is_blocked_time() {
     sched::a_read_past_the_cache_is_blocked_time(&sched::disk_dir(true));
 }
+
+#[test]
+#[ignore = "needs root and a kernel with the sched tracepoints; run by `cargo xtask test` in the VM"]
+fn every_switch_is_counted_or_said_missed() {
+    sched::every_switch_is_counted_or_said_missed(SchedulerAccount::new());
+}

@@ -1922,6 +1922,9 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 		if (!t)
 			return;
 	}
+	/* An interval still open: its switch-in was never seen. */
+	if (t->out_ns && !t->skip)
+		kspan_count(KSPAN_CTR_SCHED_MISSED);
 	__builtin_memcpy(t->trace_id, c.trace_id, sizeof(c.trace_id));
 	t->app_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
 	t->state = state;

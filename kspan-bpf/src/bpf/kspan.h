@@ -238,7 +238,13 @@ enum kspan_counter {
 	 * totals: no room was left in the sums map.
 	 */
 	KSPAN_CTR_SUM_FAILED = 10,
-	KSPAN_CTR_COUNT = 11,
+	/*
+	 * Off-CPU intervals of the scheduler's account whose switch-in it did
+	 * not see (found at the thread's next switch-out): their time is in
+	 * their span's time on a CPU, their switch is not counted.
+	 */
+	KSPAN_CTR_SCHED_MISSED = 11,
+	KSPAN_CTR_COUNT = 12,
 };
 
 /*

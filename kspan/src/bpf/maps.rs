@@ -70,6 +70,7 @@ pub(crate) struct KernelCounters {
     pub overload: u64,
     pub suppressed: u64,
     pub sum_failed: u64,
+    pub sched_missed: u64,
 }
 
 /// Calls of one probe that were recorded but not made into spans.
@@ -204,6 +205,7 @@ impl SharedMaps {
         let read = |index: u64| percpu_count(&self.counters, names::COUNTERS_MAP, index as u32);
         Ok(KernelCounters {
             sum_failed: read(c::KSPAN_CTR_SUM_FAILED)?,
+            sched_missed: read(c::KSPAN_CTR_SCHED_MISSED)?,
             ring_buffer_full: read(c::KSPAN_CTR_RINGBUF_FULL)?,
             stack_depth: read(c::KSPAN_CTR_STACK_DEPTH)?,
             lost_exit: read(c::KSPAN_CTR_LOST_EXIT)?,

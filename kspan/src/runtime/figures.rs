@@ -100,6 +100,7 @@ impl Figures {
             rate_limited: total(|p| p.rate_limited),
             summary_only: total(|p| p.summary_only),
             sums_failed: k.sum_failed,
+            sched_intervals_missed: k.sched_missed,
             spans_parent_unresolved: s.unresolved.load(Ordering::Relaxed),
             spans_waiting_for_parent: s.waiting.load(Ordering::Relaxed),
             probes_not_attached: self.probes_not_attached,
