@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider, SpanProcessor};
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -101,20 +101,30 @@ pub fn init_telemetry_with(
     scope: &'static str,
     sums: Option<&kspan::KernelSums>,
 ) -> Result<SdkTracerProvider, BoxError> {
+    match sums {
+        Some(sums) => init_telemetry_through(scope, |batch| sums.processor(batch)),
+        None => init_telemetry_through(scope, |batch| batch),
+    }
+}
+
+/// [`init_telemetry`], with the span processor that `chain` makes of the
+/// OTLP batch processor: a [`kspan::KernelSums`] processor in front of it,
+/// say, with processors of the example's own between the two.
+pub fn init_telemetry_through<P: SpanProcessor + 'static>(
+    scope: &'static str,
+    chain: impl FnOnce(BatchSpanProcessor) -> P,
+) -> Result<SdkTracerProvider, BoxError> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .build()?;
     let batch = BatchSpanProcessor::builder(exporter).build();
-    let builder = SdkTracerProvider::builder()
+    let provider = SdkTracerProvider::builder()
         // Kernel spans keep the ids the kernel gave them.
         .with_id_generator(kspan::KernelSpanIds::default())
         // The default detectors read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
-        .with_resource(Resource::builder().build());
-    let provider = match sums {
-        Some(sums) => builder.with_span_processor(sums.processor(batch)),
-        None => builder.with_span_processor(batch),
-    }
-    .build();
+        .with_resource(Resource::builder().build())
+        .with_span_processor(chain(batch))
+        .build();
     // The exporter's own libraries have spans too (h2's connection span at
     // debug level): made OpenTelemetry spans, the exporter's sends would
     // become their children and be exported by more sends.

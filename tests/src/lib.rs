@@ -66,6 +66,8 @@ pub struct ReceivedSpan {
     pub service_name: Option<String>,
     /// The instrumentation scope's name.
     pub scope: String,
+    /// The span ids of the spans it links to (8 bytes each).
+    pub links: Vec<Vec<u8>>,
 }
 
 impl ReceivedSpan {
@@ -130,6 +132,7 @@ pub fn flatten(req: &ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                         .collect(),
                     service_name: service_name.clone(),
                     scope: scope.clone(),
+                    links: span.links.iter().map(|l| l.span_id.clone()).collect(),
                 });
             }
         }

@@ -1,12 +1,16 @@
-//! `cargo xtask jaeger`: the file service in the VM, its traces in the
-//! embedded Jaeger UI on the host, and optionally a screenshot of one trace.
+//! `cargo xtask jaeger`: an example's traces in the embedded Jaeger UI on
+//! the host, and optionally a screenshot of one trace.
 //!
 //! The host runs `kspan-jaeger` (an in-memory OTLP collector serving the
-//! Jaeger UI). The guest runs `file_service` with its OTLP exporter pointed
-//! at a loopback port that the VM runner forwards to the host, and a client
-//! (busybox `wget`) asks it for a few files. The traces then stay in the UI
-//! until Ctrl-C; with `--screenshot PNG`, headless Chromium takes a picture
-//! of one request's trace instead, and everything stops.
+//! Jaeger UI). By default the guest runs `file_service` with its OTLP
+//! exporter pointed at a loopback port that the VM runner forwards to the
+//! host, and a client (busybox `wget`) asks it for a few files (its kernel
+//! spans need trampolines, which the host refuses). With `--example
+//! where_time_went` the host runs that example itself, natively: the
+//! scheduler's account needs only tracepoints, which the host runs. The
+//! traces then stay in the UI until Ctrl-C; with `--screenshot PNG`,
+//! headless Chromium takes a picture of one request's trace instead, and
+//! everything stops.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -18,7 +22,7 @@ use crate::kernel::KernelSpec;
 use crate::util::{cargo, opt_value, repo_root, run, sh_quote, which, Metadata};
 use crate::vm::{self, VmOptions};
 
-/// The service name the traces carry.
+/// The service name the file service's traces carry.
 const SERVICE: &str = "kspan-file-service";
 /// Files of this repository the client asks for (the root is the
 /// repository); the last one is not there, so one request is a 404.
@@ -31,6 +35,59 @@ const REQUESTS: &[&str] = &[
 /// The request whose trace the screenshot shows.
 const SHOWN: &str = "/README.md";
 
+/// The service name of `where_time_went`'s traces.
+const SCHED_SERVICE: &str = "kspan-where-time-went";
+/// How many requests it handles: a few, for one that nothing else on the
+/// machine preempted.
+const SCHED_REQUESTS: u32 = 5;
+/// The span each of its requests' traces has at its root.
+const SCHED_ROOT: &str = "request";
+
+/// The examples `--example` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Example {
+    /// `file_service` in the VM (the default).
+    FileService,
+    /// `where_time_went` on the host.
+    WhereTimeWent,
+}
+
+impl Example {
+    fn parse(name: &str) -> Result<Example> {
+        match name {
+            "file_service" => Ok(Example::FileService),
+            "where_time_went" => Ok(Example::WhereTimeWent),
+            other => bail!(
+                "--example {other}: the jaeger command runs `file_service` (in the VM, the \
+                 default) or `where_time_went` (on the host)"
+            ),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Example::FileService => "file_service",
+            Example::WhereTimeWent => "where_time_went",
+        }
+    }
+
+    fn service(self) -> &'static str {
+        match self {
+            Example::FileService => SERVICE,
+            Example::WhereTimeWent => SCHED_SERVICE,
+        }
+    }
+
+    /// Chromium's window: wide enough for the timeline, tall enough for
+    /// one request's spans.
+    fn window(self) -> &'static str {
+        match self {
+            Example::FileService => "1400,445",
+            Example::WhereTimeWent => "1600,560",
+        }
+    }
+}
+
 /// Kills the child when dropped.
 struct Running(Child);
 
@@ -41,15 +98,20 @@ impl Drop for Running {
     }
 }
 
-/// `cargo xtask jaeger [--kernel K] [--ui ADDR] [--screenshot PNG]`.
+/// `cargo xtask jaeger [--example E] [--kernel K] [--ui ADDR] [--screenshot PNG]`.
 pub fn command(args: &[String]) -> Result<u8> {
     let mut opts = VmOptions::default();
+    let mut kernel_given = false;
+    let mut example = Example::FileService;
     let mut ui = "127.0.0.1:16686".to_string();
     let mut screenshot: Option<PathBuf> = None;
     let mut i = 0;
     while i < args.len() {
         if let Some(v) = opt_value(args, &mut i, "--kernel")? {
             opts.kernel = KernelSpec::parse(&v)?;
+            kernel_given = true;
+        } else if let Some(v) = opt_value(args, &mut i, "--example")? {
+            example = Example::parse(&v)?;
         } else if let Some(v) = opt_value(args, &mut i, "--ui")? {
             ui = v;
         } else if let Some(v) = opt_value(args, &mut i, "--screenshot")? {
@@ -57,6 +119,9 @@ pub fn command(args: &[String]) -> Result<u8> {
         } else {
             bail!("unknown jaeger option {}", args[i]);
         }
+    }
+    if kernel_given && example == Example::WhereTimeWent {
+        bail!("--kernel picks the VM's kernel; `where_time_went` runs on the host's");
     }
     crate::deps::ensure()?;
     if screenshot.is_some() {
@@ -69,7 +134,7 @@ pub fn command(args: &[String]) -> Result<u8> {
         "-p",
         crate::tasks::TESTS_PKG,
         "--example",
-        "file_service",
+        example.name(),
         "--bin",
         "kspan-jaeger",
     ]))?;
@@ -77,29 +142,49 @@ pub fn command(args: &[String]) -> Result<u8> {
 
     let (jaeger, otlp, ui) = start_jaeger(&debug.join("kspan-jaeger"), &ui)?;
     eprintln!("xtask: the embedded Jaeger UI is at http://{ui}/");
-    opts.env = vec![
+    let env = vec![
         (
-            "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_string(),
             format!("http://{otlp}"),
         ),
-        ("OTEL_SERVICE_NAME".into(), SERVICE.into()),
+        (
+            "OTEL_SERVICE_NAME".to_string(),
+            example.service().to_string(),
+        ),
     ];
-    let service = debug.join("examples/file_service");
-    let script = guest_script(&service, &repo_root());
-    let status = vm::run_vm(&opts, &["sh".into(), "-c".into(), script], &repo_root())?;
-    if status != 0 {
-        bail!("the file service in the guest failed (exit status {status})");
-    }
+    let shown = match example {
+        Example::FileService => {
+            opts.env = env;
+            let service = debug.join("examples/file_service");
+            let script = guest_script(&service, &repo_root());
+            let status = vm::run_vm(&opts, &["sh".into(), "-c".into(), script], &repo_root())?;
+            if status != 0 {
+                bail!("the file service in the guest failed (exit status {status})");
+            }
+            Pick::Tagged(Tag::new("url.path", SHOWN))
+        }
+        Example::WhereTimeWent => {
+            run_on_host(&debug.join("examples/where_time_went"), &env)?;
+            // A machine busy with other work preempts the requests: the
+            // picture shows the one whose trace has the fewest wait spans.
+            Pick::Fewest(SCHED_ROOT)
+        }
+    };
 
     match screenshot {
         Some(png) => {
-            let trace = trace_of(&ui, SHOWN)?;
-            take_screenshot(&format!("http://{ui}/trace/{trace}"), &png)?;
+            let trace = trace_of(&ui, example.service(), &shown)?;
+            take_screenshot(
+                &format!("http://{ui}/trace/{trace}"),
+                &png,
+                example.window(),
+            )?;
             eprintln!("xtask: wrote {} (trace {trace})", png.display());
         }
         None => {
             eprintln!(
-                "xtask: the traces are at http://{ui}/search?service={SERVICE}; Ctrl-C stops"
+                "xtask: the traces are at http://{ui}/search?service={}; Ctrl-C stops",
+                example.service()
             );
             // Until the collector is killed (Ctrl-C reaches both of us).
             let mut jaeger = jaeger;
@@ -107,6 +192,30 @@ pub fn command(args: &[String]) -> Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// Runs `where_time_went` here, with `env`, on a directory of its own
+/// under the system's temporary directory (the host's is on a disk, so its
+/// `O_DIRECT` reads block).
+fn run_on_host(example: &Path, env: &[(String, String)]) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("kspan-where-time-went-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let status = Command::new(example)
+        .arg(SCHED_REQUESTS.to_string())
+        .arg(&dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", example.display()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status?;
+    if !status.success() {
+        bail!(
+            "{} failed ({status}); the scheduler's account needs root or CAP_BPF and CAP_PERFMON",
+            example.display()
+        );
+    }
+    Ok(())
 }
 
 /// Starts `kspan-jaeger` on a free OTLP port and `ui`; returns it with the
@@ -165,9 +274,41 @@ fn guest_script(service: &Path, root: &Path) -> String {
     s
 }
 
-/// The trace id of the request for `path`, from the UI's API.
-fn trace_of(ui: &str, path: &str) -> Result<String> {
-    let url = format!("http://{ui}/api/traces?service={SERVICE}&limit=100");
+/// Which trace the screenshot shows.
+enum Pick {
+    /// The first with a span tagged so.
+    Tagged(Tag),
+    /// Of those with a span of this name, the one with the fewest spans.
+    Fewest(&'static str),
+}
+
+impl std::fmt::Display for Pick {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pick::Tagged(tag) => write!(f, "with {} = {}", tag.key, tag.value),
+            Pick::Fewest(name) => write!(f, "with a `{name}` span"),
+        }
+    }
+}
+
+/// A span tag.
+struct Tag {
+    key: &'static str,
+    value: serde_json::Value,
+}
+
+impl Tag {
+    fn new(key: &'static str, value: impl Into<serde_json::Value>) -> Tag {
+        Tag {
+            key,
+            value: value.into(),
+        }
+    }
+}
+
+/// The id of the trace of `service` that `pick` picks, from the UI's API.
+fn trace_of(ui: &str, service: &str, pick: &Pick) -> Result<String> {
+    let url = format!("http://{ui}/api/traces?service={service}&limit=100");
     let curl = which("curl").ok_or_else(|| anyhow!("curl not found: run `cargo xtask deps`"))?;
     let out = Command::new(curl)
         .args(["-sf", &url])
@@ -179,24 +320,34 @@ fn trace_of(ui: &str, path: &str) -> Result<String> {
     let json: serde_json::Value =
         serde_json::from_slice(&out.stdout).with_context(|| format!("GET {url}: not JSON"))?;
     let traces = json["data"].as_array().cloned().unwrap_or_default();
-    traces
-        .iter()
-        .find(|t| {
-            t["spans"].as_array().is_some_and(|spans| {
-                spans.iter().any(|s| {
-                    s["tags"].as_array().is_some_and(|tags| {
-                        tags.iter()
-                            .any(|t| t["key"] == "url.path" && t["value"] == path)
-                    })
-                })
-            })
-        })
-        .and_then(|t| t["traceID"].as_str().map(str::to_string))
-        .ok_or_else(|| anyhow!("no trace of GET {path} among the {} received", traces.len()))
+    find_trace(&traces, pick)
+        .ok_or_else(|| anyhow!("no trace {pick} among the {} received", traces.len()))
 }
 
-/// Headless Chromium's picture of `url`, after the page's requests settle.
-fn take_screenshot(url: &str, png: &Path) -> Result<()> {
+/// The id of the trace among `traces` (the API's JSON) that `pick` picks.
+fn find_trace(traces: &[serde_json::Value], pick: &Pick) -> Option<String> {
+    let spans = |t: &serde_json::Value| t["spans"].as_array().cloned().unwrap_or_default();
+    let tagged = |s: &serde_json::Value, tag: &Tag| {
+        s["tags"].as_array().is_some_and(|tags| {
+            tags.iter()
+                .any(|t| t["key"] == tag.key && t["value"] == tag.value)
+        })
+    };
+    let found = match pick {
+        Pick::Tagged(tag) => traces
+            .iter()
+            .find(|t| spans(t).iter().any(|s| tagged(s, tag))),
+        Pick::Fewest(name) => traces
+            .iter()
+            .filter(|t| spans(t).iter().any(|s| s["operationName"] == *name))
+            .min_by_key(|t| spans(t).len()),
+    };
+    found.and_then(|t| t["traceID"].as_str().map(str::to_string))
+}
+
+/// Headless Chromium's picture of `url` in a `window` (`W,H`), after the
+/// page's requests settle.
+fn take_screenshot(url: &str, png: &Path, window: &str) -> Result<()> {
     let chromium = which("chromium").ok_or_else(|| anyhow!("chromium not found"))?;
     let profile = std::env::temp_dir().join(format!("kspan-chromium-{}", std::process::id()));
     // So that an old picture cannot pass for a new one.
@@ -215,11 +366,10 @@ fn take_screenshot(url: &str, png: &Path) -> Result<()> {
             "--disable-component-update",
             "--disable-sync",
             "--hide-scrollbars",
-            // Wide enough for the timeline, tall enough for one request's spans.
-            "--window-size=1400,445",
             // Virtual time runs until the UI's API calls and rendering are done.
             "--virtual-time-budget=15000",
         ])
+        .arg(format!("--window-size={window}"))
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(url)
@@ -255,5 +405,45 @@ mod tests {
             assert!(s.contains(&format!("http://127.0.0.1:8080/{f}")));
         }
         assert!(s.ends_with("exit $status\n"));
+    }
+
+    #[test]
+    fn examples_and_the_shown_trace() {
+        assert_eq!(
+            Example::parse("file_service").unwrap(),
+            Example::FileService
+        );
+        assert_eq!(
+            Example::parse("where_time_went").unwrap().service(),
+            SCHED_SERVICE
+        );
+        assert!(Example::parse("quickstart").is_err());
+        let traces: Vec<serde_json::Value> = serde_json::from_str(
+            r#"[{"traceID": "a", "spans": [{"tags": [{"key": "app.request.number", "value": 1}]}]},
+                {"traceID": "b", "spans": [{"tags": [{"key": "app.request.number", "value": 2}]}]},
+                {"traceID": "c", "spans": [{"tags": [{"key": "url.path", "value": "/README.md"}]}]}]"#,
+        )
+        .unwrap();
+        let find = |pick: Pick| find_trace(&traces, &pick);
+        assert_eq!(
+            find(Pick::Tagged(Tag::new("app.request.number", 2))).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            find(Pick::Tagged(Tag::new("url.path", SHOWN))).as_deref(),
+            Some("c")
+        );
+        assert_eq!(find(Pick::Tagged(Tag::new("app.request.number", 7))), None);
+        let requests: Vec<serde_json::Value> = serde_json::from_str(
+            r#"[{"traceID": "a", "spans": [{"operationName": "request"}, {"operationName": "w"}]},
+                {"traceID": "b", "spans": [{"operationName": "request"}]},
+                {"traceID": "c", "spans": [{"operationName": "other"}]}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            find_trace(&requests, &Pick::Fewest(SCHED_ROOT)).as_deref(),
+            Some("b")
+        );
+        assert_eq!(find_trace(&requests, &Pick::Fewest("none")), None);
     }
 }

@@ -24,9 +24,11 @@
 //!   `kspan-tests` package inside one VM per kernel (by default Debian 12's,
 //!   13's and sid's).
 //! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
-//! * `jaeger [--kernel K] [--ui ADDR] [--screenshot PNG]`: the file service
-//!   in the VM, exporting to the embedded Jaeger (`kspan-jaeger`) on the host;
-//!   the UI stays up until Ctrl-C, or Chromium takes a picture of one trace.
+//! * `jaeger [--example E] [--kernel K] [--ui ADDR] [--screenshot PNG]`: the
+//!   file service in the VM (or, with `--example where_time_went`, the
+//!   scheduler's account example on the host), exporting to the embedded
+//!   Jaeger (`kspan-jaeger`) on the host; the UI stays up until Ctrl-C, or
+//!   Chromium takes a picture of one trace.
 //! * `bench [--kernel K] ...`: kspan against the bpftrace package of the
 //!   kernel's Debian release, in the VM (see `tasks::bench`).
 //! * `bpftrace [--kernel K]`: fetches the bpftrace that `bench` compares
@@ -110,6 +112,8 @@ commands:
                         the file service in the VM, its traces in the embedded
                         Jaeger UI on the host (default 127.0.0.1:16686) until
                         Ctrl-C, or a headless-Chromium picture of one trace
+      --example where_time_went  the scheduler's account example instead, on
+                        the host (root), no VM (`file_service` is the default)
   bench [--kernel K] [--rounds N] [--only PART] [--host]
         [--multi-threaded-tcg | --icount]
                         kspan vs bpftrace in the VM: attach+detach of every

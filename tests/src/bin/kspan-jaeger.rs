@@ -9,9 +9,18 @@
 //! is killed or interrupted. `cargo xtask jaeger` runs it on the host for the
 //! file service in the VM; the VM test `vm_jaeger` runs it in the guest and
 //! checks the span tree through its API.
+//!
+//! The UI takes a span's first reference for its parent, as Jaeger's own
+//! API lists the parent (`CHILD_OF`) first; `otlp-embedded` lists a span's
+//! links (`FOLLOWS_FROM`) before it, which would draw a span with a link
+//! (a wait span linked to its waker's span) under the span it links to.
+//! The API's answers are put in Jaeger's order on their way out.
 
 use std::process::ExitCode;
 
+use axum::body::Body;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use otlp_embedded::{ui_app, Config, State, TraceServiceImpl, TraceServiceServer};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -86,10 +95,85 @@ async fn run() -> Result<(), String> {
             state.clone(),
         )))
         .serve_with_incoming(TcpListenerStream::new(otlp));
-    let viewer = axum::serve(ui, ui_app(state, "/"));
+    let viewer = axum::serve(
+        ui,
+        ui_app(state, "/").layer(axum::middleware::map_response(parent_first)),
+    );
     tokio::select! {
         served = collector => served.map_err(|e| format!("the OTLP receiver failed: {e}")),
         served = viewer => served.map_err(|e| format!("the UI server failed: {e}")),
         _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+/// `response` with every span's parent reference first, when it is JSON.
+async fn parent_first(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let why = format!("kspan-jaeger: reading the answer failed: {e}");
+            return (StatusCode::INTERNAL_SERVER_ERROR, why).into_response();
+        }
+    };
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    put_parents_first(&mut value);
+    // The length changes with the rewrite (axum sets the new one).
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(value.to_string()))
+}
+
+/// Moves the `CHILD_OF` entry of every `references` list in `value` to its
+/// front, keeping the others' order.
+fn put_parents_first(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if key == "references" {
+                    if let Some(refs) = v.as_array_mut() {
+                        refs.sort_by_key(|r| r["refType"] != "CHILD_OF");
+                    }
+                } else {
+                    put_parents_first(v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(put_parents_first),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_comes_first_and_links_keep_their_order() {
+        let mut answer = serde_json::json!({"data": [{"spans": [
+            {"spanID": "w", "references": [
+                {"refType": "FOLLOWS_FROM", "spanID": "waker"},
+                {"refType": "FOLLOWS_FROM", "spanID": "other"},
+                {"refType": "CHILD_OF", "spanID": "request"}
+            ]},
+            {"spanID": "r", "references": null}
+        ]}]});
+        put_parents_first(&mut answer);
+        let refs: Vec<&str> = answer["data"][0]["spans"][0]["references"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["spanID"].as_str().unwrap())
+            .collect();
+        assert_eq!(refs, ["request", "waker", "other"]);
+        assert!(answer["data"][0]["spans"][1]["references"].is_null());
     }
 }
