@@ -28,9 +28,13 @@ fn classic_tracepoints_figures_equal_the_kernel_s() {
     );
 }
 
+/// 5 ms: a task's first polls pay for the runtime's first uses (its
+/// blocking pool's threads, its timer), measured at up to 3.2 ms above the
+/// task's own code in a CI run; another task's sleep under it is caught by
+/// the wait spans' threads, whatever the slack.
 #[test]
 fn tokio_tasks_each_get_their_own_figures() {
-    sched::tokio_tasks_each_get_their_own_figures(SchedulerAccount::new(), 2);
+    sched::tokio_tasks_each_get_their_own_figures(SchedulerAccount::new(), 5);
 }
 
 #[test]
