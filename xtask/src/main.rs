@@ -56,6 +56,9 @@
 //! * [`hot`]: `bench --host --only hot`, a traced service's throughput.
 //! * [`consumer`]: `bench --host --only consumer`, kspan's consumer against
 //!   a bare libbpf-rs one.
+//! * [`sched`]: `bench --host --only sched`, the scheduler account's cost
+//!   to other processes, to the traced process's switches, and to a
+//!   service's requests a second.
 //! * [`jaeger`]: the `jaeger` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
@@ -71,6 +74,7 @@ mod kernel;
 mod others;
 mod packages;
 mod relay;
+mod sched;
 mod tasks;
 mod util;
 mod vm;
@@ -134,6 +138,13 @@ commands:
                               calls/s against untraced, and the cost per span
       --host --only consumer  kspan's consumer (to the SDK, discarding) against
                               a bare libbpf-rs ring-buffer consumer
+      --host --only sched     the scheduler account: an untraced process's
+                              context switches while another holds it, the
+                              traced process's own (both against bpftrace),
+                              a service's requests/s on against off; one part
+                              alone: sched-others, sched-own, sched-service
+      --prog-stats            (with --only sched...) one more pass with
+                              kernel.bpf_stats_enabled=1: ns a program run
   bpftrace [--kernel K] fetch the bpftrace bench compares against on kernel K
                         and print the command that runs it (in the VM)
 ";

@@ -308,6 +308,7 @@ pub fn bench(args: &[String]) -> Result<u8> {
     let mut rounds = 3u32;
     let mut only: Option<String> = None;
     let mut host = false;
+    let mut prog_stats = false;
     let mut i = 0;
     while i < args.len() {
         if let Some(v) = opt_value(args, &mut i, "--kernel")? {
@@ -320,10 +321,12 @@ pub fn bench(args: &[String]) -> Result<u8> {
                 .ok_or_else(|| anyhow::anyhow!("--rounds: `{v}` is not a positive number"))?;
         } else if let Some(v) = opt_value(args, &mut i, "--only")? {
             if !["others", "attach", "percall", "hot", "consumer", "filters"].contains(&v.as_str())
+                && crate::sched::Part::parse(&v).is_none()
             {
                 bail!(
                     "--only: `{v}`: the parts that run alone are `others`, `attach` (with the \
-                     per-call part), `percall`, `hot`, `consumer` and `filters`"
+                     per-call part), `percall`, `hot`, `consumer`, `filters`, and `sched` \
+                     (`sched-others`, `sched-own`, `sched-service`)"
                 );
             }
             only = Some(v);
@@ -336,6 +339,9 @@ pub fn bench(args: &[String]) -> Result<u8> {
         } else if args[i] == "--icount" {
             opts.icount = true;
             i += 1;
+        } else if args[i] == "--prog-stats" {
+            prog_stats = true;
+            i += 1;
         } else {
             bail!("unknown bench option {}", args[i]);
         }
@@ -343,6 +349,16 @@ pub fn bench(args: &[String]) -> Result<u8> {
     opts.check()?;
     if opts.icount && only.as_deref() != Some("percall") {
         bail!("--icount counts the per-call part's instructions: use it with `--only percall`");
+    }
+    let sched_part = only.as_deref().and_then(crate::sched::Part::parse);
+    if prog_stats && sched_part.is_none() {
+        bail!("--prog-stats goes with `--host --only sched` (or one of its parts)");
+    }
+    if let Some(part) = sched_part {
+        if !host {
+            bail!("--only sched runs natively, with the scheduler's tracepoints: add --host");
+        }
+        return bench_sched(rounds, part, prog_stats);
     }
     match (only.as_deref(), host) {
         (Some("hot"), true) => return bench_hot(rounds),
@@ -599,6 +615,20 @@ fn bench_hot(rounds: u32) -> Result<u8> {
     println!("{}:", host_line()?);
     println!("{}", hot::report(&figures, &plan)?.join("\n"));
     Ok(0)
+}
+
+/// The scheduler account's cost, natively ([`crate::sched`]).
+fn bench_sched(rounds: u32, part: crate::sched::Part, prog_stats: bool) -> Result<u8> {
+    let mut programs =
+        release_examples(&["sched_account_idle", "sched_pingpong", "sched_service"])?.into_iter();
+    let mut next = || programs.next().unwrap_or_default();
+    let programs = crate::sched::Programs {
+        idle: next(),
+        pingpong: next(),
+        service: next(),
+    };
+    println!("{}:", host_line()?);
+    crate::sched::bench(&programs, rounds, part, prog_stats)
 }
 
 /// kspan's consumer against a bare libbpf-rs consumer, natively

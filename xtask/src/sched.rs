@@ -1,0 +1,834 @@
+//! `cargo xtask bench --host --only sched` (issue 27): what kspan's
+//! scheduler account costs, natively on the host, side by side with
+//! bpftrace in one run. Three parts, each runnable alone:
+//!
+//! * `sched-others`: an untraced process's context switches while another
+//!   process holds the account. `sched_pingpong processes` ping-pongs a
+//!   byte between two processes pinned to one CPU (two switches and two
+//!   wake-ups a round trip) with nothing held, and while
+//!   `sched_account_idle` holds the account (BTF tracepoints, classic
+//!   ones) or bpftrace holds [`BPFTRACE_SWITCH`] (the minimal script) or
+//!   [`BPFTRACE_ACCOUNT`] (what the account does for other processes);
+//!   every holder traces only its own process. The loop runs pinned to CPU
+//!   0, where classic tracepoints' perf events are bound (bpftrace's
+//!   programs return 1, so the kernel goes on to the event there), and to
+//!   the last CPU (the programs alone).
+//! * `sched-own`: the traced process's own switches: `sched_pingpong
+//!   threads` ping-pongs between two threads of one process, each inside an
+//!   application span, with nothing attached, with the account (both
+//!   mechanisms), and under bpftrace's offcputime-like script.
+//! * `sched-service`: `sched_service`'s requests a second (two clients, a
+//!   pool of two workers, a span per call and per request) with the
+//!   account on (both mechanisms, and BTF tracepoints without wait spans)
+//!   against off.
+//!
+//! Every round runs each configuration once, in an order rotated by the
+//! round; the ratios are paired within a round, and the medians over the
+//! rounds are printed with the rounds' range. The per-switch figures of the
+//! first two parts are the fastest of the batches of a run (other processes
+//! only add time). A holder that does not come up, a run whose tracer did
+//! not see the switches, a lost record or span fails the bench rather than
+//! print figures.
+//!
+//! `--prog-stats` adds one pass of the first two parts with
+//! `kernel.bpf_stats_enabled=1` (set back to what it was afterwards): each
+//! BPF program's runs and run time during the loop, per run. The statistics'
+//! own clock reads cost each run, so these passes are not in the timings.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use crate::util::{median, min_max, output};
+
+/// bpftrace's minimal sched_switch script: a timestamp per thread of its
+/// own process (`$1`) at each switch-out.
+pub const BPFTRACE_SWITCH: &str =
+    "tracepoint:sched:sched_switch /pid == $1/ { @[tid] = nsecs; } BEGIN { printf(\"READY\\n\"); }";
+
+/// bpftrace doing for other processes what the account does (classic
+/// tracepoints): a pid test at the switch-out, a lookup of `next_pid` at
+/// every switch-in, a lookup of the woken tid at every wake-up.
+pub const BPFTRACE_ACCOUNT: &str = "tracepoint:sched:sched_switch /pid == $1/ { @out[tid] = nsecs; } \
+     tracepoint:sched:sched_switch /@out[args->next_pid]/ { @off[args->next_pid] = sum(nsecs - @out[args->next_pid]); delete(@out[args->next_pid]); } \
+     tracepoint:sched:sched_waking /@out[args->pid]/ { @wake[args->pid] = nsecs; } \
+     BEGIN { printf(\"READY\\n\"); }";
+
+/// Which parts run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    All,
+    Others,
+    Own,
+    Service,
+}
+
+impl Part {
+    /// From `--only`'s value.
+    pub fn parse(only: &str) -> Option<Part> {
+        match only {
+            "sched" => Some(Part::All),
+            "sched-others" => Some(Part::Others),
+            "sched-own" => Some(Part::Own),
+            "sched-service" => Some(Part::Service),
+            _ => None,
+        }
+    }
+
+    fn has(self, part: Part) -> bool {
+        self == Part::All || self == part
+    }
+}
+
+/// The three example programs.
+pub struct Programs {
+    pub idle: String,
+    pub pingpong: String,
+    pub service: String,
+}
+
+/// Round trips a batch, batches a run: about 6 to 8 ms a batch natively,
+/// short enough for some batches of a run to go undisturbed on a shared
+/// machine (this one's speed shifts for tenths of a second at a time).
+const ROUNDTRIPS: u32 = 2_000;
+const BATCHES: u32 = 75;
+/// Seconds a service run, and its work per request: about 10,000 context
+/// switches a second on this project's machine.
+const SERVICE_SECS: f64 = 2.0;
+const SERVICE_WORK_ROUNDS: u32 = 60_000;
+
+/// The holders of the first part, the baseline first.
+const HOLDERS: [&str; 5] = [
+    "none",
+    "kspan_tp_btf",
+    "kspan_tracepoint",
+    "bpftrace_switch",
+    "bpftrace_account",
+];
+
+/// The modes of the second part, the baseline first.
+const OWN_MODES: [&str; 4] = ["none", "tp_btf", "tracepoint", "bpftrace"];
+
+/// The modes of the third part, the baseline first (`tp_btf_totals`: BTF
+/// tracepoints without wait spans).
+const SERVICE_MODES: [&str; 4] = ["off", "tp_btf", "tracepoint", "tp_btf_totals"];
+
+/// `cargo xtask bench --host --only sched...`.
+pub fn bench(programs: &Programs, rounds: u32, part: Part, prog_stats: bool) -> Result<u8> {
+    if crate::util::which("bpftrace").is_none() && part != Part::Service {
+        bail!("bpftrace not found: run `cargo xtask deps`");
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pins: Vec<usize> = if cpus > 1 { vec![0, cpus - 1] } else { vec![0] };
+    let mut lines = Vec::new();
+    if part.has(Part::Others) {
+        let figures = measure_others(programs, rounds, &pins)?;
+        lines.extend(report_others(&figures, rounds, &pins));
+    }
+    if part.has(Part::Own) {
+        let figures = measure_own(programs, rounds, &pins)?;
+        lines.extend(report_own(&figures, rounds, &pins));
+    }
+    if part.has(Part::Service) {
+        let figures = measure_service(programs, rounds)?;
+        lines.extend(report_service(&figures, rounds)?);
+    }
+    if prog_stats && part != Part::Service {
+        let _stats = BpfStats::enable()?;
+        lines.push(format!(
+            "BPF programs during the loop (kernel.bpf_stats_enabled=1, one pass, {} round trips, pinned to CPU {}; \
+             runs on every CPU, ns a run as the statistics measure it):",
+            ROUNDTRIPS * BATCHES,
+            pins[pins.len() - 1]
+        ));
+        let cpu = pins[pins.len() - 1];
+        if part.has(Part::Others) {
+            for holder in &HOLDERS[1..] {
+                let held = Holder::start(programs, holder)?;
+                let out = pingpong_processes(programs, cpu, true)?;
+                held.stop()?;
+                lines.extend(prog_lines(&format!("others, {holder} held"), &out));
+            }
+        }
+        if part.has(Part::Own) {
+            for mode in &OWN_MODES[1..] {
+                let out = pingpong_threads(programs, mode, cpu, true)?;
+                lines.extend(prog_lines(&format!("own, {mode}"), &out));
+            }
+        }
+    }
+    println!("{}", lines.join("\n"));
+    Ok(0)
+}
+
+/// Sets `kernel.bpf_stats_enabled` to 1 and back to its value when dropped.
+struct BpfStats {
+    before: String,
+}
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> Result<BpfStats> {
+        let before = std::fs::read_to_string(BPF_STATS)
+            .with_context(|| format!("cannot read {BPF_STATS}"))?
+            .trim()
+            .to_owned();
+        std::fs::write(BPF_STATS, "1").with_context(|| format!("cannot write {BPF_STATS}"))?;
+        Ok(BpfStats { before })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(BPF_STATS, &self.before) {
+            eprintln!("bench: cannot set {BPF_STATS} back to {}: {e}", self.before);
+        }
+    }
+}
+
+/// The `PROG` lines of a loop's output, for the report.
+fn prog_lines(what: &str, out: &str) -> Vec<String> {
+    let mut lines = vec![format!("  {what}:")];
+    let rts = f64::from(ROUNDTRIPS * BATCHES);
+    let mut per_rt = 0.0;
+    for line in out.lines().filter(|l| l.starts_with("PROG ")) {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if let [_, id, name, "runs", runs, "ns_per_run", ns] = w.as_slice() {
+            let runs: f64 = runs.parse().unwrap_or(0.0);
+            let ns: f64 = ns.parse().unwrap_or(0.0);
+            per_rt += ns * runs / rts;
+            lines.push(format!(
+                "    {name:<16} (id {id}) {ns:>8.1} ns a run, {:.2} runs a round trip",
+                runs / rts
+            ));
+        }
+    }
+    if lines.len() == 1 {
+        lines.push("    (no program ran)".into());
+    } else {
+        let switches = parse_pingpong(out).map_or(f64::NAN, |p| p.switches_per_rt);
+        lines.push(format!(
+            "    all programs: {per_rt:.0} ns a round trip, {:.0} ns a switch",
+            per_rt / switches
+        ));
+    }
+    lines
+}
+
+/// A process holding probes: `sched_account_idle`, or bpftrace on its own
+/// pid; up once it printed its ready line.
+struct Holder {
+    name: String,
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Holder {
+    fn start(programs: &Programs, name: &str) -> Result<Holder> {
+        let mut cmd = match name {
+            "kspan_tp_btf" => {
+                let mut c = Command::new(&programs.idle);
+                c.arg("tp_btf");
+                c
+            }
+            "kspan_tracepoint" => {
+                let mut c = Command::new(&programs.idle);
+                c.arg("tracepoint");
+                c
+            }
+            // `exec` keeps the shell's pid, `$$`, for bpftrace: its own.
+            "bpftrace_switch" | "bpftrace_account" => {
+                let script = if name == "bpftrace_switch" {
+                    BPFTRACE_SWITCH
+                } else {
+                    BPFTRACE_ACCOUNT
+                };
+                let mut c = Command::new("sh");
+                c.args(["-c", "exec bpftrace -e \"$0\" $$", script]);
+                c
+            }
+            other => bail!("no holder `{other}`"),
+        };
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start holder {name}"))?;
+        let stdout = child.stdout.take().context("holder without stdout")?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut holder = Holder {
+            name: name.to_owned(),
+            child,
+            lines,
+        };
+        loop {
+            match holder.lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(l) if l.starts_with("SCHED-IDLE ready") || l.trim() == "READY" => {
+                    return Ok(holder)
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    let _ = holder.child.kill();
+                    let _ = holder.child.wait();
+                    bail!("holder {name} did not come up (run it by hand to see why)");
+                }
+            }
+        }
+    }
+
+    /// Signals the holder to stop and checks that it ended cleanly.
+    fn stop(mut self) -> Result<()> {
+        let signal = if self.name.starts_with("bpftrace") {
+            "-INT"
+        } else {
+            "-TERM"
+        };
+        // bpftrace 0.17 can miss a SIGINT that arrives while it is not in
+        // `epoll_wait` (it then waits on with no timeout): the signal goes
+        // again every second, for up to 30 s.
+        let pid = self.child.id().to_string();
+        let mut status = None;
+        for _ in 0..30 {
+            output(Command::new("kill").args([signal, &pid]))?;
+            for _ in 0..10 {
+                status = self.child.try_wait()?;
+                if status.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if status.is_some() {
+                break;
+            }
+        }
+        let Some(status) = status else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            bail!(
+                "holder {} did not exit within 30 s of its signal",
+                self.name
+            );
+        };
+        let rest: Vec<String> = self.lines.iter().collect();
+        if !status.success() {
+            bail!("holder {} ended with {status}", self.name);
+        }
+        if self.name.starts_with("kspan") && !rest.iter().any(|l| l.starts_with("SCHED-IDLE done"))
+        {
+            bail!("holder {} did not shut down cleanly: {rest:?}", self.name);
+        }
+        Ok(())
+    }
+}
+
+/// One `PINGPONG` line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pingpong {
+    /// ns a round trip, fastest batch.
+    pub rt_ns: f64,
+    pub switches_per_rt: f64,
+    pub switches: f64,
+    /// Switches the tracer saw (NaN: none attached).
+    pub traced: f64,
+}
+
+/// Reads `PINGPONG <mode> cpu <c> rt_ns <ns> median_rt_ns <ns>
+/// switches_per_rt <x> switches <n> traced_switches <n|->`.
+pub fn parse_pingpong(out: &str) -> Result<Pingpong> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("PINGPONG "))
+        .with_context(|| format!("no PINGPONG line in: {out}"))?;
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let field = |name: &str| -> Result<f64> {
+        let v = w
+            .iter()
+            .position(|x| *x == name)
+            .and_then(|i| w.get(i + 1))
+            .with_context(|| format!("no `{name}` in `{line}`"))?;
+        if *v == "-" {
+            return Ok(f64::NAN);
+        }
+        v.parse()
+            .with_context(|| format!("`{name}` is not a number in `{line}`"))
+    };
+    let p = Pingpong {
+        rt_ns: field("rt_ns")?,
+        switches_per_rt: field("switches_per_rt")?,
+        switches: field("switches")?,
+        traced: field("traced_switches")?,
+    };
+    if !(p.rt_ns > 0.0 && p.switches_per_rt > 0.0) {
+        bail!("no round trip or no switch measured: `{line}`");
+    }
+    Ok(p)
+}
+
+fn pingpong_processes(programs: &Programs, cpu: usize, stats: bool) -> Result<String> {
+    let mut cmd = Command::new(&programs.pingpong);
+    cmd.args([
+        "processes".to_owned(),
+        cpu.to_string(),
+        ROUNDTRIPS.to_string(),
+        BATCHES.to_string(),
+    ]);
+    if stats {
+        cmd.env("KSPAN_BENCH_PROG_STATS", "1");
+    }
+    output(&mut cmd)
+}
+
+fn pingpong_threads(programs: &Programs, mode: &str, cpu: usize, stats: bool) -> Result<String> {
+    let mut cmd = Command::new(&programs.pingpong);
+    cmd.args([
+        "threads".to_owned(),
+        mode.to_owned(),
+        cpu.to_string(),
+        ROUNDTRIPS.to_string(),
+        BATCHES.to_string(),
+    ]);
+    if stats {
+        cmd.env("KSPAN_BENCH_PROG_STATS", "1");
+    }
+    output(&mut cmd)
+}
+
+/// (cpu, configuration) -> one figure per round.
+pub type Figures = BTreeMap<(usize, String), Vec<Pingpong>>;
+
+fn measure_others(programs: &Programs, rounds: u32, pins: &[usize]) -> Result<Figures> {
+    let mut figures = Figures::new();
+    for round in 0..rounds as usize {
+        // Nothing held at the start and at the end of the round; the
+        // holders in between, in an order rotated by the round.
+        let mut order = vec!["none"];
+        let held = &HOLDERS[1..];
+        order.extend((0..held.len()).map(|k| held[(k + round) % held.len()]));
+        order.push("none_end");
+        for name in order {
+            let holder = match name {
+                "none" | "none_end" => None,
+                _ => Some(Holder::start(programs, name)?),
+            };
+            for &cpu in pins {
+                let out = pingpong_processes(programs, cpu, false)?;
+                let p = parse_pingpong(&out)?;
+                figures.entry((cpu, name.to_owned())).or_default().push(p);
+            }
+            if let Some(h) = holder {
+                h.stop()?;
+            }
+        }
+        eprintln!("sched-others: round {} of {rounds} done", round + 1);
+    }
+    Ok(figures)
+}
+
+fn fig(figures: &Figures, cpu: usize, name: &str) -> Vec<Pingpong> {
+    figures
+        .get(&(cpu, name.to_owned()))
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn range(v: &[f64]) -> String {
+    let (lo, hi) = min_max(v);
+    format!("[{lo:.2}..{hi:.2}]")
+}
+
+fn range0(v: &[f64]) -> String {
+    let (lo, hi) = min_max(v);
+    format!("[{lo:.0}..{hi:.0}]")
+}
+
+fn med(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        median(v.to_vec())
+    }
+}
+
+/// Per-round ratios a/b.
+fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x / y).collect()
+}
+
+/// The `q` quantile of `v` (0: the smallest), linear between ranks.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = q.clamp(0.0, 1.0) * (v.len() - 1) as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (rank - lo as f64)
+}
+
+/// What the report says of one configuration against the baseline: the
+/// added ns a switch from the lower quartiles of the rounds' round trips,
+/// from the fastest round, and paired within each round.
+struct Added {
+    rt_q25: f64,
+    q25: f64,
+    fastest: f64,
+    paired: Vec<f64>,
+}
+
+fn added(runs: &[Pingpong], base: &[f64]) -> Added {
+    let rt: Vec<f64> = runs.iter().map(|p| p.rt_ns).collect();
+    let spr = med(&runs.iter().map(|p| p.switches_per_rt).collect::<Vec<_>>());
+    Added {
+        rt_q25: quantile(&rt, 0.25),
+        q25: (quantile(&rt, 0.25) - quantile(base, 0.25)) / spr,
+        fastest: (quantile(&rt, 0.0) - quantile(base, 0.0)) / spr,
+        paired: runs
+            .iter()
+            .zip(base)
+            .map(|(p, b)| (p.rt_ns - b) / p.switches_per_rt)
+            .collect(),
+    }
+}
+
+/// The lines of one CPU: the baseline, then per configuration its added
+/// cost and, for kspan's, the ratios to each yardstick.
+fn pingpong_lines(
+    base: &[f64],
+    spr: f64,
+    configs: &[(&str, Vec<Pingpong>)],
+    yardsticks: &[&str],
+) -> Vec<String> {
+    let mut lines = vec![format!(
+        "    baseline: {:.0} ns a round trip (lower quartile of the rounds; fastest {:.0}, median {:.0}), \
+         {spr:.2} switches a round trip",
+        quantile(base, 0.25),
+        quantile(base, 0.0),
+        med(base)
+    )];
+    let all: Vec<(&str, Added)> = configs
+        .iter()
+        .map(|(name, runs)| (*name, added(runs, base)))
+        .collect();
+    let find = |name: &str| all.iter().find(|(n, _)| *n == name).map(|(_, a)| a);
+    for (name, a) in &all {
+        lines.push(format!(
+            "    {name:<17} {:>6.0} ns a round trip; added a switch: {:>+5.0} ns (lower quartiles), \
+             {:>+5.0} (fastest), {:>+5.0} {} (paired, median and range)",
+            a.rt_q25,
+            a.q25,
+            a.fastest,
+            med(&a.paired),
+            range0(&a.paired)
+        ));
+        if yardsticks.contains(name) {
+            continue;
+        }
+        for y in yardsticks {
+            let Some(b) = find(y) else { continue };
+            let paired = ratios(&a.paired, &b.paired);
+            lines.push(format!(
+                "      {name}/{y}: {:.2}x (lower quartiles), {:.2}x (fastest), {:.2}x {} (paired) (target <= 1.0x)",
+                a.q25 / b.q25,
+                a.fastest / b.fastest,
+                med(&paired),
+                range(&paired)
+            ));
+        }
+    }
+    lines
+}
+
+pub fn report_others(figures: &Figures, rounds: u32, pins: &[usize]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "an untraced process's context switches while another process holds the scheduler account \
+         (two processes ping-ponging a byte over two pipes, both pinned to one CPU; {rounds} rounds; \
+         per run the fastest of {BATCHES} batches of {ROUNDTRIPS} round trips; the baseline is nothing \
+         held, at the start and the end of each round (their mean); added = held - baseline, per switch: \
+         from the lower quartiles of the rounds (the shared machine's slow spells left out), from the \
+         fastest rounds, and paired within each round):"
+    )];
+    for &cpu in pins {
+        let start = fig(figures, cpu, "none");
+        let end = fig(figures, cpu, "none_end");
+        let base: Vec<f64> = start
+            .iter()
+            .zip(&end)
+            .map(|(a, b)| (a.rt_ns + b.rt_ns) / 2.0)
+            .collect();
+        let spr = med(&start.iter().map(|p| p.switches_per_rt).collect::<Vec<_>>());
+        lines.push(format!(
+            "  loop pinned to CPU {cpu}{}:",
+            if cpu == 0 {
+                " (where classic tracepoints' perf events are bound)"
+            } else {
+                " (the programs alone)"
+            }
+        ));
+        let configs: Vec<(&str, Vec<Pingpong>)> = HOLDERS[1..]
+            .iter()
+            .map(|h| (*h, fig(figures, cpu, h)))
+            .collect();
+        lines.extend(pingpong_lines(
+            &base,
+            spr,
+            &configs,
+            &["bpftrace_switch", "bpftrace_account"],
+        ));
+    }
+    lines
+}
+
+fn measure_own(programs: &Programs, rounds: u32, pins: &[usize]) -> Result<Figures> {
+    let mut figures = Figures::new();
+    for round in 0..rounds as usize {
+        for k in 0..OWN_MODES.len() {
+            let mode = OWN_MODES[(k + round) % OWN_MODES.len()];
+            for &cpu in pins {
+                let out = pingpong_threads(programs, mode, cpu, false)?;
+                let p = parse_pingpong(&out)?;
+                // The tracer must have seen the loop's switches (its
+                // counts include the warm-up's and the spans' edges; NaN,
+                // nothing counted, is a failure too).
+                let seen = p.traced >= 0.9 * p.switches;
+                if mode != "none" && !seen {
+                    bail!(
+                        "{mode} saw {} of the loop's {} switches: {out}",
+                        p.traced,
+                        p.switches
+                    );
+                }
+                figures.entry((cpu, mode.to_owned())).or_default().push(p);
+            }
+        }
+        eprintln!("sched-own: round {} of {rounds} done", round + 1);
+    }
+    Ok(figures)
+}
+
+pub fn report_own(figures: &Figures, rounds: u32, pins: &[usize]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "the traced process's own context switches (two threads ping-ponging a byte over two pipes, \
+         both pinned to one CPU, each inside an application span; {rounds} rounds; per run the fastest \
+         of {BATCHES} batches of {ROUNDTRIPS} round trips; the baseline is nothing attached; added per \
+         switch as above; bpftrace: offcputime's aggregation, off-CPU time summed per thread and kernel \
+         stack):"
+    )];
+    for &cpu in pins {
+        let none = fig(figures, cpu, "none");
+        let base: Vec<f64> = none.iter().map(|p| p.rt_ns).collect();
+        let spr = med(&none.iter().map(|p| p.switches_per_rt).collect::<Vec<_>>());
+        lines.push(format!("  pinned to CPU {cpu}:"));
+        let configs: Vec<(&str, Vec<Pingpong>)> = OWN_MODES[1..]
+            .iter()
+            .map(|m| (*m, fig(figures, cpu, m)))
+            .collect();
+        lines.extend(pingpong_lines(&base, spr, &configs, &["bpftrace"]));
+    }
+    lines
+}
+
+/// One `SCHED-SERVICE` line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Service {
+    pub per_sec: f64,
+    pub per_cpu_sec: f64,
+    pub switches_per_sec: f64,
+}
+
+/// Reads `SCHED-SERVICE <mode> secs <s> requests <n> cpu_ns <n> switches
+/// <n> spans <n> accounted <n> lost <n>`, checking that the account summed
+/// switches when on, none when off, and lost nothing.
+pub fn parse_service(out: &str, mode: &str) -> Result<Service> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("SCHED-SERVICE "))
+        .with_context(|| format!("no SCHED-SERVICE line in: {out}"))?;
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let field = |name: &str| -> Result<f64> {
+        w.iter()
+            .position(|x| *x == name)
+            .and_then(|i| w.get(i + 1)?.parse().ok())
+            .with_context(|| format!("no `{name}` in `{line}`"))
+    };
+    let (secs, requests, cpu) = (field("secs")?, field("requests")?, field("cpu_ns")?);
+    if requests < 1.0 || secs <= 0.0 || cpu <= 0.0 {
+        bail!("no request served: `{line}`");
+    }
+    let accounted = field("accounted")?;
+    if (mode == "off") != (accounted == 0.0) {
+        bail!("the account summed switches on {accounted} spans with the account {mode}: `{line}`");
+    }
+    if field("lost")? > 0.0 {
+        bail!("kspan lost records: `{line}`");
+    }
+    Ok(Service {
+        per_sec: requests / secs,
+        per_cpu_sec: requests / cpu * 1e9,
+        switches_per_sec: field("switches")? / secs,
+    })
+}
+
+/// mode -> one figure per round.
+pub type ServiceFigures = BTreeMap<String, Vec<Service>>;
+
+fn measure_service(programs: &Programs, rounds: u32) -> Result<ServiceFigures> {
+    let mut figures = ServiceFigures::new();
+    for round in 0..rounds as usize {
+        for k in 0..SERVICE_MODES.len() {
+            let mode = SERVICE_MODES[(k + round) % SERVICE_MODES.len()];
+            let out = output(Command::new(&programs.service).args([
+                mode.to_owned(),
+                SERVICE_SECS.to_string(),
+                SERVICE_WORK_ROUNDS.to_string(),
+            ]))?;
+            figures
+                .entry(mode.to_owned())
+                .or_default()
+                .push(parse_service(&out, mode)?);
+        }
+        eprintln!("sched-service: round {} of {rounds} done", round + 1);
+    }
+    Ok(figures)
+}
+
+pub fn report_service(figures: &ServiceFigures, rounds: u32) -> Result<Vec<String>> {
+    let get = |mode: &str| -> Result<&Vec<Service>> {
+        figures
+            .get(mode)
+            .with_context(|| format!("no figures for {mode}"))
+    };
+    let off = get("off")?;
+    let mut lines = vec![format!(
+        "a traced service under load: requests a second, the scheduler account on against off \
+         (two clients, a pool of two workers over a channel, a span per call and per request, \
+         {SERVICE_WORK_ROUNDS} hash rounds a request; {rounds} rounds of {SERVICE_SECS} s per mode after \
+         half a second of warm-up; tp_btf_totals: no wait spans):"
+    )];
+    for mode in SERVICE_MODES {
+        let runs = get(mode)?;
+        let per_sec: Vec<f64> = runs.iter().map(|s| s.per_sec).collect();
+        let sw: Vec<f64> = runs.iter().map(|s| s.switches_per_sec).collect();
+        let mut line = format!(
+            "  {mode:<11} {:>7.0} requests/s {}, {:>6.0} switches/s",
+            med(&per_sec),
+            range0(&per_sec),
+            med(&sw)
+        );
+        if mode != "off" {
+            let wall = ratios(&per_sec, &off.iter().map(|s| s.per_sec).collect::<Vec<_>>());
+            let cpu = ratios(
+                &runs.iter().map(|s| s.per_cpu_sec).collect::<Vec<_>>(),
+                &off.iter().map(|s| s.per_cpu_sec).collect::<Vec<_>>(),
+            );
+            // The upper quartiles: the rounds the shared machine left alone.
+            let upper = |v: Vec<f64>| quantile(&v, 0.75);
+            let q75 = upper(per_sec.clone()) / upper(off.iter().map(|s| s.per_sec).collect());
+            let q75_cpu = upper(runs.iter().map(|s| s.per_cpu_sec).collect())
+                / upper(off.iter().map(|s| s.per_cpu_sec).collect());
+            line.push_str(&format!(
+                "; on/off {:.3}x {} paired, {q75:.3}x of the upper quartiles (target >= 0.97x); \
+                 per CPU second {:.3}x {} paired, {q75_cpu:.3}x of the upper quartiles",
+                med(&wall),
+                range(&wall),
+                med(&cpu),
+                range(&cpu)
+            ));
+        }
+        lines.push(line);
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pingpong_lines_are_read() {
+        let p = parse_pingpong(
+            "x\nPINGPONG tp_btf cpu 1 rt_ns 3000.5 median_rt_ns 3100.0 switches_per_rt 2.001 \
+             switches 300000 traced_switches 300100\n",
+        )
+        .unwrap();
+        assert_eq!(p.rt_ns, 3000.5);
+        assert_eq!(p.switches_per_rt, 2.001);
+        assert_eq!(p.traced, 300100.0);
+        let untraced = parse_pingpong(
+            "PINGPONG processes cpu 0 rt_ns 10 median_rt_ns 11 switches_per_rt 2 switches 4 \
+             traced_switches -",
+        )
+        .unwrap();
+        assert!(untraced.traced.is_nan());
+        assert!(parse_pingpong(
+            "PINGPONG none cpu 0 rt_ns 0 switches_per_rt 2 switches 1 traced_switches -"
+        )
+        .is_err());
+        assert!(parse_pingpong("nothing").is_err());
+    }
+
+    #[test]
+    fn service_lines_are_checked() {
+        let on = "SCHED-SERVICE tp_btf secs 2.0 requests 10000 cpu_ns 4000000000 switches 20000 \
+                  spans 20000 accounted 19000 lost 0";
+        let s = parse_service(on, "tp_btf").unwrap();
+        assert_eq!(s.per_sec, 5000.0);
+        assert_eq!(s.per_cpu_sec, 2500.0);
+        assert_eq!(s.switches_per_sec, 10000.0);
+        // The account on but nothing summed, or off and something summed.
+        assert!(parse_service(&on.replace("accounted 19000", "accounted 0"), "tp_btf").is_err());
+        assert!(parse_service(on, "off").is_err());
+        assert!(parse_service(&on.replace("lost 0", "lost 3"), "tp_btf").is_err());
+    }
+
+    #[test]
+    fn quantiles() {
+        assert_eq!(quantile(&[4.0, 1.0, 3.0, 2.0, 5.0], 0.25), 2.0);
+        assert_eq!(quantile(&[1.0, 2.0], 0.5), 1.5);
+        assert_eq!(quantile(&[7.0], 0.25), 7.0);
+        assert!(quantile(&[], 0.25).is_nan());
+    }
+
+    #[test]
+    fn added_cost_is_per_switch_and_paired() {
+        let p = |rt: f64| Pingpong {
+            rt_ns: rt,
+            switches_per_rt: 2.0,
+            switches: 1.0,
+            traced: 1.0,
+        };
+        let mut figures = Figures::new();
+        figures.insert((1, "none".into()), vec![p(1000.0), p(2000.0)]);
+        figures.insert((1, "none_end".into()), vec![p(1000.0), p(2000.0)]);
+        figures.insert((1, "kspan_tp_btf".into()), vec![p(1100.0), p(2300.0)]);
+        figures.insert((1, "kspan_tracepoint".into()), vec![p(1200.0), p(2400.0)]);
+        figures.insert((1, "bpftrace_switch".into()), vec![p(1200.0), p(2200.0)]);
+        figures.insert((1, "bpftrace_account".into()), vec![p(1400.0), p(2600.0)]);
+        // tp_btf adds 50 and 150 ns a switch; bpftrace_switch 100 and 100.
+        let a = added(&fig(&figures, 1, "kspan_tp_btf"), &[1000.0, 2000.0]);
+        assert_eq!(a.paired, vec![50.0, 150.0]);
+        assert_eq!(a.fastest, 50.0);
+        // Lower quartiles: 1400 against 1250.
+        assert_eq!(a.q25, 75.0);
+        let lines = report_others(&figures, 2, &[1]).join("\n");
+        assert!(
+            lines.contains(
+                "kspan_tp_btf/bpftrace_switch: 0.75x (lower quartiles), 0.50x (fastest), 1.00x [0.50..1.50] (paired)"
+            ),
+            "{lines}"
+        );
+    }
+}
