@@ -657,6 +657,13 @@ pub fn only_this_process_s_spans_are_accounted(account: kspan::SchedulerAccount)
     // Outside any span: accounted nowhere.
     std::thread::sleep(Duration::from_millis(30));
     other.wait().unwrap();
+    // kspan's consumer sleeps on its ring buffer between batches (50 ms
+    // at most): waits of a kspan thread, which suppresses telemetry. It is
+    // idle here once the last record is in, whatever the machine's load.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while kspan.stats().unwrap().suppressed == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let stats = shutdown(kspan);
     let spans = exporter.get_finished_spans().unwrap();
     let waits: Vec<&SpanData> = spans

@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Kernel text addresses to function names, from `/proc/kallsyms`: the
-//! stacks of wait spans. Read once, when the first stack needs it (about
-//! 200,000 lines: tens of milliseconds, on the consumer's thread).
+//! stacks of wait spans. Read once, when kspan starts with wait spans on
+//! (about 120,000 lines: the kernel takes tens of milliseconds to print
+//! them), so no request's wait pays for it on the consumer's thread. The
+//! names are kept in one string, each symbol an address and a range of
+//! it: one allocation for the names, not one per symbol.
 
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, Read};
 
 /// The kernel's text symbols, sorted by address.
 #[derive(Debug, Default)]
 pub struct KernelSymbolTable {
-    symbols: Vec<(u64, Box<str>)>,
+    names: String,
+    /// Address, and the name's start and end in `names`.
+    symbols: Vec<(u64, u32, u32)>,
 }
 
 impl KernelSymbolTable {
@@ -16,32 +21,57 @@ impl KernelSymbolTable {
     /// process (`kptr_restrict`, no CAP_SYSLOG) every address reads 0 and
     /// the table is empty: stacks then show addresses.
     pub fn load() -> io::Result<Self> {
-        let file = std::fs::File::open("/proc/kallsyms")?;
-        Ok(Self::parse(io::BufReader::new(file)))
+        let mut text = String::new();
+        std::fs::File::open("/proc/kallsyms")?.read_to_string(&mut text)?;
+        Ok(Self::parse_str(&text))
     }
 
     /// Parses lines of `/proc/kallsyms` (`address type name [module]`),
     /// keeping the text symbols (`t`, `T`).
-    pub fn parse(lines: impl BufRead) -> Self {
-        let mut symbols: Vec<(u64, Box<str>)> = lines
-            .lines()
-            .map_while(Result::ok)
-            .filter_map(|line| {
-                let mut fields = line.split_ascii_whitespace();
-                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
-                let kind = fields.next()?;
-                let name = fields.next()?;
-                (address != 0 && matches!(kind, "t" | "T")).then(|| (address, name.into()))
-            })
-            .collect();
-        symbols.sort_unstable_by_key(|(address, _)| *address);
-        KernelSymbolTable { symbols }
+    pub fn parse(mut lines: impl BufRead) -> Self {
+        let mut text = String::new();
+        match lines.read_to_string(&mut text) {
+            Ok(_) => Self::parse_str(&text),
+            Err(_) => Self::default(),
+        }
+    }
+
+    fn parse_str(text: &str) -> Self {
+        let mut table = KernelSymbolTable::default();
+        for line in text.lines() {
+            let mut fields = line.split_ascii_whitespace();
+            let (Some(address), Some(kind), Some(name)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            if !matches!(kind, "t" | "T") {
+                continue;
+            }
+            let Ok(address) = u64::from_str_radix(address, 16) else {
+                continue;
+            };
+            if address == 0 {
+                continue;
+            }
+            let (Ok(start), Ok(end)) = (
+                u32::try_from(table.names.len()),
+                u32::try_from(table.names.len() + name.len()),
+            ) else {
+                break;
+            };
+            table.names.push_str(name);
+            table.symbols.push((address, start, end));
+        }
+        table.symbols.sort_unstable_by_key(|&(address, ..)| address);
+        table
     }
 
     /// The function `address` is in (the nearest symbol at or below it).
     pub fn name_of(&self, address: u64) -> Option<&str> {
-        let at = self.symbols.partition_point(|(a, _)| *a <= address);
-        at.checked_sub(1).map(|i| &*self.symbols[i].1)
+        let at = self.symbols.partition_point(|&(a, ..)| a <= address);
+        let &(_, start, end) = self.symbols.get(at.checked_sub(1)?)?;
+        self.names.get(start as usize..end as usize)
     }
 
     /// Whether the table knows any symbol.

@@ -28,7 +28,7 @@ use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
 use crate::latency::{HistogramSource, Latency};
 use crate::plan::{self, plan_all, NotTraced, PlanInputs, PlanSet, Traceable};
 use crate::sched::SchedulerAccount;
-use crate::span::{ClockOffset, SpanFactory, SCOPE_NAME};
+use crate::span::{ClockOffset, SpanFactory, WaitSymbols, SCOPE_NAME};
 use crate::sums::KernelSums;
 use crate::telemetry::FigureSource;
 
@@ -496,6 +496,10 @@ impl KspanBuilder {
                 attached => attached?,
             })
         };
+        let wait_spans = self
+            .scheduler
+            .as_ref()
+            .is_some_and(|account| account.wait_min_ns() > 0);
         // The scheduler's account: its own load, sharing the probes' maps
         // (or making them, without probes).
         let (mut attached, scheduler) = match (attached, self.scheduler) {
@@ -559,7 +563,11 @@ impl KspanBuilder {
                 .with_process_pid(self.all_processes)
                 .numbered(self.ledger.is_some()),
             stats: stats.clone(),
-            symbols: Default::default(),
+            symbols: if wait_spans {
+                WaitSymbols::loaded()
+            } else {
+                WaitSymbols::default()
+            },
         }));
         let ring = consume::ring_buffer(&attached.maps, {
             let processor = processor.clone();

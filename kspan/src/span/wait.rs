@@ -48,11 +48,19 @@ fn span_name(state: u32) -> &'static str {
     }
 }
 
-/// The kernel's symbols, read on first use.
+/// The kernel's symbols, read on first use or up front ([`WaitSymbols::loaded`]).
 #[derive(Debug, Default)]
 pub(crate) struct WaitSymbols(OnceCell<KernelSymbolTable>);
 
 impl WaitSymbols {
+    /// The symbols read now: a runtime with wait spans reads them before
+    /// its recording starts, not when the first wait of a request ends.
+    pub(crate) fn loaded() -> Self {
+        let symbols = Self::default();
+        symbols.table();
+        symbols
+    }
+
     fn table(&self) -> &KernelSymbolTable {
         self.0.get_or_init(|| {
             KernelSymbolTable::load().unwrap_or_else(|e| {
