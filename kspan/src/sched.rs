@@ -34,7 +34,11 @@
 //! `sched_wakeup`. At a switch-out the program runs on the thread leaving
 //! the CPU: it reads the thread's OTEP 4947 record (the span it leaves in)
 //! and keeps, by tid, when and in which state it left. At a waking it runs
-//! on the waker, whose record names the span that released the wait; the
+//! on the waker, whose record names the span that released the wait, or
+//! in an interrupt (a timer, a device, a softirq), which wakes for no task:
+//! with BTF tracepoints the program tells by the stack it runs on (an
+//! interrupt's, not the task's kernel stack), with classic ones user space
+//! tells by the waker's kernel stack, read at each wake-up. The
 //! run-queue time starts at the wake-up, when the thread is queued (as the
 //! scheduler's own `run_delay` counts: a remote wake-up's IPI is waiting,
 //! not queued). At the switch-in the

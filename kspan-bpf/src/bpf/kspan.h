@@ -534,6 +534,11 @@ enum kspan_waker_kind {
 	 * space tells from the waker's stack).
 	 */
 	KSPAN_WAKER_TASK = 1,
+	/*
+	 * An interrupt (hard or soft), told by the program's stack: not the
+	 * task's kernel stack (BTF tracepoints).
+	 */
+	KSPAN_WAKER_INTERRUPT = 2,
 };
 
 /* Kernel stack frames a wait span carries, from the switch-out. */

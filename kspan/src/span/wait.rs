@@ -97,6 +97,9 @@ impl<T: Tracer> SpanFactory<T> {
         let mut links = Vec::new();
         let waker_frames = &w.waker_frames[..(w.waker_nframes as usize).min(w.waker_frames.len())];
         match u64::from(w.waker_kind) {
+            c::KSPAN_WAKER_INTERRUPT => {
+                attributes.push(KeyValue::new(attr::WAKER_KIND, "interrupt"));
+            }
             c::KSPAN_WAKER_TASK if in_interrupt(symbols.table(), waker_frames) => {
                 attributes.push(KeyValue::new(attr::WAKER_KIND, "interrupt"));
             }
