@@ -177,9 +177,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     drop(reply_txs);
 
-    // The warm-up's one-time costs (kspan reads /proc/kallsyms at the first
-    // wait span, about 0.1 s of CPU here; map entries, thread records) are
-    // not in the figures: a service pays them once.
+    // The warm-up's one-time costs (map entries, thread records, the first
+    // spans) are not in the figures: a service pays them once.
     let measured_from = Instant::now() + WARM_UP;
     let deadline = measured_from + Duration::from_secs_f64(seconds);
     let clients: Vec<_> = reply_rxs
