@@ -264,7 +264,8 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
 
 /// Runs `case` until it measures with no off-CPU interval missed
 /// (`Stats::sched_intervals_missed`, a known and counted defect: about 1
-/// interval in 300 on a loaded machine, cause not found), at most three
+/// interval in 300 on a loaded machine: switch-ins the kernel's
+/// `sched_switch` tracepoint does not report, as bpftrace sees too), at most three
 /// times; the last run checks everything whatever it missed. `case` gets
 /// whether it is the last, and returns false when it stopped short for a
 /// missed interval.
