@@ -62,6 +62,8 @@ pub mod names {
     pub const CTX_RECORDS_MAP: &str = "kspan_ctx_records";
     /// The count of doubts that every context record is registered.
     pub const CTX_PENDING_MAP: &str = "kspan_ctx_pending";
+    /// The scheduler's count of spans with totals, by slot.
+    pub const SCHED_PRESENT_MAP: &str = "kspan_sched_present";
     /// The per-probe, per-CPU counters of calls not made into spans.
     pub const PROBE_COUNTERS_MAP: &str = "kspan_probe_counters";
     /// The per-probe rate-limit slots.

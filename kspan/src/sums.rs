@@ -30,6 +30,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
+use crate::bpf::sched_present::SchedPresent;
 use crate::sched::SchedTotals;
 use crate::span::SCOPE_NAME;
 
@@ -40,7 +41,7 @@ use crate::span::SCOPE_NAME;
 pub struct KernelSums {
     table: Arc<OnceLock<SumTable>>,
     /// The scheduler's totals per application span (see [`crate::sched`]).
-    sched: Arc<OnceLock<MapHandle>>,
+    sched: Arc<OnceLock<SchedTable>>,
 }
 
 impl fmt::Debug for KernelSums {
@@ -56,6 +57,14 @@ impl fmt::Debug for KernelSums {
 struct SumTable {
     map: MapHandle,
     probes: Vec<SummedProbe>,
+}
+
+/// The scheduler's totals, and which spans have them: a span whose slot
+/// says none (most spans of a busy service never leave a CPU) ends with no
+/// system call.
+struct SchedTable {
+    map: MapHandle,
+    present: SchedPresent,
 }
 
 /// A probe with `sum`: its id and its attribute keys, made once.
@@ -102,8 +111,12 @@ impl KernelSums {
     }
 
     /// Connects the handle to the scheduler's totals (at start; once).
-    pub(crate) fn connect_scheduler(&self, map: MapHandle) -> Result<(), &'static str> {
-        self.sched.set(map).map_err(|_| {
+    pub(crate) fn connect_scheduler(
+        &self,
+        map: MapHandle,
+        present: SchedPresent,
+    ) -> Result<(), &'static str> {
+        self.sched.set(SchedTable { map, present }).map_err(|_| {
             "this KernelSums is connected to another kspan runtime's scheduler account already"
         })
     }
@@ -115,13 +128,20 @@ impl KernelSums {
             return;
         }
         let id = u64::from_be_bytes(span.span_context.span_id().to_bytes());
-        if let Some(map) = sched {
-            // Before the lookups' own context switch below.
+        if let Some(sched) = sched {
+            // Before the lookup's own context switch below.
             let current_ns = crate::context::current_time::take(id);
-            let _quiet = crate::context::suppress();
-            let totals = match map.lookup_and_delete(&id.to_ne_bytes()) {
-                Ok(Some(bytes)) => Some(SchedTotals::from_bytes(&bytes)),
-                _ => None,
+            let totals = if sched.present.may_have(id) {
+                let _quiet = crate::context::suppress();
+                match sched.map.lookup_and_delete(&id.to_ne_bytes()) {
+                    Ok(Some(bytes)) => {
+                        sched.present.taken(id);
+                        Some(SchedTotals::from_bytes(&bytes))
+                    }
+                    _ => None,
+                }
+            } else {
+                None
             };
             if current_ns > 0 || totals.is_some() {
                 span.attributes

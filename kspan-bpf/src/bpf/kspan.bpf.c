@@ -1885,6 +1885,15 @@ struct {
 	__type(value, struct kspan_sched_sum);
 } kspan_sched_spans SEC(".maps");
 
+/* Which spans have totals, by slot (see kspan.h); mapped by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kspan_sched_present);
+} kspan_sched_present SEC(".maps");
+
 /* Keeps the wait record's layout in the object's BTF for the Rust skeleton. */
 struct kspan_wait_record kspan_wait_record_layout SEC(".bss.layout");
 
@@ -1952,8 +1961,19 @@ static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 of
 	s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
 	if (!s) {
 		struct kspan_sched_sum fresh = {};
+		__u32 zero = 0, slot = (__u32)key & (KSPAN_SCHED_PRESENT_SLOTS - 1);
+		struct kspan_sched_present *present =
+			bpf_map_lookup_elem(&kspan_sched_present, &zero);
 
-		bpf_map_update_elem(&kspan_sched_spans, &key, &fresh, BPF_NOEXIST);
+		/*
+		 * Counted before the entry exists: user space, which skips the
+		 * lookup of a span whose slot reads 0, must never read 0 while
+		 * the span has an entry.
+		 */
+		if (present)
+			__sync_fetch_and_add(&present->spans[slot], 1);
+		if (bpf_map_update_elem(&kspan_sched_spans, &key, &fresh, BPF_NOEXIST) && present)
+			__sync_fetch_and_add(&present->spans[slot], (__u32)-1);
 		s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
 		if (!s) {
 			kspan_count(KSPAN_CTR_SUM_FAILED);

@@ -553,6 +553,23 @@ enum kspan_waker_kind {
 /* Record flag: a wait span (`struct kspan_wait_record`). */
 #define KSPAN_REC_WAIT (1u << 3)
 
+/*
+ * Slots of the count of application spans with scheduler totals, by the
+ * span id's low bits (`struct kspan_sched_present`): one page, mapped into
+ * user memory, where a span whose slot counts 0 has no totals to look up.
+ */
+#define KSPAN_SCHED_PRESENT_SLOTS 1024
+
+/*
+ * How many spans of each slot have totals in kspan_sched_spans: raised
+ * before an entry is made (lowered again if it is not), lowered by user
+ * space when it takes one. Eviction leaves a count too high: a lookup for
+ * nothing, never a miss.
+ */
+struct kspan_sched_present {
+	__u32 spans[KSPAN_SCHED_PRESENT_SLOTS];
+};
+
 /* Threads of the process the account follows at once (an LRU, by tid). */
 #define KSPAN_SCHED_TASKS_MAX 16384
 

@@ -10,14 +10,12 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use libbpf_rs::MapHandle;
-
 use super::links::{Link, LinkKind, Links};
 use super::AttachError;
 use crate::annotation::Hook;
 use crate::bpf::config::{sched_config, HistogramSizes, RuntimeSettings};
 use crate::bpf::maps::SharedMaps;
-use crate::bpf::object::{self, LoadRequest};
+use crate::bpf::object::{self, LoadRequest, SchedMaps};
 use crate::bpf::program::Program;
 use crate::bpf::sys;
 use crate::kernel::tracefs;
@@ -30,8 +28,8 @@ pub(crate) struct SchedAttached {
     pub mechanism: SchedMechanism,
     /// Why BTF tracepoints are not in use, when they are not.
     pub btf_passed_over: Option<String>,
-    /// The totals per application span.
-    pub spans: MapHandle,
+    /// The totals per application span, and which spans have them.
+    pub maps_read: SchedMaps,
     /// The shared maps, when this load made them (no probe did before).
     pub maps: Option<SharedMaps>,
 }
@@ -125,11 +123,11 @@ fn attach_with(
     links.keep(None, wakeup_link, [Some(wakeup_fd)]);
     links.keep(None, waking_link, [Some(waking_fd)]);
     links.keep(None, switch_link, [Some(switch_fd)]);
-    let spans = loaded.sched_spans.take().ok_or_else(|| missing(switch))?;
+    let maps_read = loaded.sched.take().ok_or_else(|| missing(switch))?;
     Ok(SchedAttached {
         mechanism,
         btf_passed_over: None,
-        spans,
+        maps_read,
         maps: loaded.maps.take(),
     })
 }

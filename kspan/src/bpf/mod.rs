@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The interface with the kernel's BPF: the settings programs read
 //! ([`config`]), kspan's programs by role ([`program`]), loading kspan's
-//! object ([`object`]), the maps its programs share ([`maps`]) and those of
-//! registered thread contexts ([`context_records`]), further copies of its
+//! object ([`object`]), the maps its programs share ([`maps`]), those of
+//! registered thread contexts ([`context_records`]) and the scheduler's
+//! count of spans with totals ([`sched_present`]), further copies of its
 //! programs without libbpf ([`copies`]), the raw attach system calls
 //! ([`sys`]), what the kernel offers ([`KernelCapabilities`]) and what its
 //! symbol table says of function names ([`kernel_symbols`]).
@@ -17,6 +18,7 @@ mod kallsyms;
 pub(crate) mod maps;
 pub(crate) mod object;
 pub(crate) mod program;
+pub(crate) mod sched_present;
 pub(crate) mod sys;
 
 pub use config::{Orphans, DEFAULT_RING_BUFFER_BYTES};

@@ -65,9 +65,17 @@ pub(crate) struct LoadedPrograms {
     pub templates: Vec<(Program, ProgramTemplate)>,
     /// The shared maps, when no `shared` were given.
     pub maps: Option<SharedMaps>,
-    /// The scheduler's totals per application span, when its programs
-    /// were loaded.
-    pub sched_spans: Option<MapHandle>,
+    /// The scheduler's maps, when its programs were loaded.
+    pub sched: Option<SchedMaps>,
+}
+
+/// The scheduler's maps user space reads.
+#[derive(Debug)]
+pub(crate) struct SchedMaps {
+    /// The totals per application span (`kspan_sched_spans`).
+    pub spans: MapHandle,
+    /// The count of spans with totals per slot (`kspan_sched_present`).
+    pub present: MapHandle,
 }
 
 impl LoadedPrograms {
@@ -221,6 +229,10 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             .kspan_sched_spans
             .set_autocreate(false)
             .map_err(|e| fail(e, None))?;
+        open.maps
+            .kspan_sched_present
+            .set_autocreate(false)
+            .map_err(|e| fail(e, None))?;
     }
     let mut logs: Vec<(Program, Vec<u8>)> = Vec::new();
     for program in Program::ALL {
@@ -293,8 +305,11 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
                 .map_err(|e| fail(e, None))?;
         }
     }
-    let sched_spans = if sched {
-        Some(map_handle(&loaded.maps.kspan_sched_spans)?)
+    let sched = if sched {
+        Some(SchedMaps {
+            spans: map_handle(&loaded.maps.kspan_sched_spans)?,
+            present: map_handle(&loaded.maps.kspan_sched_present)?,
+        })
     } else {
         None
     };
@@ -384,6 +399,6 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
         programs,
         templates,
         maps,
-        sched_spans,
+        sched,
     })
 }

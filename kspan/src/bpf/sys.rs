@@ -449,8 +449,8 @@ pub(crate) fn prog_recursion_misses(prog: BorrowedFd<'_>) -> io::Result<u64> {
 }
 
 /// Bytes mapped of an mmapable array map's values: a page (x86-64), the
-/// least the kernel maps; kspan's such map holds one `u32`.
-const VALUES_BYTES: usize = 4096;
+/// least the kernel maps; each of kspan's such maps fits in it.
+pub(crate) const VALUES_BYTES: usize = 4096;
 
 /// Maps the values of the mmapable array map `map` (its first page),
 /// shared with the kernel: what is written there programs read.

@@ -616,7 +616,9 @@ impl KspanBuilder {
         }
         let scheduler = match (scheduler, &self.sums) {
             (Some(sched), Some(sums)) => {
-                sums.connect_scheduler(sched.spans)
+                let present =
+                    crate::bpf::sched_present::SchedPresent::new(&sched.maps_read.present)?;
+                sums.connect_scheduler(sched.maps_read.spans, present)
                     .map_err(|reason| Error::InvalidSetting {
                         setting: "KspanBuilder::kernel_sums",
                         reason: reason.to_owned(),
