@@ -178,14 +178,31 @@ fn vm_test_binaries() -> Result<Vec<(PathBuf, PathBuf)>> {
         .stderr(Stdio::inherit())
         .output()
         .context("running cargo test --no-run")?;
+    let json = String::from_utf8_lossy(&out.stdout);
+    // In JSON mode cargo writes rustc's and the linker's messages to stdout
+    // as JSON: print them, or a failed build says only "1 previous error".
+    for rendered in compiler_messages(&json) {
+        eprint!("{rendered}");
+    }
     if !out.status.success() {
         bail!("building the {TESTS_PKG} tests failed ({})", out.status);
     }
-    let binaries = test_executables(&String::from_utf8_lossy(&out.stdout), id)
+    let binaries = test_executables(&json, id)
         .into_iter()
         .map(|exe| (exe, dir.to_path_buf()))
         .collect();
     Ok(binaries)
+}
+
+/// The rendered compiler messages (errors, warnings, linker output) in
+/// cargo's JSON messages.
+fn compiler_messages(json_lines: &str) -> Vec<String> {
+    json_lines
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|v| v["reason"] == "compiler-message")
+        .filter_map(|v| v["message"]["rendered"].as_str().map(str::to_string))
+        .collect()
 }
 
 /// The test executables of package `id` in cargo's JSON messages.
@@ -965,6 +982,21 @@ mod tests {
         let custom = bench_output(&repo.join("build"), &repo).unwrap();
         assert_eq!(custom, repo.join("build/kspan-vm/bench.out"));
         std::fs::remove_dir_all(&repo).unwrap();
+    }
+
+    #[test]
+    fn prints_the_compiler_s_rendered_messages() {
+        let lines = [
+            r#"{"reason":"compiler-message","package_id":"p","message":{"rendered":"error: linking with `cc` failed\n","level":"error"}}"#,
+            r#"{"reason":"compiler-artifact","package_id":"p","profile":{"test":true},"executable":"/x"}"#,
+            r#"{"reason":"compiler-message","package_id":"p","message":{"rendered":null}}"#,
+            "not json",
+        ]
+        .join("\n");
+        assert_eq!(
+            compiler_messages(&lines),
+            ["error: linking with `cc` failed\n"]
+        );
     }
 
     #[test]
