@@ -96,10 +96,18 @@ pub struct Programs {
 /// machine (this one's speed shifts for tenths of a second at a time).
 const ROUNDTRIPS: u32 = 2_000;
 const BATCHES: u32 = 75;
-/// Seconds a service run, and its work per request: about 10,000 context
-/// switches a second on this project's machine.
+/// Seconds a service run.
 const SERVICE_SECS: f64 = 2.0;
-const SERVICE_WORK_ROUNDS: u32 = 60_000;
+/// The service's context switches a second the target is set at: its work
+/// per request is calibrated to it (see [`calibrate_service`]).
+const SERVICE_SWITCHES_PER_SEC: f64 = 10_000.0;
+/// The work per request the calibration starts from.
+const SERVICE_WORK_ROUNDS_START: u32 = 60_000;
+/// Calibration runs: the first from the start, each later one from the
+/// rate the one before it measured.
+const CALIBRATION_RUNS: usize = 3;
+/// Seconds a calibration run.
+const CALIBRATION_SECS: f64 = 1.0;
 
 /// The holders of the first part, the baseline first.
 const HOLDERS: [&str; 5] = [
@@ -134,8 +142,9 @@ pub fn bench(programs: &Programs, rounds: u32, part: Part, prog_stats: bool) -> 
         lines.extend(report_own(&figures, rounds, &pins));
     }
     if part.has(Part::Service) {
-        let figures = measure_service(programs, rounds)?;
-        lines.extend(report_service(&figures, rounds)?);
+        let (work, switches) = calibrate_service(programs)?;
+        let figures = measure_service(programs, rounds, work)?;
+        lines.extend(report_service(&figures, rounds, work, switches)?);
     }
     if prog_stats && part != Part::Service {
         let _stats = BpfStats::enable()?;
@@ -685,7 +694,40 @@ pub fn parse_service(out: &str, mode: &str) -> Result<Service> {
 /// mode -> one figure per round.
 pub type ServiceFigures = BTreeMap<String, Vec<Service>>;
 
-fn measure_service(programs: &Programs, rounds: u32) -> Result<ServiceFigures> {
+/// The work per request (hash rounds) at which the service, with the
+/// account off, switches [`SERVICE_SWITCHES_PER_SEC`] times a second on
+/// this machine, and the rate the last calibration run measured. A
+/// request's switches are fixed (about three), so the rate goes as the
+/// inverse of its work: each run scales the work by what it measured.
+fn calibrate_service(programs: &Programs) -> Result<(u32, f64)> {
+    let mut work = SERVICE_WORK_ROUNDS_START;
+    let mut switches = 0.0;
+    for _ in 0..CALIBRATION_RUNS {
+        let out = output(Command::new(&programs.service).args([
+            "off".to_owned(),
+            CALIBRATION_SECS.to_string(),
+            work.to_string(),
+        ]))?;
+        switches = parse_service(&out, "off")?.switches_per_sec;
+        work = scaled_work(work, switches)?;
+    }
+    eprintln!(
+        "sched-service: {work} hash rounds a request for {SERVICE_SWITCHES_PER_SEC} switches a second          (the last calibration run: {switches:.0} a second)"
+    );
+    Ok((work, switches))
+}
+
+/// `work` scaled so that a run measured at `switches` a second would
+/// switch [`SERVICE_SWITCHES_PER_SEC`] times a second.
+fn scaled_work(work: u32, switches: f64) -> Result<u32> {
+    if !(switches.is_finite() && switches > 0.0) {
+        bail!("the service switched {switches} times a second: nothing to calibrate by");
+    }
+    let scaled = f64::from(work) * switches / SERVICE_SWITCHES_PER_SEC;
+    Ok(scaled.clamp(1_000.0, 100_000_000.0) as u32)
+}
+
+fn measure_service(programs: &Programs, rounds: u32, work: u32) -> Result<ServiceFigures> {
     let mut figures = ServiceFigures::new();
     for round in 0..rounds as usize {
         for k in 0..SERVICE_MODES.len() {
@@ -693,7 +735,7 @@ fn measure_service(programs: &Programs, rounds: u32) -> Result<ServiceFigures> {
             let out = output(Command::new(&programs.service).args([
                 mode.to_owned(),
                 SERVICE_SECS.to_string(),
-                SERVICE_WORK_ROUNDS.to_string(),
+                work.to_string(),
             ]))?;
             figures
                 .entry(mode.to_owned())
@@ -705,7 +747,12 @@ fn measure_service(programs: &Programs, rounds: u32) -> Result<ServiceFigures> {
     Ok(figures)
 }
 
-pub fn report_service(figures: &ServiceFigures, rounds: u32) -> Result<Vec<String>> {
+pub fn report_service(
+    figures: &ServiceFigures,
+    rounds: u32,
+    work: u32,
+    calibrated_switches: f64,
+) -> Result<Vec<String>> {
     let get = |mode: &str| -> Result<&Vec<Service>> {
         figures
             .get(mode)
@@ -715,7 +762,9 @@ pub fn report_service(figures: &ServiceFigures, rounds: u32) -> Result<Vec<Strin
     let mut lines = vec![format!(
         "a traced service under load: requests a second, the scheduler account on against off \
          (two clients, a pool of two workers over a channel, a span per call and per request, \
-         {SERVICE_WORK_ROUNDS} hash rounds a request; {rounds} rounds of {SERVICE_SECS} s per mode after \
+         {work} hash rounds a request, calibrated to {SERVICE_SWITCHES_PER_SEC:.0} switches a second with \
+         the account off (the last calibration run: {calibrated_switches:.0}); {rounds} rounds of \
+         {SERVICE_SECS} s per mode after \
          half a second of warm-up; tp_btf_totals: no wait spans):"
     )];
     for mode in SERVICE_MODES {
@@ -756,6 +805,18 @@ pub fn report_service(figures: &ServiceFigures, rounds: u32) -> Result<Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_service_s_work_is_scaled_to_the_target_s_switch_rate() {
+        // Measured at 25,000 a second: 2.5 times the work gives 10,000.
+        assert_eq!(scaled_work(60_000, 25_000.0).unwrap(), 150_000);
+        assert_eq!(scaled_work(60_000, 10_000.0).unwrap(), 60_000);
+        // Bounded both ways, and no rate is refused.
+        assert_eq!(scaled_work(60_000, 1e12).unwrap(), 100_000_000);
+        assert_eq!(scaled_work(2_000, 1.0).unwrap(), 1_000);
+        assert!(scaled_work(60_000, 0.0).is_err());
+        assert!(scaled_work(60_000, f64::NAN).is_err());
+    }
 
     #[test]
     fn pingpong_lines_are_read() {
