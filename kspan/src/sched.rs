@@ -182,7 +182,10 @@ pub mod wait_attributes {
     /// frames left out: `do_nanosleep <- hrtimer_nanosleep <- ...`
     /// (the semantic conventions' `code.stacktrace`).
     pub const STACK: &str = "code.stacktrace";
-    /// `task`, `interrupt`, or `none` (a preemption, or not seen).
+    /// `task`, `interrupt`, `none` (a preemption, or not seen), or
+    /// `unknown`: a task or an interrupt, not told apart (classic
+    /// tracepoints, for a wait shorter than the wait-span threshold at its
+    /// wake-up, which became a wait span by its time on the run queue).
     pub const WAKER_KIND: &str = "kspan.sched.waker";
     /// The waking task's process id.
     pub const WAKER_PID: &str = "kspan.sched.waker.pid";

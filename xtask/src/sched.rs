@@ -712,7 +712,7 @@ fn calibrate_service(programs: &Programs) -> Result<(u32, f64)> {
         work = scaled_work(work, switches)?;
     }
     eprintln!(
-        "sched-service: {work} hash rounds a request for {SERVICE_SWITCHES_PER_SEC} switches a second          (the last calibration run: {switches:.0} a second)"
+        "sched-service: {work} hash rounds a request for {SERVICE_SWITCHES_PER_SEC} switches a second (the last calibration run: {switches:.0} a second)"
     );
     Ok((work, switches))
 }

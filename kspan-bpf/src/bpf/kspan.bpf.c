@@ -2100,12 +2100,19 @@ static __always_inline void kspan_sched_waking(void *ctx, __u32 tid, int interru
 	 * Not known: the waker's stack, for user space to tell an interrupt (a
 	 * timer, a device, a softirq) from the task it interrupted (the
 	 * kernel's per-CPU preempt count is not readable on kernels without
-	 * KALLSYMS_ALL). About 1.5 us a wake-up: BTF tracepoints tell by the
-	 * stack their program runs on instead.
+	 * KALLSYMS_ALL). About 1.5 us a wake-up, so only where the interval
+	 * is a wait span already (a shorter one becomes one only by its time
+	 * on the run queue after this); BTF tracepoints tell by the stack
+	 * their program runs on instead.
 	 */
 	if (interrupt < 0) {
-		long n = bpf_get_stack(ctx, t->waker_frames, sizeof(t->waker_frames), 0);
+		long n;
 
+		if (!kspan_cfg.wait_min_ns || t->wake_ns - t->out_ns < kspan_cfg.wait_min_ns) {
+			t->waker_kind = KSPAN_WAKER_UNKNOWN;
+			return;
+		}
+		n = bpf_get_stack(ctx, t->waker_frames, sizeof(t->waker_frames), 0);
 		t->waker_nframes = n > 0 ? n / 8 : 0;
 	}
 	pid_tgid = bpf_get_current_pid_tgid();

@@ -539,6 +539,12 @@ enum kspan_waker_kind {
 	 * task's kernel stack (BTF tracepoints).
 	 */
 	KSPAN_WAKER_INTERRUPT = 2,
+	/*
+	 * A task or an interrupt, not told apart (classic tracepoints, which
+	 * read the waker's stack only for an interval that is a wait span's
+	 * length already at its wake-up: the read costs about 1.5 us).
+	 */
+	KSPAN_WAKER_UNKNOWN = 3,
 };
 
 /* Kernel stack frames a wait span carries, from the switch-out. */

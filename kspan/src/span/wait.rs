@@ -121,6 +121,9 @@ impl<T: Tracer> SpanFactory<T> {
                     links.push(Link::with_context(waker));
                 }
             }
+            c::KSPAN_WAKER_UNKNOWN => {
+                attributes.push(KeyValue::new(attr::WAKER_KIND, "unknown"));
+            }
             _ => attributes.push(KeyValue::new(attr::WAKER_KIND, "none")),
         }
         if self.process_pid {
