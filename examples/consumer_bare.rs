@@ -124,7 +124,8 @@ fn export_span(tracer: &SdkTracer, clock: Clock, record: &[u8]) {
     builder.start_time = Some(clock.to_system_time(rec.start_ns));
     builder.attributes = Some(vec![
         KeyValue::new("kernel.return_value", rec.ret as i64),
-        KeyValue::new("thread.id", i64::from(rec.tid)),
+        KeyValue::new("kspan.tid", i64::from(rec.tid)),
+        KeyValue::new("code.function.name", "getppid"),
     ]);
     let mut span = tracer.build(builder);
     span.end_with_timestamp(clock.to_system_time(rec.end_ns.max(rec.start_ns)));

@@ -171,7 +171,7 @@ fn is_exporter_internal(target: &str) -> bool {
         })
 }
 
-/// The kernel's id of the calling thread (what kspan's `thread.id` holds).
+/// The kernel's id of the calling thread (what kspan's `kspan.tid` holds).
 pub fn gettid() -> i64 {
     std::fs::read_link("/proc/thread-self")
         .ok()

@@ -137,7 +137,8 @@
 //! | `kernel.arg.<name>` | each captured parameter |
 //! | `kernel.return_value` | the return value (fexit) |
 //! | `kernel.<function>.calls`, `.duration_ns`, `.errors` | on application spans: the calls of a probe with `sum` not made into spans |
-//! | `thread.id` | the calling thread (kernel pid) |
+//! | `code.function.name` | the kernel function (the system call, for a syscall source) |
+//! | `kspan.tid` | the calling thread's kernel thread id (not `thread.id`: the conventions' is the runtime's "managed" id) |
 //! | `process.pid` | the calling process (kernel tgid), with `trace_all_processes` only |
 //!
 //! Integers are OTLP integers (an unsigned value above `i64::MAX` becomes its

@@ -559,7 +559,7 @@ pub fn bpf_programs() -> Vec<(String, u32)> {
     programs
 }
 
-/// The kernel's id of the calling thread (what kspan's `thread.id` holds).
+/// The kernel's id of the calling thread (what kspan's `kspan.tid` holds).
 pub fn gettid() -> i64 {
     std::fs::read_link("/proc/thread-self")
         .ok()
@@ -623,7 +623,7 @@ pub async fn traced_on_this_thread(
         .get_finished_spans()
         .expect("the in-memory exporter keeps spans")
         .into_iter()
-        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "kspan.tid") == Some(tid.into()))
         .collect();
     spans.sort_by_key(|s| s.start_time);
     spans
@@ -647,7 +647,7 @@ pub fn spans_of_thread<'a>(
 ) -> Vec<&'a ReceivedSpan> {
     spans
         .iter()
-        .filter(|s| s.name == name && s.int("thread.id") == Some(tid))
+        .filter(|s| s.name == name && s.int("kspan.tid") == Some(tid))
         .filter(|s| s.start_ns >= from && s.start_ns <= to)
         .collect()
 }

@@ -624,7 +624,7 @@ fn tokio_once(account: kspan::SchedulerAccount, slack_ms: i64, last: bool) -> bo
         // kernel puts it back to sleep: one sleep, two waits.)
         assert!(!sleeps.is_empty(), "task {i}: no wait of its sleep");
         for s in &sleeps {
-            assert_eq!(int(s, "thread.id"), *sleeper, "task {i}: {s:#?}");
+            assert_eq!(int(s, "kspan.tid"), *sleeper, "task {i}: {s:#?}");
         }
         // At least the sleep asked for, at most the sleep as the closure
         // timed it (which includes what preempted it around the sleep).

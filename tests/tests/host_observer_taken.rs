@@ -85,7 +85,7 @@ async fn another_observer_is_reported_and_kept() {
     let tid = gettid();
     let reads: Vec<_> = spans
         .iter()
-        .filter(|s| s.name == "read" && span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| s.name == "read" && span_attr(s, "kspan.tid") == Some(tid.into()))
         .filter(|s| s.start_time >= app.start_time && s.start_time <= app.end_time)
         .collect();
     assert!(reads.len() >= 2, "{spans:?}");

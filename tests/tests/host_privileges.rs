@@ -133,7 +133,7 @@ async fn the_documented_file_capabilities_get_syscall_spans_as_nobody() {
         .spans
         .iter()
         .filter(|s| s.name == "read" && s.int("kernel.arg.count") == Some(2048))
-        .filter(|s| s.int("thread.id") == Some(pid))
+        .filter(|s| s.int("kspan.tid") == Some(pid))
         .map(|s| {
             assert_eq!(
                 (&s.parent_span_id, &s.trace_id),

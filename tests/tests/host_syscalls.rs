@@ -68,7 +68,7 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "kspan.tid") == Some(tid.into()))
         .collect();
     let opened: Vec<&SpanData> = spans
         .iter()
@@ -78,6 +78,15 @@ async fn openat_and_read_spans_carry_what_the_test_did() {
         })
         .collect();
     assert_eq!(opened.len(), 1, "{spans:#?}");
+    // The conventions' names: the function, and no `thread.id` (the
+    // runtime's managed id, not the kernel's).
+    assert_eq!(
+        span_attr(opened[0], "code.function.name"),
+        Some("openat".into()),
+        "{:?}",
+        opened[0].attributes
+    );
+    assert_eq!(span_attr(opened[0], "thread.id"), None);
     let fd = match span_attr(opened[0], "kernel.return_value") {
         Some(opentelemetry::Value::I64(fd)) => fd,
         other => panic!("ret: {other:?}"),
@@ -190,7 +199,7 @@ async fn the_syscalls_example_exports_over_otlp_on_the_host() {
         .spans
         .iter()
         .filter(|s| s.name == "read" && s.int("kernel.arg.count") == Some(2048))
-        .filter(|s| s.int("thread.id") == Some(pid))
+        .filter(|s| s.int("kspan.tid") == Some(pid))
         .collect();
     assert!(!reads.is_empty());
     for r in &reads {
@@ -208,7 +217,7 @@ async fn the_syscalls_example_exports_over_otlp_on_the_host() {
         .spans
         .iter()
         .filter(|s| s.name == "read" && s.int("kernel.arg.count") == Some(2048))
-        .filter(|s| s.int("thread.id") == Some(pid))
+        .filter(|s| s.int("kspan.tid") == Some(pid))
         .map(|s| s.int("kernel.return_value").unwrap())
         .collect();
     rets.sort_unstable();
@@ -296,14 +305,14 @@ async fn all_processes_spans_name_the_process_that_made_the_call() {
     );
     let other = opens
         .iter()
-        .find(|s| span_attr(s, "thread.id") != Some(gettid().into()))
+        .find(|s| span_attr(s, "kspan.tid") != Some(gettid().into()))
         .expect("cat's open");
     let Some(opentelemetry::Value::I64(cat)) = span_attr(other, "process.pid") else {
         panic!("cat's span names its process: {other:?}");
     };
     assert_ne!(cat, i64::from(std::process::id()));
     assert_eq!(
-        span_attr(other, "thread.id"),
+        span_attr(other, "kspan.tid"),
         Some(cat.into()),
         "cat is single-threaded: its thread is its process"
     );

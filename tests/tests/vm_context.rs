@@ -80,7 +80,7 @@ fn reads<'a>(spans: &'a [SpanData], name: &str) -> Vec<&'a SpanData> {
     spans
         .iter()
         .filter(|s| s.name == name)
-        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "kspan.tid") == Some(tid.into()))
         .filter(|s| span_attr(s, "kernel.arg.count") == Some((BUF as i64).into()))
         .collect()
 }

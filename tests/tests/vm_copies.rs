@@ -118,7 +118,7 @@ async fn every_copy_loads(
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "kspan.tid") == Some(tid.into()))
         .collect();
     let has = |name: &str, key: &str, value: opentelemetry::Value| {
         spans

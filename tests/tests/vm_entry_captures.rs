@@ -94,7 +94,7 @@ async fn a_name_read_at_entry_is_the_one_the_call_was_given() {
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| s.name == function && span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| s.name == function && span_attr(s, "kspan.tid") == Some(tid.into()))
         .collect();
     assert_eq!(spans.len(), paths.len(), "one span per unlink: {spans:#?}");
     for (span, path) in spans.iter().zip(&paths) {

@@ -43,7 +43,7 @@ fn this_thread_spans(
                     .find(|kv| kv.key.as_str() == k)
                     .map(|kv| kv.value.clone())
             };
-            attr("thread.id") == Some(tid.into()) && attr("kernel.arg.count") == Some(count.into())
+            attr("kspan.tid") == Some(tid.into()) && attr("kernel.arg.count") == Some(count.into())
         })
         .collect()
 }

@@ -178,7 +178,7 @@ async fn kprobes_of_the_same_settings_share_programs_and_keep_their_names() {
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| span_attr(s, "kspan.tid") == Some(tid.into()))
         .filter(|s| span_attr(s, "kernel.arg.count") == Some(256i64.into()))
         .collect();
     let inner: Vec<&SpanData> = spans.iter().filter(|s| s.name == "vfs_read").collect();

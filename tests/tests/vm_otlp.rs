@@ -109,7 +109,7 @@ fn kernel_spans<'a>(run: &'a Run, app: &ReceivedSpan, name: &str) -> Vec<&'a Rec
         .spans
         .iter()
         .filter(|s| s.name == name)
-        .filter(|s| s.int("thread.id") == Some(pid))
+        .filter(|s| s.int("kspan.tid") == Some(pid))
         .filter(|s| s.start_ns >= app.start_ns && s.end_ns <= app.end_ns)
         .collect();
     spans.sort_by_key(|s| s.start_ns);
@@ -133,7 +133,7 @@ fn assert_ids_valid_and_unique(spans: &[ReceivedSpan]) {
 fn assert_only_this_process(run: &Run, foreign_tid: i64) {
     for s in run.spans.iter().filter(|s| s.scope == "kspan") {
         assert_ne!(
-            s.int("thread.id"),
+            s.int("kspan.tid"),
             Some(foreign_tid),
             "a span from another process: {s:?}"
         );

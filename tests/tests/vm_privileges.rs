@@ -107,7 +107,7 @@ async fn quickstart_as_nobody_with_file_capabilities_exports_vfs_read_spans() {
     let mut reads: Vec<&ReceivedSpan> = run
         .spans
         .iter()
-        .filter(|s| s.name == "vfs_read" && s.int("thread.id") == Some(pid))
+        .filter(|s| s.name == "vfs_read" && s.int("kspan.tid") == Some(pid))
         .filter(|s| s.start_ns >= app.start_ns && s.end_ns <= app.end_ns)
         .collect();
     reads.sort_by_key(|s| s.start_ns);
@@ -282,7 +282,7 @@ async fn kprobes_and_syscall_sources_need_perf_events_that_debian_keeps_from_per
         .spans
         .iter()
         .filter(|s| s.name == "read" && s.int("kernel.arg.count") == Some(2048))
-        .filter(|s| s.int("thread.id") == Some(pid))
+        .filter(|s| s.int("kspan.tid") == Some(pid))
         .map(|s| s.int("kernel.return_value").unwrap())
         .collect();
     rets.sort_unstable();

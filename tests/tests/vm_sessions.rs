@@ -88,7 +88,7 @@ async fn reads(
         .get_finished_spans()
         .unwrap()
         .into_iter()
-        .filter(|s| kspan_tests::span_attr(s, "thread.id") == Some(tid.into()))
+        .filter(|s| kspan_tests::span_attr(s, "kspan.tid") == Some(tid.into()))
         // The thread's own reads only: glibc reads a /proc file on it once
         // (whether a thread heap may shrink) when one first does.
         .collect();
@@ -117,7 +117,7 @@ async fn reads(
             let mut attributes: Vec<String> = s
                 .attributes
                 .iter()
-                .filter(|kv| kv.key.as_str() != "thread.id")
+                .filter(|kv| kv.key.as_str() != "kspan.tid")
                 .map(|kv| format!("{}={}", kv.key, kv.value))
                 .collect();
             attributes.sort();

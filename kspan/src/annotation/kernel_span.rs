@@ -25,8 +25,15 @@ pub mod attributes {
     pub const ERROR_TYPE: &str = "error.type";
     /// Set to `true` on the span of a handler that panicked.
     pub const HANDLER_PANICKED: &str = "kspan.handler.panicked";
-    /// The thread that made the call (semantic conventions: `thread.id`).
-    pub const THREAD_ID: &str = "thread.id";
+    /// The Linux thread id (`gettid`) of the thread that made the call.
+    /// Not the semantic conventions' `thread.id`, which is the runtime's
+    /// "managed" thread id, "as opposed to OS thread ID" (and which
+    /// tracing-opentelemetry sets to its own number on the application's
+    /// spans): the two would never match.
+    pub const TID: &str = "kspan.tid";
+    /// The kernel function the span is a call of, or the system call of a
+    /// syscall source (semantic conventions: `code.function.name`).
+    pub const FUNCTION_NAME: &str = "code.function.name";
     /// The process that made the call (semantic conventions: `process.pid`).
     /// Set only when other processes are traced too
     /// ([`KspanBuilder::trace_all_processes`](crate::KspanBuilder::trace_all_processes)):

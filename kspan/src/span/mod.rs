@@ -241,10 +241,10 @@ impl<T: Tracer> SpanFactory<T> {
         let ret = (rec.flags & kspan_bpf::REC_HAS_RET != 0)
             .then(|| normalize(rec.ret, plan.signature.ret.class));
 
-        // Room for what kspan adds (return value, error type, thread, process)
-        // and a truncation mark or two, so that the handler's first additions
-        // do not reallocate either.
-        let mut attributes = Vec::with_capacity(captures.len() + 6);
+        // Room for what kspan adds (return value, error type, function,
+        // thread, process) and a truncation mark or two, so that the
+        // handler's first additions do not reallocate either.
+        let mut attributes = Vec::with_capacity(captures.len() + 7);
         for (c, capture) in plan.captures.iter().zip(captures) {
             capture_attributes(c, capture, &mut attributes);
         }
@@ -265,7 +265,8 @@ impl<T: Tracer> SpanFactory<T> {
                 }
             }
         }
-        attributes.push(KeyValue::new(keys::THREAD_ID, i64::from(rec.tid)));
+        attributes.push(KeyValue::new(keys::FUNCTION_NAME, plan.function));
+        attributes.push(KeyValue::new(keys::TID, i64::from(rec.tid)));
         if self.process_pid {
             attributes.push(KeyValue::new(keys::PROCESS_PID, i64::from(rec.pid)));
         }
@@ -543,12 +544,21 @@ mod tests {
             "the handler added it"
         );
         assert_eq!(attr(outer, "kernel.return_value"), Some(4096i64.into()));
-        assert_eq!(attr(outer, "thread.id"), Some(43i64.into()));
+        assert_eq!(attr(outer, "kspan.tid"), Some(43i64.into()));
+        assert_eq!(
+            attr(outer, "code.function.name"),
+            Some(outer.name.to_string().into())
+        );
+        assert_eq!(
+            attr(outer, "thread.id"),
+            None,
+            "the runtime's id, not the OS's"
+        );
         assert_eq!(attr(outer, "process.pid"), None, "the resource's business");
         assert_eq!(
             outer.attributes.len(),
-            5,
-            "count, buf, seen.buf, ret, thread: {:?}",
+            6,
+            "count, buf, seen.buf, ret, function, thread: {:?}",
             outer.attributes
         );
         assert_eq!(outer.status, Status::Unset);
@@ -632,7 +642,7 @@ mod tests {
     fn spans_name_their_process_when_asked() {
         let (spans, _) = run_with(&[record(1, 0, 7, b"")], true);
         assert_eq!(attr(&spans[0], "process.pid"), Some(42i64.into()));
-        assert_eq!(attr(&spans[0], "thread.id"), Some(43i64.into()));
+        assert_eq!(attr(&spans[0], "kspan.tid"), Some(43i64.into()));
     }
 
     #[test]

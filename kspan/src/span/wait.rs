@@ -87,7 +87,7 @@ impl<T: Tracer> SpanFactory<T> {
             KeyValue::new(attr::STATE, state_name(w.state)),
             KeyValue::new(attr::WAITING_NS, (run_from - rec.start_ns) as i64),
             KeyValue::new(attr::RUN_QUEUE_NS, (end - run_from) as i64),
-            KeyValue::new(keys::THREAD_ID, i64::from(rec.tid)),
+            KeyValue::new(keys::TID, i64::from(rec.tid)),
         ];
         let frames = &w.frames[..(w.nframes as usize).min(w.frames.len())];
         if !frames.is_empty() {

@@ -21,6 +21,7 @@ fn show(span: &ReceivedSpan, depth: usize, t0: u64) -> String {
         .filter(|(k, _)| {
             k.starts_with("kernel.arg")
                 || k.as_str() == "kernel.return_value"
+                || k.as_str() == "kspan.tid"
                 || k.as_str() == "thread.id"
         })
         .map(|(k, v)| {
