@@ -4,7 +4,9 @@
 //! own outside the workspace, built with a `clang` on `PATH` that fails the
 //! build if anything runs it, then run on the host (syscall sources) against
 //! a real OTLP/gRPC receiver: its `read` calls arrive as children of its
-//! `load_config` span, made with the OpenTelemetry API alone. The same build
+//! `load_config` span, made with the OpenTelemetry API alone; stripped, it
+//! still has kspan's thread-context symbol in `.dynsym` (README's
+//! `build.rs`). The same build
 //! makes `readme-app-fexit`, the service with the kernel-function probe
 //! README's comment gives (`vm_readme_app` runs it in the VM).
 
@@ -37,10 +39,19 @@ fn write_crate(dir: &Path, repo: &Path) {
         .lines()
         .find(|l| l.starts_with("kspan = "))
         .expect("README's dependencies name kspan");
-    let dependencies = dependencies.replace(
-        kspan_line,
-        &format!("kspan = {{ path = {:?} }}", repo.join("kspan")),
-    );
+    let build_line = dependencies
+        .lines()
+        .find(|l| l.starts_with("kspan-build = "))
+        .expect("README's build-dependencies name kspan-build");
+    let dependencies = dependencies
+        .replace(
+            kspan_line,
+            &format!("kspan = {{ path = {:?} }}", repo.join("kspan")),
+        )
+        .replace(
+            build_line,
+            &format!("kspan-build = {{ path = {:?} }}", repo.join("kspan-build")),
+        );
     let manifest = format!(
         "[package]\nname = \"readme-app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
          publish = false\n\n# Not a member of kspan's workspace.\n[workspace]\n\n{dependencies}"
@@ -54,6 +65,7 @@ fn write_crate(dir: &Path, repo: &Path) {
     )
     .unwrap();
     std::fs::write(dir.join("src/main.rs"), main_rs).unwrap();
+    std::fs::write(dir.join("build.rs"), readme_block(&readme, "build.rs")).unwrap();
     // The versions the workspace was tested with.
     std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
 }
@@ -161,6 +173,39 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
     assert!(
         kspan_bpf_built,
         "kspan-bpf's build script ran in this build"
+    );
+
+    // Other OTEP 4947 readers find the record's symbol in `.dynsym`, which
+    // `strip` keeps.
+    let stripped = dir.join("readme-app.stripped");
+    let strip = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(target.join("debug/readme-app"))
+        .status()
+        .expect("run strip (binutils)");
+    assert!(strip.success(), "strip failed");
+    let dyn_syms = Command::new("readelf")
+        .args(["-W", "--dyn-syms"])
+        .arg(&stripped)
+        .output()
+        .expect("run readelf (binutils)");
+    assert!(dyn_syms.status.success(), "readelf failed");
+    let dyn_syms = String::from_utf8_lossy(&dyn_syms.stdout);
+    assert!(
+        dyn_syms
+            .lines()
+            .any(|l| l.contains(" TLS ") && l.trim_end().ends_with(" otel_thread_ctx_v1")),
+        "the stripped service has no otel_thread_ctx_v1 in .dynsym:\n{dyn_syms}"
+    );
+    let symtab = Command::new("readelf")
+        .args(["-W", "--syms"])
+        .arg(&stripped)
+        .output()
+        .expect("run readelf (binutils)");
+    assert!(
+        !String::from_utf8_lossy(&symtab.stdout).contains(".symtab"),
+        "strip left the symbol table: the check above proves nothing"
     );
 
     let run = run_with_receiver(&target.join("debug/readme-app"), &[], "readme-app").await;

@@ -114,7 +114,16 @@ pub fn test(args: &[String]) -> Result<u8> {
             ]))?;
             // The library's documentation, broken links included.
             run(cargo()
-                .args(["doc", "--no-deps", "-p", "kspan", "-p", "kspan-dsl"])
+                .args([
+                    "doc",
+                    "--no-deps",
+                    "-p",
+                    "kspan",
+                    "-p",
+                    "kspan-dsl",
+                    "-p",
+                    "kspan-build",
+                ])
                 .env("RUSTDOCFLAGS", "-D warnings"))?;
             Ok(String::new())
         });
