@@ -36,9 +36,10 @@
 //! give a thread-local an exported symbol name; it is initial-exec TLS, so it
 //! sits at the same offset from the thread pointer on every thread, which is
 //! how kspan's BPF reader finds it ([`slot_offset`]). For other readers the
-//! symbol must be in the executable's dynamic symbol table: link with
-//! `-C link-arg=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1` (kspan's
-//! examples do, in their build script).
+//! symbol must be in the executable's dynamic symbol table, which only the
+//! executable's own link can arrange: the service's `build.rs` calls
+//! `kspan_build::export_thread_context_symbol()` (README; kspan's examples
+//! do).
 //!
 //! Records live in memory of their own (`arena`), and a registry knows
 //! which thread owns which (`registry`), so that a runtime on a kernel

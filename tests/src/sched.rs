@@ -703,13 +703,20 @@ pub fn only_this_process_s_spans_are_accounted(account: kspan::SchedulerAccount)
 
 /// Holds kspan's consumer in the first wait span it exports while closed,
 /// so that the wait records behind it fill the ring.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct WaitGate {
     closed: Mutex<bool>,
     opened: std::sync::Condvar,
 }
 
 impl WaitGate {
+    fn closed() -> Self {
+        WaitGate {
+            closed: Mutex::new(true),
+            opened: std::sync::Condvar::new(),
+        }
+    }
+
     fn open(&self) {
         *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = false;
         self.opened.notify_all();
@@ -750,10 +757,7 @@ impl opentelemetry_sdk::trace::SpanProcessor for WaitGateProcessor {
 pub fn under_overload_wait_spans_are_whole_or_counted(account: kspan::SchedulerAccount) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let sums = kspan::KernelSums::new();
-    let gate = Arc::new(WaitGate {
-        closed: Mutex::new(true),
-        opened: std::sync::Condvar::new(),
-    });
+    let gate = Arc::new(WaitGate::closed());
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
     let provider =
         SdkTracerProvider::builder()
