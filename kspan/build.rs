@@ -5,6 +5,8 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/thread_ctx.c");
     cc::Build::new()
         .file("csrc/thread_ctx.c")
+        .pic(true)
+        .flag("-mtls-dialect=gnu2")
         .warnings(true)
         .compile("kspan_thread_ctx");
 }

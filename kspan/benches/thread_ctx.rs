@@ -31,7 +31,8 @@ use std::time::Instant;
 
 use kspan::context::{EnteredSpanLayer, ThreadContextLayer, ThreadContextObserver};
 use opentelemetry::trace::{
-    SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState, TracerProvider as _,
+    SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState, Tracer as _,
+    TracerProvider as _,
 };
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -185,6 +186,57 @@ fn main() {
         unreachable!("three cases")
     };
 
+    // Phase 3: record attributes chosen (a ContextPublisher with two keys).
+    let publisher = kspan::context::ContextPublisher::new()
+        .record_attributes(["http.route", "http.request.method"])
+        .expect("two keys");
+    let with_publisher = SdkTracerProvider::builder()
+        .with_span_processor(publisher)
+        .build();
+    let tracer_with = with_publisher.tracer("bench");
+    let tracer_without = provider.tracer("bench");
+    let attributes = || {
+        [
+            opentelemetry::KeyValue::new("http.route", "/users/{id}/orders"),
+            opentelemetry::KeyValue::new("http.request.method", "GET"),
+        ]
+    };
+    let request = tracer_with
+        .span_builder("GET /users/{id}/orders")
+        .with_attributes(attributes())
+        .start(&tracer_with);
+    let cx_attributes = Context::new().with_span(request);
+    {
+        let _g = cx_attributes.clone().attach();
+        let record = kspan::context::current_record().expect("published");
+        assert_eq!(record.attrs_data_size, 2 + 18 + 2 + 3, "both attributes");
+    }
+    let start_end = |tracer: &opentelemetry_sdk::trace::SdkTracer, calls: u32| {
+        use opentelemetry::trace::{Span as _, Tracer as _};
+        let started = Instant::now();
+        for _ in 0..calls {
+            let mut span = tracer
+                .span_builder("GET /users/{id}/orders")
+                .with_attributes(attributes())
+                .start(tracer);
+            span.end();
+        }
+        started.elapsed().as_nanos() as f64 / f64::from(calls)
+    };
+    let phase3 = rotate(
+        &[
+            &|| attach_detach(&cx_prepared, calls),
+            &|| attach_detach(&cx_attributes, calls),
+            &|| make_context(calls),
+            &|| start_end(&tracer_without, calls / 10),
+            &|| start_end(&tracer_with, calls / 10),
+        ],
+        rounds,
+    );
+    let [attach_3, attach_attrs, make_3, span_without, span_with] = phase3[..] else {
+        unreachable!("five cases")
+    };
+
     let otel_added = otel - registry_1;
     let kspan_added = kspan - otel;
     let off_added = off - registry_1;
@@ -220,6 +272,28 @@ fn main() {
     println!(
         "  ratio     ThreadContextLayer's added cost / the OpenTelemetry layer's: {:.2}x",
         kspan_added / otel_added
+    );
+    println!("phase 3, record attributes chosen (two keys):");
+    println!(
+        "  Context::attach + drop, no attributes           {attach_3:7.1} ns/pair ({:.2}x phase 2)",
+        attach_3 / attach_2
+    );
+    println!(
+        "  Context::attach + drop, 2 attributes, 25 bytes  {attach_attrs:7.1} ns/pair ({:+.1})",
+        attach_attrs - attach_3
+    );
+    println!(
+        "  a context made with a span, record prepared     {make_3:7.1} ns ({:+.1} over phase 2)",
+        make_3 - make_2
+    );
+    println!("  span start + end, 2 attributes, no publisher    {span_without:7.1} ns");
+    println!(
+        "  span start + end, 2 attributes, ContextPublisher {span_with:6.1} ns ({:+.1})",
+        span_with - span_without
+    );
+    println!(
+        "  ratio     a switch with attributes / without: {:.2}x",
+        attach_attrs / attach_3
     );
     println!("context activation off:");
     println!(

@@ -10,7 +10,16 @@
 //! and an update is `valid = 0`, the ids, `valid = 1`, with compiler fences
 //! between (readers observe a stopped or interrupted thread, so CPU ordering
 //! does not matter, only the compiler's). No system call, no allocation after
-//! a thread's first update, no attributes.
+//! a thread's first update. Attributes (`attrs-data`) are those a
+//! [`ContextPublisher`] in the tracer provider chose (`http.route`...),
+//! encoded once per span when it starts, copied with the ids.
+//!
+//! Readers other than kspan look for the records only once the process's
+//! OTEP 4719 process context (`process`) says the process has them
+//! (`threadlocal.schema_version`) and how their attribute indexes read
+//! (`threadlocal.attribute_key_map`); it also carries the service's
+//! resource. [`register_observer`] and kspan's start publish it, and a
+//! [`ContextPublisher`] when the provider is built.
 //!
 //! What is published is OpenTelemetry's current context of the thread, and
 //! the SDK's own hook for this is the context observer
@@ -33,9 +42,13 @@
 //! on or off), and [`attach`] after each `Context::attach`.
 //!
 //! The slot is defined in C (`csrc/thread_ctx.c`) because stable Rust cannot
-//! give a thread-local an exported symbol name; it is initial-exec TLS, so it
-//! sits at the same offset from the thread pointer on every thread, which is
-//! how kspan's BPF reader finds it ([`slot_offset`]). For other readers the
+//! give a thread-local an exported symbol name. It is compiled with the
+//! TLSDESC dialect OTEP 4947 recommends; linked into an executable, the
+//! linker relaxes the access to local-exec, so the slot sits at the same
+//! offset from the thread pointer on every thread, which is how kspan's BPF
+//! reader finds it ([`slot_offset`]), and the code is what initial-exec gave
+//! (the observer never touches the slot after a thread's first publication:
+//! it writes through the record pointer it keeps). For other readers the
 //! symbol must be in the executable's dynamic symbol table, which only the
 //! executable's own link can arrange: the service's `build.rs` calls
 //! `kspan_build::export_thread_context_symbol()` (README; kspan's examples
@@ -80,7 +93,8 @@ pub struct ThreadContextRecord {
     pub valid: u8,
     /// W3C trace flags (bit 0: sampled).
     pub trace_flags: u8,
-    /// Bytes of attributes after the record: always 0 here.
+    /// Bytes of attributes after the record (`attrs-data`, at most
+    /// [`ATTRS_CAPACITY`]), from a [`ContextPublisher`]'s chosen keys.
     pub attrs_data_size: u16,
 }
 
@@ -93,7 +107,13 @@ const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, attrs_data_size)
 
 mod arena;
 pub(crate) mod current_time;
+mod process;
+mod publisher;
 mod registry;
+
+pub use process::{ProcessContextError, ATTRIBUTE_KEY_MAP_KEY, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
+use publisher::AttrBytes;
+pub use publisher::{ContextPublisher, RecordAttributesError, ATTRS_CAPACITY};
 
 pub(crate) use registry::{watch as watch_records, RecordPlace, RecordWatch, RecordWatcher};
 
@@ -102,9 +122,10 @@ pub(crate) use registry::{watch as watch_records, RecordPlace, RecordWatch, Reco
 /// in [`arena`]'s memory (on the heap if none can be mapped), and the
 /// [`registry`] knows it while it lives.
 struct ThreadRecord {
-    record: NonNull<ThreadContextRecord>,
-    /// The arena slot the record is in, if it is in one.
-    slot: Option<NonNull<arena::Slot>>,
+    /// The record and the room for its attributes.
+    slot: NonNull<arena::Slot>,
+    /// Whether the slot is the arena's (else a leaked box).
+    in_arena: bool,
     tid: u32,
 }
 
@@ -112,41 +133,51 @@ impl ThreadRecord {
     fn new() -> Self {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        let slot = arena::alloc(tid);
-        let record = match slot {
-            // SAFETY: the record is the slot's first field (repr(C)).
-            Some(slot) => unsafe { NonNull::new_unchecked(&raw mut (*slot.as_ptr()).record) },
-            None => NonNull::from(Box::leak(Box::<ThreadContextRecord>::default())),
-        };
+        let arena_slot = arena::alloc(tid);
+        let in_arena = arena_slot.is_some();
+        let slot = arena_slot.unwrap_or_else(|| NonNull::from(Box::leak(Box::default())));
+        // SAFETY: the record is the slot's first field (repr(C)).
+        let record = unsafe { &raw mut (*slot.as_ptr()).record };
         // Suppressed while the registry's watchers register it: their
         // system calls are kspan's own.
         // SAFETY: the record is ours and no reader has it yet.
-        unsafe { record.as_ptr().write(ThreadContextRecord::SUPPRESSED) };
-        registry::made(tid, slot.map(|s| s.as_ptr() as usize), || {
+        unsafe { record.write(ThreadContextRecord::SUPPRESSED) };
+        registry::made(tid, arena_slot.map(|s| s.as_ptr() as usize), || {
             // SAFETY: the accessor returns this thread's slot, valid for the
             // thread's life; the record is ours and outlives the hook (see
             // Drop).
-            unsafe { *kspan_otel_thread_ctx_slot() = record.as_ptr() };
+            unsafe { *kspan_otel_thread_ctx_slot() = record };
         });
-        let made = ThreadRecord { record, slot, tid };
-        made.publish(&ThreadContextRecord::default());
+        let made = ThreadRecord {
+            slot,
+            in_arena,
+            tid,
+        };
+        made.publish(&ThreadContextRecord::default(), &AttrBytes::EMPTY);
         made
     }
 
-    /// Writes `prepared` (its `valid` 0 means "no active span").
+    /// Writes `prepared` (its `valid` 0 means "no active span") with its
+    /// attributes.
     #[inline]
-    fn publish(&self, prepared: &ThreadContextRecord) {
-        let record = self.record.as_ptr();
-        // SAFETY: the record is this thread's own, alive while `self` is;
+    fn publish(&self, prepared: &ThreadContextRecord, attrs: &AttrBytes) {
+        let slot = self.slot.as_ptr();
+        // SAFETY: the slot is this thread's own, alive while `self` is;
         // only this thread writes it. Volatile stores and compiler fences
         // keep `valid` around the other stores, as OTEP 4947 asks.
         unsafe {
+            let record = &raw mut (*slot).record;
             std::ptr::write_volatile(&raw mut (*record).valid, 0);
             compiler_fence(Ordering::SeqCst);
             if prepared.valid == 1 {
                 (*record).trace_id = prepared.trace_id;
                 (*record).span_id = prepared.span_id;
                 (*record).trace_flags = prepared.trace_flags;
+                let data = attrs.as_slice();
+                (&raw mut (*slot).attrs)
+                    .cast::<u8>()
+                    .copy_from_nonoverlapping(data.as_ptr(), data.len());
+                (*record).attrs_data_size = data.len() as u16;
                 compiler_fence(Ordering::SeqCst);
                 std::ptr::write_volatile(&raw mut (*record).valid, 1);
             }
@@ -168,9 +199,10 @@ impl Drop for ThreadRecord {
         // SAFETY: the record is unhooked and ours; `new` took it from the
         // arena or leaked it from a box.
         unsafe {
-            match self.slot {
-                Some(slot) => arena::release(slot),
-                None => drop(Box::from_raw(self.record.as_ptr())),
+            if self.in_arena {
+                arena::release(self.slot);
+            } else {
+                drop(Box::from_raw(self.slot.as_ptr()));
             }
         }
     }
@@ -187,17 +219,19 @@ pub fn publish_current() {
 }
 
 /// Publishes `span` as the calling thread's active span (an invalid span
-/// context marks the record invalid: no active span).
+/// context marks the record invalid: no active span), with the attributes
+/// a [`ContextPublisher`] took from it.
 #[inline]
 pub fn publish(span: &SpanContext) {
-    publish_record(&ThreadContextRecord::of(span));
+    let record = ThreadContextRecord::of(span);
+    publish_record(&record, &publisher::of_span(record.span_key()));
 }
 
 /// Publishes a prepared record on the calling thread.
 #[inline]
-fn publish_record(prepared: &ThreadContextRecord) {
+fn publish_record(prepared: &ThreadContextRecord, attrs: &AttrBytes) {
     // `try_with`: during thread teardown the record may be gone already.
-    let _ = RECORD.try_with(|r| r.publish(prepared));
+    let _ = RECORD.try_with(|r| r.publish(prepared, attrs));
     current_time::switched(prepared.span_key());
 }
 
@@ -257,9 +291,10 @@ impl ThreadContextRecord {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadContextObserver;
 
-/// [`ThreadContextObserver`]'s view of a context: its record.
+/// [`ThreadContextObserver`]'s view of a context: its record and the
+/// record's attributes.
 #[derive(Debug)]
-struct PreparedRecord(ThreadContextRecord);
+struct PreparedRecord(ThreadContextRecord, AttrBytes);
 
 impl ObserverContextView for PreparedRecord {
     fn as_any(&self) -> &dyn Any {
@@ -281,9 +316,16 @@ impl ThreadContextObserver {
             .observer_view()
             .as_ref()
             .and_then(|view| view.as_any().downcast_ref::<PreparedRecord>());
-        let record = match prepared {
-            Some(PreparedRecord(record)) => *record,
-            None => ThreadContextRecord::of_context(cx),
+        let Some(PreparedRecord(record, attrs)) = prepared else {
+            let record = ThreadContextRecord::of_context(cx);
+            if record.valid != 1 {
+                if let Some(entered) = innermost_entered() {
+                    publish(&entered);
+                    return;
+                }
+            }
+            publish_record(&record, &publisher::of_span(record.span_key()));
+            return;
         };
         if record.valid != 1 {
             if let Some(entered) = innermost_entered() {
@@ -291,7 +333,7 @@ impl ThreadContextObserver {
                 return;
             }
         }
-        publish_record(&record);
+        publish_record(record, attrs);
     }
 }
 
@@ -308,9 +350,9 @@ impl ContextObserver for ThreadContextObserver {
         if UNOBSERVED.with(Cell::get) {
             return None;
         }
-        Some(Arc::new(PreparedRecord(ThreadContextRecord::of_context(
-            cx,
-        ))))
+        let record = ThreadContextRecord::of_context(cx);
+        let attrs = publisher::of_span(record.span_key());
+        Some(Arc::new(PreparedRecord(record, attrs)))
     }
 }
 
@@ -327,7 +369,7 @@ pub(crate) struct Suppressed {
 pub(crate) fn suppress() -> Suppressed {
     let context = Context::enter_telemetry_suppressed_scope();
     let previous = current_record();
-    publish_record(&ThreadContextRecord::SUPPRESSED);
+    publish_record(&ThreadContextRecord::SUPPRESSED, &AttrBytes::EMPTY);
     Suppressed {
         previous,
         _context: context,
@@ -339,7 +381,8 @@ impl Drop for Suppressed {
         // The context guard, dropped after this, restores the context (and
         // kspan's observer its record); this restores the record for any
         // other observer.
-        publish_record(&self.previous.unwrap_or_default());
+        let previous = self.previous.unwrap_or_default();
+        publish_record(&previous, &publisher::of_span(previous.span_key()));
     }
 }
 
@@ -403,10 +446,27 @@ pub fn register_observer() -> Result<(), ObserverTaken> {
             // The calling thread may be inside a context already: the
             // observer sees only the switches to come.
             publish_current();
+            if let Err(e) = publish_process_context() {
+                tracing::warn!(
+                    error = %e,
+                    "kspan did not publish the OTEP 4719 process context: OTEP 4947 readers \
+                     will not look for the thread records"
+                );
+            }
             Ok(())
         }
         _ => Err(ObserverTaken),
     }
+}
+
+/// Publishes the OTEP 4719 process context (or replaces this process's
+/// own): the tracer provider's resource, as a [`ContextPublisher`] in it
+/// was given it (else the SDK's default resource), and the `threadlocal.*`
+/// attributes OTEP 4947 readers look for before they read any record.
+/// [`register_observer`] and [`KspanBuilder::start`](crate::KspanBuilder::start)
+/// call it.
+pub fn publish_process_context() -> Result<(), ProcessContextError> {
+    process::publish_current(&publisher::key_map())
 }
 
 /// The calling thread's published record, as a reader would see it (`None`
@@ -689,6 +749,124 @@ mod tests {
         .unwrap();
     }
 
+    /// The calling thread's record's attributes, as `(key index, value)`.
+    fn record_attributes() -> Vec<(u8, String)> {
+        // SAFETY: reads this thread's own slot and the record's attributes,
+        // which follow it in its arena slot.
+        let data = unsafe {
+            let record = *kspan_otel_thread_ctx_slot();
+            let size = usize::from((*record).attrs_data_size);
+            std::slice::from_raw_parts(record.cast::<u8>().add(RECORD_SIZE), size).to_vec()
+        };
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at + 2 <= data.len() {
+            let len = usize::from(data[at + 1]);
+            out.push((
+                data[at],
+                String::from_utf8(data[at + 2..at + 2 + len].to_vec()).unwrap(),
+            ));
+            at += 2 + len;
+        }
+        out
+    }
+
+    #[test]
+    fn chosen_attributes_of_a_span_and_its_ancestors_reach_the_record() {
+        use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+        use opentelemetry::KeyValue;
+
+        let publisher = ContextPublisher::new()
+            .record_attributes(["test.route", "test.method"])
+            .unwrap();
+        let map = publisher.key_map();
+        let route = map.iter().position(|k| k == "test.route").unwrap() as u8;
+        let method = map.iter().position(|k| k == "test.method").unwrap() as u8;
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(publisher)
+            .build();
+        let tracer = provider.tracer("test");
+        std::thread::spawn(move || {
+            let request = tracer
+                .span_builder("GET")
+                .with_attributes([
+                    KeyValue::new("test.route", "/users/:id"),
+                    KeyValue::new("test.method", "GET"),
+                    KeyValue::new("other", "not chosen"),
+                ])
+                .start(&tracer);
+            let request_cx = Context::new().with_span(request);
+            let g = attach(request_cx.clone());
+            let mut seen = record_attributes();
+            seen.sort();
+            assert_eq!(
+                seen,
+                [(route, "/users/:id".to_owned()), (method, "GET".to_owned())]
+            );
+            {
+                // A child with a route of its own keeps the method.
+                let child = tracer
+                    .span_builder("inner")
+                    .with_attributes([KeyValue::new("test.route", "/inner")])
+                    .start_with_context(&tracer, &request_cx);
+                let _c = attach(request_cx.with_span(child));
+                let mut seen = record_attributes();
+                seen.sort();
+                assert_eq!(
+                    seen,
+                    [(route, "/inner".to_owned()), (method, "GET".to_owned())]
+                );
+            }
+            drop(g);
+            assert_eq!(current_record().unwrap().valid, 0);
+            request_cx.span().end();
+            // An ended span's attributes are forgotten.
+            let id = u64::from_be_bytes(request_cx.span().span_context().span_id().to_bytes());
+            assert_eq!(publisher::of_span(id), AttrBytes::EMPTY);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn the_process_context_is_published_once_and_replaced() {
+        publish_process_context().unwrap();
+        let header = process::published_header().expect("published");
+        let named = |maps: &str| {
+            maps.lines()
+                .filter(|l| l.contains("OTEL_CTX"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        let before = named(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        assert_eq!(before.len(), 1, "{before:?}");
+        assert!(
+            before[0].starts_with(&format!("{header:x}-")),
+            "{before:?} at {header:x}"
+        );
+        // SAFETY: the header is this process's mapping, 32 bytes.
+        let (signature, version, first) = unsafe {
+            let h = header as *const u8;
+            (
+                std::slice::from_raw_parts(h, 8).to_vec(),
+                (h.add(8) as *const u32).read(),
+                (h.add(16) as *const u64).read(),
+            )
+        };
+        assert_eq!(signature, b"OTEL_CTX");
+        assert_eq!(version, 2);
+        assert_ne!(first, 0);
+        // New keys change the payload: the same header, a later timestamp.
+        let _ = ContextPublisher::new().record_attributes(["test.replaced"]);
+        publish_process_context().unwrap();
+        assert_eq!(process::published_header(), Some(header));
+        let after = named(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        assert_eq!(after, before, "replaced, not duplicated");
+        // SAFETY: as above.
+        let second = unsafe { ((header as *const u8).add(16) as *const u64).read() };
+        assert!(second > first, "{second} after {first}");
+    }
+
     #[test]
     fn a_record_lives_where_the_kernel_can_always_read_it() {
         publish(&span(7, 7, true));
@@ -723,7 +901,10 @@ mod tests {
     fn a_record_is_unhooked_before_it_is_freed() {
         std::thread::spawn(|| {
             let record = ThreadRecord::new();
-            record.publish(&ThreadContextRecord::of(&span(5, 6, true)));
+            record.publish(
+                &ThreadContextRecord::of(&span(5, 6, true)),
+                &AttrBytes::EMPTY,
+            );
             assert_eq!(current_record().unwrap().span_id, 6u64.to_be_bytes());
             drop(record);
             assert_eq!(current_record(), None, "the slot no longer points at it");

@@ -57,6 +57,9 @@ pub enum Error {
     /// Another OpenTelemetry context observer is registered.
     #[error(transparent)]
     ContextObserver(#[from] crate::context::ObserverTaken),
+    /// The OTEP 4719 process context could not be published.
+    #[error(transparent)]
+    ProcessContext(#[from] crate::context::ProcessContextError),
     /// A builder setting kspan cannot use.
     #[error("`{setting}`: {reason}")]
     InvalidSetting {

@@ -183,14 +183,19 @@ struct kspan_thread_ctx {
 	__u16 attrs_data_size;
 };
 
+/* Bytes of OTEP 4947 `attrs-data` a slot holds after its record. */
+#define KSPAN_CTX_ATTRS 96
+
 /*
- * A thread's record as kspan's user space lays it out (32-byte slots of
- * memory of their own): the OTEP 4947 record, then the id of the thread
- * that owns the slot now (0 while free), so that a registration left over
- * from a thread that has released its slot never reads as that thread's.
+ * A thread's record as kspan's user space lays it out (128-byte slots of
+ * memory of their own): the OTEP 4947 record, its attributes (which kspan's
+ * programs never read), then the id of the thread that owns the slot now (0
+ * while free), so that a registration left over from a thread that has
+ * released its slot never reads as that thread's.
  */
 struct kspan_ctx_slot {
 	struct kspan_thread_ctx rec;
+	__u8 attrs[KSPAN_CTX_ATTRS];
 	__u32 owner_tid;
 };
 

@@ -14,7 +14,8 @@
 //! refuses, the chunk still avoids huge pages), and reused after their
 //! thread exits.
 //!
-//! A slot is 32 bytes: the 28-byte record, then the id of the thread that
+//! A slot is 128 bytes: the 28-byte record, room for its attributes (OTEP
+//! 4947's `attrs-data` follows the record), then the id of the thread that
 //! owns it (0 while free), which programs reading a registered record
 //! ([`super::registry`]) compare with the thread they run on, so that a
 //! registration that outlives its thread's use of the slot reads as no
@@ -24,25 +25,38 @@
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-use super::ThreadContextRecord;
+use super::{ThreadContextRecord, ATTRS_CAPACITY};
 
-/// Bytes per chunk: 2,048 records.
+/// Bytes per chunk: 512 records.
 const CHUNK_BYTES: usize = 64 * 1024;
 
 /// A record slot: `struct kspan_ctx_slot` of kspan.h.
 #[repr(C)]
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Slot {
     pub record: ThreadContextRecord,
+    /// The record's attributes (`record.attrs_data_size` of them).
+    pub attrs: [u8; ATTRS_CAPACITY],
     /// The thread the slot is lent to; 0 while free.
     pub owner_tid: u32,
 }
 
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            record: ThreadContextRecord::default(),
+            attrs: [0; ATTRS_CAPACITY],
+            owner_tid: 0,
+        }
+    }
+}
+
 /// Bytes per record slot.
-const SLOT_BYTES: usize = 32;
+const SLOT_BYTES: usize = 128;
 
 const _: () = assert!(std::mem::size_of::<Slot>() == SLOT_BYTES);
 const _: () = assert!(std::mem::size_of::<kspan_bpf::types::kspan_ctx_slot>() == SLOT_BYTES);
+const _: () = assert!(std::mem::offset_of!(Slot, attrs) == super::RECORD_SIZE);
 const _: () = assert!(
     std::mem::offset_of!(Slot, owner_tid)
         == std::mem::offset_of!(kspan_bpf::types::kspan_ctx_slot, owner_tid)
@@ -74,8 +88,8 @@ pub(super) fn alloc(owner_tid: u32) -> Option<NonNull<Slot>> {
     // SAFETY: the slot was free (zeroed) and is the caller's from now on.
     unsafe {
         slot.as_ptr().write(Slot {
-            record: ThreadContextRecord::default(),
             owner_tid,
+            ..Slot::default()
         })
     };
     Some(slot)

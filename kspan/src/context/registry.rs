@@ -166,7 +166,7 @@ mod tests {
     use std::sync::mpsc;
 
     use super::*;
-    use crate::context::{publish_record, ThreadContextRecord};
+    use crate::context::{publish_record, AttrBytes, ThreadContextRecord};
 
     /// Remembers what it was told.
     #[derive(Default)]
@@ -200,7 +200,7 @@ mod tests {
         let (tid_tx, tid_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let handle = std::thread::spawn(move || {
-            publish_record(&ThreadContextRecord::SUPPRESSED);
+            publish_record(&ThreadContextRecord::SUPPRESSED, &AttrBytes::EMPTY);
             // SAFETY: gettid has no preconditions.
             tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
             let _ = stop_rx.recv();

@@ -52,6 +52,7 @@ pub struct KspanBuilder {
     keep_unsampled: bool,
     thread_context: bool,
     context_observer: bool,
+    process_context: bool,
     shutdown_timeout: Duration,
     ring_buffer_bytes: u32,
     ledger: Option<ExportLedger>,
@@ -73,6 +74,7 @@ impl KspanBuilder {
             keep_unsampled: false,
             thread_context: true,
             context_observer: true,
+            process_context: true,
             shutdown_timeout: Duration::from_secs(30),
             ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
             ledger: None,
@@ -151,6 +153,19 @@ impl KspanBuilder {
     /// only from the `tracing` layers of [`crate::context`].
     pub fn context_observer(mut self, on: bool) -> Self {
         self.context_observer = on;
+        self
+    }
+
+    /// Whether [`Self::start`] publishes the OTEP 4719 process context
+    /// ([`crate::context::publish_process_context`]): the service's
+    /// resource and the `threadlocal.*` attributes that tell OTEP 4947
+    /// readers (the OpenTelemetry eBPF profiler) to read the thread
+    /// records; on by default (with [`Self::thread_context`]). `start`
+    /// fails when the process already has one that kspan did not publish
+    /// (another SDK's), since a process has one: turn this off then, and
+    /// add the `threadlocal.*` attributes to that one.
+    pub fn process_context(mut self, on: bool) -> Self {
+        self.process_context = on;
         self
     }
 
@@ -305,6 +320,9 @@ impl KspanBuilder {
         }
         if self.thread_context && self.context_observer {
             crate::context::register_observer()?;
+        }
+        if self.thread_context && self.process_context {
+            crate::context::publish_process_context()?;
         }
         let started = std::time::Instant::now();
         // Privileges first: without them, reading tracefs or loading would
