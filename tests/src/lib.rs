@@ -735,7 +735,9 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
 }
 
 /// Makes the process's global subscriber the OpenTelemetry layer (a tracer
-/// of a new provider with a simple in-memory exporter) and registers
+/// of a new provider with a simple in-memory exporter and a
+/// `ContextPublisher` copying the `task` and `i` attributes into the
+/// records) and registers
 /// kspan's context observer: what a multi-threaded application sets up, so
 /// that threads the test did not make publish their spans too (through the
 /// contexts tracing-opentelemetry attaches; no kspan layer). Once per
@@ -747,7 +749,18 @@ pub fn install_global_context_subscriber() -> (
     use opentelemetry::trace::TracerProvider as _;
     use tracing_subscriber::{filter::filter_fn, layer::SubscriberExt as _, Layer as _};
 
-    let (provider, exporter) = in_memory_provider();
+    // With record attributes on: the tests' `task` and `i` fields are in
+    // every record of their spans.
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_span_processor(
+            kspan::context::ContextPublisher::new()
+                .record_attributes(["task", "i"])
+                .expect("two keys"),
+        )
+        .with_simple_exporter(exporter.clone())
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
     // README's subscriber, as written there.
     let not_the_exporter = filter_fn(|meta| {
         !["h2", "hyper", "tonic", "tower", "opentelemetry"]

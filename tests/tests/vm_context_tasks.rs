@@ -74,6 +74,14 @@ async fn tasks_read(
                     let mut buf = [0u8; 64];
                     while f.read(&mut buf).unwrap() > 0 {
                         reads += 1;
+                        // The record carries the span's `task` attribute
+                        // (key index, length, the decimal digits).
+                        let record = kspan::context::current_record().unwrap();
+                        assert_eq!(
+                            usize::from(record.attrs_data_size),
+                            2 + i.to_string().len(),
+                            "task {i}'s record attributes"
+                        );
                         // Hand the thread to other tasks between reads: the
                         // task may come back on another worker.
                         tokio::task::yield_now().await;
