@@ -821,6 +821,7 @@ pub fn missing_capabilities(stderr: &str) -> &str {
     &stderr[start..start + len]
 }
 
+pub mod otep_reader;
 pub mod sched;
 
 /// Helpers of the latency histogram tests (`host_latency`, `vm_latency`).
