@@ -170,6 +170,15 @@ pub(crate) fn publish(payload: Vec<u8>) -> Result<(), ProcessContextError> {
     Ok(())
 }
 
+/// Whether this process has published its process context.
+pub(crate) fn is_published() -> bool {
+    PUBLISHED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|p| p.pid == std::process::id())
+}
+
 /// The address of this process's own process-context header, if published.
 #[cfg(test)]
 pub(crate) fn published_header() -> Option<usize> {

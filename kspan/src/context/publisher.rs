@@ -221,7 +221,11 @@ impl ContextPublisher {
             return Err(RecordAttributesError::EmptyKey);
         }
         let mut map = KEY_MAP.lock().unwrap_or_else(|p| p.into_inner());
-        let added = keys.iter().filter(|k| !map.contains(k)).count();
+        let added = keys
+            .iter()
+            .filter(|k| !map.contains(k))
+            .collect::<std::collections::HashSet<_>>()
+            .len();
         if map.len() + added > 256 {
             return Err(RecordAttributesError::TooManyKeys(map.len() + added));
         }
@@ -238,6 +242,12 @@ impl ContextPublisher {
             }
         }
         drop(map);
+        if added > 0 && process::is_published() {
+            // Readers refresh their key map from the process context.
+            if let Err(e) = process::publish_current(&key_map()) {
+                tracing::warn!(error = %e, "kspan did not update the process context's key map");
+            }
+        }
         if !self.keys.is_empty() {
             SPANS
                 .write()
