@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! README's service, as a new user writes it: the `Cargo.toml` lines and
 //! `src/main.rs` of "Using kspan in a service", copied into a crate of its
-//! own outside the workspace, built with a `clang` on `PATH` that fails the
+//! own outside the workspace, its `kspan = "0.1"` served by this checkout's
+//! packaged crates (`cargo package`, unpacked, in `[patch.crates-io]`),
+//! built with a `clang` on `PATH` that fails the
 //! build if anything runs it, then run on the host (syscall sources) against
 //! a real OTLP/gRPC receiver: its `read` calls arrive as children of its
 //! `load_config` span, made with the OpenTelemetry API alone; stripped, it
@@ -31,30 +33,84 @@ fn readme_block(readme: &str, name: &str) -> String {
     body[..end + 1].to_string()
 }
 
-/// A crate from README's blocks in `dir`, kspan taken from this checkout.
+/// The crates kspan publishes, in the order `cargo package` takes them.
+const PUBLISHED: [&str; 5] = [
+    "kspan-dsl",
+    "kspan-macros",
+    "kspan-bpf",
+    "kspan",
+    "kspan-build",
+];
+
+/// Packages this checkout's published crates (`cargo package`, as they
+/// would be uploaded) and unpacks each `.crate` under `dir/crates`: their
+/// directories, by crate name.
+fn packaged_crates(dir: &Path, repo: &Path) -> Vec<(String, PathBuf)> {
+    let target = dir.join("package-target");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut package = Command::new(cargo);
+    package
+        .current_dir(repo)
+        .args([
+            "package",
+            "--offline",
+            "--no-verify",
+            "--allow-dirty",
+            "--quiet",
+        ])
+        .arg("--target-dir")
+        .arg(&target);
+    for krate in PUBLISHED {
+        package.args(["-p", krate]);
+    }
+    let packaged = package.output().expect("run cargo package");
+    assert!(
+        packaged.status.success(),
+        "cargo package failed:\n{}",
+        String::from_utf8_lossy(&packaged.stderr)
+    );
+    let crates = dir.join("crates");
+    let _ = std::fs::remove_dir_all(&crates);
+    std::fs::create_dir_all(&crates).unwrap();
+    PUBLISHED
+        .iter()
+        .map(|krate| {
+            let file = target.join(format!("package/{krate}-0.1.0.crate"));
+            let unpacked = Command::new("tar")
+                .arg("xzf")
+                .arg(&file)
+                .arg("-C")
+                .arg(&crates)
+                .status()
+                .expect("run tar");
+            assert!(unpacked.success(), "cannot unpack {}", file.display());
+            (krate.to_string(), crates.join(format!("{krate}-0.1.0")))
+        })
+        .collect()
+}
+
+/// A crate from README's blocks in `dir`, its kspan crates the packaged
+/// ones of this checkout standing in for crates.io.
 fn write_crate(dir: &Path, repo: &Path) {
     let readme = std::fs::read_to_string(repo.join("README.md")).expect("README.md");
     let dependencies = readme_block(&readme, "Cargo.toml");
-    let kspan_line = dependencies
-        .lines()
-        .find(|l| l.starts_with("kspan = "))
-        .expect("README's dependencies name kspan");
-    let build_line = dependencies
-        .lines()
-        .find(|l| l.starts_with("kspan-build = "))
-        .expect("README's build-dependencies name kspan-build");
-    let dependencies = dependencies
-        .replace(
-            kspan_line,
-            &format!("kspan = {{ path = {:?} }}", repo.join("kspan")),
-        )
-        .replace(
-            build_line,
-            &format!("kspan-build = {{ path = {:?} }}", repo.join("kspan-build")),
+    for (name, line) in [
+        ("kspan", "kspan = \"0.1\""),
+        ("kspan-build", "kspan-build = \"0.1\""),
+    ] {
+        assert!(
+            dependencies.lines().any(|l| l.trim() == line),
+            "README's dependencies name {name} by version (`{line}`):\n{dependencies}"
         );
+    }
+    let mut patch =
+        String::from("\n# This checkout's packaged crates, for crates.io's.\n[patch.crates-io]\n");
+    for (name, unpacked) in packaged_crates(dir, repo) {
+        patch.push_str(&format!("{name} = {{ path = {unpacked:?} }}\n"));
+    }
     let manifest = format!(
         "[package]\nname = \"readme-app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
-         publish = false\n\n# Not a member of kspan's workspace.\n[workspace]\n\n{dependencies}"
+         publish = false\n\n# Not a member of kspan's workspace.\n[workspace]\n\n{dependencies}{patch}"
     );
     let main_rs = readme_block(&readme, "src/main.rs");
     std::fs::create_dir_all(dir.join("src/bin")).unwrap();

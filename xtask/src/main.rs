@@ -73,6 +73,7 @@ mod jaeger;
 mod kernel;
 mod others;
 mod packages;
+mod publish;
 mod relay;
 mod sched;
 mod tasks;

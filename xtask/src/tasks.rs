@@ -125,8 +125,9 @@ pub fn test(args: &[String]) -> Result<u8> {
                     "kspan-build",
                 ])
                 .env("RUSTDOCFLAGS", "-D warnings"))?;
-            Ok(String::new())
+            crate::publish::check_msrv()
         });
+        ok &= stage(&mut stages, "package", crate::publish::package);
         ok &= stage(&mut stages, "bpf object", crate::bpf::check);
         let built = stage(&mut stages, "host build", || {
             run(cargo().args(["build", "--workspace", "--all-targets"]))?;

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The crates kspan publishes: packaging them (`cargo package`, each
+//! verified by a build from its own `.crate`), and their minimum Rust
+//! version against what their dependencies declare.
+//!
+//! Only one toolchain can be installed here, so the MSRV is checked the way
+//! it can be: the workspace's `rust-version` must be at least the highest
+//! `rust-version` declared by any crate the published crates build with
+//! (normal and build dependencies, for the one target kspan supports), and
+//! clippy's `incompatible_msrv` lint (on by default) flags standard-library
+//! APIs newer than it in kspan's own code.
+
+use anyhow::{bail, Context, Result};
+
+use crate::util::{cargo, output, run};
+
+/// The crates a service's build pulls in, and the command; every other
+/// workspace member says `publish = false`.
+pub const PUBLISHED: [&str; 6] = [
+    "kspan-dsl",
+    "kspan-macros",
+    "kspan-bpf",
+    "kspan",
+    "kspan-build",
+    "kspan-cli",
+];
+
+/// The one target kspan's BPF side supports.
+const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// `cargo package` of [`PUBLISHED`], verification included.
+pub fn package() -> Result<String> {
+    let mut cmd = cargo();
+    cmd.arg("package").arg("--offline");
+    for krate in PUBLISHED {
+        cmd.args(["-p", krate]);
+    }
+    run(&mut cmd)?;
+    Ok(format!("{} crates packaged and verified", PUBLISHED.len()))
+}
+
+/// A version `a.b[.c]` as numbers.
+fn version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = v.split('.').map(str::parse::<u32>);
+    let major = parts.next()?.ok()?;
+    let minor = parts.next().unwrap_or(Ok(0)).ok()?;
+    let patch = parts.next().unwrap_or(Ok(0)).ok()?;
+    Some((major, minor, patch))
+}
+
+/// The dependency with the highest declared `rust-version` among what the
+/// published crates build with, from `cargo metadata`'s JSON: `(name,
+/// rust-version)`, and the workspace's own (the published crates').
+fn highest(metadata: &serde_json::Value) -> Result<(Option<(String, String)>, String)> {
+    let packages = metadata["packages"]
+        .as_array()
+        .context("`cargo metadata`: no packages")?;
+    let by_id: std::collections::HashMap<&str, &serde_json::Value> = packages
+        .iter()
+        .filter_map(|p| Some((p["id"].as_str()?, p)))
+        .collect();
+    let nodes: std::collections::HashMap<&str, &serde_json::Value> = metadata["resolve"]["nodes"]
+        .as_array()
+        .context("`cargo metadata`: no resolve graph")?
+        .iter()
+        .filter_map(|n| Some((n["id"].as_str()?, n)))
+        .collect();
+    let ours: Vec<&str> = packages
+        .iter()
+        .filter(|p| p["source"].is_null() && PUBLISHED.contains(&p["name"].as_str().unwrap_or("")))
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    let mut own = None;
+    for id in &ours {
+        let declared = by_id[id]["rust_version"].as_str().map(str::to_owned);
+        let Some(declared) = declared else {
+            bail!(
+                "`{}` declares no rust-version: inherit the workspace's (`rust-version.workspace = true`)",
+                by_id[id]["name"]
+            );
+        };
+        own = Some(declared);
+    }
+    let own = own.context("none of the published crates is in the workspace")?;
+    let mut seen: std::collections::HashSet<&str> = ours.iter().copied().collect();
+    let mut stack = ours.clone();
+    let mut top: Option<((u32, u32, u32), String, String)> = None;
+    while let Some(id) = stack.pop() {
+        let Some(node) = nodes.get(id) else { continue };
+        for dep in node["deps"].as_array().into_iter().flatten() {
+            let built_with = dep["dep_kinds"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|k| k["kind"].is_null() || k["kind"] == "build");
+            let Some(dep_id) = dep["pkg"].as_str() else {
+                continue;
+            };
+            if !built_with || !seen.insert(dep_id) {
+                continue;
+            }
+            stack.push(dep_id);
+            let package = by_id[dep_id];
+            if let Some(declared) = package["rust_version"].as_str() {
+                let v = version(declared).with_context(|| {
+                    format!("`{}` declares rust-version {declared:?}", package["name"])
+                })?;
+                if top.as_ref().is_none_or(|(t, _, _)| v > *t) {
+                    let name = package["name"].as_str().unwrap_or("?").to_owned();
+                    top = Some((v, name, declared.to_owned()));
+                }
+            }
+        }
+    }
+    Ok((top.map(|(_, name, v)| (name, v)), own))
+}
+
+/// Fails when a dependency of the published crates needs a newer Rust
+/// than the workspace's `rust-version` says.
+pub fn check_msrv() -> Result<String> {
+    let json = output(cargo().args([
+        "metadata",
+        "--format-version",
+        "1",
+        "--offline",
+        "--filter-platform",
+        TARGET,
+    ]))?;
+    let metadata: serde_json::Value =
+        serde_json::from_str(&json).context("cannot parse `cargo metadata` output")?;
+    let (top, own) = highest(&metadata)?;
+    let own_v = version(&own).with_context(|| format!("the workspace's rust-version {own:?}"))?;
+    match top {
+        Some((name, declared)) if version(&declared).is_some_and(|v| v > own_v) => bail!(
+            "the published crates build with `{name}`, which declares rust-version {declared}, \
+             newer than the workspace's {own}: raise `rust-version` in Cargo.toml's \
+             [workspace.package] (and README's MSRV) to {declared}, or pin an older `{name}`"
+        ),
+        Some((name, declared)) => Ok(format!(
+            "rust-version {own}; the highest a dependency declares: {name} {declared}"
+        )),
+        None => Ok(format!("rust-version {own}; no dependency declares one")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Metadata of `kspan` (rust-version `own`) depending normally on `a`
+    /// (1.80), as a dev-dependency on `b` (1.99), and as a build dependency
+    /// on `c` (`c_version`).
+    fn metadata(own: &str, c_version: &str) -> serde_json::Value {
+        serde_json::json!({
+            "packages": [
+                {"id": "k", "name": "kspan", "source": null, "rust_version": own},
+                {"id": "a", "name": "a", "source": "registry", "rust_version": "1.80"},
+                {"id": "b", "name": "b", "source": "registry", "rust_version": "1.99"},
+                {"id": "c", "name": "c", "source": "registry", "rust_version": c_version},
+            ],
+            "resolve": {"nodes": [
+                {"id": "k", "deps": [
+                    {"pkg": "a", "dep_kinds": [{"kind": null}]},
+                    {"pkg": "b", "dep_kinds": [{"kind": "dev"}]},
+                    {"pkg": "c", "dep_kinds": [{"kind": "build"}]},
+                ]},
+                {"id": "a", "deps": []}, {"id": "b", "deps": []}, {"id": "c", "deps": []},
+            ]}
+        })
+    }
+
+    #[test]
+    fn the_highest_is_of_what_the_crates_build_with_not_their_tests() {
+        let (top, own) = highest(&metadata("1.85", "1.70")).unwrap();
+        assert_eq!(own, "1.85");
+        assert_eq!(
+            top,
+            Some(("a".to_owned(), "1.80".to_owned())),
+            "b is a dev-dependency"
+        );
+        let (top, _) = highest(&metadata("1.85", "1.86.1")).unwrap();
+        assert_eq!(
+            top,
+            Some(("c".to_owned(), "1.86.1".to_owned())),
+            "build dependencies count"
+        );
+    }
+
+    #[test]
+    fn versions_compare_as_numbers() {
+        assert!(version("1.100") > version("1.85"));
+        assert_eq!(version("1.85"), Some((1, 85, 0)));
+        assert_eq!(version("x"), None);
+    }
+}
