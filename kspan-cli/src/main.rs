@@ -32,18 +32,26 @@
 //!   ends the command quietly.
 //! * **Generated code is accepted as generated.** `gen` maps kernel types to
 //!   the Rust types kspan's checker accepts (same width and signedness,
-//!   `usize`/`isize` for `size_t`/`ssize_t`, `*const u8` for pointers), and
-//!   writes what no register capture can read (structs by value, parameters
-//!   past the sixth, names a handler cannot use) as `// not captured` lines
-//!   rather than dropping it silently. The layout is rustfmt's, so pasted
-//!   code survives `cargo fmt`. `tests/generated.rs` holds pasted output and
-//!   plans it against this kernel's BTF.
+//!   `usize`/`isize` for `size_t`/`ssize_t`, `&str` for a `char *`, with
+//!   `#[capture(user)]` where BTF tags it `__user`, `*const u8` for other
+//!   pointers), and writes what no register capture can read (structs by
+//!   value, parameters past the sixth, names a handler cannot use) as
+//!   `// not captured` lines rather than dropping it silently. What it
+//!   cannot decide it advises in comments: field captures of a struct
+//!   pointer's members, each resolved as `start` resolves a path; the user
+//!   form of a `char *` where BTF has no `__user` tags; `at = "entry"` for
+//!   what a function's name says it releases. The layout is rustfmt's, so
+//!   pasted code survives `cargo fmt`. `tests/generated.rs` holds pasted
+//!   output, and probes written from its advice, and plans them against this
+//!   kernel's BTF.
 //! * **Pure code apart.** Glob matching, the type mapping and all rendering
-//!   are in [`render`], tested on hand-built signatures; this file only reads
-//!   the system and prints. Arguments are parsed by hand: three subcommands
+//!   are in [`render`], the choice of fields to suggest in [`fields`], both
+//!   tested on hand-built types; this file only reads the system and
+//!   prints. Arguments are parsed by hand: three subcommands
 //!   with a flag or two do not need a parser, and the crate depends on
 //!   `kspan` and std only.
 
+mod fields;
 mod render;
 
 use std::collections::HashSet;
@@ -69,7 +77,8 @@ Usage:
                                    signatures (--all: also those it will not, with the reason)
   kspan list --syscalls [PATTERN]  system calls usable as syscall sources, with their arguments
   kspan gen FUNCTION [--mode MODE] [--params NAMES]
-                                   a #[kspan::kernel_span] handler for a kernel function
+                                   a #[kspan::kernel_span] handler for a kernel function, with
+                                   advice in comments (struct fields to capture, at = \"entry\")
   kspan gen --syscall NAME         a handler for a system call (its tracepoints)
   kspan help                       this text (also -h, --help)
   kspan --version
@@ -652,7 +661,39 @@ fn generate_function(name: &str, mode: Mode, params: &[String]) -> Outcome {
              callee instead (`kspan list '{name}*'` lists the functions it traces)"
         )));
     }
-    print(&render::render_handler(&sig, Target::Function(mode)))
+    let hints = type_hints(&btf, &sig);
+    print(&render::render_handler(
+        &sig,
+        Target::Function(mode),
+        &hints,
+    ))
+}
+
+/// What `gen` tells of `sig`'s types besides their names: whether this BTF
+/// marks user pointers, and the field captures suggested for each struct
+/// pointer, each one resolved as `Kspan::start` resolves a path (so only
+/// paths the library accepts are printed).
+fn type_hints(btf: &Btf, sig: &kspan::kernel::btf::FuncSignature) -> render::TypeHints {
+    use kspan::plan::fieldpath;
+    let resolves = |path: &str| {
+        fieldpath::parse(path).is_ok_and(|p| fieldpath::resolve(btf, &sig.name, &p).is_ok())
+    };
+    render::TypeHints {
+        user_tags: btf.has_user_tags(),
+        fields: sig
+            .params
+            .iter()
+            .take(render::MAX_ARGS)
+            .map(|(name, t)| {
+                let fields: Vec<_> = fields::field_captures(btf, name, t)
+                    .into_iter()
+                    .filter(|f| resolves(&f.path))
+                    .collect();
+                (name.clone(), fields)
+            })
+            .filter(|(_, fields)| !fields.is_empty())
+            .collect(),
+    }
 }
 
 fn generate_syscall(name: &str) -> Outcome {
@@ -702,7 +743,10 @@ fn generate_syscall(name: &str) -> Outcome {
             path.display()
         ))
     })?;
-    print(&render::render_handler(&sig, Target::Syscall))
+    // Field paths are not supported on syscall sources, and their `char`
+    // pointers are user strings whatever BTF says.
+    let hints = render::TypeHints::default();
+    print(&render::render_handler(&sig, Target::Syscall, &hints))
 }
 
 // ---------------------------------------------------------------- sources

@@ -227,6 +227,185 @@ pub fn c_signature(sig: &FuncSignature) -> String {
     )
 }
 
+/// Whether `t` is spelled `char *` or `const char *`: a C string (plain
+/// `char`, not `u8` or `unsigned char`, which are as often bytes; a typedef
+/// of a `char *` keeps its own name and is not one either).
+fn is_char_pointer(t: &KernelType) -> bool {
+    t.class == TypeClass::Pointer
+        && t.points_to_char
+        && t.c_name
+            .trim_end()
+            .strip_suffix('*')
+            .is_some_and(|pointee| unqualified(pointee) == "char")
+}
+
+/// Largest array suggested as `[u8; N]`: bigger ones take much of a
+/// call's 1024 bytes of strings and buffers.
+pub const MAX_ARRAY_BYTES: u32 = 64;
+
+/// A member of a parameter's struct suggested as a field-path capture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldCapture {
+    /// The path from the parameter, as the DSL spells it
+    /// (`file->f_path.dentry->d_name.name`).
+    pub path: String,
+    /// The last member's name, which names the capture unless taken.
+    pub member: String,
+    /// The member's type.
+    pub ty: KernelType,
+}
+
+/// The Rust type that captures a struct member of type `t` by a field
+/// path: `&str` for a `char *` (of any one-byte integer: it is read up to
+/// its NUL) or a `char` array, `[u8; N]` for another array of `N` bytes (1
+/// to [`MAX_ARRAY_BYTES`]), the register type ([`rust_type`]) for an
+/// integer, enum or `bool`; `None` for anything else (other pointers are
+/// addresses, structs are reached by a longer path).
+pub fn field_type(t: &KernelType) -> Option<String> {
+    match t.class {
+        TypeClass::Pointer => t.points_to_char.then(|| "&str".to_owned()),
+        TypeClass::Array {
+            elem_bytes, len, ..
+        } => {
+            let elem = t.c_name.split('[').next().unwrap_or_default();
+            if len > 0 && unqualified(elem) == "char" {
+                Some("&str".to_owned())
+            } else {
+                let bytes = elem_bytes.checked_mul(len)?;
+                (1..=MAX_ARRAY_BYTES)
+                    .contains(&bytes)
+                    .then(|| format!("[u8; {bytes}]"))
+            }
+        }
+        TypeClass::Int { .. } | TypeClass::Enum { .. } | TypeClass::Bool => {
+            rust_type(t, false).ok().map(str::to_owned)
+        }
+        _ => None,
+    }
+}
+
+/// What `gen` knows of a signature's types beyond the signature, from the
+/// rest of the kernel's BTF.
+#[derive(Debug, Clone, Default)]
+pub struct TypeHints {
+    /// Whether the kernel's BTF has `user` type tags (`__user`): without
+    /// them, a `char *` may be user memory and nothing says so.
+    pub user_tags: bool,
+    /// The field captures suggested for each parameter, by name.
+    pub fields: Vec<(String, Vec<FieldCapture>)>,
+}
+
+/// Words in a function's name that say it releases what it is given.
+const RELEASE_WORDS: [&str; 6] = ["free", "put", "release", "destroy", "unlink", "close"];
+
+/// Words that contain one of [`RELEASE_WORDS`] and mean something else.
+const NOT_RELEASE: [&str; 6] = ["input", "output", "throughput", "puts", "putc", "putchar"];
+
+/// The word of [`RELEASE_WORDS`] that function `name` has, at the start or
+/// end of one of its `_`-separated words (`kfree`, `putname`, `filp_close`,
+/// `vfs_unlink`; not `input_event` or `freeze_super`).
+pub fn release_word(name: &str) -> Option<&'static str> {
+    name.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !NOT_RELEASE.contains(w) && !w.starts_with("freez"))
+        .find_map(|w| {
+            RELEASE_WORDS
+                .into_iter()
+                .find(|r| w.starts_with(r) || w.ends_with(r))
+        })
+}
+
+/// The struct or union tag of a pointer type's C name (`filename` for
+/// `struct filename *`).
+fn pointee_tag(c_name: &str) -> Option<&str> {
+    let pointee = unqualified(c_name.trim_end().strip_suffix('*')?).trim_end();
+    pointee
+        .strip_prefix("struct ")
+        .or_else(|| pointee.strip_prefix("union "))
+}
+
+/// The parameters (indices into `sig.params`) whose memory `sig` may
+/// release, by its name ([`release_word`]): among its named pointer
+/// parameters that a probe can capture, those whose name or struct tag is
+/// in the function's name (`filp` of `filp_close`, `name` of `putname`),
+/// else all of them (`object` of `kfree`; `vfs_unlink`'s four).
+pub fn released_params(sig: &FuncSignature) -> Vec<usize> {
+    if release_word(&sig.name).is_none() {
+        return Vec::new();
+    }
+    let pointers: Vec<usize> = sig
+        .params
+        .iter()
+        .enumerate()
+        .take(MAX_ARGS)
+        .filter(|(_, (name, t))| t.class == TypeClass::Pointer && rust_ident(name).is_ok())
+        .map(|(i, _)| i)
+        .collect();
+    let mentioned = |word: &str| word.len() >= 3 && sig.name.contains(word);
+    let named: Vec<usize> = pointers
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let (name, t) = &sig.params[i];
+            mentioned(name) || pointee_tag(&t.c_name).is_some_and(mentioned)
+        })
+        .collect();
+    if named.is_empty() {
+        pointers
+    } else {
+        named
+    }
+}
+
+/// `name` as a free capture name: lowercase, with no `__` after its
+/// leading underscores (the `non_snake_case` lint's rules).
+fn snake(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    let lead = lower.len() - lower.trim_start_matches('_').len();
+    let mut out = lower[..lead].to_owned();
+    for c in lower[lead..].chars() {
+        if c == '_' && out.len() > lead && out.ends_with('_') {
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A Rust name for a field capture of `param`: the member's, else
+/// `param_member`, else numbered; one of `taken` never, and added to it.
+fn capture_name(member: &str, param: &str, taken: &mut Vec<String>) -> Option<String> {
+    let member = snake(member);
+    let both = snake(&format!("{param}_{member}"));
+    let numbered = (2..10).map(|n| format!("{both}_{n}"));
+    let name = [member, both.clone()]
+        .into_iter()
+        .chain(numbered)
+        .find(|n| rust_ident(n).is_ok() && is_snake_case(n) && !taken.iter().any(|t| t == n))?;
+    taken.push(name.clone());
+    rust_ident(&name).ok()
+}
+
+/// `#[capture(a, b)] ` for the options, or nothing without options.
+fn capture_attribute(options: &[String]) -> String {
+    if options.is_empty() {
+        String::new()
+    } else {
+        format!("#[capture({})] ", options.join(", "))
+    }
+}
+
+/// The `at = "entry"` option, as the DSL spells it.
+const AT_ENTRY: &str = "at = \"entry\"";
+
+/// `a`, `a` and `b`, `a`, `b` and `c`.
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
 /// What a generated handler attaches to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -249,16 +428,46 @@ struct HandlerParam {
 
 /// A ready-to-paste handler for `sig`: a doc line with the C signature, a
 /// `// not captured: ...` line per kernel parameter (or return value) that
-/// no register capture can read, the attribute, and an empty function whose
-/// parameters capture everything else (the first [`MAX_ARGS`] parameters at
-/// most) and the return value when the mode has one.
+/// no register capture can read, comment lines of advice (below), the
+/// attribute, and an empty function whose parameters capture everything
+/// else (the first [`MAX_ARGS`] parameters at most) and the return value
+/// when the mode has one.
+///
+/// Parameters are typed as the capture checker accepts them: integers of
+/// the same width and signedness, `&str` for a `char *` of a kernel
+/// function (`#[capture(user)]` when BTF marks it `__user`; a syscall
+/// source's `char` pointers are always user strings), `*const u8` for
+/// other pointers. The advice, each a `//` line:
+///
+/// * `at entry:` when the function's name says it releases a parameter
+///   ([`released_params`]) and the mode reads at exit: what it points to
+///   is read with `at = "entry"`, which its `&str` and suggested captures
+///   then carry;
+/// * for a `char *` where BTF has no `user` tags ([`TypeHints::user_tags`]):
+///   the `#[capture(user)]` form to write if it is user memory;
+/// * for a pointer to a struct: the field captures of
+///   [`TypeHints::fields`], each a line to paste into the parameter list
+///   (`#[capture(path = "how->flags")] flags: u64,`), named after the
+///   member unless a parameter or another suggestion has that name.
 ///
 /// The layout is rustfmt's, so the text is stable under `cargo fmt`: one
 /// line when it fits in [`MAX_WIDTH`] columns, else one parameter a line
-/// with its C type in an aligned trailing comment.
-pub fn render_handler(sig: &FuncSignature, target: Target) -> String {
+/// with its C type in an aligned trailing comment. Comment lines are left
+/// as long as they are, as rustfmt leaves them.
+pub fn render_handler(sig: &FuncSignature, target: Target, hints: &TypeHints) -> String {
+    let reads_at_exit = match target {
+        Target::Function(mode) => mode.has_return(),
+        Target::Syscall => false,
+    };
+    let released: Vec<usize> = if reads_at_exit {
+        released_params(sig)
+    } else {
+        Vec::new()
+    };
     let mut skipped: Vec<String> = Vec::new();
     let mut params: Vec<HandlerParam> = Vec::new();
+    // (parameter, its notes), in the parameters' order.
+    let mut notes: Vec<(usize, String)> = Vec::new();
     for (i, (name, t)) in sig.params.iter().enumerate() {
         let c_type = t.c_name.trim_end().to_owned();
         let display = if name.is_empty() {
@@ -301,6 +510,31 @@ pub fn render_handler(sig: &FuncSignature, target: Target) -> String {
             (Target::Syscall, TypeClass::Pointer) if t.points_to_char => {
                 format!("#[capture(user)] {ident}: &str")
             }
+            (Target::Function(_), TypeClass::Pointer) if is_char_pointer(t) => {
+                let entry = released.contains(&i);
+                let mut options: Vec<String> = Vec::new();
+                if t.is_user_pointer {
+                    options.push("user".to_owned());
+                } else if !hints.user_tags {
+                    let mut user = vec!["user".to_owned()];
+                    if entry {
+                        user.push(AT_ENTRY.to_owned());
+                    }
+                    notes.push((
+                        i,
+                        format!(
+                            "// `{name}` is read as a kernel string; this kernel's BTF has no \
+                             `__user` tags to tell, so if it is `__user` in the kernel's \
+                             source, write `{}{ident}: &str`\n",
+                            capture_attribute(&user)
+                        ),
+                    ));
+                }
+                if entry {
+                    options.push(AT_ENTRY.to_owned());
+                }
+                format!("{}{ident}: &str", capture_attribute(&options))
+            }
             _ => match rust_type(t, false) {
                 Ok(ty) => format!("{ident}: {ty}"),
                 Err(why) => {
@@ -335,6 +569,53 @@ pub fn render_handler(sig: &FuncSignature, target: Target) -> String {
             Err(why) => skipped.push(format!("ret ({why})")),
         }
     }
+    let handler = unshadowed_name(&sig.name, &params);
+
+    // Field captures: free names, none a parameter's (captured or not),
+    // `ret`, `span`, the handler's or another suggestion's.
+    let mut taken: Vec<String> = sig.params.iter().map(|(n, _)| n.clone()).collect();
+    taken.extend(["ret".to_owned(), "span".to_owned(), handler.clone()]);
+    let mut suggested_at_entry = false;
+    if matches!(target, Target::Function(_)) {
+        for (i, (name, t)) in sig.params.iter().enumerate() {
+            if !params.iter().any(|p| &p.name == name) {
+                continue;
+            }
+            let Some((_, fields)) = hints.fields.iter().find(|(p, _)| p == name) else {
+                continue;
+            };
+            let entry = released.contains(&i);
+            let lines: Vec<String> = fields
+                .iter()
+                .filter_map(|f| {
+                    let ty = field_type(&f.ty)?;
+                    let capture = capture_name(&f.member, name, &mut taken)?;
+                    let mut options = vec![format!("path = \"{}\"", f.path)];
+                    if f.ty.class == TypeClass::Pointer && f.ty.is_user_pointer {
+                        options.push("user".to_owned());
+                    }
+                    if entry {
+                        options.push(AT_ENTRY.to_owned());
+                    }
+                    Some(format!(
+                        "//     {}{capture}: {ty},\n",
+                        capture_attribute(&options)
+                    ))
+                })
+                .collect();
+            if lines.is_empty() {
+                continue;
+            }
+            suggested_at_entry |= entry;
+            let mut text = format!(
+                "// `{name}` ({}): fields to capture, for the parameter list:\n",
+                t.c_name.trim_end()
+            );
+            text.extend(lines);
+            notes.push((i, text));
+        }
+    }
+    notes.sort_by_key(|(i, _)| *i);
 
     let attribute = attribute(&match target {
         Target::Syscall => vec![format!("syscall = \"{}\"", sig.name)],
@@ -359,16 +640,32 @@ pub fn render_handler(sig: &FuncSignature, target: Target) -> String {
         out.push_str(s);
         out.push('\n');
     }
+    if let Some(word) = release_word(&sig.name).filter(|_| !released.is_empty()) {
+        let names: Vec<String> = released
+            .iter()
+            .map(|&i| format!("`{}`", sig.params[i].0))
+            .collect();
+        let below =
+            suggested_at_entry || released.iter().any(|&i| is_char_pointer(&sig.params[i].1));
+        out.push_str(&format!(
+            "// at entry: `{}` may release what {} {} to (\"{word}\" in its name), which may be \
+             invalid at exit: read it with `{AT_ENTRY}`{}\n",
+            sig.name,
+            and_list(&names),
+            if names.len() == 1 { "points" } else { "point" },
+            if below { ", as below" } else { "" }
+        ));
+    }
+    for (_, note) in &notes {
+        out.push_str(note);
+    }
     out.push_str(&attribute);
     if params.iter().any(|p| !is_snake_case(&p.name)) {
         // Kernel names such as `windowBits` or `skb__nullable` are kept: the
         // macro matches them to the kernel's parameters.
         out.push_str("#[allow(non_snake_case)]\n");
     }
-    out.push_str(&function_item(
-        &unshadowed_name(&sig.name, &params),
-        &params,
-    ));
+    out.push_str(&function_item(&handler, &params));
     out
 }
 
@@ -511,6 +808,18 @@ mod tests {
         }
     }
 
+    /// `render_handler` where BTF has `user` tags and no struct is known.
+    fn render(sig: &FuncSignature, target: Target) -> String {
+        render_handler(
+            sig,
+            target,
+            &TypeHints {
+                user_tags: true,
+                fields: Vec::new(),
+            },
+        )
+    }
+
     fn vfs_read() -> FuncSignature {
         sig(
             "vfs_read",
@@ -585,7 +894,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            render_handler(&s, Target::Function(Mode::Fentry)),
+            render(&s, Target::Function(Mode::Fentry)),
             "/// int zlib_inflateInit2(z_streamp strm, int windowBits)\n\
              #[kspan::kernel_span(\"zlib_inflateInit2\", mode = \"fentry\")]\n\
              #[allow(non_snake_case)]\n\
@@ -688,10 +997,10 @@ mod tests {
     #[test]
     fn renders_the_vfs_read_handler() {
         assert_eq!(
-            render_handler(&vfs_read(), Target::Function(Mode::Auto)),
+            render(&vfs_read(), Target::Function(Mode::Auto)),
             "/// ssize_t vfs_read(struct file *file, char *buf, size_t count, loff_t *pos)\n\
              #[kspan::kernel_span(\"vfs_read\")]\n\
-             fn vfs_read(file: *const u8, buf: *const u8, count: usize, pos: *const u8, ret: isize) {}\n"
+             fn vfs_read(file: *const u8, buf: &str, count: usize, pos: *const u8, ret: isize) {}\n"
         );
     }
 
@@ -703,7 +1012,7 @@ mod tests {
             (Mode::Fentry, false),
             (Mode::Kprobe, false),
         ] {
-            let text = render_handler(&vfs_read(), Target::Function(mode));
+            let text = render(&vfs_read(), Target::Function(mode));
             assert!(
                 text.contains(&format!(
                     "#[kspan::kernel_span(\"vfs_read\", mode = \"{mode}\")]"
@@ -717,7 +1026,7 @@ mod tests {
             ty("void", TypeClass::Void),
             &[("objp", ptr("const void *"))],
         );
-        assert!(render_handler(&void, Target::Function(Mode::Auto))
+        assert!(render(&void, Target::Function(Mode::Auto))
             .ends_with("#[kspan::kernel_span(\"kfree\")]\nfn kfree(objp: *const u8) {}\n"));
     }
 
@@ -728,7 +1037,7 @@ mod tests {
             int("int", 4, true),
             &[("type", int("int", 4, true)), ("ref", ptr("void *"))],
         );
-        assert!(render_handler(&s, Target::Function(Mode::Fentry))
+        assert!(render(&s, Target::Function(Mode::Fentry))
             .contains("fn f(r#type: i32, r#ref: *const u8) {}"));
     }
 
@@ -758,7 +1067,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            render_handler(&s, Target::Function(Mode::Auto)),
+            render(&s, Target::Function(Mode::Auto)),
             "/// pte_t f(struct foo foo, struct s *self, int ret, int, bool flag, enum k kind, \
              long int seventh, void *eighth)\n\
              // not captured: foo (struct foo, passed by value)\n\
@@ -786,7 +1095,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            render_handler(&s, Target::Syscall),
+            render(&s, Target::Syscall),
             "/// long openat(int dfd, const char *filename, int flags, umode_t mode)\n\
              #[kspan::kernel_span(syscall = \"openat\")]\n\
              fn openat(dfd: i32, #[capture(user)] filename: &str, flags: i32, mode: u16, ret: i64) {}\n"
@@ -801,7 +1110,7 @@ mod tests {
                 ("addr", ptr("struct sockaddr *")),
             ],
         );
-        assert!(render_handler(&socket, Target::Syscall).contains(
+        assert!(render(&socket, Target::Syscall).contains(
             "fn socket(family: i32, r#type: i32, protocol: i32, addr: *const u8, ret: i64) {}"
         ));
     }
@@ -895,5 +1204,386 @@ mod tests {
         assert!(parse_mode("syscall").unwrap_err().contains("--syscall"));
         let err = parse_mode("fexti").unwrap_err();
         assert!(err.contains("`fexti`") && err.contains("`fexit`"), "{err}");
+    }
+
+    fn user_char_ptr(c_name: &str) -> KernelType {
+        KernelType {
+            is_user_pointer: true,
+            ..char_ptr(c_name)
+        }
+    }
+
+    #[test]
+    fn char_pointers_are_strings() {
+        let s = sig(
+            "f",
+            int("int", 4, true),
+            &[
+                ("name", char_ptr("const char *")),
+                ("ubuf", user_char_ptr("char *")),
+                ("data", char_ptr("u8 *")),
+                ("raw", char_ptr("const unsigned char *")),
+            ],
+        );
+        assert_eq!(
+            render(&s, Target::Function(Mode::Auto)),
+            "/// int f(const char *name, char *ubuf, u8 *data, const unsigned char *raw)\n\
+             #[kspan::kernel_span(\"f\")]\n\
+             fn f(name: &str, #[capture(user)] ubuf: &str, data: *const u8, raw: *const u8, ret: i32) {}\n"
+        );
+        // Where BTF has no `user` tags, the user form is written out.
+        let untagged = render_handler(
+            &sig(
+                "getname",
+                ptr("struct filename *"),
+                &[("filename", char_ptr("const char *"))],
+            ),
+            Target::Function(Mode::Fentry),
+            &TypeHints::default(),
+        );
+        assert_eq!(
+            untagged,
+            "/// struct filename *getname(const char *filename)\n\
+             // `filename` is read as a kernel string; this kernel's BTF has no `__user` tags to \
+             tell, so if it is `__user` in the kernel's source, write \
+             `#[capture(user)] filename: &str`\n\
+             #[kspan::kernel_span(\"getname\", mode = \"fentry\")]\n\
+             fn getname(filename: &str) {}\n"
+        );
+        // A syscall source's strings are user strings, without a note.
+        assert!(render_handler(
+            &sig(
+                "unlink",
+                int("long", 8, true),
+                &[("pathname", char_ptr("const char *"))]
+            ),
+            Target::Syscall,
+            &TypeHints::default(),
+        )
+        .contains("\nfn unlink(#[capture(user)] pathname: &str, ret: i64) {}\n"));
+    }
+
+    #[test]
+    fn member_types() {
+        let array = |c: &str, elem_bytes, len, elem_is_char| {
+            ty(
+                c,
+                TypeClass::Array {
+                    elem_bytes,
+                    len,
+                    elem_is_char,
+                },
+            )
+        };
+        let cases = [
+            (array("char[16]", 1, 16, true), Some("&str")),
+            (array("const char[32]", 1, 32, true), Some("&str")),
+            (array("unsigned char[6]", 1, 6, true), Some("[u8; 6]")),
+            (array("u32[4]", 4, 4, false), Some("[u8; 16]")),
+            (array("u8[64]", 1, 64, true), Some("[u8; 64]")),
+            (array("u8[65]", 1, 65, true), None),
+            (array("char[0]", 1, 0, true), None),
+            (array("u8[0]", 1, 0, true), None),
+            (char_ptr("const unsigned char *"), Some("&str")),
+            (ptr("struct dentry *"), None),
+            (int("unsigned int", 4, false), Some("u32")),
+            (ty("bool", TypeClass::Bool), Some("bool")),
+            (ty("struct qstr", TypeClass::Aggregate), None),
+        ];
+        for (t, want) in cases {
+            assert_eq!(field_type(&t).as_deref(), want, "{}", t.c_name);
+        }
+    }
+
+    #[test]
+    fn release_words() {
+        for (name, word) in [
+            ("kfree", "free"),
+            ("kmem_cache_free", "free"),
+            ("putname", "put"),
+            ("fput", "put"),
+            ("kobject_put", "put"),
+            ("sock_release", "release"),
+            ("kmem_cache_destroy", "destroy"),
+            ("vfs_unlink", "unlink"),
+            ("do_unlinkat", "unlink"),
+            ("filp_close", "close"),
+            ("__fput.cold", "put"),
+        ] {
+            assert_eq!(release_word(name), Some(word), "{name}");
+        }
+        for name in [
+            "vfs_read",
+            "input_event",
+            "seq_puts",
+            "seq_putc",
+            "freeze_super",
+            "compute_score",
+            "do_sys_openat2",
+        ] {
+            assert_eq!(release_word(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn what_a_function_releases() {
+        let released = |name: &str, params: &[(&str, KernelType)]| {
+            let s = sig(name, int("int", 4, true), params);
+            released_params(&s)
+                .into_iter()
+                .map(|i| s.params[i].0.clone())
+                .collect::<Vec<_>>()
+        };
+        // By name or struct tag in the function's name.
+        assert_eq!(
+            released(
+                "filp_close",
+                &[("filp", ptr("struct file *")), ("id", ptr("fl_owner_t"))]
+            ),
+            ["filp"]
+        );
+        assert_eq!(
+            released(
+                "kobject_put",
+                &[("kobj", ptr("struct kobject *")), ("x", ptr("void *"))]
+            ),
+            ["kobj"]
+        );
+        // Else every pointer that can be captured.
+        assert_eq!(
+            released("kfree", &[("object", ptr("const void *"))]),
+            ["object"]
+        );
+        assert_eq!(
+            released(
+                "do_unlinkat",
+                &[
+                    ("dfd", int("int", 4, true)),
+                    ("name", ptr("struct filename *"))
+                ]
+            ),
+            ["name"]
+        );
+        assert_eq!(
+            released(
+                "vfs_unlink",
+                &[
+                    ("idmap", ptr("struct mnt_idmap *")),
+                    ("dir", ptr("struct inode *")),
+                    ("dentry", ptr("struct dentry *")),
+                ]
+            ),
+            ["idmap", "dir", "dentry"]
+        );
+        assert!(released("vfs_read", &[("file", ptr("struct file *"))]).is_empty());
+    }
+
+    fn field(path: &str, t: KernelType) -> FieldCapture {
+        FieldCapture {
+            member: path.rsplit(['.', '>']).next().unwrap().to_owned(),
+            path: path.to_owned(),
+            ty: t,
+        }
+    }
+
+    fn file_fields(param: &str) -> (String, Vec<FieldCapture>) {
+        (
+            param.to_owned(),
+            vec![
+                field(
+                    &format!("{param}->f_path.dentry->d_name.name"),
+                    char_ptr("const unsigned char *"),
+                ),
+                field(&format!("{param}->f_mode"), int("fmode_t", 4, false)),
+                field(&format!("{param}->f_flags"), int("unsigned int", 4, false)),
+            ],
+        )
+    }
+
+    #[test]
+    fn struct_pointers_get_field_suggestions() {
+        let hints = TypeHints {
+            user_tags: true,
+            fields: vec![file_fields("file")],
+        };
+        assert_eq!(
+            render_handler(&vfs_read(), Target::Function(Mode::Auto), &hints),
+            "/// ssize_t vfs_read(struct file *file, char *buf, size_t count, loff_t *pos)\n\
+             // `file` (struct file *): fields to capture, for the parameter list:\n\
+             //     #[capture(path = \"file->f_path.dentry->d_name.name\")] name: &str,\n\
+             //     #[capture(path = \"file->f_mode\")] f_mode: u32,\n\
+             //     #[capture(path = \"file->f_flags\")] f_flags: u32,\n\
+             #[kspan::kernel_span(\"vfs_read\")]\n\
+             fn vfs_read(file: *const u8, buf: &str, count: usize, pos: *const u8, ret: isize) {}\n"
+        );
+        // No field paths on syscall sources.
+        assert!(!render_handler(&vfs_read(), Target::Syscall, &hints).contains("path ="));
+    }
+
+    #[test]
+    fn suggested_names_are_free() {
+        // `name` and `count` are parameters, `f_mode` taken by the first
+        // suggestion; `type` is a keyword.
+        let s = sig(
+            "f",
+            int("int", 4, true),
+            &[
+                ("name", ptr("struct filename *")),
+                ("count", int("int", 4, true)),
+                ("other", ptr("struct file *")),
+            ],
+        );
+        let hints = TypeHints {
+            user_tags: true,
+            fields: vec![
+                (
+                    "name".to_owned(),
+                    vec![
+                        field("name->name", char_ptr("const char *")),
+                        field("name->uptr", user_char_ptr("const char *")),
+                        field("name->count", int("int", 4, true)),
+                    ],
+                ),
+                (
+                    "other".to_owned(),
+                    vec![
+                        field("other->f_mode", int("fmode_t", 4, false)),
+                        field("other->f_mode", int("fmode_t", 4, false)),
+                        field("other->type", int("int", 4, true)),
+                        field("other->dentry", ptr("struct dentry *")),
+                    ],
+                ),
+            ],
+        };
+        assert_eq!(snake("Skc__Dport"), "skc_dport");
+        assert_eq!(snake("__state"), "__state");
+        let text = render_handler(&s, Target::Function(Mode::Auto), &hints);
+        assert!(
+            text.contains(
+                "// `name` (struct filename *): fields to capture, for the parameter list:\n\
+                 //     #[capture(path = \"name->name\")] name_name: &str,\n\
+                 //     #[capture(path = \"name->uptr\", user)] uptr: &str,\n\
+                 //     #[capture(path = \"name->count\")] name_count: i32,\n\
+                 // `other` (struct file *): fields to capture, for the parameter list:\n\
+                 //     #[capture(path = \"other->f_mode\")] f_mode: u32,\n\
+                 //     #[capture(path = \"other->f_mode\")] other_f_mode: u32,\n\
+                 //     #[capture(path = \"other->type\")] r#type: i32,\n\
+                 #[kspan::kernel_span(\"f\")]\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn released_memory_is_read_at_entry() {
+        let close = sig(
+            "filp_close",
+            int("int", 4, true),
+            &[("filp", ptr("struct file *")), ("id", ptr("fl_owner_t"))],
+        );
+        let hints = TypeHints {
+            user_tags: true,
+            fields: vec![file_fields("filp")],
+        };
+        assert_eq!(
+            render_handler(&close, Target::Function(Mode::Auto), &hints),
+            "/// int filp_close(struct file *filp, fl_owner_t id)\n\
+             // at entry: `filp_close` may release what `filp` points to (\"close\" in its name), \
+             which may be invalid at exit: read it with `at = \"entry\"`, as below\n\
+             // `filp` (struct file *): fields to capture, for the parameter list:\n\
+             //     #[capture(path = \"filp->f_path.dentry->d_name.name\", at = \"entry\")] name: &str,\n\
+             //     #[capture(path = \"filp->f_mode\", at = \"entry\")] f_mode: u32,\n\
+             //     #[capture(path = \"filp->f_flags\", at = \"entry\")] f_flags: u32,\n\
+             #[kspan::kernel_span(\"filp_close\")]\n\
+             fn filp_close(filp: *const u8, id: *const u8, ret: i32) {}\n"
+        );
+        // An instant reads everything at entry: no hint, no `at` (which
+        // the macro refuses there).
+        for mode in [Mode::Fentry, Mode::Kprobe] {
+            let text = render_handler(&close, Target::Function(mode), &hints);
+            assert!(
+                !text.contains("at entry") && !text.contains("at ="),
+                "{text}"
+            );
+            assert!(text.contains("#[capture(path = \"filp->f_mode\")] f_mode: u32,"));
+        }
+        // Nothing below to carry it; several pointers.
+        let kfree = sig(
+            "kfree",
+            ty("void", TypeClass::Void),
+            &[("object", ptr("const void *"))],
+        );
+        assert!(render(&kfree, Target::Function(Mode::Fexit)).contains(
+            "// at entry: `kfree` may release what `object` points to (\"free\" in its name), \
+             which may be invalid at exit: read it with `at = \"entry\"`\n"
+        ));
+        let unlink = sig(
+            "vfs_unlink",
+            int("int", 4, true),
+            &[
+                ("dir", ptr("struct inode *")),
+                ("dentry", ptr("struct dentry *")),
+            ],
+        );
+        assert!(render(&unlink, Target::Function(Mode::Kretprobe)).contains(
+            "// at entry: `vfs_unlink` may release what `dir` and `dentry` point to (\"unlink\" \
+             in its name), which may be invalid at exit: read it with `at = \"entry\"`\n"
+        ));
+        // A released string is read at entry in the signature itself.
+        let strings = sig(
+            "kfree_name",
+            ty("void", TypeClass::Void),
+            &[("name", char_ptr("char *"))],
+        );
+        assert!(render(&strings, Target::Function(Mode::Auto)).ends_with(
+            "read it with `at = \"entry\"`, as below\n\
+             #[kspan::kernel_span(\"kfree_name\")]\n\
+             fn kfree_name(#[capture(at = \"entry\")] name: &str) {}\n"
+        ));
+        let untagged = render_handler(
+            &strings,
+            Target::Function(Mode::Auto),
+            &TypeHints::default(),
+        );
+        assert!(untagged.contains("write `#[capture(user, at = \"entry\")] name: &str`"));
+        let user = sig(
+            "kfree_name",
+            ty("void", TypeClass::Void),
+            &[("name", user_char_ptr("char *"))],
+        );
+        assert!(render(&user, Target::Function(Mode::Auto))
+            .contains("fn kfree_name(#[capture(user, at = \"entry\")] name: &str) {}"));
+    }
+
+    /// The suggestions of hand-made type data, rendered.
+    #[test]
+    fn suggestions_from_type_data() {
+        use crate::fields::Types;
+        let (types, ids) = crate::fields::tests::kernel();
+        let file = types.kernel_type(ids["struct file *"]);
+        let s = sig(
+            "fput",
+            ty("void", TypeClass::Void),
+            &[("file", file.clone())],
+        );
+        let hints = TypeHints {
+            user_tags: false,
+            fields: vec![(
+                "file".to_owned(),
+                crate::fields::field_captures(&types, "file", &file),
+            )],
+        };
+        assert_eq!(
+            render_handler(&s, Target::Function(Mode::Auto), &hints),
+            "/// void fput(struct file *file)\n\
+             // at entry: `fput` may release what `file` points to (\"put\" in its name), \
+             which may be invalid at exit: read it with `at = \"entry\"`, as below\n\
+             // `file` (struct file *): fields to capture, for the parameter list:\n\
+             //     #[capture(path = \"file->f_path.dentry->d_name.name\", at = \"entry\")] name: &str,\n\
+             //     #[capture(path = \"file->f_mode\", at = \"entry\")] f_mode: u32,\n\
+             //     #[capture(path = \"file->f_flags\", at = \"entry\")] f_flags: u32,\n\
+             #[kspan::kernel_span(\"fput\")]\n\
+             fn fput(file: *const u8) {}\n"
+        );
     }
 }

@@ -83,15 +83,150 @@ fn no_match_suggests_close_names() {
     );
 }
 
+/// The kernel's BTF, which these tests need: without it they fail, saying
+/// so, rather than pass having checked nothing.
+fn host_btf() -> kspan::kernel::btf::Btf {
+    kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap_or_else(|e| {
+        panic!(
+            "the `kspan gen` tests read this kernel's BTF at {}: {e}; run them as root on a \
+             kernel built with CONFIG_DEBUG_INFO_BTF=y",
+            kspan::KERNEL_BTF
+        )
+    })
+}
+
+/// How `kspan gen` writes the `char *` parameter `name` where it is
+/// `__user` in the kernel's source: the parameter, and the note before the
+/// attribute where this kernel's BTF cannot tell (no `user` type tags).
+fn user_string(name: &str) -> (String, String) {
+    if host_btf().has_user_tags() {
+        (format!("#[capture(user)] {name}: &str"), String::new())
+    } else {
+        (
+            format!("{name}: &str"),
+            format!(
+                "// `{name}` is read as a kernel string; this kernel's BTF has no `__user` tags \
+                 to tell, so if it is `__user` in the kernel's source, write \
+                 `#[capture(user)] {name}: &str`\n"
+            ),
+        )
+    }
+}
+
+/// The suggestion of the file's name, for a `struct file *` parameter `p`.
+fn file_name(p: &str, at: &str) -> String {
+    format!("//     #[capture(path = \"{p}->f_path.dentry->d_name.name\"{at})] name: &str,\n")
+}
+
 #[test]
 fn gen_vfs_read() {
     let run = kspan(&["gen", "vfs_read"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (buf, note) = user_string("buf");
+    let out = &run.stdout;
+    assert!(out.starts_with(&format!("/// {VFS_READ}\n")), "{out}");
+    assert!(
+        out.contains(&format!(
+            "// `file` (struct file *): fields to capture, for the parameter list:\n{}",
+            file_name("file", "")
+        )),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(&format!(
+            "{note}#[kspan::kernel_span(\"vfs_read\")]\nfn vfs_read(file: *const u8, {buf}, \
+             count: usize, pos: *const u8, ret: isize) {{}}\n"
+        )),
+        "{out}"
+    );
+}
+
+/// A string, a struct's fields: what `do_sys_openat2` takes has not changed
+/// since `struct open_how` came (5.6).
+#[test]
+fn gen_strings_and_struct_fields() {
+    let run = kspan(&["gen", "do_sys_openat2"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (filename, note) = user_string("filename");
     assert_eq!(
         run.stdout,
         format!(
-            "/// {VFS_READ}\n#[kspan::kernel_span(\"vfs_read\")]\nfn vfs_read(file: *const u8, \
-             buf: *const u8, count: usize, pos: *const u8, ret: isize) {{}}\n"
+            "/// int do_sys_openat2(int dfd, const char *filename, struct open_how *how)\n\
+             {note}\
+             // `how` (struct open_how *): fields to capture, for the parameter list:\n\
+             //     #[capture(path = \"how->flags\")] flags: u64,\n\
+             //     #[capture(path = \"how->mode\")] mode: u64,\n\
+             //     #[capture(path = \"how->resolve\")] resolve: u64,\n\
+             #[kspan::kernel_span(\"do_sys_openat2\")]\n\
+             fn do_sys_openat2(dfd: i32, {filename}, how: *const u8, ret: i32) {{}}\n"
+        )
+    );
+    // A syscall source has no field paths, whatever the pointer.
+    if tracefs_mounted() {
+        let run = kspan(&["gen", "--syscall", "openat2"]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        assert!(!run.stdout.contains("path ="), "{}", run.stdout);
+    }
+}
+
+/// What a function releases is read at entry, in spans; instants read
+/// everything at entry already (and the macro refuses `at` there).
+#[test]
+fn gen_entry_hints() {
+    let btf = host_btf();
+    let run = kspan(&["gen", "filp_close"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let out = &run.stdout;
+    assert!(
+        out.starts_with(
+            "/// int filp_close(struct file *filp, fl_owner_t id)\n\
+             // at entry: `filp_close` may release what `filp` points to (\"close\" in its name), \
+             which may be invalid at exit: read it with `at = \"entry\"`, as below\n\
+             // `filp` (struct file *): fields to capture, for the parameter list:\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&file_name("filp", ", at = \"entry\"")),
+        "{out}"
+    );
+    let suggested: Vec<&str> = out.lines().filter(|l| l.contains("path =")).collect();
+    assert!(!suggested.is_empty() && suggested.len() <= 3, "{out}");
+    for line in suggested {
+        assert!(line.ends_with(","), "{line}");
+        assert!(line.contains(", at = \"entry\")]"), "{line}");
+    }
+    assert!(
+        out.ends_with(
+            "#[kspan::kernel_span(\"filp_close\")]\n\
+             fn filp_close(filp: *const u8, id: *const u8, ret: i32) {}\n"
+        ),
+        "{out}"
+    );
+
+    let run = kspan(&["gen", "filp_close", "--mode", "fentry"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(!run.stdout.contains("at entry"), "{}", run.stdout);
+    assert!(!run.stdout.contains("at ="), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&file_name("filp", "")),
+        "{}",
+        run.stdout
+    );
+
+    // `objp` on older kernels, `object` on newer ones.
+    let kfree = btf.function("kfree").expect("BTF describes kfree");
+    let object = &kfree.params[0].0;
+    let run = kspan(&["gen", "kfree"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "/// void kfree(const void *{object})\n\
+             // at entry: `kfree` may release what `{object}` points to (\"free\" in its name), \
+             which may be invalid at exit: read it with `at = \"entry\"`\n\
+             #[kspan::kernel_span(\"kfree\")]\n\
+             fn kfree({object}: *const u8) {{}}\n"
         )
     );
 }
@@ -102,7 +237,7 @@ fn gen_modes() {
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(run
         .stdout
-        .contains("#[kspan::kernel_span(\"vfs_read\", mode = \"fentry\")]\nfn vfs_read(file: *const u8, buf: *const u8, count: usize, pos: *const u8) {}\n"));
+        .contains(&format!("#[kspan::kernel_span(\"vfs_read\", mode = \"fentry\")]\nfn vfs_read(file: *const u8, {}, count: usize, pos: *const u8) {{}}\n", user_string("buf").0)));
     let run = kspan(&["gen", "--mode=kretprobe", "vfs_read"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(run.stdout.contains("mode = \"kretprobe\""));

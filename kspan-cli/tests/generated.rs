@@ -5,6 +5,10 @@
 //! BTF with `kspan::plan::plan_all`, the checker `Kspan::start` runs (so the
 //! generated names and Rust types are ones kspan accepts). That the blocks compile at
 //! all proves the macro takes them; `cargo fmt --check` proves their layout.
+//! The advice in their comments (field captures to paste, the
+//! `#[capture(user)]` form, `at = "entry"`) is taken too: probes written
+//! from it follow the blocks, each line checked against the block it comes
+//! from, and are planned the same way.
 //!
 //! The blocks are this machine's kernel (6.18): on a kernel where one of
 //! these functions has another signature, the sync test fails and prints
@@ -14,21 +18,40 @@
 
 // $ kspan gen vfs_read
 /// ssize_t vfs_read(struct file *file, char *buf, size_t count, loff_t *pos)
+// `file` (struct file *): fields to capture, for the parameter list:
+//     #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+//     #[capture(path = "file->f_mode")] f_mode: u32,
+//     #[capture(path = "file->f_flags")] f_flags: u32,
+// `buf` is read as a kernel string; this kernel's BTF has no `__user` tags to tell, so if it is `__user` in the kernel's source, write `#[capture(user)] buf: &str`
 #[kspan::kernel_span("vfs_read")]
-fn vfs_read(file: *const u8, buf: *const u8, count: usize, pos: *const u8, ret: isize) {}
+fn vfs_read(file: *const u8, buf: &str, count: usize, pos: *const u8, ret: isize) {}
 
 // $ kspan gen ksys_read
 /// ssize_t ksys_read(unsigned int fd, char *buf, size_t count)
+// `buf` is read as a kernel string; this kernel's BTF has no `__user` tags to tell, so if it is `__user` in the kernel's source, write `#[capture(user)] buf: &str`
 #[kspan::kernel_span("ksys_read")]
-fn ksys_read(fd: u32, buf: *const u8, count: usize, ret: isize) {}
+fn ksys_read(fd: u32, buf: &str, count: usize, ret: isize) {}
 
 // $ kspan gen do_sys_openat2
 /// int do_sys_openat2(int dfd, const char *filename, struct open_how *how)
+// `filename` is read as a kernel string; this kernel's BTF has no `__user` tags to tell, so if it is `__user` in the kernel's source, write `#[capture(user)] filename: &str`
+// `how` (struct open_how *): fields to capture, for the parameter list:
+//     #[capture(path = "how->flags")] flags: u64,
+//     #[capture(path = "how->mode")] mode: u64,
+//     #[capture(path = "how->resolve")] resolve: u64,
 #[kspan::kernel_span("do_sys_openat2")]
-fn do_sys_openat2(dfd: i32, filename: *const u8, how: *const u8, ret: i32) {}
+fn do_sys_openat2(dfd: i32, filename: &str, how: *const u8, ret: i32) {}
 
 // $ kspan gen tcp_sendmsg
 /// int tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size)
+// `sk` (struct sock *): fields to capture, for the parameter list:
+//     #[capture(path = "sk->sk_prot_creator->name")] name: &str,
+//     #[capture(path = "sk->sk_peek_off")] sk_peek_off: i32,
+//     #[capture(path = "sk->sk_rx_dst_ifindex")] sk_rx_dst_ifindex: i32,
+// `msg` (struct msghdr *): fields to capture, for the parameter list:
+//     #[capture(path = "msg->msg_namelen")] msg_namelen: i32,
+//     #[capture(path = "msg->msg_inq")] msg_inq: i32,
+//     #[capture(path = "msg->msg_flags")] msg_flags: u32,
 #[kspan::kernel_span("tcp_sendmsg")]
 fn tcp_sendmsg(sk: *const u8, msg: *const u8, size: usize, ret: i32) {}
 
@@ -39,6 +62,8 @@ fn __sys_socket(family: i32, r#type: i32, protocol: i32, ret: i32) {}
 
 // $ kspan gen __sys_sendto
 /// int __sys_sendto(int fd, void *buff, size_t len, unsigned int flags, struct sockaddr *addr, int addr_len)
+// `addr` (struct sockaddr *): fields to capture, for the parameter list:
+//     #[capture(path = "addr->sa_family")] sa_family: u16,
 #[kspan::kernel_span("__sys_sendto")]
 fn __sys_sendto(
     fd: i32,         // int
@@ -56,8 +81,49 @@ fn __sys_sendto(
 // not captured: pgoff (long unsigned int, parameter 7: only the first 6 can be captured)
 // not captured: populate (long unsigned int *, parameter 8: only the first 6 can be captured)
 // not captured: uf (struct list_head *, parameter 9: only the first 6 can be captured)
+// `file` (struct file *): fields to capture, for the parameter list:
+//     #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+//     #[capture(path = "file->f_mode")] f_mode: u32,
+//     #[capture(path = "file->f_flags")] f_flags: u32,
 #[kspan::kernel_span("do_mmap", mode = "fentry")]
 fn do_mmap(file: *const u8, addr: u64, len: u64, prot: u64, flags: u64, vm_flags: u64) {}
+
+// $ kspan gen filp_close
+/// int filp_close(struct file *filp, fl_owner_t id)
+// at entry: `filp_close` may release what `filp` points to ("close" in its name), which may be invalid at exit: read it with `at = "entry"`, as below
+// `filp` (struct file *): fields to capture, for the parameter list:
+//     #[capture(path = "filp->f_path.dentry->d_name.name", at = "entry")] name: &str,
+//     #[capture(path = "filp->f_mode", at = "entry")] f_mode: u32,
+//     #[capture(path = "filp->f_flags", at = "entry")] f_flags: u32,
+#[kspan::kernel_span("filp_close")]
+fn filp_close(filp: *const u8, id: *const u8, ret: i32) {}
+
+// $ kspan gen kfree
+/// void kfree(const void *object)
+// at entry: `kfree` may release what `object` points to ("free" in its name), which may be invalid at exit: read it with `at = "entry"`
+#[kspan::kernel_span("kfree")]
+fn kfree(object: *const u8) {}
+
+// $ kspan gen vfs_unlink
+/// int vfs_unlink(struct mnt_idmap *idmap, struct inode *dir, struct dentry *dentry, struct inode **delegated_inode)
+// at entry: `vfs_unlink` may release what `idmap`, `dir`, `dentry` and `delegated_inode` point to ("unlink" in its name), which may be invalid at exit: read it with `at = "entry"`, as below
+// `dir` (struct inode *): fields to capture, for the parameter list:
+//     #[capture(path = "dir->i_mode", at = "entry")] i_mode: u16,
+//     #[capture(path = "dir->i_opflags", at = "entry")] i_opflags: u16,
+//     #[capture(path = "dir->i_flags", at = "entry")] i_flags: u32,
+// `dentry` (struct dentry *): fields to capture, for the parameter list:
+//     #[capture(path = "dentry->d_name.name", at = "entry")] name: &str,
+//     #[capture(path = "dentry->d_flags", at = "entry")] d_flags: u32,
+//     #[capture(path = "dentry->d_time", at = "entry")] d_time: u64,
+#[kspan::kernel_span("vfs_unlink")]
+fn vfs_unlink(
+    idmap: *const u8,           // struct mnt_idmap *
+    dir: *const u8,             // struct inode *
+    dentry: *const u8,          // struct dentry *
+    delegated_inode: *const u8, // struct inode **
+    ret: i32,                   // int
+) {
+}
 
 // $ kspan gen --syscall openat
 /// long openat(int dfd, const char *filename, int flags, umode_t mode)
@@ -65,6 +131,83 @@ fn do_mmap(file: *const u8, addr: u64, len: u64, prot: u64, flags: u64, vm_flags
 fn openat(dfd: i32, #[capture(user)] filename: &str, flags: i32, mode: u16, ret: i64) {}
 
 // $ end of the pasted output
+
+// The suggestions of the blocks above, taken: each probe below is a
+// handler written from the `// suggestions of:` block's advice, every
+// `#[capture(...)]` line of it a suggested field uncommented or the user
+// form a note gives (checked by `the_suggestions_are_what_kspan_gen_prints`).
+
+// suggestions of: kspan gen vfs_read
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read_fields(
+    #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+    #[capture(path = "file->f_mode")] f_mode: u32,
+    #[capture(path = "file->f_flags")] f_flags: u32,
+    #[capture(user)] buf: &str,
+    ret: isize,
+) {
+}
+
+// suggestions of: kspan gen do_sys_openat2
+#[kspan::kernel_span("do_sys_openat2")]
+fn do_sys_openat2_fields(
+    dfd: i32,
+    #[capture(user)] filename: &str,
+    #[capture(path = "how->flags")] flags: u64,
+    #[capture(path = "how->mode")] mode: u64,
+    #[capture(path = "how->resolve")] resolve: u64,
+    ret: i32,
+) {
+}
+
+// suggestions of: kspan gen tcp_sendmsg
+#[kspan::kernel_span("tcp_sendmsg")]
+fn tcp_sendmsg_fields(
+    #[capture(path = "sk->sk_prot_creator->name")] name: &str,
+    #[capture(path = "sk->sk_peek_off")] sk_peek_off: i32,
+    #[capture(path = "sk->sk_rx_dst_ifindex")] sk_rx_dst_ifindex: i32,
+    #[capture(path = "msg->msg_namelen")] msg_namelen: i32,
+    #[capture(path = "msg->msg_inq")] msg_inq: i32,
+    #[capture(path = "msg->msg_flags")] msg_flags: u32,
+    size: usize,
+    ret: i32,
+) {
+}
+
+// suggestions of: kspan gen do_mmap --mode fentry
+#[kspan::kernel_span("do_mmap", mode = "fentry")]
+fn do_mmap_fields(
+    #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
+    #[capture(path = "file->f_mode")] f_mode: u32,
+    #[capture(path = "file->f_flags")] f_flags: u32,
+    len: u64,
+) {
+}
+
+// suggestions of: kspan gen filp_close
+#[kspan::kernel_span("filp_close")]
+fn filp_close_fields(
+    #[capture(path = "filp->f_path.dentry->d_name.name", at = "entry")] name: &str,
+    #[capture(path = "filp->f_mode", at = "entry")] f_mode: u32,
+    #[capture(path = "filp->f_flags", at = "entry")] f_flags: u32,
+    ret: i32,
+) {
+}
+
+// suggestions of: kspan gen vfs_unlink
+#[kspan::kernel_span("vfs_unlink")]
+fn vfs_unlink_fields(
+    #[capture(path = "dir->i_mode", at = "entry")] i_mode: u16,
+    #[capture(path = "dir->i_opflags", at = "entry")] i_opflags: u16,
+    #[capture(path = "dir->i_flags", at = "entry")] i_flags: u32,
+    #[capture(path = "dentry->d_name.name", at = "entry")] name: &str,
+    #[capture(path = "dentry->d_flags", at = "entry")] d_flags: u32,
+    #[capture(path = "dentry->d_time", at = "entry")] d_time: u64,
+    ret: i32,
+) {
+}
+
+// end of the suggestions taken
 
 use std::process::Command;
 
@@ -97,7 +240,7 @@ fn pasted() -> Vec<(Vec<&'static str>, String)> {
 }
 
 /// Every probe pasted above but the syscall source.
-const FUNCTIONS: [&Probe; 7] = [
+const FUNCTIONS: [&Probe; 10] = [
     &vfs_read,
     &ksys_read,
     &do_sys_openat2,
@@ -105,7 +248,41 @@ const FUNCTIONS: [&Probe; 7] = [
     &__sys_socket,
     &__sys_sendto,
     &do_mmap,
+    &filp_close,
+    &kfree,
+    &vfs_unlink,
 ];
+
+/// The probes written from the suggestions, in the file's order.
+const SUGGESTED: [&Probe; 6] = [
+    &vfs_read_fields,
+    &do_sys_openat2_fields,
+    &tcp_sendmsg_fields,
+    &do_mmap_fields,
+    &filp_close_fields,
+    &vfs_unlink_fields,
+];
+
+/// The suggestions taken: the `kspan` arguments of the block they come
+/// from, and each `#[capture(...)]` parameter line of the probe written from
+/// them.
+fn taken() -> Vec<(Vec<&'static str>, Vec<&'static str>)> {
+    let mut taken: Vec<(Vec<&'static str>, Vec<&'static str>)> = Vec::new();
+    for line in include_str!("generated.rs").lines() {
+        if line == "// end of the suggestions taken" {
+            break;
+        }
+        if let Some(args) = line.strip_prefix("// suggestions of: kspan ") {
+            taken.push((args.split_whitespace().collect(), Vec::new()));
+        } else if let Some((_, lines)) = taken.last_mut() {
+            let line = line.trim();
+            if line.starts_with("#[capture(") {
+                lines.push(line);
+            }
+        }
+    }
+    taken
+}
 
 fn tracefs_mounted() -> bool {
     std::path::Path::new(kspan::kernel::tracefs::TRACEFS)
@@ -168,8 +345,14 @@ fn generated_name<'a>(args: &[&'a str]) -> &'a str {
 
 #[test]
 fn the_pasted_probes_plan_against_this_kernel() {
-    let btf = kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF))
-        .expect("the kernel's BTF is readable");
+    let btf =
+        kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap_or_else(|e| {
+            panic!(
+                "these tests plan against this kernel's BTF at {}: {e}; run them as root on a \
+                 kernel built with CONFIG_DEBUG_INFO_BTF=y",
+                kspan::KERNEL_BTF
+            )
+        });
     // What `Kspan::start` reads besides BTF, read as it reads it.
     let tracefs = std::path::Path::new(kspan::kernel::tracefs::TRACEFS);
     let mut inputs = PlanInputs {
@@ -210,4 +393,82 @@ fn the_pasted_probes_plan_against_this_kernel() {
     generated.sort_unstable();
     planned.sort_unstable();
     assert_eq!(planned, generated);
+}
+
+#[test]
+fn the_suggestions_are_what_kspan_gen_prints() {
+    let pasted = pasted();
+    let taken = taken();
+    assert_eq!(
+        taken.len(),
+        SUGGESTED.len(),
+        "a probe per block of suggestions"
+    );
+    for ((args, lines), probe) in taken.iter().zip(SUGGESTED) {
+        assert_eq!(probe.spec.function, generated_name(args));
+        let (_, block) = pasted
+            .iter()
+            .find(|(a, _)| a == args)
+            .unwrap_or_else(|| panic!("no pasted block of `kspan {}`", args.join(" ")));
+        assert!(!lines.is_empty());
+        for line in lines {
+            let suggested = format!("//     {line}\n");
+            let noted = format!("write `{}`", line.trim_end_matches(','));
+            assert!(
+                block.contains(&suggested) || block.contains(&noted),
+                "`kspan {}` does not suggest `{line}`:\n{block}",
+                args.join(" ")
+            );
+        }
+    }
+}
+
+#[test]
+fn the_suggestions_plan_against_this_kernel() {
+    let btf =
+        kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap_or_else(|e| {
+            panic!(
+                "these tests plan against this kernel's BTF at {}: {e}; run them as root on a \
+                 kernel built with CONFIG_DEBUG_INFO_BTF=y",
+                kspan::KERNEL_BTF
+            )
+        });
+    let inputs = PlanInputs {
+        traceable: kspan::kernel::tracefs::traceable_functions()
+            .map(kspan::plan::Traceable::Listed)
+            .unwrap_or_default(),
+        ..PlanInputs::default()
+    };
+    // Planned apart from the pasted probes: a function has one probe.
+    let set = plan_all(&btf, &SUGGESTED, &inputs)
+        .unwrap_or_else(|e| panic!("kspan refuses a probe written from suggestions: {e}"));
+    assert!(set.skipped.is_empty(), "{:?}", set.skipped);
+    assert_eq!(set.plans.len(), SUGGESTED.len());
+    for (plan, probe) in set.plans.iter().zip(&SUGGESTED) {
+        assert_eq!(plan.function(), probe.spec.function);
+        assert_eq!(plan.captures.len(), probe.spec.params.len());
+    }
+}
+
+/// README's example of `kspan gen` is the block pasted here.
+#[test]
+fn the_readme_example_is_the_pasted_block() {
+    let readme = include_str!("../../README.md");
+    let example: String = readme
+        .split_once("  $ kspan gen filp_close\n")
+        .expect("README shows `kspan gen filp_close`")
+        .1
+        .lines()
+        .take_while(|l| l.trim() != "```")
+        .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+        .collect();
+    let pasted = pasted();
+    let (_, block) = pasted
+        .iter()
+        .find(|(args, _)| args == &["gen", "filp_close"])
+        .expect("a pasted block of `kspan gen filp_close`");
+    assert_eq!(
+        &example, block,
+        "paste the block into README's `kspan gen` example"
+    );
 }

@@ -205,6 +205,21 @@ impl Btf {
         })
     }
 
+    /// Whether any type carries the `user` type tag (`__user` in the kernel's
+    /// source): kernels built with clang and pahole 1.23+ have them. Where
+    /// none does, [`KernelType::is_user_pointer`] is `false` for every
+    /// pointer, user pointers included, so a `char *` may be either. A
+    /// linear scan of the records, for the command line, not a hot path.
+    pub fn has_user_tags(&self) -> bool {
+        (1..self.records.len() as u32).any(|id| {
+            let Some(pos) = self.record(id) else {
+                return false;
+            };
+            let kind = (self.u32_at(pos + 4) >> 24) & 0x1f;
+            kind == KIND_TYPE_TAG && self.str_bytes(self.u32_at(pos)) == b"user"
+        })
+    }
+
     /// Whether BTF describes a function `name`.
     pub fn has_function(&self, name: &str) -> bool {
         self.func_id(name).is_some()
@@ -807,6 +822,15 @@ mod tests {
         assert!(cubuf.points_to_char);
         assert_eq!(cubuf.c_name, "const unsigned char *");
         assert!(!param(&btf, "o").is_user_pointer);
+        assert!(btf.has_user_tags());
+        // Another type tag is not `user`; the sample has no tags at all.
+        let mut b = BtfBuilder::new();
+        let int = b.int("int", 4, true);
+        let rcu = b.type_tag("rcu", int);
+        let p = b.ptr(rcu);
+        b.func("g", 0, &[("p", p)]);
+        assert!(!Btf::parse(&b.build()).unwrap().has_user_tags());
+        assert!(!Btf::parse(&sample()).unwrap().has_user_tags());
     }
 
     #[test]
