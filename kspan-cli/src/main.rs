@@ -32,14 +32,15 @@
 //!   ends the command quietly.
 //! * **Generated code is accepted as generated.** `gen` maps kernel types to
 //!   the Rust types kspan's checker accepts (same width and signedness,
-//!   `usize`/`isize` for `size_t`/`ssize_t`, `&str` for a `char *`, with
-//!   `#[capture(user)]` where BTF tags it `__user`, `*const u8` for other
+//!   `usize`/`isize` for `size_t`/`ssize_t`, `&str` for a `char *` where BTF tags it (kernel or
+//!   `#[capture(user)]` for `__user`), `*const u8` for other
 //!   pointers), and writes what no register capture can read (structs by
 //!   value, parameters past the sixth, names a handler cannot use) as
 //!   `// not captured` lines rather than dropping it silently. What it
 //!   cannot decide it advises in comments: field captures of a struct
 //!   pointer's members, each resolved as `start` resolves a path; the user
-//!   form of a `char *` where BTF has no `__user` tags; `at = "entry"` for
+//!   kernel and user forms of a `char *` where BTF has no `__user` tags
+//!   (it stays a pointer there); `at = "entry"` for
 //!   what a function's name says it releases. The layout is rustfmt's, so
 //!   pasted code survives `cargo fmt`. `tests/generated.rs` holds pasted
 //!   output, and probes written from its advice, and plans them against this

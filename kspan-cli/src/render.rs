@@ -516,19 +516,40 @@ pub fn render_handler(sig: &FuncSignature, target: Target, hints: &TypeHints) ->
                 if t.is_user_pointer {
                     options.push("user".to_owned());
                 } else if !hints.user_tags {
+                    // Kernel or user memory cannot be told here, and a
+                    // kernel-string read of a user buffer reads nothing:
+                    // the pointer stays, both forms are offered.
                     let mut user = vec!["user".to_owned()];
+                    let mut kernel = Vec::new();
                     if entry {
                         user.push(AT_ENTRY.to_owned());
+                        kernel.push(AT_ENTRY.to_owned());
                     }
                     notes.push((
                         i,
                         format!(
-                            "// `{name}` is read as a kernel string; this kernel's BTF has no \
-                             `__user` tags to tell, so if it is `__user` in the kernel's \
-                             source, write `{}{ident}: &str`\n",
+                            "// `{name}` is a `char *`; this kernel's BTF has no `__user` tags \
+                             to say whose memory it is: capture it as `{}{ident}: &str` if it \
+                             is a kernel string, or `{}{ident}: &str` if it is `__user` in the \
+                             kernel's source\n",
+                            capture_attribute(&kernel),
                             capture_attribute(&user)
                         ),
                     ));
+                    match rust_type(t, false) {
+                        Ok(ty) => {
+                            params.push(HandlerParam {
+                                name: name.clone(),
+                                text: format!("{ident}: {ty}"),
+                                c_type,
+                            });
+                            continue;
+                        }
+                        Err(why) => {
+                            skipped.push(format!("{name} ({why})"));
+                            continue;
+                        }
+                    }
                 }
                 if entry {
                     options.push(AT_ENTRY.to_owned());
@@ -1231,7 +1252,8 @@ mod tests {
              #[kspan::kernel_span(\"f\")]\n\
              fn f(name: &str, #[capture(user)] ubuf: &str, data: *const u8, raw: *const u8, ret: i32) {}\n"
         );
-        // Where BTF has no `user` tags, the user form is written out.
+        // Where BTF has no `user` tags, the pointer stays and both forms
+        // are written out.
         let untagged = render_handler(
             &sig(
                 "getname",
@@ -1244,11 +1266,11 @@ mod tests {
         assert_eq!(
             untagged,
             "/// struct filename *getname(const char *filename)\n\
-             // `filename` is read as a kernel string; this kernel's BTF has no `__user` tags to \
-             tell, so if it is `__user` in the kernel's source, write \
-             `#[capture(user)] filename: &str`\n\
+             // `filename` is a `char *`; this kernel's BTF has no `__user` tags to say whose \
+             memory it is: capture it as `filename: &str` if it is a kernel string, or \
+             `#[capture(user)] filename: &str` if it is `__user` in the kernel's source\n\
              #[kspan::kernel_span(\"getname\", mode = \"fentry\")]\n\
-             fn getname(filename: &str) {}\n"
+             fn getname(filename: *const u8) {}\n"
         );
         // A syscall source's strings are user strings, without a note.
         assert!(render_handler(
@@ -1545,7 +1567,14 @@ mod tests {
             Target::Function(Mode::Auto),
             &TypeHints::default(),
         );
-        assert!(untagged.contains("write `#[capture(user, at = \"entry\")] name: &str`"));
+        assert!(untagged.contains(
+            "`#[capture(at = \"entry\")] name: &str` if it is a kernel string, or \
+             `#[capture(user, at = \"entry\")] name: &str`"
+        ));
+        assert!(
+            untagged.contains("fn kfree_name(name: *const u8)"),
+            "{untagged}"
+        );
         let user = sig(
             "kfree_name",
             ty("void", TypeClass::Void),

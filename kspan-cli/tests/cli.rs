@@ -103,11 +103,11 @@ fn user_string(name: &str) -> (String, String) {
         (format!("#[capture(user)] {name}: &str"), String::new())
     } else {
         (
-            format!("{name}: &str"),
+            format!("{name}: *const u8"),
             format!(
-                "// `{name}` is read as a kernel string; this kernel's BTF has no `__user` tags \
-                 to tell, so if it is `__user` in the kernel's source, write \
-                 `#[capture(user)] {name}: &str`\n"
+                "// `{name}` is a `char *`; this kernel's BTF has no `__user` tags to say whose \
+                 memory it is: capture it as `{name}: &str` if it is a kernel string, or \
+                 `#[capture(user)] {name}: &str` if it is `__user` in the kernel's source\n"
             ),
         )
     }

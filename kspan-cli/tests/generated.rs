@@ -22,25 +22,25 @@
 //     #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
 //     #[capture(path = "file->f_mode")] f_mode: u32,
 //     #[capture(path = "file->f_flags")] f_flags: u32,
-// `buf` is read as a kernel string; this kernel's BTF has no `__user` tags to tell, so if it is `__user` in the kernel's source, write `#[capture(user)] buf: &str`
+// `buf` is a `char *`; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as `buf: &str` if it is a kernel string, or `#[capture(user)] buf: &str` if it is `__user` in the kernel's source
 #[kspan::kernel_span("vfs_read")]
-fn vfs_read(file: *const u8, buf: &str, count: usize, pos: *const u8, ret: isize) {}
+fn vfs_read(file: *const u8, buf: *const u8, count: usize, pos: *const u8, ret: isize) {}
 
 // $ kspan gen ksys_read
 /// ssize_t ksys_read(unsigned int fd, char *buf, size_t count)
-// `buf` is read as a kernel string; this kernel's BTF has no `__user` tags to tell, so if it is `__user` in the kernel's source, write `#[capture(user)] buf: &str`
+// `buf` is a `char *`; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as `buf: &str` if it is a kernel string, or `#[capture(user)] buf: &str` if it is `__user` in the kernel's source
 #[kspan::kernel_span("ksys_read")]
-fn ksys_read(fd: u32, buf: &str, count: usize, ret: isize) {}
+fn ksys_read(fd: u32, buf: *const u8, count: usize, ret: isize) {}
 
 // $ kspan gen do_sys_openat2
 /// int do_sys_openat2(int dfd, const char *filename, struct open_how *how)
-// `filename` is read as a kernel string; this kernel's BTF has no `__user` tags to tell, so if it is `__user` in the kernel's source, write `#[capture(user)] filename: &str`
+// `filename` is a `char *`; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as `filename: &str` if it is a kernel string, or `#[capture(user)] filename: &str` if it is `__user` in the kernel's source
 // `how` (struct open_how *): fields to capture, for the parameter list:
 //     #[capture(path = "how->flags")] flags: u64,
 //     #[capture(path = "how->mode")] mode: u64,
 //     #[capture(path = "how->resolve")] resolve: u64,
 #[kspan::kernel_span("do_sys_openat2")]
-fn do_sys_openat2(dfd: i32, filename: &str, how: *const u8, ret: i32) {}
+fn do_sys_openat2(dfd: i32, filename: *const u8, how: *const u8, ret: i32) {}
 
 // $ kspan gen tcp_sendmsg
 /// int tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size)
@@ -413,7 +413,7 @@ fn the_suggestions_are_what_kspan_gen_prints() {
         assert!(!lines.is_empty());
         for line in lines {
             let suggested = format!("//     {line}\n");
-            let noted = format!("write `{}`", line.trim_end_matches(','));
+            let noted = format!("`{}` if it is", line.trim_end_matches(','));
             assert!(
                 block.contains(&suggested) || block.contains(&noted),
                 "`kspan {}` does not suggest `{line}`:\n{block}",
