@@ -117,6 +117,8 @@ pub fn test(args: &[String]) -> Result<u8> {
                 .args([
                     "doc",
                     "--no-deps",
+                    // As docs.rs builds it (the `tracing` layers included).
+                    "--all-features",
                     "-p",
                     "kspan",
                     "-p",
