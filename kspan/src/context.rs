@@ -93,6 +93,7 @@ const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, attrs_data_size)
 
 mod arena;
 pub(crate) mod current_time;
+pub mod obi;
 mod registry;
 
 pub(crate) use registry::{watch as watch_records, RecordPlace, RecordWatch, RecordWatcher};
@@ -156,6 +157,7 @@ impl ThreadRecord {
 
 impl Drop for ThreadRecord {
     fn drop(&mut self) {
+        obi::released(self);
         // Unhook first, so that no reader follows the pointer into reused
         // or freed memory, then give back what `new` took (a released slot
         // has no owner, so its registration reads as no record).
@@ -199,6 +201,7 @@ fn publish_record(prepared: &ThreadContextRecord) {
     // `try_with`: during thread teardown the record may be gone already.
     let _ = RECORD.try_with(|r| r.publish(prepared));
     current_time::switched(prepared.span_key());
+    obi::published(prepared);
 }
 
 impl ThreadContextRecord {

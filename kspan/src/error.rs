@@ -57,6 +57,11 @@ pub enum Error {
     /// Another OpenTelemetry context observer is registered.
     #[error(transparent)]
     ContextObserver(#[from] crate::context::ObserverTaken),
+    /// OBI's shared traces map
+    /// ([`KspanBuilder::obi_traces_map`](crate::KspanBuilder::obi_traces_map))
+    /// could not be opened or created, or is not as OTEP 4855 specifies it.
+    #[error("`KspanBuilder::obi_traces_map`: {0}")]
+    ObiTracesMap(#[from] crate::context::obi::ObiMapError),
     /// A builder setting kspan cannot use.
     #[error("`{setting}`: {reason}")]
     InvalidSetting {
