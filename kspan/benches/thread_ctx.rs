@@ -21,15 +21,27 @@
 //! enter/exit pair is the figure (target <= 0.25x). Making a context
 //! (`with_remote_span_context`) is timed in both phases too: the observer
 //! prepares the context's record then.
+//!
+//! Phase 2 also times OBI's traces map (`kspan::context::obi`, OTEP 4855)
+//! on: the attach/detach pair, now a write of the thread's entry and its
+//! removal (two `bpf()` system calls), and the attach/detach of the span
+//! that is current already (no change, no system call). The map is pinned
+//! under a root of the bench's own on the bpffs at `/sys/fs/bpf`, removed
+//! at the end; each round turns writing on and off around its timing, so
+//! that these cases rotate with the others. Without bpffs there or root,
+//! they are skipped, saying why.
 
 // `ThreadContextLayer` is deprecated; its cost is still measured for the
 // programs that keep it.
 #![allow(deprecated)]
 
 use std::hint::black_box;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use kspan::context::obi::{ObiTracesMap, ObiTracesWriter};
 use kspan::context::{EnteredSpanLayer, ThreadContextLayer, ThreadContextObserver};
+use libbpf_rs::{MapCore as _, MapFlags, MapHandle};
 use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState, Tracer as _,
     TracerProvider as _,
@@ -83,6 +95,64 @@ fn make_context(calls: u32) -> f64 {
         black_box(span_context());
     }
     started.elapsed().as_nanos() as f64 / f64::from(calls)
+}
+
+/// ns per `cx.attach()` + guard drop with OBI's traces map written, from
+/// `map`; with `inside`, under `cx` already attached (the span does not
+/// change).
+fn attach_detach_obi(map: &ObiTracesMap, cx: &Context, inside: bool, calls: u32) -> f64 {
+    let writer = map.start().expect("the map opened before");
+    let outer = inside.then(|| cx.clone().attach());
+    let ns = attach_detach(cx, calls);
+    drop(outer);
+    drop(writer);
+    ns
+}
+
+/// A pin root of the bench's own on the bpffs at `/sys/fs/bpf`, with the
+/// map opened there once and checked, or why not.
+fn obi_map(cx: &Context) -> Result<(ObiTracesMap, PathBuf), String> {
+    let root = PathBuf::from(format!("/sys/fs/bpf/kspan-bench-{}", std::process::id()));
+    std::fs::create_dir(&root).map_err(|e| format!("cannot make {}: {e}", root.display()))?;
+    let map = ObiTracesMap::default().pin_root(&root);
+    let check = |writer: ObiTracesWriter| -> Result<(), String> {
+        let reader = MapHandle::from_pinned_path(writer.path()).map_err(|e| e.to_string())?;
+        let tid: u64 = std::fs::read_link("/proc/thread-self")
+            .ok()
+            .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+            .ok_or("no /proc/thread-self")?;
+        let key = ((u64::from(std::process::id()) << 32) | tid).to_ne_bytes();
+        let guard = cx.clone().attach();
+        let entry = reader
+            .lookup(&key, MapFlags::ANY)
+            .map_err(|e| e.to_string())?;
+        assert_eq!(
+            entry.as_deref().map(|e| &e[16..]),
+            Some(&0xb7ad_6b71_6920_3331_u64.to_be_bytes()[..]),
+            "the attach wrote the thread's entry"
+        );
+        drop(guard);
+        let entry = reader
+            .lookup(&key, MapFlags::ANY)
+            .map_err(|e| e.to_string())?;
+        assert_eq!(entry, None, "the detach removed it");
+        Ok(())
+    };
+    match map.start().map_err(|e| e.to_string()).and_then(check) {
+        Ok(()) => Ok((map, root)),
+        Err(e) => {
+            remove_pin(&root);
+            Err(e)
+        }
+    }
+}
+
+/// Removes the pin root `obi_map` made, and what is in it.
+fn remove_pin(root: &Path) {
+    let map = ObiTracesMap::default().pin_root(root).path();
+    let _ = std::fs::remove_file(&map);
+    let _ = std::fs::remove_dir(root.join("otel"));
+    let _ = std::fs::remove_dir(root);
 }
 
 /// Runs `cases` in `rounds` rounds in rotating order; the median of each.
@@ -174,15 +244,26 @@ fn main() {
         let record = kspan::context::current_record().expect("published");
         assert_eq!(record.span_id, 0xb7ad_6b71_6920_3331_u64.to_be_bytes());
     }
-    let phase2 = rotate(
-        &[
-            &|| enter_exit(&registry, calls),
-            &|| attach_detach(&cx_prepared, calls),
-            &|| make_context(calls),
-        ],
-        rounds,
+    let obi = obi_map(&cx_prepared);
+    let (control, published, made) = (
+        || enter_exit(&registry, calls),
+        || attach_detach(&cx_prepared, calls),
+        || make_context(calls),
     );
-    let [registry_2, attach_2, make_2] = phase2[..] else {
+    let mut cases: Vec<&dyn Fn() -> f64> = vec![&control, &published, &made];
+    let obi_cases = obi.as_ref().ok().map(|(map, _)| {
+        let cx = &cx_prepared;
+        (
+            move || attach_detach_obi(map, cx, false, calls),
+            move || attach_detach_obi(map, cx, true, calls),
+        )
+    });
+    if let Some((changes, same)) = &obi_cases {
+        cases.push(changes);
+        cases.push(same);
+    }
+    let phase2 = rotate(&cases, rounds);
+    let [registry_2, attach_2, make_2] = phase2[..3] else {
         unreachable!("three cases")
     };
 
@@ -265,6 +346,22 @@ fn main() {
         "  a context made with a span, record prepared     {make_2:7.1} ns ({:+.1})",
         make_2 - make_1
     );
+    match (&obi, &phase2[3..]) {
+        (Ok((map, root)), [changes, same]) => {
+            println!("  OBI's traces map on ({}):", map.path().display());
+            println!(
+                "  Context::attach + drop, entry written, removed  {changes:7.1} ns/pair ({:+.1})",
+                changes - attach_2
+            );
+            println!(
+                "  Context::attach + drop of the current span      {same:7.1} ns/pair ({:+.1})",
+                same - attach_2
+            );
+            remove_pin(root);
+        }
+        (Err(why), _) => println!("  OBI's traces map: skipped ({why})"),
+        _ => unreachable!("two cases with the map"),
+    }
     println!(
         "  ratio     the observer's added cost per attach/detach / the OpenTelemetry layer's per enter/exit: {:.2}x (target <= 0.25x)",
         observer_added / otel_added

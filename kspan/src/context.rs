@@ -106,6 +106,7 @@ pub(crate) mod current_time;
 mod layers;
 mod process;
 mod publisher;
+pub mod obi;
 mod registry;
 
 pub use process::{ProcessContextError, ATTRIBUTE_KEY_MAP_KEY, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
@@ -197,6 +198,7 @@ impl ThreadRecord {
 
 impl Drop for ThreadRecord {
     fn drop(&mut self) {
+        obi::released(self);
         // Unhook first, so that no reader follows the pointer into reused
         // or freed memory, then give back what `new` took (a released slot
         // has no owner, so its registration reads as no record).
@@ -243,6 +245,7 @@ fn publish_record(prepared: &ThreadContextRecord, attrs: &AttrBytes) {
     // `try_with`: during thread teardown the record may be gone already.
     let _ = RECORD.try_with(|r| r.publish(prepared, attrs));
     current_time::switched(prepared.span_key());
+    obi::published(prepared, attrs);
 }
 
 impl ThreadContextRecord {

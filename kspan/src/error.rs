@@ -60,6 +60,11 @@ pub enum Error {
     /// The OTEP 4719 process context could not be published.
     #[error(transparent)]
     ProcessContext(#[from] crate::context::ProcessContextError),
+    /// OBI's shared traces map
+    /// ([`KspanBuilder::obi_traces_map`](crate::KspanBuilder::obi_traces_map))
+    /// could not be opened or created, or is not as OTEP 4855 specifies it.
+    #[error("`KspanBuilder::obi_traces_map`: {0}")]
+    ObiTracesMap(#[from] crate::context::obi::ObiMapError),
     /// A builder setting kspan cannot use.
     #[error("`{setting}`: {reason}")]
     InvalidSetting {

@@ -193,6 +193,7 @@ pub use attach::{AttachDecision, AttachError};
 pub use bpf::{
     Feature, KernelCapabilities, LoadError, MapError, Orphans, DEFAULT_RING_BUFFER_BYTES,
 };
+pub use context::obi::ObiTracesMap;
 pub use error::{Error, Result};
 pub use export::{AccountedExporter, ExportLedger};
 pub use kernel::{KernelError, KERNEL_BTF};

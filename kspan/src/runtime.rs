@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::attach::{AttachDecision, Links};
 use crate::consume::Consumer;
+use crate::context::obi::ObiTracesWriter;
 use crate::error::{Error, Result};
 use crate::latency::Latency;
 use crate::sched::SchedMechanism;
@@ -68,6 +69,9 @@ pub struct Kspan {
     /// The scheduler's account, when on: its mechanism, and why BTF
     /// tracepoints are not it.
     scheduler: Option<(SchedMechanism, Option<String>)>,
+    /// Writes each thread's span to OBI's traces map, when asked to; its
+    /// drop removes the process's entries.
+    _obi: Option<ObiTracesWriter>,
 }
 
 fn lock<T>(shared: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -188,11 +192,12 @@ impl Kspan {
             || stats.unsettled() > 0
             || stats.skipped_by_kernel > 0
             || stats.handler_panics > 0
+            || stats.obi_map_failures > 0
         {
             tracing::warn!(
                 figures = %stats,
-                "kspan lost spans, left some unsettled, the kernel skipped its programs, or \
-                 handlers panicked"
+                "kspan lost spans, left some unsettled, the kernel skipped its programs, \
+                 handlers panicked, or writes to OBI's traces map failed"
             );
         }
         flushed.map(|()| stats).map_err(|source| Error::Shutdown {

@@ -131,6 +131,12 @@ pub struct Stats {
     /// ([`AttachDecision::not_attached`](crate::AttachDecision::not_attached)).
     /// Fixed once started; not a loss.
     pub probes_not_attached: u64,
+    /// Writes and removals of entries of OBI's shared traces map
+    /// ([`KspanBuilder::obi_traces_map`](crate::KspanBuilder::obi_traces_map))
+    /// that the kernel refused since the runtime started (0 without the
+    /// map): each left its thread's entry as it was until the thread's next
+    /// change of span. Not a lost span.
+    pub obi_map_failures: u64,
 }
 
 /// What became of the calls of one probe (one kernel function) that were
@@ -250,6 +256,13 @@ impl std::fmt::Display for Stats {
                 f,
                 "; {} off-CPU intervals of the scheduler's account missed their switch-in",
                 self.sched_intervals_missed
+            )?;
+        }
+        if self.obi_map_failures > 0 {
+            write!(
+                f,
+                "; {} writes to OBI's traces map refused by the kernel",
+                self.obi_map_failures
             )?;
         }
         Ok(())

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The raw system calls of the kernel stage: the open-files limit,
-//! mounting tracefs, whether this process may open perf events, and a
-//! descriptor of one of its threads (to name it to task storage). Everything
-//! else reads files.
+//! mounting tracefs, whether a directory is on a BPF file system, whether
+//! this process may open perf events, and a descriptor of one of its
+//! threads (to name it to task storage). Everything else reads files.
 
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -77,6 +77,24 @@ pub(crate) fn mount_tracefs(at: &Path) -> Result<(), String> {
         return Err(std::io::Error::last_os_error().to_string());
     }
     Ok(())
+}
+
+/// Whether `path` is on a BPF file system (bpffs), the only one the kernel
+/// pins BPF objects in; the error is the kernel's (`NotFound` when nothing
+/// is there).
+pub(crate) fn is_bpffs(path: &Path) -> std::io::Result<bool> {
+    let path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path has a NUL byte")
+    })?;
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: the path is a NUL-terminated string that outlives the call,
+    // and statfs fills the struct it is given.
+    if unsafe { libc::statfs(path.as_ptr(), fs.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statfs succeeded, so it filled the struct.
+    let fs = unsafe { fs.assume_init() };
+    Ok(fs.f_type == libc::BPF_FS_MAGIC)
 }
 
 /// Opens and closes a disabled dummy software event on CPU 0 for every

@@ -21,6 +21,7 @@ use crate::bpf::config::{
 };
 use crate::bpf::{Feature, KernelCapabilities, KernelSymbol, Orphans};
 use crate::consume::{self, Consumer};
+use crate::context::obi::{self, ObiTracesMap};
 use crate::error::{Error, Result};
 use crate::export::ExportLedger;
 use crate::kernel::btf::Btf;
@@ -59,6 +60,7 @@ pub struct KspanBuilder {
     meter: Option<Meter>,
     sums: Option<KernelSums>,
     scheduler: Option<SchedulerAccount>,
+    obi: Option<ObiTracesMap>,
 }
 
 impl KspanBuilder {
@@ -81,6 +83,7 @@ impl KspanBuilder {
             meter: None,
             sums: None,
             scheduler: None,
+            obi: None,
         }
     }
 
@@ -234,6 +237,38 @@ impl KspanBuilder {
         self
     }
 
+    /// Also writes each thread's span to the map that OpenTelemetry eBPF
+    /// Instrumentation (OBI) and the OpenTelemetry eBPF profiler share
+    /// (OTEP 4855, `<pin root>/otel/traces_ctx_v1`; the pin root is
+    /// `/sys/fs/bpf` unless [`ObiTracesMap::pin_root`] says otherwise, and
+    /// must be OBI's and the profiler's), so that the profiler attributes
+    /// its samples of this process's threads to their spans; off by
+    /// default.
+    ///
+    /// [`Self::start`] opens the pinned map, or creates and pins it where
+    /// there is none, before it attaches anything, and fails with
+    /// [`Error::ObiTracesMap`] when the pin root is not on a BPF file
+    /// system, the map there has another layout (saying what it found) or
+    /// the process may not open or create it. From then until the runtime
+    /// is shut down or dropped, a publication of a thread's context that
+    /// changes its span writes the thread's entry (key: its `pid_tgid`;
+    /// value: trace id, span id), or removes it when the thread has no
+    /// span or suppresses telemetry; a thread's exit removes its entry, and
+    /// the runtime's end every entry of the process (unless a writer of the
+    /// application's own, [`ObiTracesMap::start`], still writes). The thread that calls
+    /// `start` gets its entry at once; other threads that published their
+    /// span before `start` get theirs at their next publication.
+    ///
+    /// Each write or removal is a `bpf()` system call (about 0.4 us on the
+    /// machine of `BENCHMARKS.md`) where the thread-context record alone
+    /// costs a copy, hence opt-in. Refused writes are counted in
+    /// [`Stats::obi_map_failures`](crate::Stats::obi_map_failures), not
+    /// logged. See [`crate::context::obi`].
+    pub fn obi_traces_map(mut self, map: ObiTracesMap) -> Self {
+        self.obi = Some(map);
+        self
+    }
+
     /// The meter provider kspan reports its figures through (`kspan.*`
     /// metrics, see [`crate::telemetry`]) and the latency histograms of
     /// `histogram` probes (`kernel.<function>.duration`, see
@@ -337,6 +372,10 @@ impl KspanBuilder {
                 }
             })?;
         }
+        // Before anything is loaded: a map that cannot be shared fails the
+        // start at once.
+        let obi = self.obi.as_ref().map(ObiTracesMap::start).transpose()?;
+        let obi_failures_before = obi.as_ref().map(|_| obi::failures());
 
         // 1. Plan.
         let btf = kernel::read_btf(&self.btf_path)?;
@@ -692,6 +731,7 @@ impl KspanBuilder {
             pipeline_capacity: crate::export::batch_capacity(&provider_debug),
             programs: lock(&links).programs(),
             probes_not_attached: not_attached.len() as u64,
+            obi_failures_before,
         });
         let _ = figures_made.set(figures.clone());
         let meter = self
@@ -713,6 +753,7 @@ impl KspanBuilder {
             registrar,
             context_reads,
             scheduler,
+            _obi: obi,
         })
     }
 }

@@ -42,6 +42,9 @@ pub(super) struct Figures {
     pub(super) programs: Arc<Programs>,
     /// Optional probes left out at start.
     pub(super) probes_not_attached: u64,
+    /// With OBI's traces map: the process's count of failed writes when
+    /// the runtime started.
+    pub(super) obi_failures_before: Option<u64>,
 }
 
 impl Figures {
@@ -104,6 +107,9 @@ impl Figures {
             spans_parent_unresolved: s.unresolved.load(Ordering::Relaxed),
             spans_waiting_for_parent: s.waiting.load(Ordering::Relaxed),
             probes_not_attached: self.probes_not_attached,
+            obi_map_failures: self
+                .obi_failures_before
+                .map_or(0, |before| crate::context::obi::failures() - before),
         })
     }
 
