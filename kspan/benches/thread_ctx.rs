@@ -3,7 +3,7 @@
 //! tracing-opentelemetry layer itself adds to a `tracing` span's enter/exit
 //! pair.
 //!
-//! `cargo bench -p kspan --bench thread_ctx`, in two phases, since the
+//! `cargo bench -p kspan --bench thread_ctx --features tracing`, in two phases, since the
 //! SDK's context observer is set once per process and never removed.
 //!
 //! Phase 1, no observer: three subscribers, the registry alone, with the

@@ -104,9 +104,9 @@ mod arena;
 pub(crate) mod current_time;
 #[cfg(feature = "tracing")]
 mod layers;
+pub mod obi;
 mod process;
 mod publisher;
-pub mod obi;
 mod registry;
 
 pub use process::{ProcessContextError, ATTRIBUTE_KEY_MAP_KEY, SCHEMA_VERSION, SCHEMA_VERSION_KEY};

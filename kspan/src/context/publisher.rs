@@ -142,7 +142,8 @@ pub(crate) fn key_map() -> Vec<String> {
 /// The encoded attributes of span `span_id`, if it has any.
 #[inline]
 pub(crate) fn of_span(span_id: u64) -> AttrBytes {
-    if !ACTIVE.load(Ordering::Relaxed) {
+    // No span (0): nothing to look up.
+    if span_id == 0 || !ACTIVE.load(Ordering::Relaxed) {
         return AttrBytes::EMPTY;
     }
     SPANS
