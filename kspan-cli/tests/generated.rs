@@ -450,13 +450,14 @@ fn the_suggestions_plan_against_this_kernel() {
     }
 }
 
-/// README's example of `kspan gen` is the block pasted here.
+/// The guide's example of `kspan gen` (docs/guide/cli.md) is the block
+/// pasted here.
 #[test]
 fn the_readme_example_is_the_pasted_block() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/guide/cli.md");
     let example: String = readme
         .split_once("  $ kspan gen filp_close\n")
-        .expect("README shows `kspan gen filp_close`")
+        .expect("docs/guide/cli.md shows `kspan gen filp_close`")
         .1
         .lines()
         .take_while(|l| l.trim() != "```")
