@@ -18,18 +18,22 @@ fn anchor(heading: &str) -> String {
         .collect()
 }
 
-/// The anchors of a Markdown file's headings (outside fenced blocks).
-fn anchors(text: &str) -> Vec<String> {
+/// The lines of a Markdown text outside fenced blocks.
+fn prose_lines(text: &str) -> impl Iterator<Item = &str> {
     let mut fenced = false;
-    let mut out = Vec::new();
-    for line in text.lines() {
+    text.lines().filter(move |line| {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
-            continue;
+            return false;
         }
-        if fenced {
-            continue;
-        }
+        !fenced
+    })
+}
+
+/// The anchors of a Markdown file's headings (outside fenced blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in prose_lines(text) {
         let hashes = line.chars().take_while(|c| *c == '#').count();
         if (1..=6).contains(&hashes) && line[hashes..].starts_with(' ') {
             out.push(anchor(&line[hashes..]));
@@ -41,16 +45,8 @@ fn anchors(text: &str) -> Vec<String> {
 /// The targets of `[text](target)` links outside fenced blocks and code
 /// spans.
 fn links(text: &str) -> Vec<String> {
-    let mut fenced = false;
     let mut out = Vec::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in prose_lines(text) {
         // Code spans may hold `](` that is no link.
         let prose: String = line
             .split('`')
