@@ -343,24 +343,33 @@ fn generated_name<'a>(args: &[&'a str]) -> &'a str {
     panic!("no name in `kspan {}`", args.join(" "))
 }
 
-#[test]
-fn the_pasted_probes_plan_against_this_kernel() {
-    let btf =
-        kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap_or_else(|e| {
-            panic!(
-                "these tests plan against this kernel's BTF at {}: {e}; run them as root on a \
-                 kernel built with CONFIG_DEBUG_INFO_BTF=y",
-                kspan::KERNEL_BTF
-            )
-        });
-    // What `Kspan::start` reads besides BTF, read as it reads it.
-    let tracefs = std::path::Path::new(kspan::kernel::tracefs::TRACEFS);
-    let mut inputs = PlanInputs {
+/// This kernel's BTF, or a panic saying how to run these tests.
+fn host_btf() -> kspan::kernel::btf::Btf {
+    kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap_or_else(|e| {
+        panic!(
+            "these tests plan against this kernel's BTF at {}: {e}; run them as root on a \
+             kernel built with CONFIG_DEBUG_INFO_BTF=y",
+            kspan::KERNEL_BTF
+        )
+    })
+}
+
+/// What `Kspan::start` reads for kernel functions besides BTF, read as it
+/// reads it.
+fn function_inputs() -> PlanInputs {
+    PlanInputs {
         traceable: kspan::kernel::tracefs::traceable_functions()
             .map(kspan::plan::Traceable::Listed)
             .unwrap_or_default(),
         ..PlanInputs::default()
-    };
+    }
+}
+
+#[test]
+fn the_pasted_probes_plan_against_this_kernel() {
+    let btf = host_btf();
+    let tracefs = std::path::Path::new(kspan::kernel::tracefs::TRACEFS);
+    let mut inputs = function_inputs();
     let mut probes: Vec<&'static Probe> = FUNCTIONS.to_vec();
     if tracefs_mounted() {
         let format =
@@ -425,20 +434,8 @@ fn the_suggestions_are_what_kspan_gen_prints() {
 
 #[test]
 fn the_suggestions_plan_against_this_kernel() {
-    let btf =
-        kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap_or_else(|e| {
-            panic!(
-                "these tests plan against this kernel's BTF at {}: {e}; run them as root on a \
-                 kernel built with CONFIG_DEBUG_INFO_BTF=y",
-                kspan::KERNEL_BTF
-            )
-        });
-    let inputs = PlanInputs {
-        traceable: kspan::kernel::tracefs::traceable_functions()
-            .map(kspan::plan::Traceable::Listed)
-            .unwrap_or_default(),
-        ..PlanInputs::default()
-    };
+    let btf = host_btf();
+    let inputs = function_inputs();
     // Planned apart from the pasted probes: a function has one probe.
     let set = plan_all(&btf, &SUGGESTED, &inputs)
         .unwrap_or_else(|e| panic!("kspan refuses a probe written from suggestions: {e}"));

@@ -329,16 +329,14 @@ impl ThreadContextObserver {
             .observer_view()
             .as_ref()
             .and_then(|view| view.as_any().downcast_ref::<PreparedRecord>());
-        let Some(PreparedRecord(record, attrs)) = prepared else {
-            let record = ThreadContextRecord::of_context(cx);
-            if record.valid != 1 {
-                if let Some(entered) = innermost_entered() {
-                    publish(&entered);
-                    return;
-                }
+        let read_now;
+        let PreparedRecord(record, attrs) = match prepared {
+            Some(prepared) => prepared,
+            None => {
+                let record = ThreadContextRecord::of_context(cx);
+                read_now = PreparedRecord(record, publisher::of_span(record.span_key()));
+                &read_now
             }
-            publish_record(&record, &publisher::of_span(record.span_key()));
-            return;
         };
         if record.valid != 1 {
             if let Some(entered) = innermost_entered() {

@@ -163,7 +163,7 @@ pub(crate) fn publish(payload: Vec<u8>) -> Result<(), ProcessContextError> {
         update(p, payload.into_boxed_slice(), size);
         return Ok(());
     }
-    if let Some(mapping) = foreign_mapping(None) {
+    if let Some(mapping) = foreign_mapping() {
         return Err(ProcessContextError::Taken { mapping });
     }
     *published = Some(create(payload.into_boxed_slice(), size)?);
@@ -355,18 +355,12 @@ fn name(at: *mut libc::c_void, len: usize) -> bool {
     }
 }
 
-/// The line of `/proc/self/maps` of a process-context mapping other than
-/// the one at `ours`, if any.
-fn foreign_mapping(ours: Option<usize>) -> Option<String> {
+/// The line of `/proc/self/maps` of a process-context mapping, if any
+/// (asked before this process publishes its own).
+fn foreign_mapping() -> Option<String> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     maps.lines()
-        .find(|line| {
-            let start = line
-                .split('-')
-                .next()
-                .and_then(|s| usize::from_str_radix(s, 16).ok());
-            is_process_context_mapping(line) && start != ours
-        })
+        .find(|line| is_process_context_mapping(line))
         .map(str::to_owned)
 }
 
