@@ -37,8 +37,10 @@
 //! on the waker, whose record names the span that released the wait, or
 //! in an interrupt (a timer, a device, a softirq), which wakes for no task:
 //! with BTF tracepoints the program tells by the stack it runs on (an
-//! interrupt's, not the task's kernel stack), with classic ones user space
-//! tells by the waker's kernel stack, read at each wake-up. The
+//! interrupt's, not the task's kernel stack; an interrupt x86-64 takes in
+//! user space runs on the task's, and there the waker's kernel stack
+//! tells), with classic ones user space tells by the waker's kernel stack,
+//! read at each wake-up. The
 //! run-queue time starts at the wake-up, when the thread is queued (as the
 //! scheduler's own `run_delay` counts: a remote wake-up's IPI is waiting,
 //! not queued). At the switch-in the
@@ -184,8 +186,9 @@ pub mod wait_attributes {
     pub const STACK: &str = "code.stacktrace";
     /// `task`, `interrupt`, `none` (a preemption, or not seen), or
     /// `unknown`: a task or an interrupt, not told apart (classic
-    /// tracepoints, for a wait shorter than the wait-span threshold at its
-    /// wake-up, which became a wait span by its time on the run queue).
+    /// tracepoints, or an interrupt taken in user space on x86-64, for a
+    /// wait shorter than the wait-span threshold at its wake-up, which
+    /// became a wait span by its time on the run queue).
     pub const WAKER_KIND: &str = "kspan.sched.waker";
     /// The waking task's process id.
     pub const WAKER_PID: &str = "kspan.sched.waker.pid";

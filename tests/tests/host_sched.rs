@@ -46,6 +46,7 @@ fn only_this_process_s_spans_are_accounted() {
 fn classic_only_this_process_s_spans_are_accounted() {
     sched::only_this_process_s_spans_are_accounted(
         SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
+        true,
     );
 }
 
@@ -67,4 +68,20 @@ fn a_read_past_the_cache_is_blocked_time() {
 #[test]
 fn every_switch_is_counted_or_said_missed() {
     sched::every_switch_is_counted_or_said_missed(SchedulerAccount::new());
+}
+
+#[test]
+fn a_timer_interrupt_taken_in_user_space_is_the_waker() {
+    sched::a_timer_interrupt_taken_in_user_space_is_the_waker(
+        SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
+        false,
+    );
+}
+
+#[test]
+fn classic_a_timer_interrupt_taken_in_user_space_is_the_waker() {
+    sched::a_timer_interrupt_taken_in_user_space_is_the_waker(
+        SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
+        true,
+    );
 }

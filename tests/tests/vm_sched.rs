@@ -73,3 +73,21 @@ fn a_read_past_the_cache_is_blocked_time() {
 fn every_switch_is_counted_or_said_missed() {
     sched::every_switch_is_counted_or_said_missed(SchedulerAccount::new());
 }
+
+#[test]
+#[ignore = "needs root and a kernel with the sched tracepoints; run by `cargo xtask test` in the VM"]
+fn a_timer_interrupt_taken_in_user_space_is_the_waker() {
+    sched::a_timer_interrupt_taken_in_user_space_is_the_waker(
+        SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
+        false,
+    );
+}
+
+#[test]
+#[ignore = "needs root and a kernel with the sched tracepoints; run by `cargo xtask test` in the VM"]
+fn classic_a_timer_interrupt_taken_in_user_space_is_the_waker() {
+    sched::a_timer_interrupt_taken_in_user_space_is_the_waker(
+        SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
+        true,
+    );
+}

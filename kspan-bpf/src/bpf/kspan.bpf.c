@@ -2207,18 +2207,52 @@ int BPF_PROG(kspan_tp_sched_switch, _Bool preempt, struct task_struct *prev,
 	return 0;
 }
 
+/*
+ * Whether the current task is in the kernel by an interrupt taken in user
+ * space, and perhaps still in it: x86-64 runs such an interrupt on the
+ * task's own (empty) kernel stack, so a frame's place there does not tell
+ * the interrupt from the task. Its entry frame does: user mode, with no
+ * system call or fault number (-1).
+ */
+static __always_inline int kspan_entered_from_user_by_interrupt(struct task_struct *task)
+{
+#if defined(__TARGET_ARCH_x86)
+	struct pt_regs *regs = (void *)bpf_task_pt_regs(task);
+	long orig_rax = 0;
+	__u64 cs = 0;
+
+	bpf_probe_read_kernel(&orig_rax, sizeof(orig_rax), &regs->orig_rax);
+	bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
+	return (cs & 3) == 3 && orig_rax < 0;
+#else
+	return 0;
+#endif
+}
+
 SEC("tp_btf/sched_waking")
 int BPF_PROG(kspan_tp_sched_waking, struct task_struct *p)
 {
 	struct task_struct___sched *t = (void *)p;
+	struct task_struct *current;
+	int interrupt;
 
+	if (t->tgid != kspan_cfg.target_tgid)
+		return 0;
 	/*
-	 * The arguments are in the tracepoint's frame: on the task's kernel
-	 * stack, or on an interrupt's (hard interrupts, and softirqs, which
-	 * x86-64 and arm64 run on the interrupt stack unless in ksoftirqd).
+	 * The arguments are in the tracepoint's frame: on an interrupt's stack
+	 * (hard interrupts, and softirqs, which x86-64 and arm64 run there
+	 * unless in ksoftirqd) or on the task's kernel stack, where an
+	 * interrupt taken in user space runs too on x86-64: then (or in what
+	 * the task does on its way back to user space) the stack tells.
 	 */
-	if (t->tgid == kspan_cfg.target_tgid)
-		kspan_sched_waking(ctx, t->pid, !kspan_call_of(ctx, bpf_get_current_task_btf()));
+	current = bpf_get_current_task_btf();
+	if (!kspan_call_of(ctx, current))
+		interrupt = 1;
+	else if (kspan_entered_from_user_by_interrupt(current))
+		interrupt = -1;
+	else
+		interrupt = 0;
+	kspan_sched_waking(ctx, t->pid, interrupt);
 	return 0;
 }
 
