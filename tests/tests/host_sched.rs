@@ -46,7 +46,6 @@ fn only_this_process_s_spans_are_accounted() {
 fn classic_only_this_process_s_spans_are_accounted() {
     sched::only_this_process_s_spans_are_accounted(
         SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
-        true,
     );
 }
 
