@@ -73,7 +73,7 @@ fn config() -> kspan_config {
         orphans: c::KSPAN_ORPHANS_NEW_TRACE as u32,
         ring_bytes: RING_BYTES,
         // No thread context: every call starts a trace of its own.
-        task_fsbase_offset: 0,
+        task_tp_offset: 0,
         ..kspan_config::default()
     }
 }

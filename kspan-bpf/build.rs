@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! Generates the Rust skeleton (the record types) from the BPF object the
-//! crate ships, `src/bpf/kspan.bpf.o`, and the constants from `kspan.h`.
+//! Picks the BPF object the crate ships for the target architecture
+//! (`src/bpf/kspan.x86.bpf.o`, `src/bpf/kspan.arm64.bpf.o`), generates the
+//! Rust skeleton (the record types) from it and the constants from
+//! `kspan.h`.
 //! Nothing here runs clang: `cargo xtask bpf` compiles the object from
 //! `kspan.bpf.c` and stamps it with its sources' hash, this script refuses
 //! an object whose stamp does not match the sources, and `cargo xtask test`
@@ -12,9 +14,17 @@ use std::{env, fs, path::PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-const OBJECT: &str = "src/bpf/kspan.bpf.o";
-const STAMP: &str = "src/bpf/kspan.bpf.o.sources";
 const SOURCE: &str = "src/bpf/kspan.bpf.c";
+
+/// The object for Rust's target architecture `target_arch`, by libbpf's
+/// `__TARGET_ARCH_` name: the one place the crate maps the two.
+fn bpf_arch(target_arch: &str) -> Option<&'static str> {
+    match target_arch {
+        "x86_64" => Some("x86"),
+        "aarch64" => Some("arm64"),
+        _ => None,
+    }
+}
 
 include!("sources_hash.rs");
 const HEADER: &str = "src/bpf/kspan.h";
@@ -57,14 +67,14 @@ fn constants(header: &str) -> String {
 /// Refuses an object compiled from other sources than the ones here: the
 /// record types come from the object, the constants from the header, and
 /// the two must agree.
-fn check_stamp() {
+fn check_stamp(object: &str, stamp_file: &str) {
     let read = |path: &str| fs::read(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     let now = sources_stamp(&read(SOURCE), &read(HEADER));
-    let stamp = String::from_utf8_lossy(&read(STAMP)).into_owned();
+    let stamp = String::from_utf8_lossy(&read(stamp_file)).into_owned();
     if stamp.lines().next() != Some(now.as_str()) {
         panic!(
-            "{OBJECT} is stale: {SOURCE} or {HEADER} changed since it was compiled \
-             ({STAMP} says `{}`, the sources give `{now}`); run `cargo xtask bpf` \
+            "{object} is stale: {SOURCE} or {HEADER} changed since it was compiled \
+             ({stamp_file} says `{}`, the sources give `{now}`); run `cargo xtask bpf` \
              (it needs clang) and commit the object and its stamp",
             stamp.lines().next().unwrap_or("")
         );
@@ -72,20 +82,35 @@ fn check_stamp() {
 }
 
 fn main() {
-    check_stamp();
+    let target_arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let Some(arch) = bpf_arch(&target_arch) else {
+        panic!(
+            "kspan's BPF programs are built for x86_64 and aarch64, not {target_arch}: \
+             build for one of those targets"
+        );
+    };
+    let object = format!("src/bpf/kspan.{arch}.bpf.o");
+    let stamp_file = format!("{object}.sources");
+    check_stamp(&object, &stamp_file);
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     // A rustfmt that does not exist: the skeleton is only `include!`d, and
     // a rustup proxy without the component would fail the build.
     let result = SkeletonBuilder::new()
-        .obj(OBJECT)
+        .obj(&object)
         .rustfmt("/nonexistent/kspan-no-rustfmt")
         .generate(out.join("kspan.skel.rs"));
     if let Err(err) = result {
-        panic!("generating the skeleton of {OBJECT} failed: {err:#}");
+        panic!("generating the skeleton of {object} failed: {err:#}");
     }
     let header = fs::read_to_string(HEADER).expect("src/bpf/kspan.h is readable");
     fs::write(out.join("kspan_consts.rs"), constants(&header)).expect("OUT_DIR is writable");
-    for path in [OBJECT, STAMP, SOURCE, HEADER] {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    println!(
+        "cargo:rustc-env=KSPAN_BPF_OBJECT={}",
+        manifest.join(&object).display()
+    );
+    println!("cargo:rustc-env=KSPAN_BPF_ARCH={arch}");
+    for path in [object.as_str(), stamp_file.as_str(), SOURCE, HEADER] {
         println!("cargo:rerun-if-changed={path}");
     }
 }

@@ -11,9 +11,12 @@
 //! types and the skeleton ([`KspanSkelBuilder`]) below are generated from the
 //! object's BTF by libbpf-cargo.
 //!
-//! The object is compiled by `cargo xtask bpf` and shipped as
-//! `src/bpf/kspan.bpf.o` (the test command fails when it is older than its
-//! sources), so that building a crate that depends on kspan needs no clang.
+//! The objects are compiled by `cargo xtask bpf`, one per target
+//! architecture (`-D__TARGET_ARCH_x86`, `-D__TARGET_ARCH_arm64`: the
+//! kprobe register layout differs), and shipped as
+//! `src/bpf/kspan.<arch>.bpf.o` (the test command fails when one is older
+//! than its sources); the build script picks the target's, so that building
+//! a crate that depends on kspan needs no clang.
 
 #[allow(
     missing_docs,
@@ -28,9 +31,13 @@ mod skel {
 
 pub use skel::{types, KspanSkel, KspanSkelBuilder, OpenKspanProgs, OpenKspanSkel};
 
-/// The compiled BPF object (ELF), built from `bpf/kspan.bpf.c` by
-/// `cargo xtask bpf` and shipped with the crate.
-pub const OBJECT: &[u8] = include_bytes!("bpf/kspan.bpf.o");
+/// The compiled BPF object (ELF) for the target architecture, built from
+/// `bpf/kspan.bpf.c` by `cargo xtask bpf` and shipped with the crate.
+pub const OBJECT: &[u8] = include_bytes!(env!("KSPAN_BPF_OBJECT"));
+
+/// The architecture [`OBJECT`] was compiled for, by libbpf's
+/// `__TARGET_ARCH_` name (`x86`, `arm64`).
+pub const ARCH: &str = env!("KSPAN_BPF_ARCH");
 
 /// Names of the programs and maps inside [`OBJECT`].
 pub mod names {

@@ -108,6 +108,7 @@ pub mod obi;
 mod process;
 mod publisher;
 mod registry;
+pub(crate) mod thread_pointer;
 
 pub use process::{ProcessContextError, ATTRIBUTE_KEY_MAP_KEY, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use publisher::AttrBytes;
@@ -490,24 +491,14 @@ pub fn current_record() -> Option<ThreadContextRecord> {
     }
 }
 
-/// `arch_prctl`'s "get the fs base" code (asm/prctl.h; not in `libc`).
-#[cfg(target_arch = "x86_64")]
-const ARCH_GET_FS: libc::c_int = 0x1003;
-
-/// Offset of `otel_thread_ctx_v1` from the thread pointer (x86-64: the fs
-/// base), the same on every thread: what the BPF reader adds to
-/// `task->thread.fsbase`.
-#[cfg(target_arch = "x86_64")]
+/// Offset of `otel_thread_ctx_v1` from the thread pointer, the same on
+/// every thread: what the BPF reader adds to the thread pointer the kernel
+/// keeps in `task_struct` ([`thread_pointer`]).
 pub fn slot_offset() -> std::io::Result<i64> {
-    let mut fs_base: u64 = 0;
-    // SAFETY: ARCH_GET_FS writes the thread's fs base to the given address.
-    let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_GET_FS, &mut fs_base as *mut u64) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let tp = thread_pointer::current()?;
     // SAFETY: only the address of the slot is taken.
     let slot = unsafe { kspan_otel_thread_ctx_slot() } as u64;
-    Ok(slot.wrapping_sub(fs_base) as i64)
+    Ok(slot.wrapping_sub(tp) as i64)
 }
 
 /// Attaches `cx` as the current OpenTelemetry context (as
@@ -780,7 +771,11 @@ mod tests {
             here, there.0,
             "initial-exec TLS: one offset for every thread"
         );
-        assert!(here < 0, "x86-64 static TLS sits below the thread pointer");
+        assert_eq!(
+            here < 0,
+            thread_pointer::TLS_BELOW_THREAD_POINTER,
+            "static TLS on the side of the thread pointer this architecture puts it"
+        );
         assert_eq!(there.1.span_id, 2u64.to_be_bytes());
         publish(&span(3, 4, false));
         assert_eq!(current_record().unwrap().span_id, 4u64.to_be_bytes());

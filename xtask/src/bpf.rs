@@ -1,13 +1,16 @@
-//! `cargo xtask bpf [--check]`: the BPF object kspan-bpf ships.
+//! `cargo xtask bpf [--check]`: the BPF objects kspan-bpf ships, one per
+//! target architecture.
 //!
-//! `kspan-bpf/src/bpf/kspan.bpf.o` is compiled from `kspan.bpf.c` by the
-//! `kspan-bpf-object` tool (clang through libbpf-cargo) and committed with
-//! its stamp (`kspan.bpf.o.sources`: the sources' hash, which kspan-bpf's
+//! `kspan-bpf/src/bpf/kspan.<arch>.bpf.o` (`x86`, `arm64`) is compiled from
+//! `kspan.bpf.c` by the `kspan-bpf-object` tool (clang through libbpf-cargo,
+//! with `-D__TARGET_ARCH_<arch>`) and committed with its stamp
+//! (`kspan.<arch>.bpf.o.sources`: the sources' hash, which kspan-bpf's
 //! build script checks, and the clang version), so that crates depending on
-//! kspan build without clang. The build is reproducible for one clang, so
-//! `--check` (run by `cargo xtask test`) compiles the sources afresh and
-//! fails when the committed object differs; with another clang than the
-//! stamp names, bytes cannot be compared and the sources' hash decides.
+//! kspan build without clang, for either architecture. The build is
+//! reproducible for one clang, so `--check` (run by `cargo xtask test`)
+//! compiles the sources afresh and fails when a committed object differs;
+//! with another clang than the stamp names, bytes cannot be compared and
+//! the sources' hash decides.
 
 use std::path::{Path, PathBuf};
 
@@ -15,42 +18,63 @@ use anyhow::{bail, Context, Result};
 
 use crate::util::{cargo, repo_root, run};
 
-/// The committed object, relative to the repository.
-pub const OBJECT: &str = "kspan-bpf/src/bpf/kspan.bpf.o";
+/// The architectures an object is shipped for, by libbpf's
+/// `__TARGET_ARCH_` names.
+pub const ARCHES: &[&str] = &["x86", "arm64"];
 
-/// Compiles the BPF C into `out`.
-fn compile(out: &Path) -> Result<()> {
+/// The committed object of `arch`, relative to the repository.
+pub fn object(arch: &str) -> String {
+    format!("kspan-bpf/src/bpf/kspan.{arch}.bpf.o")
+}
+
+/// The committed stamp of `arch`'s object.
+pub fn stamp(arch: &str) -> String {
+    format!("{}.sources", object(arch))
+}
+
+/// Compiles the BPF C for `arch` into `out`.
+fn compile(out: &Path, arch: &str) -> Result<()> {
     run(cargo()
         .args(["run", "--quiet", "-p", "kspan-bpf-object", "--"])
-        .arg(out))
+        .arg(out)
+        .arg(arch))
 }
 
 /// `cargo xtask bpf [--check]`.
 pub fn command(args: &[String]) -> Result<u8> {
     match args {
         [] => {
-            let object = repo_root().join(OBJECT);
-            compile(&object)?;
-            eprintln!("bpf: wrote {OBJECT} and {STAMP}; commit them with the sources");
+            for arch in ARCHES {
+                compile(&repo_root().join(object(arch)), arch)?;
+                eprintln!(
+                    "bpf: wrote {} and {}; commit them with the sources",
+                    object(arch),
+                    stamp(arch)
+                );
+            }
             Ok(0)
         }
-        [flag] if flag == "--check" => check().map(|detail| {
-            eprintln!("bpf: {detail}");
+        [flag] if flag == "--check" => check().map(|details| {
+            for detail in details {
+                eprintln!("bpf: {detail}");
+            }
             0
         }),
         _ => bail!("usage: cargo xtask bpf [--check]"),
     }
 }
 
-/// The committed stamp.
-pub const STAMP: &str = "kspan-bpf/src/bpf/kspan.bpf.o.sources";
+/// Fails when a committed object is not what its sources compile to.
+pub fn check() -> Result<Vec<String>> {
+    ARCHES.iter().map(|arch| check_one(arch)).collect()
+}
 
-/// Fails when the committed object is not what its sources compile to.
-pub fn check() -> Result<String> {
+fn check_one(arch: &str) -> Result<String> {
+    let (object, stamp_path) = (object(arch), stamp(arch));
     let fresh: PathBuf =
-        std::env::temp_dir().join(format!("kspan-bpf-check-{}.o", std::process::id()));
+        std::env::temp_dir().join(format!("kspan-bpf-check-{}-{arch}.o", std::process::id()));
     let fresh_stamp = PathBuf::from(format!("{}.sources", fresh.display()));
-    compile(&fresh)?;
+    compile(&fresh, arch)?;
     let read =
         |path: &Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
     let (compiled, new_stamp) = (read(&fresh), read(&fresh_stamp));
@@ -58,15 +82,15 @@ pub fn check() -> Result<String> {
     let _ = std::fs::remove_file(&fresh_stamp);
     let (compiled, new_stamp) = (compiled?, String::from_utf8_lossy(&new_stamp?).into_owned());
     let root = repo_root();
-    let committed = std::fs::read(root.join(OBJECT))
-        .with_context(|| format!("reading {OBJECT}: run `cargo xtask bpf` and commit it"))?;
-    let stamp = std::fs::read_to_string(root.join(STAMP))
-        .with_context(|| format!("reading {STAMP}: run `cargo xtask bpf` and commit it"))?;
+    let committed = std::fs::read(root.join(&object))
+        .with_context(|| format!("reading {object}: run `cargo xtask bpf` and commit it"))?;
+    let stamp = std::fs::read_to_string(root.join(&stamp_path))
+        .with_context(|| format!("reading {stamp_path}: run `cargo xtask bpf` and commit it"))?;
     let line = |text: &str, n: usize| text.lines().nth(n).unwrap_or("").to_owned();
     if line(&stamp, 0) != line(&new_stamp, 0) {
         bail!(
-            "{OBJECT} is stale: kspan.bpf.c or kspan.h changed since it was compiled \
-             ({STAMP}: `{}`, the sources: `{}`); run `cargo xtask bpf` and commit the object \
+            "{object} is stale: kspan.bpf.c or kspan.h changed since it was compiled \
+             ({stamp_path}: `{}`, the sources: `{}`); run `cargo xtask bpf` and commit the object \
              and its stamp",
             line(&stamp, 0),
             line(&new_stamp, 0)
@@ -74,24 +98,24 @@ pub fn check() -> Result<String> {
     }
     if compiled == committed {
         return Ok(format!(
-            "{OBJECT} is what its sources compile to ({} bytes, {})",
+            "{object} is what its sources compile to ({} bytes, {})",
             committed.len(),
             line(&stamp, 1)
         ));
     }
     if line(&stamp, 1) != line(&new_stamp, 1) {
         eprintln!(
-            "bpf: {OBJECT} was compiled by {}, this machine has {}: its bytes cannot be \
+            "bpf: {object} was compiled by {}, this machine has {}: its bytes cannot be \
              compared here; its stamp matches the sources",
             line(&stamp, 1),
             line(&new_stamp, 1)
         );
         return Ok(format!(
-            "{OBJECT}'s stamp matches its sources (another clang)"
+            "{object}'s stamp matches its sources (another clang)"
         ));
     }
     bail!(
-        "{OBJECT} differs from what its sources compile to with the same clang ({} bytes, \
+        "{object} differs from what its sources compile to with the same clang ({} bytes, \
          committed {}), although its stamp matches them: run `cargo xtask bpf` and commit \
          the object",
         compiled.len(),

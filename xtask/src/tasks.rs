@@ -130,7 +130,9 @@ pub fn test(args: &[String]) -> Result<u8> {
             crate::publish::check_msrv()
         });
         ok &= stage(&mut stages, "package", crate::publish::package);
-        ok &= stage(&mut stages, "bpf object", crate::bpf::check);
+        ok &= stage(&mut stages, "bpf objects", || {
+            crate::bpf::check().map(|d| d.join("; "))
+        });
         let built = stage(&mut stages, "host build", || {
             run(cargo().args(["build", "--workspace", "--all-targets"]))?;
             Ok(String::new())

@@ -453,9 +453,10 @@ static __always_inline int kspan_registered_context(struct kspan_thread_ctx *ctx
 }
 
 /*
- * The application's span on this thread (OTEP 4947, x86-64): the slot
- * `otel_thread_ctx_v1` sits at a fixed offset from the thread pointer (fs
- * base); it holds NULL or a record whose `valid` byte is 1 when it may be
+ * The application's span on this thread (OTEP 4947): the slot
+ * `otel_thread_ctx_v1` sits at a fixed offset from the thread pointer (the
+ * x86-64 fs base, arm64's tpidr_el0), below it or above it as the
+ * architecture's TLS variant puts it; it holds NULL or a record whose `valid` byte is 1 when it may be
  * read. The reads are of user memory and may fault: any failure is "no
  * application span". Where the kernel pins the records for kspan
  * (`ctx_records`), the record is read from there instead. Returns 1 and
@@ -463,10 +464,10 @@ static __always_inline int kspan_registered_context(struct kspan_thread_ctx *ctx
  */
 static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx, __u64 pid_tgid)
 {
-	__u64 fsbase, slot = 0;
+	__u64 tp, slot = 0;
 	void *task;
 
-	if (!kspan_cfg.task_fsbase_offset)
+	if (!kspan_cfg.task_tp_offset)
 		return 0;
 	if ((__u32)(pid_tgid >> 32) != kspan_cfg.ctx_tgid)
 		return 0;
@@ -478,11 +479,11 @@ static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx, __u64
 		if (registered >= 0)
 			return registered;
 	}
-	fsbase = *(__u64 *)(task + kspan_cfg.task_fsbase_offset);
-	if (!fsbase)
+	tp = *(__u64 *)(task + kspan_cfg.task_tp_offset);
+	if (!tp)
 		return 0;
 	if (bpf_probe_read_user(&slot, sizeof(slot),
-				(void *)(fsbase + kspan_cfg.thread_ctx_offset)) || !slot)
+				(void *)(tp + kspan_cfg.thread_ctx_offset)) || !slot)
 		return 0;
 	if (bpf_probe_read_user(ctx, sizeof(*ctx), (void *)slot))
 		return 0;

@@ -354,12 +354,12 @@ struct kspan_config {
 	__u32 probe_id_from_cookie;
 	/*
 	 * The application's thread context (OTEP 4947), read at the outermost
-	 * call of a task of process `ctx_tgid`: the slot is at
-	 * `task->thread.fsbase + thread_ctx_offset` (x86-64; `task_fsbase_offset`
-	 * is where fsbase sits in task_struct, from the kernel's BTF). 0: do not
-	 * read.
+	 * call of a task of process `ctx_tgid`: the slot is at the thread
+	 * pointer plus `thread_ctx_offset`, the thread pointer kept in
+	 * task_struct at `task_tp_offset` (x86-64 `thread.fsbase`, arm64
+	 * `thread.uw.tp_value`, from the kernel's BTF). 0: do not read.
 	 */
-	__u32 task_fsbase_offset;
+	__u32 task_tp_offset;
 	__u32 ctx_tgid;
 	/* enum kspan_orphans: calls with no application span active. */
 	__u32 orphans;

@@ -38,9 +38,10 @@ pub enum Orphans {
 /// and what they do without one; the same for every probe of a runtime.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ThreadContextSettings {
-    /// Byte offset of `thread.fsbase` in `task_struct`; 0: do not read.
-    pub task_fsbase_offset: u32,
-    /// Offset of `otel_thread_ctx_v1` from the fs base.
+    /// Byte offset in `task_struct` of the thread pointer the kernel keeps
+    /// (`thread.fsbase`, `thread.uw.tp_value`); 0: do not read.
+    pub task_tp_offset: u32,
+    /// Offset of `otel_thread_ctx_v1` from the thread pointer.
     pub slot_offset: i64,
     /// The process whose threads publish (this one).
     pub tgid: u32,
@@ -59,8 +60,8 @@ pub(crate) struct ThreadContextSettings {
 }
 
 impl ThreadContextSettings {
-    /// Where the programs find the application's span: `fsbase` in
-    /// `task_struct` (from `btf`), the slot from it, this process, and the
+    /// Where the programs find the application's span: the thread pointer
+    /// in `task_struct` (from `btf`), the slot from it, this process, and the
     /// policies. With `parent_from_context` off the context is still read,
     /// only to skip the calls of threads that suppress telemetry (kspan's
     /// own). Without either offset (another architecture, a kernel whose BTF
@@ -85,29 +86,22 @@ impl ThreadContextSettings {
             parent: parent_from_context,
             ..ThreadContextSettings::default()
         };
-        #[cfg(target_arch = "x86_64")]
-        {
-            let fsbase = crate::plan::fieldpath::member_offset(
-                btf,
-                "struct task_struct",
-                &["thread", "fsbase"],
-            );
-            match (fsbase, crate::context::slot_offset()) {
-                (Some(fsbase), Ok(slot)) => {
-                    settings.task_fsbase_offset = fsbase;
-                    settings.slot_offset = slot;
-                    settings.tgid = std::process::id();
-                }
-                (fsbase, slot) => tracing::warn!(
-                    fsbase_in_btf = fsbase.is_some(),
-                    slot = ?slot.err(),
-                    "kspan cannot read the thread context: kernel spans start traces of their own, \
-                     and the calls of kspan's own threads are traced too"
-                ),
+        let tp = crate::context::thread_pointer::TASK_THREAD_POINTER.and_then(|path| {
+            crate::plan::fieldpath::member_offset(btf, "struct task_struct", path)
+        });
+        match (tp, crate::context::slot_offset()) {
+            (Some(tp), Ok(slot)) => {
+                settings.task_tp_offset = tp;
+                settings.slot_offset = slot;
+                settings.tgid = std::process::id();
             }
+            (tp, slot) => tracing::warn!(
+                thread_pointer_in_btf = tp.is_some(),
+                slot = ?slot.err(),
+                "kspan cannot read the thread context: kernel spans start traces of their own, \
+                 and the calls of kspan's own threads are traced too"
+            ),
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = btf;
         settings
     }
 }
@@ -246,7 +240,7 @@ pub(crate) fn probe_config(
         nr_caps: plan.captures.len() as u32,
         record_size: plan.record_size,
         probe_id_from_cookie: u32::from(probe_id == ProbeId::FromCookie),
-        task_fsbase_offset: context.task_fsbase_offset,
+        task_tp_offset: context.task_tp_offset,
         ctx_tgid: context.tgid,
         orphans: context.orphans,
         keep_unsampled: u32::from(context.keep_unsampled),
@@ -276,7 +270,7 @@ pub(crate) fn sched_config(runtime: &RuntimeSettings, wait_min_ns: u64) -> kspan
         probe_id: c::KSPAN_WAIT_PROBE_ID as u32,
         mode: c::KSPAN_MODE_SYSCALL as u32,
         record_size: std::mem::size_of::<kspan_bpf::types::kspan_wait_record>() as u32,
-        task_fsbase_offset: context.task_fsbase_offset,
+        task_tp_offset: context.task_tp_offset,
         ctx_tgid: context.tgid,
         orphans: context.orphans,
         keep_unsampled: u32::from(context.keep_unsampled),

@@ -283,9 +283,18 @@ fn probe_sessions(btf: &Btf) -> (Feature, Feature) {
         Ok(_) => Feature::Available,
         Err(e) => refused("fsession", &format!("Linux 7.0+; tried on `{target}`"), e),
     };
-    let multi = match super::sys::load_trampoline_probe(super::sys::BPF_TRACE_FSESSION_MULTI, 0) {
-        Ok(_) => Feature::Available,
-        Err(e) => refused("fsession.multi", "Linux 7.2+", e),
+    // The kernel's multi-function trampolines are built by the x86-64 JIT
+    // alone: elsewhere the attach type loads and then never attaches.
+    let multi = if !cfg!(target_arch = "x86_64") {
+        Feature::no(
+            "fsession.multi is x86-64 only (Linux 7.2's multi-function trampolines; this \
+             architecture's BPF JIT has none)",
+        )
+    } else {
+        match super::sys::load_trampoline_probe(super::sys::BPF_TRACE_FSESSION_MULTI, 0) {
+            Ok(_) => Feature::Available,
+            Err(e) => refused("fsession.multi", "Linux 7.2+", e),
+        }
     };
     (single, multi)
 }

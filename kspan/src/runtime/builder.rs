@@ -445,7 +445,7 @@ impl KspanBuilder {
             self.orphans,
             self.keep_unsampled,
         );
-        let mut context_reads = if thread_context.task_fsbase_offset == 0 {
+        let mut context_reads = if thread_context.task_tp_offset == 0 {
             ThreadContextReads::NotRead
         } else {
             match &capabilities.context_records {
@@ -501,7 +501,7 @@ impl KspanBuilder {
             });
         }
         if self.scheduler.is_some()
-            && (!self.thread_context || settings.thread_context.task_fsbase_offset == 0)
+            && (!self.thread_context || settings.thread_context.task_tp_offset == 0)
         {
             return Err(Error::InvalidSetting {
                 setting: "KspanBuilder::scheduler_account",

@@ -26,7 +26,7 @@ use crate::kernel::sys::thread_pidfd;
 #[non_exhaustive]
 pub enum ThreadContextReads {
     /// Not read: every call follows the orphan policy (no thread-context
-    /// slot, or a kernel whose BTF has no `task_struct.thread.fsbase`).
+    /// slot, or a kernel whose BTF has no thread pointer in `task_struct`).
     NotRead,
     /// From the thread's memory: two non-faulting copies per tree (one for
     /// a thread with no record).

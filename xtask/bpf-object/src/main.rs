@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! Compiles `kspan-bpf/src/bpf/kspan.bpf.c` into a BPF object at the path
+//! Compiles `kspan-bpf/src/bpf/kspan.bpf.c` for one target architecture
+//! (`x86` or `arm64`, libbpf's `__TARGET_ARCH_` names: the kprobe register
+//! layout and the UAPI `asm/` headers differ) into a BPF object at the path
 //! given, and writes its stamp beside it (`<path>.sources`: the sources'
 //! hash and the clang that compiled them): the object `kspan-bpf` ships, so
 //! that crates depending on kspan build without clang. `cargo xtask bpf` runs it (and `cargo xtask test`
@@ -39,11 +41,35 @@ fn clang_version() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The UAPI headers (`asm/ptrace.h`, `asm/types.h`) of `arch`, as Debian
+/// installs them: the host's under its multiarch directory, arm64's with
+/// the cross toolchain (`linux-libc-dev-arm64-cross`).
+fn asm_headers(arch: &str) -> Option<&'static str> {
+    match arch {
+        "x86" => Some("/usr/include/x86_64-linux-gnu"),
+        "arm64" => Some("/usr/aarch64-linux-gnu/include"),
+        _ => None,
+    }
+}
+
 fn main() -> ExitCode {
-    let Some(out) = std::env::args_os().nth(1).map(PathBuf::from) else {
-        eprintln!("usage: kspan-bpf-object OUTPUT.o");
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let (Some(out), Some(arch)) = (args.first(), args.get(1).and_then(|a| a.to_str())) else {
+        eprintln!("usage: kspan-bpf-object OUTPUT.o x86|arm64");
         return ExitCode::from(2);
     };
+    let Some(headers) = asm_headers(arch) else {
+        eprintln!("kspan-bpf-object: unknown target architecture `{arch}`: use x86 or arm64");
+        return ExitCode::from(2);
+    };
+    if !std::path::Path::new(headers).join("asm/ptrace.h").is_file() {
+        eprintln!(
+            "kspan-bpf-object: no {headers}/asm/ptrace.h, the {arch} kernel headers: \
+             run `cargo xtask deps`"
+        );
+        return ExitCode::FAILURE;
+    }
+    let out = PathBuf::from(out);
     let out = match std::path::absolute(&out) {
         Ok(out) => out,
         Err(e) => {
@@ -56,8 +82,8 @@ fn main() -> ExitCode {
         eprintln!("kspan-bpf-object: {}: {e}", crate_dir.display());
         return ExitCode::FAILURE;
     }
-    // Debian keeps <asm/types.h> under the multiarch include directory.
-    let multiarch = format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH);
+    let asm = format!("-I{headers}");
+    let target = format!("-D__TARGET_ARCH_{arch}");
     // The BTF line info names the source file by its absolute path: make it
     // the same wherever the repository is checked out.
     let here = match std::env::current_dir() {
@@ -72,7 +98,13 @@ fn main() -> ExitCode {
         .source("src/bpf/kspan.bpf.c")
         .clang(CLANG)
         .obj(&out)
-        .clang_args([multiarch.as_str(), prefix_map.as_str(), "-Wall", "-O2"])
+        .clang_args([
+            target.as_str(),
+            asm.as_str(),
+            prefix_map.as_str(),
+            "-Wall",
+            "-O2",
+        ])
         .build();
     let stamp = |out: &std::path::Path| -> std::io::Result<()> {
         let stamp = sources_stamp(
