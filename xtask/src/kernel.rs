@@ -15,9 +15,10 @@
 //! machine's suite.
 //!
 //! An arm64 image is booted as a raw `Image` (QEMU's `-kernel` of a Linux
-//! arm64 kernel): Debian's `vmlinuz` is gzip-compressed, or an EFI zboot
-//! image, which QEMU 7.2 cannot boot without firmware; it is decompressed
-//! into the cache once ([`arm64_image`]).
+//! arm64 kernel). Debian's arm64 `vmlinuz` of 6.1, 6.12 and 7.2 is one
+//! already (seen 2026-12-03); a gzip-compressed one or an EFI zboot image
+//! (other distributions', or a later Debian's), which QEMU 7.2 cannot boot
+//! without firmware, is decompressed into the cache once ([`arm64_image`]).
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -179,8 +180,7 @@ fn arm64_packing(bytes: &[u8]) -> Result<Arm64Packing> {
 }
 
 /// `kernel`'s image as a raw arm64 `Image`: the file itself, or its
-/// decompressed payload cached in `kernels` as `Image-<release>` (or named
-/// after the file's path for a kernel given by path).
+/// decompressed payload, cached once under `kernels/arm64-images/`.
 fn arm64_image(kernel: &Kernel, kernels: &Path) -> Result<PathBuf> {
     let bytes = fs::read(&kernel.vmlinuz)
         .with_context(|| format!("reading {}", kernel.vmlinuz.display()))?;
@@ -191,18 +191,29 @@ fn arm64_image(kernel: &Kernel, kernels: &Path) -> Result<PathBuf> {
         Arm64Packing::Gzip => (&bytes[..], "gzip"),
         Arm64Packing::Zboot { offset, size, tool } => (&bytes[offset..offset + size], tool),
     };
-    let name = if kernel.release.is_empty() {
-        kernel.vmlinuz.to_string_lossy().replace('/', "_")
+    // Named after the file's size and time too: a kernel given by path may
+    // be rebuilt with the same release.
+    let mtime = fs::metadata(&kernel.vmlinuz)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let release = if kernel.release.is_empty() {
+        "unknown"
     } else {
-        kernel.release.clone()
+        &kernel.release
     };
-    let out = kernels.join(format!("Image-{name}"));
+    let dir = kernels.join("arm64-images");
+    let name = format!("Image-{release}-{:x}-{mtime:x}", bytes.len());
+    let out = dir.join(&name);
     if out.is_file() {
         return Ok(out);
     }
-    fs::create_dir_all(kernels)?;
-    let tmp = out.with_extension(format!("tmp-{}", std::process::id()));
-    let packed = tmp.with_extension("packed");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Written beside, renamed when complete: an interrupted run leaves no
+    // half image under `out`'s name.
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let packed = dir.join(format!(".{name}.packed-{}", std::process::id()));
     fs::write(&packed, payload)?;
     let result = Command::new(tool).arg("-dc").arg(&packed).output();
     let _ = fs::remove_file(&packed);
@@ -1001,6 +1012,41 @@ mod tests {
         let err = from_package_root(&t.0).unwrap_err().to_string();
         assert!(err.contains("usr/lib/modules/<release>/vmlinuz"), "{err}");
         assert!(err.contains("linux-binary-<release>"), "{err}");
+    }
+
+    #[test]
+    fn arm64_packings() {
+        let mut image = vec![0u8; 64];
+        image[0x38..0x3c].copy_from_slice(ARM64_MAGIC);
+        assert_eq!(arm64_packing(&image).unwrap(), Arm64Packing::Image);
+        assert_eq!(
+            arm64_packing(b"\x1f\x8b\x08\0rest").unwrap(),
+            Arm64Packing::Gzip
+        );
+        // A zboot header: payload of 16 bytes at 64, zstd.
+        let mut zboot = vec![0u8; 80];
+        zboot[..2].copy_from_slice(b"MZ");
+        zboot[4..8].copy_from_slice(b"zimg");
+        zboot[8..12].copy_from_slice(&64u32.to_le_bytes());
+        zboot[12..16].copy_from_slice(&16u32.to_le_bytes());
+        zboot[24..28].copy_from_slice(b"zstd");
+        assert_eq!(
+            arm64_packing(&zboot).unwrap(),
+            Arm64Packing::Zboot {
+                offset: 64,
+                size: 16,
+                tool: "zstd"
+            }
+        );
+        // A payload beyond the file, an unknown compression, not a kernel.
+        zboot[12..16].copy_from_slice(&17u32.to_le_bytes());
+        let e = arm64_packing(&zboot).unwrap_err().to_string();
+        assert!(e.contains("truncated"), "{e}");
+        zboot[24..28].copy_from_slice(b"lzo\0");
+        let e = arm64_packing(&zboot).unwrap_err().to_string();
+        assert!(e.contains("`lzo`"), "{e}");
+        let e = arm64_packing(b"\x7fELF").unwrap_err().to_string();
+        assert!(e.contains("not an arm64 kernel image"), "{e}");
     }
 
     #[test]
