@@ -103,6 +103,8 @@ commands:
       --arch A          x86_64 (default, the host's root) or arm64 (Debian's
                         arm64 kernel under qemu-system-aarch64, on a root of
                         Debian 12 arm64 packages; no OTLP forwarding)
+      --with-bpftrace   (arm64) a root that also holds Debian 12's arm64
+                        bpftrace (fetched once), on the guest's PATH
       --kernel K        debian12 (default; 6.1), debian13 (6.12), debian14 (the
                         newest Debian kernel, sid's: 7.x; also `sid`, `forky`),
                         or a path to a vmlinuz file or an unpacked kernel

@@ -1,7 +1,8 @@
 //! The root file system of a guest that cannot run the host's programs (an
 //! arm64 guest on this x86-64 machine; see [`crate::arch`]).
 //!
-//! It is made once, under `<target>/kspan-vm/<arch>-root/<suite>/root/`: a
+//! It is made once, under `<target>/kspan-vm/<arch>-root/<suite>/root/`
+//! (`<suite>-bpftrace/` with the suite's bpftrace, for `vm --with-bpftrace`): a
 //! private apt state for the suite and architecture ([`kernel::private_apt`]),
 //! the union of the dependency closures of the arch's root packages from
 //! that suite's index ([`packages::closure`]), each package unpacked with
@@ -25,13 +26,17 @@ use crate::util::output;
 /// Directories the guest mounts over or enters, which no package makes.
 const MOUNT_POINTS: &[&str] = &["proc", "sys", "dev", "tmp", "root", "run", "var/tmp"];
 
-/// The root `arch`'s guest mounts: `/` when it runs the host's programs,
-/// else its own root, made into `cache` once.
-pub fn prepare(arch: GuestArch, cache: &Path) -> Result<PathBuf> {
-    let Some(spec) = arch.foreign_root() else {
+/// The root `arch`'s guest mounts: `/` when it runs the host's programs
+/// (whose bpftrace `cargo xtask deps` installs), else its own root (with
+/// the suite's bpftrace if `with_bpftrace`), made into `cache` once.
+pub fn prepare(arch: GuestArch, with_bpftrace: bool, cache: &Path) -> Result<PathBuf> {
+    let Some(mut spec) = arch.foreign_root() else {
         return Ok(PathBuf::from("/"));
     };
-    let dir = cache.join(format!("{}-root", arch.name())).join(spec.suite);
+    if with_bpftrace {
+        spec = spec.with_bpftrace();
+    }
+    let dir = cache.join(format!("{}-root", arch.name())).join(spec.dir);
     kernel::fill_once(&dir, |tmp| build(&spec, arch, tmp)).with_context(|| {
         format!(
             "making the {} root of {} packages in {}",
@@ -73,7 +78,7 @@ fn build(spec: &ForeignRoot, arch: GuestArch, tmp: &Path) -> Result<()> {
     let apt_opts = kernel::private_apt(spec.suite, arch.debian(), &tmp.join("apt"))?;
     let index = output(Command::new("apt-cache").args(&apt_opts).arg("dumpavail"))?;
     let index = packages::parse_index(&index);
-    let chosen = root_packages(&index, spec.packages)?;
+    let chosen = root_packages(&index, &spec.packages)?;
     let pinned: Vec<String> = chosen.iter().map(|(n, v)| format!("{n}={v}")).collect();
     eprintln!(
         "kspan-vm: making the {} root of {}: {}",

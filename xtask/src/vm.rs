@@ -57,6 +57,9 @@ pub struct VmOptions {
     /// guest are instruction counts, the same on every run, for comparing
     /// the instructions two builds execute. Not with `multi_threaded_tcg`.
     pub icount: bool,
+    /// A guest of its own root (arm64) runs the root that also holds its
+    /// suite's bpftrace.
+    pub with_bpftrace: bool,
     /// Forward a loopback `OTEL_EXPORTER_OTLP_ENDPOINT` to the host (on by
     /// default where the guest can run the relay, this binary).
     pub otlp_forward: bool,
@@ -77,6 +80,13 @@ impl VmOptions {
             bail!(
                 "--icount counts one host thread's instructions: it cannot go with \
                  --multi-threaded-tcg"
+            );
+        }
+        if self.with_bpftrace && self.arch.foreign_root().is_none() {
+            bail!(
+                "--with-bpftrace is for a guest of its own root (arm64); an {} guest runs \
+                 the host's bpftrace (`cargo xtask deps` installs it)",
+                self.arch.name()
             );
         }
         if self.otlp_forward && !self.arch.runs_host_binaries() {
@@ -102,6 +112,7 @@ impl Default for VmOptions {
             smp: 2,
             multi_threaded_tcg: false,
             icount: false,
+            with_bpftrace: false,
             otlp_forward: true,
             verbose: false,
             append: Vec::new(),
@@ -158,6 +169,7 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
             match args[i].as_str() {
                 "--no-otlp-forward" => otlp_forward = Some(false),
                 "--otlp-forward" => otlp_forward = Some(true),
+                "--with-bpftrace" => opts.with_bpftrace = true,
                 "--multi-threaded-tcg" => opts.multi_threaded_tcg = true,
                 "--icount" => opts.icount = true,
                 "--verbose" | "-v" => opts.verbose = true,
@@ -471,7 +483,7 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     })?;
     let repo = repo_root();
     let kernel = kernel::prepare(&opts.kernel, arch, &cache_dir())?;
-    let root = rootfs::prepare(arch, &cache_dir())?;
+    let root = rootfs::prepare(arch, opts.with_bpftrace, &cache_dir())?;
     if root != Path::new("/") {
         // The repository's mount point: the guest's root is read-only.
         let at = root.join(repo.strip_prefix("/").unwrap_or(&repo));
@@ -936,6 +948,12 @@ mod tests {
             let e = parse_args(&strings(a)).unwrap_err().to_string();
             assert!(e.contains("no arm64 OTLP relay"), "{e}");
         }
+        let (o, _) = parse_args(&strings(&["--with-bpftrace", "--arch", "arm64", "x"])).unwrap();
+        assert!(o.with_bpftrace);
+        let e = parse_args(&strings(&["--with-bpftrace", "x"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host's bpftrace"), "{e}");
         let e = parse_args(&strings(&["--arch", "riscv64", "x"]))
             .unwrap_err()
             .to_string();
