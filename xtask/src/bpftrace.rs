@@ -151,7 +151,7 @@ fn wrapper_name(suite: &str) -> String {
 }
 
 fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
-    let apt_opts = kernel::private_apt(suite, &tmp.join("apt"))?;
+    let apt_opts = kernel::private_apt(suite, "amd64", &tmp.join("apt"))?;
     let index = output(Command::new("apt-cache").args(&apt_opts).arg("dumpavail"))?;
     let index = packages::parse_index(&index);
     let closure = packages::closure(&index, "bpftrace")?;

@@ -9,7 +9,9 @@ use crate::util::{is_root, run, which};
 /// Debian packages needed on the host: the BPF toolchain (clang 16, llvm,
 /// libelf, zlib, pkg-config), protoc (the embedded Jaeger's OTLP protocol
 /// code is generated at build time), the VM (QEMU, busybox-static, cpio, kmod
-/// for `modinfo`, xz and zstd for compressed modules and kernel images),
+/// for `modinfo`, xz and zstd for compressed modules and kernel images; for
+/// `vm --arch arm64`, QEMU's arm emulators and the arm64 cross compiler of
+/// the programs it runs),
 /// bpftrace (a benchmark baseline), curl (`cargo xtask jaeger` asks the
 /// UI's API with it) and libcap2-bin (`setcap`/`getcap`: the privilege tests
 /// give a copy of an example the file capabilities README documents).
@@ -21,6 +23,8 @@ pub const PACKAGES: &[&str] = &[
     "pkg-config",
     "protobuf-compiler",
     "qemu-system-x86",
+    "qemu-system-arm",
+    "gcc-aarch64-linux-gnu",
     "busybox-static",
     "cpio",
     "kmod",

@@ -2,14 +2,23 @@
 //! the guest needs, in dependency order.
 //!
 //! A Debian kernel is cached unpacked (`dpkg -x`) under
-//! `<target>/kspan-vm/kernels/<name>/root/`. The package is the one that the
-//! suite's `linux-image-amd64` depends on; since Debian 14 (sid's 7.x) that
+//! `<target>/kspan-vm/kernels/<name>/root/` (`<name>-arm64` for arm64's). The
+//! package is the one that the suite's `linux-image-amd64` (`linux-image-arm64`)
+//! depends on; since Debian 14 (sid's 7.x) that
 //! one is a meta package, and the three it depends on (image, modules, module
 //! lists and config) are unpacked together instead. For the machine's own
 //! suite the machine's apt state is used; for another suite (e.g. trixie on a
 //! bookworm machine) a private apt state in a temporary directory is used,
 //! pointing at the same Debian mirror host as the machine's own sources, so no
-//! file of the machine's apt configuration or state is touched.
+//! file of the machine's apt configuration or state is touched; the same for
+//! another architecture (arm64 on this x86-64 machine), even of the
+//! machine's suite.
+//!
+//! An arm64 image is booted as a raw `Image` (QEMU's `-kernel` of a Linux
+//! arm64 kernel). Debian's arm64 `vmlinuz` of 6.1, 6.12 and 7.2 is one
+//! already (seen 2026-12-03); a gzip-compressed one or an EFI zboot image
+//! (other distributions', or a later Debian's), which QEMU 7.2 cannot boot
+//! without firmware, is decompressed into the cache once ([`arm64_image`]).
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -18,6 +27,7 @@ use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::arch::GuestArch;
 use crate::util::{is_root, output, run, which};
 
 /// Which kernel to boot.
@@ -89,20 +99,137 @@ pub struct Kernel {
     pub config: Option<PathBuf>,
 }
 
-/// Resolves `spec` to a kernel, fetching a Debian package into `cache` once.
-pub fn prepare(spec: &KernelSpec, cache: &Path) -> Result<Kernel> {
-    match spec {
+/// Resolves `spec` to a kernel of `arch`, fetching a Debian package into
+/// `cache` once.
+pub fn prepare(spec: &KernelSpec, arch: GuestArch, cache: &Path) -> Result<Kernel> {
+    let mut kernel = match spec {
         KernelSpec::Debian { label, suite } => {
-            let root = fetch_debian(label, suite, &cache.join("kernels"))?;
+            let root = fetch_debian(label, suite, arch, &cache.join("kernels"))?;
             let mut kernel = from_package_root(&root)?;
-            if let Some(fast) = uncompressed_image(&root, &kernel) {
-                kernel.vmlinuz = fast;
+            if arch == GuestArch::X86_64 {
+                if let Some(fast) = uncompressed_image(&root, &kernel) {
+                    kernel.vmlinuz = fast;
+                }
             }
-            Ok(kernel)
+            kernel
         }
-        KernelSpec::Path(p) if p.is_dir() => from_package_root(p),
-        KernelSpec::Path(p) => Ok(from_image_file(p)),
+        KernelSpec::Path(p) if p.is_dir() => from_package_root(p)?,
+        KernelSpec::Path(p) => from_image_file(p),
+    };
+    if arch == GuestArch::Arm64 {
+        kernel.vmlinuz = arm64_image(&kernel, &cache.join("kernels"))?;
     }
+    Ok(kernel)
+}
+
+/// The magic of an arm64 `Image` at offset 0x38 of its header.
+const ARM64_MAGIC: &[u8] = b"ARM\x64";
+
+/// How an arm64 kernel file is packed.
+#[derive(Debug, PartialEq, Eq)]
+enum Arm64Packing {
+    /// A raw `Image`: QEMU boots it as is.
+    Image,
+    /// The whole file is a gzip stream (Debian's `vmlinuz` up to 6.x).
+    Gzip,
+    /// An EFI zboot image (`CONFIG_EFI_ZBOOT`): a PE stub whose header says
+    /// where the compressed `Image` lies and with what it is compressed.
+    Zboot {
+        offset: usize,
+        size: usize,
+        tool: &'static str,
+    },
+}
+
+/// Tells how `bytes` (the start of a kernel file, at least 64 bytes; the
+/// whole file for zboot's bounds check) is packed.
+fn arm64_packing(bytes: &[u8]) -> Result<Arm64Packing> {
+    if bytes.get(0x38..0x3c) == Some(ARM64_MAGIC) {
+        return Ok(Arm64Packing::Image);
+    }
+    if bytes.starts_with(b"\x1f\x8b") {
+        return Ok(Arm64Packing::Gzip);
+    }
+    // zboot header (drivers/firmware/efi/libstub/zboot-header.S): "MZ",
+    // "zimg" at 4, payload offset and size (little-endian u32) at 8 and 12,
+    // the compression's name (NUL-padded) at 24.
+    if bytes.get(4..8) == Some(b"zimg") && bytes.len() >= 32 {
+        let u32_at = |at: usize| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize
+        };
+        let (offset, size) = (u32_at(8), u32_at(12));
+        let name = &bytes[24..32];
+        let name = String::from_utf8_lossy(&name[..name.iter().position(|&b| b == 0).unwrap_or(8)]);
+        let tool = match name.as_ref() {
+            "gzip" => "gzip",
+            "xz" => "xz",
+            "zstd" => "zstd",
+            other => bail!(
+                "EFI zboot kernel compressed with `{other}`: only gzip, xz and zstd are handled"
+            ),
+        };
+        if offset.checked_add(size).is_none_or(|end| end > bytes.len()) {
+            bail!(
+                "EFI zboot kernel truncated: payload {offset}+{size} beyond its {} bytes",
+                bytes.len()
+            );
+        }
+        return Ok(Arm64Packing::Zboot { offset, size, tool });
+    }
+    bail!("not an arm64 kernel image (no `ARM\\x64` magic, gzip stream or EFI zboot header)")
+}
+
+/// `kernel`'s image as a raw arm64 `Image`: the file itself, or its
+/// decompressed payload, cached once under `kernels/arm64-images/`.
+fn arm64_image(kernel: &Kernel, kernels: &Path) -> Result<PathBuf> {
+    let bytes = fs::read(&kernel.vmlinuz)
+        .with_context(|| format!("reading {}", kernel.vmlinuz.display()))?;
+    let (payload, tool) = match arm64_packing(&bytes)
+        .with_context(|| format!("booting {} on arm64", kernel.vmlinuz.display()))?
+    {
+        Arm64Packing::Image => return Ok(kernel.vmlinuz.clone()),
+        Arm64Packing::Gzip => (&bytes[..], "gzip"),
+        Arm64Packing::Zboot { offset, size, tool } => (&bytes[offset..offset + size], tool),
+    };
+    // Named after the file's size and time too: a kernel given by path may
+    // be rebuilt with the same release.
+    let mtime = fs::metadata(&kernel.vmlinuz)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let release = if kernel.release.is_empty() {
+        "unknown"
+    } else {
+        &kernel.release
+    };
+    let dir = kernels.join("arm64-images");
+    let name = format!("Image-{release}-{:x}-{mtime:x}", bytes.len());
+    let out = dir.join(&name);
+    if out.is_file() {
+        return Ok(out);
+    }
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Written beside, renamed when complete: an interrupted run leaves no
+    // half image under `out`'s name.
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let packed = dir.join(format!(".{name}.packed-{}", std::process::id()));
+    fs::write(&packed, payload)?;
+    let result = Command::new(tool).arg("-dc").arg(&packed).output();
+    let _ = fs::remove_file(&packed);
+    let result = result.with_context(|| format!("cannot run {tool} (run `cargo xtask deps`)"))?;
+    let image = result.stdout;
+    if image.get(0x38..0x3c) != Some(ARM64_MAGIC) {
+        bail!(
+            "{tool} -dc of {}'s payload gave no arm64 Image ({}): {}",
+            kernel.vmlinuz.display(),
+            result.status,
+            String::from_utf8_lossy(&result.stderr)
+        );
+    }
+    fs::write(&tmp, image)?;
+    fs::rename(&tmp, &out)?;
+    Ok(out)
 }
 
 /// A kernel from its image file: `<dir>/vmlinuz-<rel>`, its modules looked
@@ -245,11 +372,12 @@ fn uncompressed_image(root: &Path, kernel: &Kernel) -> Option<PathBuf> {
     Some(out)
 }
 
-/// Downloads and unpacks the kernel of `suite` once; returns the unpacked root.
-fn fetch_debian(label: &str, suite: &str, kernels: &Path) -> Result<PathBuf> {
-    let dir = kernels.join(label);
-    fill_once(&dir, |tmp| fetch_into(suite, tmp))
-        .with_context(|| format!("fetching the {label} ({suite}) kernel"))?;
+/// Downloads and unpacks the kernel of `suite` for `arch` once; returns the
+/// unpacked root.
+fn fetch_debian(label: &str, suite: &str, arch: GuestArch, kernels: &Path) -> Result<PathBuf> {
+    let dir = kernels.join(arch.kernel_dir(label));
+    fill_once(&dir, |tmp| fetch_into(suite, arch, tmp))
+        .with_context(|| format!("fetching the {label} ({suite}, {}) kernel", arch.debian()))?;
     Ok(dir.join("root"))
 }
 
@@ -282,23 +410,25 @@ pub(crate) fn fill_once(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> R
     Ok(())
 }
 
-fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
+fn fetch_into(suite: &str, arch: GuestArch, tmp: &Path) -> Result<()> {
     let host_suite = os_release_codename();
-    let apt_opts = if host_suite.as_deref() == Some(suite) {
+    let meta = arch.kernel_meta_package();
+    // The machine's apt state knows its own suite of its own architecture.
+    let apt_opts = if host_suite.as_deref() == Some(suite) && arch.runs_host_binaries() {
         Vec::new()
     } else {
-        private_apt(suite, &tmp.join("apt"))?
+        private_apt(suite, arch.debian(), &tmp.join("apt"))?
     };
-    let mut pkg = kernel_package(&apt_opts)?;
+    let mut pkg = kernel_package(&apt_opts, meta)?;
     if pkg.is_none() && apt_opts.is_empty() && is_root() {
         // A fresh machine may have no package lists yet.
         run(Command::new("apt-get")
             .arg("update")
             .stdout(std::io::stderr()))?;
-        pkg = kernel_package(&apt_opts)?;
+        pkg = kernel_package(&apt_opts, meta)?;
     }
     let pkg = pkg.ok_or_else(|| {
-        anyhow!("`apt-cache depends linux-image-amd64` names no linux-image-* package (run apt-get update?)")
+        anyhow!("`apt-cache depends {meta}` names no linux-image-* package (run apt-get update?)")
     })?;
     let packages = image_packages(&pkg, &apt_depends(&apt_opts, &pkg)?);
     eprintln!("kspan-vm: fetching {} ({suite})", packages.join(", "));
@@ -349,14 +479,14 @@ pub(crate) fn download_and_unpack(
     Ok(())
 }
 
-/// The `linux-image-*` package that `linux-image-amd64` depends on.
-fn kernel_package(apt_opts: &[String]) -> Result<Option<String>> {
+/// The `linux-image-*` package that `meta` (`linux-image-amd64`) depends on.
+fn kernel_package(apt_opts: &[String], meta: &str) -> Result<Option<String>> {
     let out = Command::new("apt-cache")
         .args(apt_opts)
-        .args(["depends", "linux-image-amd64"])
+        .args(["depends", meta])
         .output()
         .context("cannot run apt-cache")?;
-    Ok(parse_depends(&String::from_utf8_lossy(&out.stdout)))
+    Ok(parse_depends(&String::from_utf8_lossy(&out.stdout), meta))
 }
 
 /// What `apt-cache depends <pkg>` prints.
@@ -377,9 +507,9 @@ fn depends(text: &str) -> impl Iterator<Item = &str> {
         .map(|p| p.trim().trim_start_matches('<').trim_end_matches('>'))
 }
 
-fn parse_depends(text: &str) -> Option<String> {
+fn parse_depends(text: &str, meta: &str) -> Option<String> {
     depends(text)
-        .find(|p| p.starts_with("linux-image-") && p != &"linux-image-amd64")
+        .find(|p| p.starts_with("linux-image-") && *p != meta)
         .map(str::to_string)
 }
 
@@ -416,13 +546,14 @@ pub(crate) fn os_release_codename() -> Option<String> {
         .map(|v| v.trim_matches('"').to_string())
 }
 
-/// Sets up a private apt state for `suite` under `dir` and runs `apt-get
-/// update` with it; returns the `-o` options that select it.
+/// Sets up a private apt state for `suite` of Debian architecture `arch`
+/// (`amd64`, `arm64`) under `dir` and runs `apt-get update` with it; returns
+/// the `-o` options that select it.
 ///
 /// Its dpkg status is an empty file: the machine's installed packages are
 /// neither read nor mixed into what apt answers (`apt-cache dumpavail` gives
 /// the suite's index alone).
-pub(crate) fn private_apt(suite: &str, dir: &Path) -> Result<Vec<String>> {
+pub(crate) fn private_apt(suite: &str, arch: &str, dir: &Path) -> Result<Vec<String>> {
     let mirror = debian_mirror()?;
     for sub in ["lists/partial", "cache/archives/partial"] {
         fs::create_dir_all(dir.join(sub))?;
@@ -438,7 +569,7 @@ pub(crate) fn private_apt(suite: &str, dir: &Path) -> Result<Vec<String>> {
     let list = dir.join("sources.list");
     fs::write(
         &list,
-        format!("deb [arch=amd64{signed}] {mirror} {suite} main\n"),
+        format!("deb [arch={arch}{signed}] {mirror} {suite} main\n"),
     )?;
     let opts: Vec<String> = [
         format!("Dir::Etc::sourcelist={}", list.display()),
@@ -446,7 +577,10 @@ pub(crate) fn private_apt(suite: &str, dir: &Path) -> Result<Vec<String>> {
         format!("Dir::State::Lists={}", dir.join("lists").display()),
         format!("Dir::Cache={}", dir.join("cache").display()),
         format!("Dir::State::status={}", status.display()),
-        "APT::Architectures=amd64".to_string(),
+        // The default architecture too: unqualified names (`apt-cache
+        // depends linux-image-arm64`, `apt-get download`) then mean `arch`'s.
+        format!("APT::Architecture={arch}"),
+        format!("APT::Architectures={arch}"),
         "Acquire::Languages=none".to_string(),
     ]
     .into_iter()
@@ -730,7 +864,10 @@ mod tests {
         assert_eq!(module_name("virtio-foo.ko").as_deref(), Some("virtio_foo"));
         assert_eq!(module_name("modules.order"), None);
         assert_eq!(
-            parse_depends("linux-image-amd64\n  Depends: linux-image-6.1.0-56-amd64\n"),
+            parse_depends(
+                "linux-image-amd64\n  Depends: linux-image-6.1.0-56-amd64\n",
+                "linux-image-amd64"
+            ),
             Some("linux-image-6.1.0-56-amd64".into())
         );
     }
@@ -769,7 +906,7 @@ mod tests {
 
     #[test]
     fn meta_package_parts() {
-        let image = parse_depends(SID_IMAGE_AMD64).unwrap();
+        let image = parse_depends(SID_IMAGE_AMD64, "linux-image-amd64").unwrap();
         assert_eq!(image, "linux-image-7.2.13+deb14-amd64");
         assert_eq!(
             image_packages(&image, SID_IMAGE),
@@ -875,6 +1012,41 @@ mod tests {
         let err = from_package_root(&t.0).unwrap_err().to_string();
         assert!(err.contains("usr/lib/modules/<release>/vmlinuz"), "{err}");
         assert!(err.contains("linux-binary-<release>"), "{err}");
+    }
+
+    #[test]
+    fn arm64_packings() {
+        let mut image = vec![0u8; 64];
+        image[0x38..0x3c].copy_from_slice(ARM64_MAGIC);
+        assert_eq!(arm64_packing(&image).unwrap(), Arm64Packing::Image);
+        assert_eq!(
+            arm64_packing(b"\x1f\x8b\x08\0rest").unwrap(),
+            Arm64Packing::Gzip
+        );
+        // A zboot header: payload of 16 bytes at 64, zstd.
+        let mut zboot = vec![0u8; 80];
+        zboot[..2].copy_from_slice(b"MZ");
+        zboot[4..8].copy_from_slice(b"zimg");
+        zboot[8..12].copy_from_slice(&64u32.to_le_bytes());
+        zboot[12..16].copy_from_slice(&16u32.to_le_bytes());
+        zboot[24..28].copy_from_slice(b"zstd");
+        assert_eq!(
+            arm64_packing(&zboot).unwrap(),
+            Arm64Packing::Zboot {
+                offset: 64,
+                size: 16,
+                tool: "zstd"
+            }
+        );
+        // A payload beyond the file, an unknown compression, not a kernel.
+        zboot[12..16].copy_from_slice(&17u32.to_le_bytes());
+        let e = arm64_packing(&zboot).unwrap_err().to_string();
+        assert!(e.contains("truncated"), "{e}");
+        zboot[24..28].copy_from_slice(b"lzo\0");
+        let e = arm64_packing(&zboot).unwrap_err().to_string();
+        assert!(e.contains("`lzo`"), "{e}");
+        let e = arm64_packing(b"\x7fELF").unwrap_err().to_string();
+        assert!(e.contains("not an arm64 kernel image"), "{e}");
     }
 
     #[test]

@@ -19,6 +19,10 @@
 //!   read-only, the repository writable at its own path, a fresh `/tmp`,
 //!   tracefs, debugfs and bpffs; `CMD` runs in the caller's working directory
 //!   and its output streams out live. The guest's exit status becomes ours.
+//!   `--arch arm64` boots Debian's arm64 kernel under `qemu-system-aarch64`
+//!   on a root of Debian 12 arm64 packages instead of the host's (for
+//!   programs cross-compiled with `aarch64-linux-gnu-gcc`), without OTLP
+//!   forwarding.
 //! * `test [--host-only|--vm-only] [--kernel K]... [--kernels K1,K2]`: the one
 //!   test command: host build and tests, then the `#[ignore]`d tests of the
 //!   `kspan-tests` package inside one VM per kernel (by default Debian 12's,
@@ -39,8 +43,12 @@
 //!
 //! * [`bpf`]: the shipped BPF object and its staleness check.
 //! * [`deps`]: package checks and installation through `apt-get`.
+//! * [`arch`]: the guest's architecture and what depends on it (QEMU's
+//!   binary and machine, console, kernel package, the guest's root).
 //! * [`kernel`]: fetching and caching Debian kernel packages under
 //!   `target/kspan-vm/kernels/`, and ordering the modules the guest needs.
+//! * [`rootfs`]: the arm64 guest's root, Debian 12 arm64 packages unpacked
+//!   under `target/kspan-vm/arm64-root/bookworm/`.
 //! * [`bpftrace`]: the bench's bpftrace: the host's, or sid's unpacked under
 //!   `target/kspan-vm/bpftrace/sid/` and run through sid's own loader.
 //! * [`packages`]: a Debian package index and a package's dependency closure.
@@ -62,6 +70,7 @@
 //! * [`jaeger`]: the `jaeger` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
+mod arch;
 mod bpf;
 mod bpftrace;
 mod consumer;
@@ -75,6 +84,7 @@ mod others;
 mod packages;
 mod publish;
 mod relay;
+mod rootfs;
 mod sched;
 mod tasks;
 mod util;
@@ -90,6 +100,11 @@ commands:
   bpf [--check]         compile kspan-bpf/src/bpf/kspan.bpf.c into the object
                         kspan-bpf ships (--check: fail if the committed one is stale)
   vm [opts] -- CMD...   run CMD inside a QEMU VM booting a stock Debian kernel
+      --arch A          x86_64 (default, the host's root) or arm64 (Debian's
+                        arm64 kernel under qemu-system-aarch64, on a root of
+                        Debian 12 arm64 packages; no OTLP forwarding)
+      --with-bpftrace   (arm64) a root that also holds Debian 12's arm64
+                        bpftrace (fetched once), on the guest's PATH
       --kernel K        debian12 (default; 6.1), debian13 (6.12), debian14 (the
                         newest Debian kernel, sid's: 7.x; also `sid`, `forky`),
                         or a path to a vmlinuz file or an unpacked kernel
@@ -98,7 +113,8 @@ commands:
       --mem SIZE        guest memory (default 2G)
       --smp N           guest CPUs (default 2)
       --no-otlp-forward do not forward a loopback OTEL_EXPORTER_OTLP_ENDPOINT
-                        from the guest to the host
+                        from the guest to the host (--otlp-forward: do; the
+                        default on x86_64, refused on arm64)
       --multi-threaded-tcg  one host thread per guest CPU (QEMU thread=multi;
                         for per-call figures: an attach or detach can kill
                         the guest with a stray int3)

@@ -9,6 +9,13 @@
 //! directory, and prints an exit marker carrying its status. Everything the
 //! command writes goes to the serial console, which QEMU writes to our stdout;
 //! the console loop streams it out line by line.
+//!
+//! `--arch arm64` boots Debian's arm64 kernel under `qemu-system-aarch64`
+//! instead; what differs (QEMU's binary and machine, the console, the
+//! busybox of the initramfs, the root the guest runs) comes from
+//! [`GuestArch`]. An arm64 guest cannot run the host's programs, so its root
+//! is one of arm64 packages made once ([`crate::rootfs`]), and the OTLP
+//! relay (this x86-64 binary, run in the guest) is not available there.
 
 use std::collections::VecDeque;
 use std::fs;
@@ -20,14 +27,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::arch::GuestArch;
 use crate::cpio::{self, Entry};
 use crate::kernel::{self, KernelSpec};
 use crate::relay;
+use crate::rootfs;
 use crate::util::{opt_value, repo_root, sh_quote, which};
 
 /// How to run the VM.
 #[derive(Clone, Debug)]
 pub struct VmOptions {
+    /// The guest's architecture (the host's by default).
+    pub arch: GuestArch,
     /// The kernel to boot.
     pub kernel: KernelSpec,
     /// Wall-clock limit for the whole run, boot included.
@@ -46,7 +57,11 @@ pub struct VmOptions {
     /// guest are instruction counts, the same on every run, for comparing
     /// the instructions two builds execute. Not with `multi_threaded_tcg`.
     pub icount: bool,
-    /// Forward a loopback `OTEL_EXPORTER_OTLP_ENDPOINT` to the host.
+    /// A guest of its own root (arm64) runs the root that also holds its
+    /// suite's bpftrace.
+    pub with_bpftrace: bool,
+    /// Forward a loopback `OTEL_EXPORTER_OTLP_ENDPOINT` to the host (on by
+    /// default where the guest can run the relay, this binary).
     pub otlp_forward: bool,
     /// Also print the console before the command starts (kernel, init).
     pub verbose: bool,
@@ -67,6 +82,22 @@ impl VmOptions {
                  --multi-threaded-tcg"
             );
         }
+        if self.with_bpftrace && self.arch.foreign_root().is_none() {
+            bail!(
+                "--with-bpftrace is for a guest of its own root (arm64); an {} guest runs \
+                 the host's bpftrace (`cargo xtask deps` installs it)",
+                self.arch.name()
+            );
+        }
+        if self.otlp_forward && !self.arch.runs_host_binaries() {
+            bail!(
+                "--otlp-forward: there is no {} OTLP relay: the relay is this xtask binary \
+                 (built for the host), which the {} guest cannot run; export to an \
+                 endpoint the guest reaches itself, or run an x86_64 guest",
+                self.arch.name(),
+                self.arch.name()
+            );
+        }
         Ok(())
     }
 }
@@ -74,12 +105,14 @@ impl VmOptions {
 impl Default for VmOptions {
     fn default() -> Self {
         VmOptions {
+            arch: GuestArch::default(),
             kernel: KernelSpec::parse("debian12").expect("known kernel"),
             timeout: Duration::from_secs(900),
             mem: "2G".into(),
             smp: 2,
             multi_threaded_tcg: false,
             icount: false,
+            with_bpftrace: false,
             otlp_forward: true,
             verbose: false,
             append: Vec::new(),
@@ -92,8 +125,6 @@ impl Default for VmOptions {
 const TAIL_LINES: usize = 40;
 /// Guest address that QEMU's user network forwards to the host.
 const GUEST_FWD_ADDR: &str = "10.0.2.100";
-/// The modules needed for the 9p shares (dependencies are added).
-const BASE_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p"];
 /// Big 9p messages: fewer round trips through the emulated virtqueue.
 ///
 /// Both shares are also mounted with `cache=loose` (page cache, no
@@ -107,8 +138,8 @@ pub fn command(args: &[String]) -> Result<u8> {
     let (opts, cmd) = parse_args(args)?;
     if cmd.is_empty() {
         bail!(
-            "usage: cargo xtask vm [--kernel K] [--timeout SECS] [--mem SIZE] \
-             [--append 'KERNEL ARGS'] -- CMD [ARGS...]"
+            "usage: cargo xtask vm [--arch x86_64|arm64] [--kernel K] [--timeout SECS] \
+             [--mem SIZE] [--append 'KERNEL ARGS'] -- CMD [ARGS...]"
         );
     }
     let cwd = std::env::current_dir().context("current directory")?;
@@ -119,8 +150,12 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
     let mut opts = VmOptions::default();
     let mut i = 0;
     let mut cmd = Vec::new();
+    // Unset: the arch's default, known once every option is read.
+    let mut otlp_forward = None;
     while i < args.len() {
-        if let Some(v) = opt_value(args, &mut i, "--kernel")? {
+        if let Some(v) = opt_value(args, &mut i, "--arch")? {
+            opts.arch = GuestArch::parse(&v)?;
+        } else if let Some(v) = opt_value(args, &mut i, "--kernel")? {
             opts.kernel = KernelSpec::parse(&v)?;
         } else if let Some(v) = opt_value(args, &mut i, "--timeout")? {
             opts.timeout = parse_secs(&v)?;
@@ -132,7 +167,9 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
             opts.smp = v.parse().with_context(|| format!("--smp {v}"))?;
         } else {
             match args[i].as_str() {
-                "--no-otlp-forward" => opts.otlp_forward = false,
+                "--no-otlp-forward" => otlp_forward = Some(false),
+                "--otlp-forward" => otlp_forward = Some(true),
+                "--with-bpftrace" => opts.with_bpftrace = true,
                 "--multi-threaded-tcg" => opts.multi_threaded_tcg = true,
                 "--icount" => opts.icount = true,
                 "--verbose" | "-v" => opts.verbose = true,
@@ -149,14 +186,18 @@ fn parse_args(args: &[String]) -> Result<(VmOptions, Vec<String>)> {
             i += 1;
         }
     }
+    opts.otlp_forward = otlp_forward.unwrap_or(opts.arch.runs_host_binaries());
     opts.check()?;
     Ok((opts, cmd))
 }
 
 /// The guest kernel's command line: the console, no reboot, quiet, the
 /// initramfs's init, then `append`'s words.
-fn kernel_command_line(append: &[String]) -> String {
-    let mut line = "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init".to_owned();
+fn kernel_command_line(arch: GuestArch, append: &[String]) -> String {
+    let mut line = format!(
+        "console={} panic=-1 quiet loglevel=3 rdinit=/init",
+        arch.console()
+    );
     for word in append {
         line.push(' ');
         line.push_str(word);
@@ -329,10 +370,31 @@ fn busybox() -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Builds the initramfs; returns its bytes.
-fn initramfs(modules: &[PathBuf], init: &str, cmd: &str) -> Result<Vec<u8>> {
+/// The initramfs's busybox for `arch` (a static one), and its applets.
+fn initramfs_busybox(arch: GuestArch, root: &Path) -> Result<(PathBuf, Vec<String>)> {
+    if arch.foreign_root().is_some() {
+        // The foreign root's busybox-static; it cannot run here to list its
+        // applets.
+        return Ok((rootfs::busybox(root), rootfs::applets()?));
+    }
     let bb = busybox()?;
     let list = crate::util::output(Command::new(&bb).arg("--list"))?;
+    let applets = list
+        .split_whitespace()
+        .filter(|a| *a != "busybox")
+        .map(String::from)
+        .collect();
+    Ok((bb, applets))
+}
+
+/// Builds the initramfs around busybox `bb` and its `applets`; returns its
+/// bytes.
+fn initramfs(
+    (bb, applets): &(PathBuf, Vec<String>),
+    modules: &[PathBuf],
+    init: &str,
+    cmd: &str,
+) -> Result<Vec<u8>> {
     let mut entries: Vec<(String, Entry)> = ["bin", "dev", "proc", "sys", "newroot", "tmp", "lib"]
         .iter()
         .map(|d| (d.to_string(), Entry::Dir))
@@ -344,10 +406,10 @@ fn initramfs(modules: &[PathBuf], init: &str, cmd: &str) -> Result<Vec<u8>> {
         "bin/busybox".into(),
         Entry::File {
             mode: 0o755,
-            data: fs::read(&bb)?,
+            data: fs::read(bb).with_context(|| format!("reading {}", bb.display()))?,
         },
     ));
-    for applet in list.split_whitespace().filter(|a| *a != "busybox") {
+    for applet in applets {
         entries.push((format!("bin/{applet}"), Entry::Symlink("busybox".into())));
     }
     for m in modules {
@@ -410,10 +472,23 @@ impl Drop for TempDir {
 /// Runs `cmd` in a guest, in directory `cwd`; returns the guest's exit status.
 pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     let t0 = Instant::now();
-    let qemu = which("qemu-system-x86_64")
-        .ok_or_else(|| anyhow!("qemu-system-x86_64 not found: run `cargo xtask deps`"))?;
+    opts.check()?;
+    let arch = opts.arch;
+    let qemu = which(arch.qemu()).ok_or_else(|| {
+        anyhow!(
+            "{} not found: run `cargo xtask deps` (package {})",
+            arch.qemu(),
+            arch.qemu_package()
+        )
+    })?;
     let repo = repo_root();
-    let kernel = kernel::prepare(&opts.kernel, &cache_dir())?;
+    let kernel = kernel::prepare(&opts.kernel, arch, &cache_dir())?;
+    let root = rootfs::prepare(arch, opts.with_bpftrace, &cache_dir())?;
+    if root != Path::new("/") {
+        // The repository's mount point: the guest's root is read-only.
+        let at = root.join(repo.strip_prefix("/").unwrap_or(&repo));
+        fs::create_dir_all(&at).with_context(|| format!("creating {}", at.display()))?;
+    }
 
     let nonce = format!(
         "{:x}{:x}",
@@ -432,6 +507,13 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     let forwards = if opts.otlp_forward {
         relay::loopback_endpoints(&env)
     } else {
+        if !arch.runs_host_binaries() && !relay::loopback_endpoints(&env).is_empty() {
+            eprintln!(
+                "kspan-vm: note: the loopback OTEL_EXPORTER_OTLP_ENDPOINT is not forwarded \
+                 to the host: there is no {} OTLP relay",
+                arch.name()
+            );
+        }
         Vec::new()
     };
     let mut guest_cmd: Vec<String> = Vec::new();
@@ -448,7 +530,7 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     }
     guest_cmd.extend(cmd.iter().cloned());
 
-    let mut roots = BASE_MODULES.to_vec();
+    let mut roots = arch.base_modules().to_vec();
     if !forwards.is_empty() {
         roots.push("virtio_net");
     }
@@ -471,7 +553,8 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     });
     let script = command_script(cwd, &env, &guest_cmd);
     let initrd = work.0.join("initrd.cpio");
-    fs::write(&initrd, initramfs(&modules, &init, &script)?)?;
+    let bb = initramfs_busybox(arch, &root)?;
+    fs::write(&initrd, initramfs(&bb, &modules, &init, &script)?)?;
 
     let mut q = Command::new(qemu);
     // One host thread runs every vCPU: with multi-threaded TCG a vCPU can run
@@ -487,11 +570,10 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
         } else {
             "tcg,thread=single"
         },
-        "-cpu",
-        "max",
         "-m",
         &opts.mem,
     ])
+    .args(arch.machine_args())
     .args(["-smp", &opts.smp.to_string()])
     .args(["-nographic", "-no-reboot"]);
     if opts.icount {
@@ -520,10 +602,13 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
         .arg("-initrd")
         .arg(&initrd)
         .arg("-append")
-        .arg(kernel_command_line(&opts.append))
+        .arg(kernel_command_line(arch, &opts.append))
         .args([
             "-fsdev",
-            "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+            &format!(
+                "local,id=hostroot,path={},security_model=none,readonly=on,multidevs=remap",
+                qemu_escape(&root.to_string_lossy())
+            ),
             "-device",
             "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
             "-fsdev",
@@ -543,8 +628,9 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
         format!(" ({})", kernel.release)
     };
     eprintln!(
-        "kspan-vm: booting {}{release} under QEMU/TCG{}",
+        "kspan-vm: booting {}{release} ({}) under QEMU/TCG{}",
         opts.kernel.name(),
+        arch.name(),
         if forwards.is_empty() {
             String::new()
         } else {
@@ -552,7 +638,9 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
             format!(", forwarding OTLP port {} to the host", ports.join(","))
         }
     );
-    let child = q.spawn().context("starting qemu-system-x86_64")?;
+    let child = q
+        .spawn()
+        .with_context(|| format!("starting {}", arch.qemu()))?;
     let outcome = console(child, &markers, opts, t0)?;
     let total = t0.elapsed().as_secs_f64();
     match outcome {
@@ -810,7 +898,7 @@ mod tests {
         assert_eq!(opts.append, ["preempt=full", "mitigations=off"]);
         assert_eq!(cmd, ["uname"]);
         assert_eq!(
-            kernel_command_line(&opts.append),
+            kernel_command_line(opts.arch, &opts.append),
             "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init preempt=full mitigations=off"
         );
         let a: Vec<String> = ["--multi-threaded-tcg", "uname"].map(String::from).to_vec();
@@ -827,6 +915,52 @@ mod tests {
         assert!(
             e.contains("--icount") && e.contains("--multi-threaded-tcg"),
             "{e}"
+        );
+    }
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arch_args() {
+        let (o, cmd) = parse_args(&strings(&["uname"])).unwrap();
+        assert_eq!(o.arch, GuestArch::X86_64);
+        assert!(o.otlp_forward);
+        let (o, cmd2) = parse_args(&strings(&[
+            "--arch", "arm64", "--kernel", "debian14", "--", "uname", "-m",
+        ]))
+        .unwrap();
+        assert_eq!(cmd, ["uname"]);
+        assert_eq!(
+            (o.arch, o.kernel.name().as_str()),
+            (GuestArch::Arm64, "debian14")
+        );
+        assert_eq!(cmd2, ["uname", "-m"]);
+        // No relay runs in an arm64 guest: off by default, refused if asked.
+        assert!(!o.otlp_forward);
+        let (o, _) = parse_args(&strings(&["--arch=aarch64", "--no-otlp-forward", "x"])).unwrap();
+        assert_eq!(o.arch, GuestArch::Arm64);
+        for a in [
+            &["--otlp-forward", "--arch", "arm64", "x"][..],
+            &["--arch", "arm64", "--otlp-forward", "x"][..],
+        ] {
+            let e = parse_args(&strings(a)).unwrap_err().to_string();
+            assert!(e.contains("no arm64 OTLP relay"), "{e}");
+        }
+        let (o, _) = parse_args(&strings(&["--with-bpftrace", "--arch", "arm64", "x"])).unwrap();
+        assert!(o.with_bpftrace);
+        let e = parse_args(&strings(&["--with-bpftrace", "x"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host's bpftrace"), "{e}");
+        let e = parse_args(&strings(&["--arch", "riscv64", "x"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use x86_64 or arm64"), "{e}");
+        assert_eq!(
+            kernel_command_line(GuestArch::Arm64, &[]),
+            "console=ttyAMA0 panic=-1 quiet loglevel=3 rdinit=/init"
         );
     }
 
