@@ -367,6 +367,21 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// Path of a built binary of this package (`src/bin/`); panics with the
+/// build command when it is missing. Found beside the test executable, not
+/// by `CARGO_BIN_EXE_*`, which cargo does not set when it builds the tests
+/// for another target with a rustc other than its own (the arm64 build).
+pub fn binary(name: &str) -> PathBuf {
+    let path = target_dir().join(name);
+    assert!(
+        path.exists(),
+        "binary `{name}` is not built at {}: run `cargo build -p kspan-tests --bins` \
+         (cargo xtask test does)",
+        path.display()
+    );
+    path
+}
+
 /// Path of a built example; panics with the build command when it is missing.
 pub fn example(name: &str) -> PathBuf {
     let path = target_dir().join("examples").join(name);

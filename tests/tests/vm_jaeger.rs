@@ -142,7 +142,7 @@ fn each_request_is_a_trace_of_its_kernel_calls_in_the_jaeger_api() {
         }
     }
 
-    let mut jaeger = Command::new(env!("CARGO_BIN_EXE_kspan-jaeger"));
+    let mut jaeger = Command::new(kspan_tests::binary("kspan-jaeger"));
     jaeger.args(["--otlp", "127.0.0.1:0", "--ui", "127.0.0.1:0"]);
     let (_jaeger, _jaeger_lines, addrs) = start(jaeger, "OTLP/gRPC on ");
     let (otlp, ui) = addrs

@@ -33,7 +33,7 @@ type Ids = (String, String);
 
 /// Every entry of the map pinned at `path`, read by another process.
 fn read_map(path: &Path) -> HashMap<u64, Ids> {
-    let out = Command::new(env!("CARGO_BIN_EXE_kspan-obi-map"))
+    let out = Command::new(kspan_tests::binary("kspan-obi-map"))
         .arg(path)
         .output()
         .expect("kspan-obi-map runs");

@@ -154,8 +154,9 @@ impl GuestArch {
             suite: "bookworm",
             dir: "bookworm",
             // The C runtime and what kspan's binaries link (libelf, zlib,
-            // zstd; libstdc++ for C++ programs), and busybox for the shell
-            // and tools.
+            // zstd; libstdc++ for C++ programs), busybox for the shell and
+            // tools, and libelf's and zlib's headers and link names: the
+            // cross build links against this root ([`crate::cross`]).
             packages: vec![
                 "libc6",
                 "libgcc-s1",
@@ -164,6 +165,8 @@ impl GuestArch {
                 "zlib1g",
                 "libzstd1",
                 "busybox-static",
+                "libelf-dev",
+                "zlib1g-dev",
             ],
         })
     }

@@ -9,9 +9,13 @@
 //! * `deps`: installs the Debian packages that the build and the VM need
 //!   (clang, llvm, libelf, QEMU, busybox-static, bpftrace, ...) when some are
 //!   missing; a fast no-op otherwise.
-//! * `bpf [--check]`: compiles the BPF C into `kspan-bpf/src/bpf/kspan.bpf.o`,
-//!   the object kspan-bpf ships so that dependents build without clang;
-//!   `--check` fails when the committed object is stale.
+//! * `bpf [--check]`: compiles the BPF C into `kspan-bpf/src/bpf/kspan.<arch>.bpf.o`
+//!   (`x86`, `arm64`), the objects kspan-bpf ships so that dependents build
+//!   without clang; `--check` fails when a committed object is stale.
+//! * `cross [CARGO ARGS]`: `cargo ARGS --target aarch64-unknown-linux-gnu`
+//!   with Debian's own Rust for arm64 (sid's rustc and standard libraries,
+//!   fetched once, see `cross`); without arguments, builds what the arm64
+//!   guest's tests run.
 //! * `vm [--kernel K] [--timeout SECS] [--mem SIZE] [--no-otlp-forward] -- CMD...`:
 //!   runs `CMD` as root inside a QEMU guest (software emulation) booting a
 //!   stock Debian kernel (`debian12`, `debian13`, `debian14`: sid's, the
@@ -75,6 +79,7 @@ mod bpf;
 mod bpftrace;
 mod consumer;
 mod cpio;
+mod cross;
 mod deps;
 mod filters;
 mod hot;
@@ -176,6 +181,7 @@ fn main() -> ExitCode {
         "deps" => deps::ensure().map(|()| 0),
         "bpf" => bpf::command(rest),
         "vm" => vm::command(rest),
+        "cross" => cross::command(rest),
         "test" => tasks::test(rest),
         "demo" => tasks::demo(rest),
         "jaeger" => jaeger::command(rest),

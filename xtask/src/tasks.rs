@@ -1,7 +1,7 @@
 //! `cargo xtask test` and `cargo xtask demo`.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -180,12 +180,19 @@ pub fn test(args: &[String]) -> Result<u8> {
 
 /// Builds the `kspan-tests` test targets; returns `(executable, package dir)`.
 fn vm_test_binaries() -> Result<Vec<(PathBuf, PathBuf)>> {
+    test_binaries(cargo(), &[])
+}
+
+/// Builds the `kspan-tests` test targets with `cmd` (a cargo command, given
+/// `extra` arguments after the test run's, such as `--target`); returns
+/// `(executable, package dir)`.
+pub fn test_binaries(mut cmd: Command, extra: &[&str]) -> Result<Vec<(PathBuf, PathBuf)>> {
     let meta = Metadata::load()?;
     let Some((id, dir)) = meta.package(TESTS_PKG) else {
         bail!("the workspace has no {TESTS_PKG} package");
     };
-    let mut cmd = cargo();
-    cmd.args(["test", "-p", TESTS_PKG, "--no-run", "--message-format=json"]);
+    cmd.args(["test", "-p", TESTS_PKG, "--no-run", "--message-format=json"])
+        .args(extra);
     eprintln!("+ {}", display(&cmd));
     let out = cmd
         .stdin(Stdio::null())
