@@ -10,12 +10,13 @@ use kspan::latency::{bucket_of, ERROR_TYPE};
 use kspan_tests::latency::{check_shape, flush_metrics, otlp_meters, point};
 use kspan_tests::Receiver;
 
-/// The getpgid system call itself (x86-64's syscall entry point): only
-/// this test calls it in this process.
-#[kspan::kernel_span("__x64_sys_getpgid", mode = "fexit", histogram)]
+/// The getpgid system call itself (the architecture's syscall entry
+/// point, one name per architecture): only this test calls it in this
+/// process.
+#[kspan::kernel_span("__x64_sys_getpgid" | "__arm64_sys_getpgid", mode = "fexit", histogram)]
 fn getpgid_fexit() {}
 
-#[kspan::kernel_span("__x64_sys_getpgid", mode = "kretprobe", histogram)]
+#[kspan::kernel_span("__x64_sys_getpgid" | "__arm64_sys_getpgid", mode = "kretprobe", histogram)]
 fn getpgid_kretprobe() {}
 
 /// Every open of this process goes through it; returns a long, `-errno`.
@@ -57,7 +58,11 @@ async fn getpgid_counts_exactly(probe: &'static kspan::Probe) {
     const K: u64 = 300;
     getpgid_calls(K);
     flush_metrics(&meters).await;
-    let name = "kernel.__x64_sys_getpgid.duration";
+    let name = if cfg!(target_arch = "aarch64") {
+        "kernel.__arm64_sys_getpgid.duration"
+    } else {
+        "kernel.__x64_sys_getpgid.duration"
+    };
     let first = receiver.latest_histogram(name);
     assert_eq!(first.len(), 1, "{first:?}");
     check_shape(&first[0]);

@@ -14,14 +14,35 @@ use std::time::Instant;
 #[kspan::kernel_span("vfs_*", mode = "fexit")]
 fn every_vfs() {}
 
-/// `do_syscall_64` is `noinstr` (no ftrace record, but a symbol) in every
-/// kernel of the matrix; `do_sys_openat2` is traceable and called by an
-/// open.
-#[kspan::kernel_span("do_sys*", mode = "fexit")]
+/// A pattern matching a `noinstr` function (no ftrace record, but a
+/// symbol) in every kernel of the matrix and a traceable one the test
+/// calls: x86-64's system call entry `do_syscall_64` among `do_sys*`, with
+/// `do_sys_openat2`, called by an open; arm64's `el0_svc` among
+/// `*el0_svc*`, with `do_el0_svc`, called by every system call.
+#[cfg_attr(target_arch = "x86_64", kspan::kernel_span("do_sys*", mode = "fexit"))]
+#[cfg_attr(
+    target_arch = "aarch64",
+    kspan::kernel_span("*el0_svc*", mode = "fexit")
+)]
 fn every_do_sys() {}
 
-/// `do_syscall_64` by name in fexit mode: no other mechanism to fall back on.
-#[kspan::kernel_span("do_syscall_64", mode = "fexit")]
+/// The notrace match, and the traceable one.
+#[cfg(target_arch = "x86_64")]
+const NOTRACE: &str = "do_syscall_64";
+#[cfg(target_arch = "x86_64")]
+const TRACED: &str = "do_sys_openat2";
+#[cfg(target_arch = "aarch64")]
+const NOTRACE: &str = "el0_svc";
+#[cfg(target_arch = "aarch64")]
+const TRACED: &str = "do_el0_svc";
+
+/// The notrace function by name in fexit mode: no other mechanism to fall
+/// back on.
+#[cfg_attr(
+    target_arch = "x86_64",
+    kspan::kernel_span("do_syscall_64", mode = "fexit")
+)]
+#[cfg_attr(target_arch = "aarch64", kspan::kernel_span("el0_svc", mode = "fexit"))]
 fn do_syscall_named() {}
 
 /// Whether fsession.multi takes fexit patterns on this kernel.
@@ -108,19 +129,19 @@ async fn a_notrace_match_is_left_out_and_the_rest_traced() {
     eprintln!("do_sys*: {plan:?}, skipped: {skipped:?}");
     let why = skipped
         .iter()
-        .find(|(f, _)| f == "do_syscall_64")
+        .find(|(f, _)| f == NOTRACE)
         .map(|(_, why)| why.as_str());
     assert!(
         why.is_some_and(|w| w.contains("absent from available_filter_functions")),
-        "do_syscall_64: {why:?}"
+        "{NOTRACE}: {why:?}"
     );
-    assert!(plan.iter().all(|d| d.function != "do_syscall_64"));
+    assert!(plan.iter().all(|d| d.function != NOTRACE));
     let openat2 = plan
         .iter()
-        .find(|d| d.function == "do_sys_openat2")
-        .expect("do_sys_openat2 attached");
+        .find(|d| d.function == TRACED)
+        .unwrap_or_else(|| panic!("{TRACED} attached: {plan:?}"));
     if multi_links() {
-        // One link refused for do_syscall_64, made again without it.
+        // One link refused for the notrace function, made again without it.
         assert_eq!(openat2.attachment, kspan::Attachment::FsessionMulti);
         assert!(
             openat2
@@ -137,7 +158,7 @@ async fn a_notrace_match_is_left_out_and_the_rest_traced() {
     assert_eq!(stats.lost(), 0, "{stats:?}");
     let spans = exporter.get_finished_spans().unwrap();
     assert!(
-        spans.iter().any(|s| s.name == "do_sys_openat2"),
+        spans.iter().any(|s| s.name == TRACED),
         "{:?}",
         spans.iter().map(|s| s.name.to_string()).collect::<Vec<_>>()
     );
@@ -150,13 +171,13 @@ async fn a_notrace_function_named_in_fexit_mode_is_refused_by_name() {
     let err = kspan::Kspan::builder(&provider)
         .probe(&do_syscall_named)
         .start()
-        .expect_err("do_syscall_64 cannot be traced");
+        .expect_err("the notrace function cannot be traced");
     let msg = err.to_string();
     // The planner says it from the kernel's list where it reads it first;
     // where fsession.multi takes the probe, the refused link makes kspan
     // read the list, and the attach says the same.
     assert!(
-        msg.contains("`do_syscall_64` (probe at")
+        msg.contains(&format!("`{NOTRACE}` (probe at"))
             && msg.contains("cannot be traced: it is absent from available_filter_functions"),
         "{msg}"
     );

@@ -21,8 +21,15 @@ use opentelemetry::trace::SpanId;
 use opentelemetry_sdk::trace::SpanData;
 use tracing::Instrument;
 
-#[kspan::kernel_span("__x64_sys_fsync", mode = "auto")]
+#[kspan::kernel_span("__x64_sys_fsync" | "__arm64_sys_fsync", mode = "auto")]
 fn sys_fsync(ret: i64) {}
+
+/// The system call's entry point on this architecture, which names its span.
+const SYS_FSYNC: &str = if cfg!(target_arch = "aarch64") {
+    "__arm64_sys_fsync"
+} else {
+    "__x64_sys_fsync"
+};
 
 #[kspan::kernel_span("noop_fsync", mode = "auto")]
 fn noop_fsync(#[capture(path = "file->f_path.dentry->d_name.name")] name: &str, ret: i32) {}
@@ -133,7 +140,7 @@ async fn every_call_is_exported_or_counted_and_every_tree_is_whole() {
     assert_eq!(apps.len(), TASKS + THREADS);
     let kernel: HashMap<SpanId, &SpanData> = spans
         .iter()
-        .filter(|s| s.name == "__x64_sys_fsync" || s.name == "noop_fsync")
+        .filter(|s| s.name == SYS_FSYNC || s.name == "noop_fsync")
         .map(|s| (s.span_context.span_id(), s))
         .collect();
 
@@ -175,7 +182,7 @@ async fn every_call_is_exported_or_counted_and_every_tree_is_whole() {
         let who = who_of(s).or_else(|| child_file.get(id).copied());
         if let Some(outer) = kernel.get(&parent) {
             let sound = s.name == "noop_fsync"
-                && outer.name == "__x64_sys_fsync"
+                && outer.name == SYS_FSYNC
                 && outer.span_context.trace_id() == s.span_context.trace_id();
             if !sound {
                 broken.push(format!("{} under {}", s.name, outer.name));

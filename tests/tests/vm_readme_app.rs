@@ -13,7 +13,17 @@ use kspan_tests::{
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
 async fn readme_service_with_a_kernel_function_nests_its_reads_over_otlp() {
-    let program = target_dir().join("kspan-readme-app/target/debug/readme-app-fexit");
+    // Built for the host by host_readme_app, for arm64 by `cargo xtask
+    // cross` (cargo's `--target` layout).
+    let built = if cfg!(target_arch = "aarch64") {
+        "aarch64-unknown-linux-gnu/debug"
+    } else {
+        "debug"
+    };
+    let program = target_dir()
+        .join("kspan-readme-app/target")
+        .join(built)
+        .join("readme-app-fexit");
     assert!(
         program.exists(),
         "{} is not built: run `cargo test -p kspan-tests --test host_readme_app` first \

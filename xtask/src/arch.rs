@@ -167,6 +167,8 @@ impl GuestArch {
                 "busybox-static",
                 "libelf-dev",
                 "zlib1g-dev",
+                // setcap/getcap, for the least-privilege tests.
+                "libcap2-bin",
             ],
         })
     }

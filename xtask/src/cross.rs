@@ -304,7 +304,40 @@ pub fn build_for_guest(toolchain: &Toolchain) -> Result<Vec<(PathBuf, PathBuf)>>
         "--bins",
         "--examples",
     ]))?;
-    crate::tasks::test_binaries(cargo_for(toolchain), &["--target", TARGET])
+    let tests = crate::tasks::test_binaries(cargo_for(toolchain), &["--target", TARGET])?;
+    build_readme_app(toolchain)?;
+    Ok(tests)
+}
+
+/// README's service, as the host test `host_readme_app` wrote it (a crate
+/// of kspan's packaged crates under `target/debug/kspan-readme-app/`), built
+/// for the target where `vm_readme_app` runs it from: beside the arm64 test
+/// executables. Left with a note when the host tests have not written it.
+fn build_readme_app(toolchain: &Toolchain) -> Result<()> {
+    let target = crate::util::repo_root().join("target");
+    let app = target.join("debug/kspan-readme-app");
+    if !app.join("Cargo.toml").is_file() {
+        eprintln!(
+            "cross: note: {} is not written yet (the host test host_readme_app writes it): \
+             vm_readme_app will say so",
+            app.display()
+        );
+        return Ok(());
+    }
+    run(cargo_for(toolchain)
+        .current_dir(&app)
+        .args([
+            "build",
+            "--offline",
+            "--quiet",
+            "--bins",
+            "--target",
+            TARGET,
+        ])
+        .env(
+            "CARGO_TARGET_DIR",
+            target.join(TARGET).join("debug/kspan-readme-app/target"),
+        ))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The root file system of a guest that cannot run the host's programs (an
 //! arm64 guest on this x86-64 machine; see [`crate::arch`]).
 //!
-//! It is made once, under `<target>/kspan-vm/<arch>-root/<suite>/root/`
+//! It is made once, under `<target>/kspan-vm/<arch>-root/<suite>-<hash>/root/`
 //! (`<suite>-bpftrace/` with the suite's bpftrace, for `vm --with-bpftrace`): a
 //! private apt state for the suite and architecture ([`kernel::private_apt`]),
 //! the union of the dependency closures of the arch's root packages from
@@ -36,7 +36,13 @@ pub fn prepare(arch: GuestArch, with_bpftrace: bool, cache: &Path) -> Result<Pat
     if with_bpftrace {
         spec = spec.with_bpftrace();
     }
-    let dir = cache.join(format!("{}-root", arch.name())).join(spec.dir);
+    // Named by its package list too: a list changed here makes a new root
+    // rather than reusing one made without the new packages.
+    let dir = cache.join(format!("{}-root", arch.name())).join(format!(
+        "{}-{:08x}",
+        spec.dir,
+        list_hash(&spec.packages)
+    ));
     kernel::fill_once(&dir, |tmp| build(&spec, arch, tmp)).with_context(|| {
         format!(
             "making the {} root of {} packages in {}",
@@ -46,6 +52,16 @@ pub fn prepare(arch: GuestArch, with_bpftrace: bool, cache: &Path) -> Result<Pat
         )
     })?;
     Ok(dir.join("root"))
+}
+
+/// FNV-1a (32 bits) of the package names, in order.
+fn list_hash(packages: &[&str]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in packages.iter().flat_map(|p| p.bytes().chain([0])) {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
 }
 
 /// The busybox of a root made by [`prepare`] (busybox-static's).

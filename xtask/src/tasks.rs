@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::arch::GuestArch;
 use crate::kernel::KernelSpec;
 use crate::util::{cargo, display, opt_value, repo_root, run, sh_quote, Metadata, EXAMPLES_PKG};
 use crate::vm::{self, VmOptions};
@@ -18,6 +19,11 @@ pub const TESTS_PKG: &str = "kspan-tests";
 /// 6.1, Debian 13's 6.12 and Debian's newest (`debian14`, sid's 7.x: the
 /// one with fsession, fsession.multi, and a preemptible kernel).
 const VM_MATRIX: &[&str] = &["debian12", "debian13", "debian14"];
+
+/// The arm64 kernels the VM tests run on when `test` is given none:
+/// Debian 13's 6.12 and sid's 7.x (fsession, kprobe.multi), Debian's arm64
+/// kernels of the two mechanisms' ladders.
+const ARM64_MATRIX: &[&str] = &["debian14", "debian13"];
 
 /// One line of the final summary.
 struct Stage {
@@ -63,10 +69,12 @@ fn stage(stages: &mut Vec<Stage>, name: &str, f: impl FnOnce() -> Result<String>
     ok
 }
 
-/// `cargo xtask test [--host-only|--vm-only] [--kernel K]... [--kernels K,K] [--timeout S]`.
+/// `cargo xtask test [--host-only|--vm-only] [--arch A]... [--kernel K]... [--kernels K,K]
+/// [--timeout S]`.
 pub fn test(args: &[String]) -> Result<u8> {
     let (mut host, mut in_vm) = (true, true);
     let mut kernels: Vec<KernelSpec> = Vec::new();
+    let mut arches: Vec<GuestArch> = Vec::new();
     let mut opts = VmOptions::default();
     let mut i = 0;
     while i < args.len() {
@@ -78,6 +86,10 @@ pub fn test(args: &[String]) -> Result<u8> {
             }
         } else if let Some(v) = opt_value(args, &mut i, "--timeout")? {
             opts.timeout = vm::parse_secs(&v)?;
+        } else if let Some(v) = opt_value(args, &mut i, "--arch")? {
+            for a in v.split(',').filter(|a| !a.is_empty()) {
+                arches.push(GuestArch::parse(a)?);
+            }
         } else {
             match args[i].as_str() {
                 "--host-only" => in_vm = false,
@@ -90,11 +102,19 @@ pub fn test(args: &[String]) -> Result<u8> {
     if !host && !in_vm {
         bail!("--host-only and --vm-only exclude each other");
     }
-    if kernels.is_empty() {
-        for k in VM_MATRIX {
-            kernels.push(KernelSpec::parse(k)?);
-        }
+    if arches.is_empty() {
+        arches = vec![GuestArch::X86_64, GuestArch::Arm64];
     }
+    let matrix = |arch: GuestArch| -> Result<Vec<KernelSpec>> {
+        if !kernels.is_empty() {
+            return Ok(kernels.clone());
+        }
+        let names = match arch {
+            GuestArch::X86_64 => VM_MATRIX,
+            GuestArch::Arm64 => ARM64_MATRIX,
+        };
+        names.iter().map(|k| KernelSpec::parse(k)).collect()
+    };
 
     let mut stages = Vec::new();
     let mut ok = stage(&mut stages, "deps", || {
@@ -149,7 +169,7 @@ pub fn test(args: &[String]) -> Result<u8> {
     let build_ok = stages
         .iter()
         .all(|s| s.name == "host tests" || s.name == "lint" || s.result.is_ok());
-    if in_vm && build_ok {
+    if in_vm && build_ok && arches.contains(&GuestArch::X86_64) {
         let mut binaries = Vec::new();
         let built = stage(&mut stages, "vm build", || {
             binaries = vm_test_binaries()?;
@@ -159,23 +179,55 @@ pub fn test(args: &[String]) -> Result<u8> {
         ok &= built;
         if built {
             let script = guest_test_script(&binaries);
-            for k in &kernels {
+            for k in matrix(GuestArch::X86_64)? {
                 let opts = VmOptions {
                     kernel: k.clone(),
                     ..opts.clone()
                 };
-                ok &= stage(&mut stages, &format!("vm tests {}", k.name()), || {
-                    let cmd = ["sh".to_string(), "-c".to_string(), script.clone()];
-                    match vm::run_vm(&opts, &cmd, &repo_root())? {
-                        0 => Ok(format!("{} test binaries passed", binaries.len())),
-                        n => bail!("guest test script exited with status {n}"),
-                    }
-                });
+                ok &= vm_tests(
+                    &mut stages,
+                    &format!("vm tests {}", k.name()),
+                    &opts,
+                    &script,
+                    binaries.len(),
+                );
+            }
+        }
+    }
+    if in_vm && build_ok && arches.contains(&GuestArch::Arm64) {
+        let mut binaries = Vec::new();
+        let built = stage(&mut stages, "arm64 build", || {
+            binaries = crate::cross::build_for_guest(&crate::cross::prepare()?)?;
+            Ok(format!("{} test binaries", binaries.len()))
+        });
+        ok &= built;
+        if built {
+            let script = guest_test_script(&binaries);
+            for k in matrix(GuestArch::Arm64)? {
+                let opts = VmOptions {
+                    kernel: k.clone(),
+                    arch: GuestArch::Arm64,
+                    otlp_forward: false,
+                    ..opts.clone()
+                };
+                let name = format!("vm tests arm64 {}", k.name());
+                ok &= vm_tests(&mut stages, &name, &opts, &script, binaries.len());
             }
         }
     }
     print_summary(&stages);
     Ok(if ok { 0 } else { 1 })
+}
+
+/// One guest run of the test script, as a stage.
+fn vm_tests(stages: &mut Vec<Stage>, name: &str, opts: &VmOptions, script: &str, n: usize) -> bool {
+    stage(stages, name, || {
+        let cmd = ["sh".to_string(), "-c".to_string(), script.to_string()];
+        match vm::run_vm(opts, &cmd, &repo_root())? {
+            0 => Ok(format!("{n} test binaries passed")),
+            status => bail!("guest test script exited with status {status}"),
+        }
+    })
 }
 
 /// Builds the `kspan-tests` test targets; returns `(executable, package dir)`.
