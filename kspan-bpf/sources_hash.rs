@@ -4,7 +4,7 @@
 // sources) and by `kspan-bpf-object` (which writes the stamp).
 
 /// The stamp of `kspan.bpf.c` and `kspan.h`: FNV-1a (64 bits) over both,
-/// as it is written in `src/bpf/kspan.bpf.o.sources`.
+/// as it is written in `src/bpf/kspan.<arch>.bpf.o.sources`.
 fn sources_stamp(bpf_c: &[u8], header: &[u8]) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in bpf_c.iter().chain(b"\0kspan.h\0").chain(header) {

@@ -167,8 +167,11 @@ impl GuestArch {
                 "busybox-static",
                 "libelf-dev",
                 "zlib1g-dev",
-                // setcap/getcap, for the least-privilege tests.
+                // setcap/getcap and setpriv, for the least-privilege tests.
                 "libcap2-bin",
+                "util-linux",
+                // /etc/os-release, which the quickstart and README's service read.
+                "base-files",
             ],
         })
     }

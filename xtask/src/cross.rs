@@ -283,6 +283,15 @@ pub fn command(args: &[String]) -> Result<u8> {
 pub fn cargo_for(toolchain: &Toolchain) -> Command {
     let mut cmd = cargo();
     cmd.envs(toolchain.cargo_env());
+    // The embedded Jaeger's UI files are read from its crate's source
+    // directory in debug builds (rust-embed), which the arm64 guest cannot
+    // see: embedded, as in a release build. (A package's profile has no
+    // environment variable: `--config`.)
+    for profile in ["dev", "test"] {
+        cmd.arg("--config").arg(format!(
+            "profile.{profile}.package.otlp-embedded.debug-assertions=false"
+        ));
+    }
     cmd
 }
 
@@ -324,6 +333,26 @@ fn build_readme_app(toolchain: &Toolchain) -> Result<()> {
         );
         return Ok(());
     }
+    let app_target = target.join(TARGET).join("debug/kspan-readme-app/target");
+    // The kspan crates are unpacked afresh by every host run, with the
+    // archive's file times, which can be older than what was built from the
+    // last ones: what cargo remembers of them goes, so they are built again.
+    for sub in [
+        "debug/build".to_string(),
+        "debug/.fingerprint".to_string(),
+        format!("{TARGET}/debug/build"),
+        format!("{TARGET}/debug/.fingerprint"),
+    ] {
+        let Ok(entries) = fs::read_dir(app_target.join(sub)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("kspan") {
+                fs::remove_dir_all(entry.path())
+                    .with_context(|| format!("removing {}", entry.path().display()))?;
+            }
+        }
+    }
     run(cargo_for(toolchain)
         .current_dir(&app)
         .args([
@@ -334,10 +363,7 @@ fn build_readme_app(toolchain: &Toolchain) -> Result<()> {
             "--target",
             TARGET,
         ])
-        .env(
-            "CARGO_TARGET_DIR",
-            target.join(TARGET).join("debug/kspan-readme-app/target"),
-        ))
+        .env("CARGO_TARGET_DIR", &app_target))
 }
 
 #[cfg(test)]

@@ -27,10 +27,11 @@
 //!   on a root of Debian 12 arm64 packages instead of the host's (for
 //!   programs cross-compiled with `aarch64-linux-gnu-gcc`), without OTLP
 //!   forwarding.
-//! * `test [--host-only|--vm-only] [--kernel K]... [--kernels K1,K2]`: the one
+//! * `test [--host-only|--vm-only] [--arch A] [--kernel K]... [--kernels K1,K2]`: the one
 //!   test command: host build and tests, then the `#[ignore]`d tests of the
 //!   `kspan-tests` package inside one VM per kernel (by default Debian 12's,
-//!   13's and sid's).
+//!   13's and sid's), then, cross-built, in an arm64 VM per arm64 kernel
+//!   (Debian 13's and sid's).
 //! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
 //! * `jaeger [--example E] [--kernel K] [--ui ADDR] [--screenshot PNG]`: the
 //!   file service in the VM (or, with `--example where_time_went`, the
