@@ -372,23 +372,30 @@ pub fn target_dir() -> PathBuf {
 /// by `CARGO_BIN_EXE_*`, which cargo does not set when it builds the tests
 /// for another target with a rustc other than its own (the arm64 build).
 pub fn binary(name: &str) -> PathBuf {
-    let path = target_dir().join(name);
-    assert!(
-        path.exists(),
-        "binary `{name}` is not built at {}: run `cargo build -p kspan-tests --bins` \
-         (cargo xtask test does)",
-        path.display()
-    );
-    path
+    built(
+        target_dir().join(name),
+        "binary",
+        name,
+        "cargo build -p kspan-tests --bins",
+    )
 }
 
 /// Path of a built example; panics with the build command when it is missing.
 pub fn example(name: &str) -> PathBuf {
-    let path = target_dir().join("examples").join(name);
+    built(
+        target_dir().join("examples").join(name),
+        "example",
+        name,
+        "cargo build -p kspan-examples --examples",
+    )
+}
+
+/// `path`, a built `what` named `name`; panics with `build`, the command
+/// that builds it, when it is missing.
+fn built(path: PathBuf, what: &str, name: &str, build: &str) -> PathBuf {
     assert!(
         path.exists(),
-        "example `{name}` is not built at {}: run `cargo build -p kspan-examples --examples` \
-         (cargo xtask test does)",
+        "{what} `{name}` is not built at {}: run `{build}` (cargo xtask test does)",
         path.display()
     );
     path

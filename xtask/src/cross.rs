@@ -285,12 +285,15 @@ pub fn cargo_for(toolchain: &Toolchain) -> Command {
     cmd.envs(toolchain.cargo_env());
     // The embedded Jaeger's UI files are read from its crate's source
     // directory in debug builds (rust-embed), which the arm64 guest cannot
-    // see: embedded, as in a release build. (A package's profile has no
-    // environment variable: `--config`.)
+    // see: embedded, as in a release build, which rust-embed decides by
+    // `debug_assertions` in its own crates and in the one deriving. (A
+    // package's profile has no environment variable: `--config`.)
     for profile in ["dev", "test"] {
-        cmd.arg("--config").arg(format!(
-            "profile.{profile}.package.otlp-embedded.debug-assertions=false"
-        ));
+        for package in ["otlp-embedded", "rust-embed", "rust-embed-utils"] {
+            cmd.arg("--config").arg(format!(
+                "profile.{profile}.package.{package}.debug-assertions=false"
+            ));
+        }
     }
     cmd
 }
@@ -313,7 +316,7 @@ pub fn build_for_guest(toolchain: &Toolchain) -> Result<Vec<(PathBuf, PathBuf)>>
         "--bins",
         "--examples",
     ]))?;
-    let tests = crate::tasks::test_binaries(cargo_for(toolchain), &["--target", TARGET])?;
+    let tests = crate::testbins::test_binaries(cargo_for(toolchain), &["--target", TARGET])?;
     build_readme_app(toolchain)?;
     Ok(tests)
 }

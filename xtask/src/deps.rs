@@ -25,6 +25,11 @@ pub const PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "qemu-system-arm",
     "gcc-aarch64-linux-gnu",
+    // Its glibc to link against (only a Recommends of the compiler, which
+    // the install below leaves out) and the arm64 UAPI headers the arm64
+    // BPF object is compiled with.
+    "libc6-dev-arm64-cross",
+    "linux-libc-dev-arm64-cross",
     "busybox-static",
     "cpio",
     "kmod",

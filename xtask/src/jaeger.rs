@@ -132,7 +132,7 @@ pub fn command(args: &[String]) -> Result<u8> {
         "-p",
         crate::util::EXAMPLES_PKG,
         "-p",
-        crate::tasks::TESTS_PKG,
+        crate::testbins::TESTS_PKG,
         "--example",
         example.name(),
         "--bin",

@@ -93,6 +93,7 @@ mod relay;
 mod rootfs;
 mod sched;
 mod tasks;
+mod testbins;
 mod util;
 mod vm;
 
