@@ -493,7 +493,7 @@ pub fn current_record() -> Option<ThreadContextRecord> {
 
 /// Offset of `otel_thread_ctx_v1` from the thread pointer, the same on
 /// every thread: what the BPF reader adds to the thread pointer the kernel
-/// keeps in `task_struct` ([`thread_pointer`]).
+/// keeps in `task_struct` (module `context::thread_pointer`).
 pub fn slot_offset() -> std::io::Result<i64> {
     let tp = thread_pointer::current()?;
     // SAFETY: only the address of the slot is taken.

@@ -30,6 +30,7 @@ const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// `cargo package` of [`PUBLISHED`], verification included.
 pub fn package() -> Result<String> {
+    forget_verified_sources()?;
     let mut cmd = cargo();
     cmd.arg("package").arg("--offline");
     for krate in PUBLISHED {
@@ -37,6 +38,40 @@ pub fn package() -> Result<String> {
     }
     run(&mut cmd)?;
     Ok(format!("{} crates packaged and verified", PUBLISHED.len()))
+}
+
+/// Removes what earlier verifications unpacked of the published crates.
+/// Cargo verifies a package against the others through a temporary local
+/// registry, which it unpacks under `$CARGO_HOME/registry/src/-<hash>/`
+/// (the hash of the registry's path), and does not unpack a version again
+/// once there: a second verification from the same checkout, after a
+/// change, would build the first one's sources.
+fn forget_verified_sources() -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return Ok(());
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        // Local registries' directories have no host name before the hash.
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for krate in PUBLISHED {
+            let dir = registry
+                .path()
+                .join(format!("{krate}-{}", env!("CARGO_PKG_VERSION")));
+            if dir.is_dir() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("removing {}", dir.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A version `a.b[.c]` as numbers.
