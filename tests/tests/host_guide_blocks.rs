@@ -118,7 +118,10 @@ fn every_rust_block_of_readme_and_the_guide_compiles() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let build = Command::new(cargo)
         .current_dir(&dir)
+        // The workspace's dev profile, as for README's service.
+        .args(["--config", "profile.dev.package.\"*\".debug=false"])
         .args(["build", "--offline", "--quiet"])
+        .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
         .env("CARGO_TARGET_DIR", dir.join("target"))
         .output()
         .expect("run cargo build");

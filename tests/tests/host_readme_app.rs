@@ -207,7 +207,11 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let build = Command::new(cargo)
         .current_dir(&dir)
+        // The workspace's dev profile (no debug information for the
+        // dependencies): cargo's default would take several times the disk.
+        .args(["--config", "profile.dev.package.\"*\".debug=false"])
         .args(["build", "--offline", "--quiet"])
+        .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
         .env("PATH", path)
         .env("CARGO_TARGET_DIR", &target)
         .output()

@@ -326,7 +326,7 @@ pub fn build_for_guest(toolchain: &Toolchain) -> Result<Vec<(PathBuf, PathBuf)>>
 /// for the target where `vm_readme_app` runs it from: beside the arm64 test
 /// executables. Left with a note when the host tests have not written it.
 fn build_readme_app(toolchain: &Toolchain) -> Result<()> {
-    let target = crate::util::repo_root().join("target");
+    let target = crate::util::target_dir();
     let app = target.join("debug/kspan-readme-app");
     if !app.join("Cargo.toml").is_file() {
         eprintln!(
@@ -356,7 +356,9 @@ fn build_readme_app(toolchain: &Toolchain) -> Result<()> {
             }
         }
     }
-    run(cargo_for(toolchain)
+    let mut build = cargo_for(toolchain);
+    crate::util::with_workspace_dev_profile(&mut build);
+    run(build
         .current_dir(&app)
         .args([
             "build",

@@ -32,6 +32,11 @@ const TARGET: &str = "x86_64-unknown-linux-gnu";
 pub fn package() -> Result<String> {
     forget_verified_sources()?;
     let mut cmd = cargo();
+    // The verification builds each package as a workspace of its own, into
+    // the workspace's target directory: with the workspace's profile its
+    // dependencies are the units the host build uses, not a second set
+    // with full debug information.
+    crate::util::with_workspace_dev_profile(&mut cmd);
     cmd.arg("package").arg("--offline");
     for krate in PUBLISHED {
         cmd.args(["-p", krate]);

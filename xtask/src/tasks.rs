@@ -29,6 +29,8 @@ struct Stage {
     name: String,
     result: std::result::Result<String, String>,
     took: Duration,
+    /// `(MB in target, MB free)` after the stage.
+    disk: Option<(u64, u64)>,
 }
 
 fn print_summary(stages: &[Stage]) {
@@ -43,8 +45,12 @@ fn print_summary(stages: &[Stage]) {
         } else {
             format!(": {detail}")
         };
+        let disk = match s.disk {
+            Some((used, free)) => format!(" [target {used} MB, {free} MB free]"),
+            None => String::new(),
+        };
         eprintln!(
-            "  {:<22} {word} ({:.1}s){detail}",
+            "  {:<22} {word} ({:.1}s){disk}{detail}",
             s.name,
             s.took.as_secs_f64()
         );
@@ -60,10 +66,15 @@ fn stage(stages: &mut Vec<Stage>, name: &str, f: impl FnOnce() -> Result<String>
     if let Err(e) = &result {
         eprintln!("xtask: {name} failed: {e}");
     }
+    let disk = crate::util::disk_use(&crate::util::target_dir());
+    if let Some((used, free)) = disk {
+        eprintln!("xtask: after {name}: target {used} MB, {free} MB free");
+    }
     stages.push(Stage {
         name: name.to_string(),
         result,
         took: t.elapsed(),
+        disk,
     });
     ok
 }
@@ -119,6 +130,7 @@ pub fn test(args: &[String]) -> Result<u8> {
         names.iter().map(|k| KernelSpec::parse(k)).collect()
     };
 
+    crate::util::build_once();
     let mut stages = Vec::new();
     let mut ok = stage(&mut stages, "deps", || {
         crate::deps::ensure().map(|()| String::new())

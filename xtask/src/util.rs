@@ -13,15 +13,69 @@ pub fn repo_root() -> PathBuf {
     root.canonicalize().unwrap_or_else(|_| root.to_path_buf())
 }
 
+/// The workspace's target directory (`CARGO_TARGET_DIR` when set).
+pub fn target_dir() -> PathBuf {
+    let repo = repo_root();
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(|t| repo.join(t))
+        .unwrap_or_else(|| repo.join("target"))
+}
+
 /// The package holding the examples.
 pub const EXAMPLES_PKG: &str = "kspan-examples";
+
+/// Whether the `cargo` commands of this run build without incremental
+/// caches: set by `cargo xtask test`, which builds each target once (the
+/// caches of the workspace's 60-odd test and example targets, per
+/// architecture, would take gigabytes for nothing).
+static ONE_SHOT_BUILDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every later [`cargo`] command of this process build once, without
+/// incremental caches, unless the caller's `CARGO_INCREMENTAL` says otherwise.
+pub fn build_once() {
+    ONE_SHOT_BUILDS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// A `cargo` command, the same cargo that runs us when there is one.
 pub fn cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(repo_root());
+    if ONE_SHOT_BUILDS.load(std::sync::atomic::Ordering::Relaxed)
+        && std::env::var_os("CARGO_INCREMENTAL").is_none()
+    {
+        // Inherited by the cargo runs of the host tests (README's service).
+        cmd.env("CARGO_INCREMENTAL", "0");
+    }
     cmd
+}
+
+/// Gives a build of a crate outside this workspace (a package's
+/// verification, README's service) the workspace's `dev` profile: line
+/// tables for the crate itself, no debug information for its dependencies.
+/// With cargo's default (full debug information everywhere) such a build
+/// takes several times the disk, and its dependencies are not the units the
+/// workspace built.
+pub fn with_workspace_dev_profile(cmd: &mut Command) -> &mut Command {
+    cmd.env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
+        .arg("--config")
+        .arg("profile.dev.package.\"*\".debug=false")
+}
+
+/// `(MB used by dir, MB free on its file system)`, for the test summary;
+/// `None` where `du` or `df` cannot say.
+pub fn disk_use(dir: &Path) -> Option<(u64, u64)> {
+    // `du -sm DIR` prints "MB\tDIR"; `df --output=avail -BM DIR` a heading,
+    // then "MBM".
+    let first_number = |cmd: &mut Command| -> Option<u64> {
+        let out = cmd.stderr(Stdio::null()).output().ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .find_map(|w| w.trim_end_matches('M').parse().ok())
+    };
+    let used = first_number(Command::new("du").arg("-sm").arg(dir))?;
+    let free = first_number(Command::new("df").args(["--output=avail", "-BM"]).arg(dir))?;
+    Some((used, free))
 }
 
 /// Renders a command for messages, shell-quoted.

@@ -215,11 +215,7 @@ pub fn parse_secs(v: &str) -> Result<Duration> {
 
 /// Where kernels are cached: `<target>/kspan-vm`.
 pub(crate) fn cache_dir() -> PathBuf {
-    let repo = repo_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(|t| repo.join(t))
-        .unwrap_or_else(|| repo.join("target"));
-    target.join("kspan-vm")
+    crate::util::target_dir().join("kspan-vm")
 }
 
 /// The caller's environment variables that the guest command gets.
