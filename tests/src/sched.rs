@@ -873,10 +873,16 @@ pub fn a_timer_interrupt_taken_in_user_space_is_the_waker(
     }
     let stats = shutdown(kspan);
     let spans = exporter.get_finished_spans().unwrap();
+    // A sleeper preempted inside the syscall, before it sleeps (the
+    // spinners keep every CPU busy), waits `preempted` under the same
+    // stack: runnable all along, no one wakes it, so it has no waker to
+    // check.
     let sleeps: Vec<&SpanData> = spans
         .iter()
         .filter(|s| {
-            s.parent_span_id == id && string(s, w::STACK).is_some_and(|st| st.contains("nanosleep"))
+            s.parent_span_id == id
+                && string(s, w::STATE).as_deref() == Some("sleeping")
+                && string(s, w::STACK).is_some_and(|st| st.contains("nanosleep"))
         })
         .collect();
     assert!(
