@@ -622,7 +622,24 @@ fn tokio_once(account: kspan::SchedulerAccount, slack_ms: i64, last: bool) -> bo
             .collect();
         // (An emulated guest's timer may wake a sleeper early, and the
         // kernel puts it back to sleep: one sleep, two waits.)
-        assert!(!sleeps.is_empty(), "task {i}: no wait of its sleep");
+        if sleeps.is_empty() {
+            let under: Vec<String> = spans
+                .iter()
+                .filter(|s| s.parent_span_id == *id)
+                .map(|s| {
+                    format!(
+                        "{} for {:?}: {:?}",
+                        s.name,
+                        s.end_time.duration_since(s.start_time).unwrap_or_default(),
+                        s.attributes
+                    )
+                })
+                .collect();
+            panic!(
+                "task {i}: no wait of its {sleep} ns sleep on thread {sleeper}; \
+                 under its span: {under:#?}"
+            );
+        }
         for s in &sleeps {
             assert_eq!(int(s, "kspan.tid"), *sleeper, "task {i}: {s:#?}");
         }

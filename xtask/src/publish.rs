@@ -25,8 +25,9 @@ pub const PUBLISHED: [&str; 6] = [
     "kspan-cli",
 ];
 
-/// The one target kspan's BPF side supports.
-const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The targets kspan's BPF side supports: each may pull in dependencies
+/// of its own.
+const TARGETS: [&str; 2] = ["x86_64-unknown-linux-gnu", crate::cross::TARGET];
 
 /// `cargo package` of [`PUBLISHED`], verification included.
 pub fn package() -> Result<String> {
@@ -158,17 +159,30 @@ fn highest(metadata: &serde_json::Value) -> Result<(Option<(String, String)>, St
 /// Fails when a dependency of the published crates needs a newer Rust
 /// than the workspace's `rust-version` says.
 pub fn check_msrv() -> Result<String> {
-    let json = output(cargo().args([
-        "metadata",
-        "--format-version",
-        "1",
-        "--offline",
-        "--filter-platform",
-        TARGET,
-    ]))?;
-    let metadata: serde_json::Value =
-        serde_json::from_str(&json).context("cannot parse `cargo metadata` output")?;
-    let (top, own) = highest(&metadata)?;
+    let mut top: Option<(String, String)> = None;
+    let mut own = String::new();
+    for target in TARGETS {
+        let json = output(cargo().args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--offline",
+            "--filter-platform",
+            target,
+        ]))?;
+        let metadata: serde_json::Value = serde_json::from_str(&json)
+            .with_context(|| format!("cannot parse `cargo metadata` output for {target}"))?;
+        let (target_top, target_own) = highest(&metadata)?;
+        own = target_own;
+        if let Some((name, declared)) = target_top {
+            if top
+                .as_ref()
+                .is_none_or(|(_, v)| version(&declared) > version(v))
+            {
+                top = Some((name, declared));
+            }
+        }
+    }
     let own_v = version(&own).with_context(|| format!("the workspace's rust-version {own:?}"))?;
     match top {
         Some((name, declared)) if version(&declared).is_some_and(|v| v > own_v) => bail!(
