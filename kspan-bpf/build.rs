@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Picks the BPF object the crate ships for the target architecture
-//! (`src/bpf/kspan.x86.bpf.o`, `src/bpf/kspan.arm64.bpf.o`), generates the
-//! Rust skeleton (the record types) from it and the constants from
-//! `kspan.h`.
-//! Nothing here runs clang: `cargo xtask bpf` compiles the object from
-//! `kspan.bpf.c` and stamps it with its sources' hash, this script refuses
-//! an object whose stamp does not match the sources, and `cargo xtask test`
-//! compiles them afresh and compares the bytes; so a crate depending on
-//! kspan builds with no BPF toolchain.
+//! (`src/bpf/kspan.x86.bpf.o`, `src/bpf/kspan.arm64.bpf.o`) and its Rust
+//! skeleton (`kspan.<arch>.skel.rs`: the record types and the program and
+//! map handles), and generates the constants from `kspan.h`.
+//! Nothing here runs clang or libbpf-cargo: `cargo xtask bpf` compiles the
+//! object from `kspan.bpf.c`, stamps it with its sources' hash and
+//! generates the skeleton, stamped with the object's hash; this script
+//! refuses an object whose stamp does not match the sources and a skeleton
+//! whose stamp does not match the object, and `cargo xtask test` compiles
+//! and generates them afresh and compares the bytes; so a crate depending
+//! on kspan builds with no BPF toolchain.
 
 use std::fmt::Write as _;
 use std::{env, fs, path::PathBuf};
-
-use libbpf_cargo::SkeletonBuilder;
 
 const SOURCE: &str = "src/bpf/kspan.bpf.c";
 
@@ -81,6 +81,22 @@ fn check_stamp(object: &str, stamp_file: &str) {
     }
 }
 
+/// Refuses a skeleton generated from another object than `object`: its
+/// types and offsets would not describe the programs loaded.
+fn check_skeleton(object: &str, skeleton: &str, arch: &str) {
+    let bytes = fs::read(object).unwrap_or_else(|e| panic!("reading {object}: {e}"));
+    let text = fs::read_to_string(skeleton).unwrap_or_else(|e| panic!("reading {skeleton}: {e}"));
+    let expected = skeleton_stamp(&format!("kspan.{arch}.bpf.o"), &bytes);
+    if text.lines().next() != Some(expected.as_str()) {
+        panic!(
+            "{skeleton} was not generated from {object} (its first line is `{}`, the object \
+             gives `{expected}`); run `cargo xtask bpf` (it needs clang) and commit the object \
+             and its skeleton",
+            text.lines().next().unwrap_or("")
+        );
+    }
+}
+
 fn main() {
     let target_arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let Some(arch) = bpf_arch(&target_arch) else {
@@ -92,16 +108,9 @@ fn main() {
     let object = format!("src/bpf/kspan.{arch}.bpf.o");
     let stamp_file = format!("{object}.sources");
     check_stamp(&object, &stamp_file);
+    let skeleton = format!("src/bpf/kspan.{arch}.skel.rs");
+    check_skeleton(&object, &skeleton, arch);
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    // A rustfmt that does not exist: the skeleton is only `include!`d, and
-    // a rustup proxy without the component would fail the build.
-    let result = SkeletonBuilder::new()
-        .obj(&object)
-        .rustfmt("/nonexistent/kspan-no-rustfmt")
-        .generate(out.join("kspan.skel.rs"));
-    if let Err(err) = result {
-        panic!("generating the skeleton of {object} failed: {err:#}");
-    }
     let header = fs::read_to_string(HEADER).expect("src/bpf/kspan.h is readable");
     fs::write(out.join("kspan_consts.rs"), constants(&header)).expect("OUT_DIR is writable");
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
@@ -109,8 +118,18 @@ fn main() {
         "cargo:rustc-env=KSPAN_BPF_OBJECT={}",
         manifest.join(&object).display()
     );
+    println!(
+        "cargo:rustc-env=KSPAN_BPF_SKELETON={}",
+        manifest.join(&skeleton).display()
+    );
     println!("cargo:rustc-env=KSPAN_BPF_ARCH={arch}");
-    for path in [object.as_str(), stamp_file.as_str(), SOURCE, HEADER] {
+    for path in [
+        object.as_str(),
+        stamp_file.as_str(),
+        skeleton.as_str(),
+        SOURCE,
+        HEADER,
+    ] {
         println!("cargo:rerun-if-changed={path}");
     }
 }

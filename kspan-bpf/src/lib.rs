@@ -9,7 +9,9 @@
 //! and every loaded copy shares the ring buffer, stacks, counters and switch
 //! of the first. The record layout (`src/bpf/kspan.h`) exists once: the
 //! types and the skeleton ([`KspanSkelBuilder`]) below are generated from the
-//! object's BTF by libbpf-cargo.
+//! object's BTF by libbpf-cargo, when `cargo xtask bpf` compiles the object,
+//! and shipped beside it (`src/bpf/kspan.<arch>.skel.rs`), so that a build
+//! needs neither clang nor libbpf-cargo.
 //!
 //! The objects are compiled by `cargo xtask bpf`, one per target
 //! architecture (`-D__TARGET_ARCH_x86`, `-D__TARGET_ARCH_arm64`: the
@@ -26,7 +28,7 @@
 )]
 #[allow(clippy::undocumented_unsafe_blocks)]
 mod skel {
-    include!(concat!(env!("OUT_DIR"), "/kspan.skel.rs"));
+    include!(env!("KSPAN_BPF_SKELETON"));
 }
 
 pub use skel::{types, KspanSkel, KspanSkelBuilder, OpenKspanProgs, OpenKspanSkel};

@@ -3,9 +3,17 @@
 //! (`x86` or `arm64`, libbpf's `__TARGET_ARCH_` names: the kprobe register
 //! layout and the UAPI `asm/` headers differ) into a BPF object at the path
 //! given, and writes its stamp beside it (`<path>.sources`: the sources'
-//! hash and the clang that compiled them): the object `kspan-bpf` ships, so
-//! that crates depending on kspan build without clang. `cargo xtask bpf` runs it (and `cargo xtask test`
-//! checks the committed object against a fresh one).
+//! hash and the clang that compiled them), and the Rust skeleton generated
+//! from it (`kspan.<arch>.skel.rs` for `kspan.<arch>.bpf.o`): what
+//! `kspan-bpf` ships, so that crates depending on kspan build without clang
+//! and without libbpf-cargo (and its command-line and logging crates).
+//! `cargo xtask bpf` runs it (and `cargo xtask test` checks the committed
+//! files against fresh ones).
+//!
+//! The skeleton refers to the object by `include_bytes!` of the path
+//! kspan-bpf's build script gives (`KSPAN_BPF_OBJECT`), not by an inline
+//! copy of its bytes, and its first line names the object's hash, which the
+//! build script checks.
 //!
 //! It is a crate of its own, not part of `xtask`, because libbpf-cargo
 //! builds libbpf, which needs libelf-dev: `xtask` must build on a machine
@@ -17,7 +25,7 @@
 //! DWARF, so the same sources and clang give the same bytes wherever the
 //! repository is.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use libbpf_cargo::SkeletonBuilder;
@@ -50,6 +58,57 @@ fn asm_headers(arch: &str) -> Option<&'static str> {
         "arm64" => Some("/usr/aarch64-linux-gnu/include"),
         _ => None,
     }
+}
+
+/// Where the skeleton of the object at `object` goes: beside it, its name
+/// without `.bpf.o` (or `.o`) and with `.skel.rs`.
+fn skeleton_path(object: &Path) -> PathBuf {
+    let name = object
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(".bpf.o")
+        .or_else(|| name.strip_suffix(".o"))
+        .unwrap_or(&name);
+    object.with_file_name(format!("{stem}.skel.rs"))
+}
+
+/// Generates the skeleton of the object at `object`, compiled for `arch`:
+/// libbpf-cargo's, with its `include_bytes!` of the object's absolute path
+/// made the build script's path, under the stamp line.
+fn skeleton(object: &Path, arch: &str) -> Result<(), String> {
+    let path = skeleton_path(object);
+    SkeletonBuilder::new()
+        .obj(object)
+        .reference_obj(true)
+        // No rustfmt: the output depends on libbpf-cargo's version alone.
+        .rustfmt("/nonexistent/kspan-no-rustfmt")
+        .generate(&path)
+        .map_err(|e| format!("generating the skeleton: {e:#}"))?;
+    let generated =
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = std::fs::read(object).map_err(|e| format!("{}: {e}", object.display()))?;
+    let data = format!("static DATA: [u8; {}] = *include_bytes!(", bytes.len());
+    let mut replaced = 0;
+    let mut text = skeleton_stamp(&format!("kspan.{arch}.bpf.o"), &bytes);
+    text.push('\n');
+    for line in generated.lines() {
+        if line.trim_start().starts_with(&data) {
+            replaced += 1;
+            text.push_str(&format!("{data}env!(\"KSPAN_BPF_OBJECT\"));\n"));
+        } else {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    if replaced != 1 {
+        return Err(format!(
+            "libbpf-cargo's skeleton has {replaced} lines `{data}...` where one was expected: \
+             its output changed; update kspan-bpf-object"
+        ));
+    }
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn main() -> ExitCode {
@@ -118,11 +177,12 @@ fn main() -> ExitCode {
     match result
         .map_err(|e| format!("{e:#}"))
         .and_then(|()| stamp(&out).map_err(|e| e.to_string()))
+        .and_then(|()| skeleton(&out, arch))
     {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(
-                "kspan-bpf-object: compiling src/bpf/kspan.bpf.c failed: {e:#}\n\
+                "kspan-bpf-object: compiling src/bpf/kspan.bpf.c or its skeleton failed: {e:#}\n\
                  it needs {CLANG} and libelf-dev: run `cargo xtask deps`"
             );
             ExitCode::FAILURE
