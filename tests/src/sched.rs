@@ -635,9 +635,30 @@ fn tokio_once(account: kspan::SchedulerAccount, slack_ms: i64, last: bool) -> bo
                     )
                 })
                 .collect();
+            // Where the sleeper's waits went, by the task whose span they
+            // are under.
+            let task_of = |parent: SpanId| ids.iter().position(|(id, _)| *id == parent);
+            let sleeper_waits: Vec<String> = spans
+                .iter()
+                .filter(|s| {
+                    s.attributes.iter().any(|kv| {
+                        kv.key.as_str() == "kspan.tid" && kv.value == Value::I64(*sleeper)
+                    })
+                })
+                .map(|s| {
+                    format!(
+                        "{} under task {:?} ({}) for {:?}, stack {:?}",
+                        s.name,
+                        task_of(s.parent_span_id),
+                        s.parent_span_id,
+                        s.end_time.duration_since(s.start_time).unwrap_or_default(),
+                        string(s, w::STACK)
+                    )
+                })
+                .collect();
             panic!(
                 "task {i}: no wait of its {sleep} ns sleep on thread {sleeper}; \
-                 under its span: {under:#?}"
+                 under its span: {under:#?}; thread {sleeper}'s waits: {sleeper_waits:#?}"
             );
         }
         for s in &sleeps {
