@@ -845,6 +845,7 @@ pub fn missing_capabilities(stderr: &str) -> &str {
 
 pub mod otep_reader;
 pub mod sched;
+pub mod switch_log;
 
 /// Helpers of the latency histogram tests (`host_latency`, `vm_latency`).
 pub mod latency {

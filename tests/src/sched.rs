@@ -16,6 +16,7 @@ use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 use crate::in_memory_provider_with_sums as provider;
+use crate::switch_log;
 
 fn int(span: &SpanData, key: &str) -> i64 {
     match span.attributes.iter().find(|kv| kv.key.as_str() == key) {
@@ -517,24 +518,102 @@ fn figures_once(
     true
 }
 
-/// What a task reports of its work: the thread its blocking closure ran
-/// on and how long its sleep took, and the CPU of its own code.
-type TaskWork = ((i64, Duration), u64);
+/// A task's blocking closure as its thread saw it: the thread, when its
+/// sleep began and ended (`CLOCK_MONOTONIC`), and the thread's CPU while
+/// the task's span was current on it.
+#[derive(Debug, Clone, Copy)]
+struct Slept {
+    tid: i64,
+    from_ns: u64,
+    to_ns: u64,
+    closure_cpu: i64,
+}
+
+/// A future's CPU time in all its polls, by the polling thread's clock
+/// (added to `ns` as each poll returns).
+struct PollCpu<F> {
+    inner: std::pin::Pin<Box<F>>,
+    ns: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl<F: std::future::Future> std::future::Future for PollCpu<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let before = thread_cpu_ns();
+        let out = self.inner.as_mut().poll(cx);
+        self.ns.fetch_add(
+            (thread_cpu_ns() - before) as i64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        out
+    }
+}
+
+/// How the machine's clocks let the tokio case hold kspan's waits against
+/// the kernel's own switch events ([`switch_log`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SwitchClocks {
+    /// How far apart the kernel's event and kspan's program may stamp one
+    /// switch (the event's time is in whole µs): 0.2 ms on a machine that
+    /// runs each CPU, up to a turn of the emulator's one thread where
+    /// QEMU runs every vCPU on one (the x86-64 guests), which may come
+    /// between the two probes.
+    pub skew_ns: i64,
+    /// The blocking sleeps' length, as a multiple of 4 to 8 ms: long
+    /// enough that a stretch off CPU less the skew is still a wait span's.
+    pub sleep_scale: u64,
+}
+
+impl SwitchClocks {
+    /// A machine whose CPUs all run (the host, a guest with a host thread
+    /// per vCPU).
+    pub const RUNNING: SwitchClocks = SwitchClocks {
+        skew_ns: 200_000,
+        sleep_scale: 1,
+    };
+
+    /// A guest whose vCPUs take turns on one emulator thread: 4 ms was
+    /// seen between one switch's two probes in the arm64 guest on one
+    /// thread, and a turn may last longer.
+    pub const TAKING_TURNS: SwitchClocks = SwitchClocks {
+        skew_ns: 20_000_000,
+        sleep_scale: 10,
+    };
+}
 
 /// 64 tokio tasks, each in its own span, do known CPU work on the workers
 /// and a `spawn_blocking` sleep under the same span, and wait in the
 /// executor between: every span's figures are its own work (the sleep of
-/// its blocking closure, the CPU of its polls), none another's, and the
-/// executor's waits are nobody's.
-pub fn tokio_tasks_each_get_their_own_figures(account: kspan::SchedulerAccount, slack_ms: i64) {
-    measured_again_when_disturbed(|last| tokio_once(account, slack_ms, last));
+/// its blocking closure, as the kernel's own switch events have it, the
+/// CPU of its polls and of its closure, as the threads' clocks count it),
+/// none another's, and the executor's waits are nobody's.
+pub fn tokio_tasks_each_get_their_own_figures(
+    account: kspan::SchedulerAccount,
+    slack_ms: i64,
+    clocks: SwitchClocks,
+) {
+    measured_again_when_disturbed(|last| tokio_once(account, slack_ms, clocks, last));
 }
 
-fn tokio_once(account: kspan::SchedulerAccount, slack_ms: i64, last: bool) -> bool {
+fn tokio_once(
+    account: kspan::SchedulerAccount,
+    slack_ms: i64,
+    clocks: SwitchClocks,
+    last: bool,
+) -> bool {
     use opentelemetry::trace::FutureExt as _;
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let sums = kspan::KernelSums::new();
     let (provider, exporter) = provider(&sums);
+    // Before kspan: a tracepoint runs its probes in the order they came,
+    // so the kernel's event is stamped before kspan's program runs, at the
+    // switch-out as at the switch-in, rather than after a program whose
+    // cost differs between the two (a wait span's stack).
+    let switches = switch_log::SwitchLog::start();
     let kspan = start(&provider, &sums, account);
     let tracer = provider.tracer("sched-tokio");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -542,10 +621,12 @@ fn tokio_once(account: kspan::SchedulerAccount, slack_ms: i64, last: bool) -> bo
         .enable_all()
         .build()
         .unwrap();
-    // Per task: (its span, ms of CPU, ms of blocking sleep).
-    let plan: Vec<(u64, u64)> = (0..64u64).map(|i| (1 + i % 4, 4 + 2 * (i % 3))).collect();
+    // Per task: (ms of CPU, ms of blocking sleep).
+    let plan: Vec<(u64, u64)> = (0..64u64)
+        .map(|i| (1 + i % 4, (4 + 2 * (i % 3)) * clocks.sleep_scale))
+        .collect();
     let stolen = stolen_ns();
-    let ids: Vec<(SpanId, TaskWork)> = rt.block_on(async {
+    let ids: Vec<(SpanId, Slept, i64)> = rt.block_on(async {
         let tasks: Vec<_> = plan
             .iter()
             .enumerate()
@@ -554,30 +635,42 @@ fn tokio_once(account: kspan::SchedulerAccount, slack_ms: i64, last: bool) -> bo
                 let cx = Context::current_with_span(span);
                 let id = cx.span().span_context().span_id();
                 let work = async move {
-                    // The CPU of this task's own code in its polls: the
-                    // busy loop and the spawn (a new thread, where the pool
-                    // has none idle: milliseconds in the emulated guest).
-                    let polled = thread_cpu_ns();
                     busy(Duration::from_millis(cpu));
                     let under = Context::current();
                     let blocking = tokio::task::spawn_blocking(move || {
                         let _attached = under.attach();
-                        let started = Instant::now();
+                        let entered = thread_cpu_ns();
+                        let from_ns = switch_log::mono_ns();
                         std::thread::sleep(Duration::from_millis(sleep));
-                        (crate::gettid(), started.elapsed())
+                        let to_ns = switch_log::mono_ns();
+                        Slept {
+                            tid: crate::gettid(),
+                            from_ns,
+                            to_ns,
+                            closure_cpu: (thread_cpu_ns() - entered) as i64,
+                        }
                     });
-                    let own = thread_cpu_ns() - polled;
                     let slept = blocking.await.unwrap();
                     // Parked in the executor: not this span's time.
                     tokio::time::sleep(Duration::from_millis(3)).await;
-                    (slept, own)
+                    slept
                 };
-                (id, tokio::spawn(work.with_context(cx)))
+                // The CPU of this task's own code in all its polls: the
+                // busy loop, the spawn (a new thread, where the pool has
+                // none idle: milliseconds in the emulated guest), the
+                // awaits.
+                let polled = Arc::new(std::sync::atomic::AtomicI64::new(0));
+                let work = PollCpu {
+                    inner: Box::pin(work),
+                    ns: polled.clone(),
+                };
+                (id, polled, tokio::spawn(work.with_context(cx)))
             })
             .collect();
         let mut ids = Vec::new();
-        for (id, task) in tasks {
-            ids.push((id, task.await.unwrap()));
+        for (id, polled, task) in tasks {
+            let slept = task.await.unwrap();
+            ids.push((id, slept, polled.load(std::sync::atomic::Ordering::Relaxed)));
         }
         ids
     });
@@ -585,98 +678,97 @@ fn tokio_once(account: kspan::SchedulerAccount, slack_ms: i64, last: bool) -> bo
     // Stolen time inflates a poll's time on CPU (see `close`).
     let stolen = stolen_ns() - stolen;
     let stats = shutdown(kspan);
+    let switches = switches.stop();
     if stats.sched_intervals_missed > 0 && !last {
         return false;
     }
-    eprintln!("{stats}; stolen {stolen} ns");
+    eprintln!("{stats}; stolen {stolen} ns; {} switches", switches.len());
     let spans = exporter.get_finished_spans().unwrap();
     let ms = slack_ms * 1_000_000;
-    for ((i, &(_, asked)), (id, ((sleeper, slept), own))) in plan.iter().enumerate().zip(&ids) {
-        let asked = asked as i64 * 1_000_000;
+    let wait_min = kspan::sched::DEFAULT_WAIT_SPAN_MIN.as_nanos() as i64;
+    let mut short = 0;
+    for (i, (id, slept, polls)) in ids.iter().enumerate() {
+        let sleeper = slept.tid;
         let span = spans
             .iter()
             .find(|s| s.span_context.span_id() == *id)
             .unwrap_or_else(|| panic!("task {i}'s span"));
-        // The sleep as long as the kernel made it (an emulated guest's
-        // timers overshoot a 4 ms sleep by up to 15 ms).
-        let (cpu, sleep) = (*own as i64, slept.as_nanos() as i64);
         let on_cpu = int(span, a::ON_CPU_NS);
         let sleeping = int(span, a::SLEEPING_NS);
         let current = int(span, a::CURRENT_NS);
-        // The closure's sleep, and its wait for a CPU after it, are in
-        // the span's (with what its polls waited on tokio's own locks,
-        // which a loaded machine makes milliseconds)...
+        // The kernel's own switches: the sleeper's stretches off CPU that
+        // began in its sleep.
+        let kernel = switch_log::off_cpu(&switches, sleeper, slept.from_ns, slept.to_ns);
+        let kernel_off: i64 = kernel.iter().map(|k| k.ns() as i64).sum();
+        // All of them are in the span's time off CPU (sleeping or waiting
+        // for a CPU), with what its polls waited on tokio's own locks.
         let off = sleeping + int(span, a::RUN_QUEUE_NS);
         assert!(
-            off >= asked - ms,
-            "task {i}: sleeping and runnable {off} ns for a {sleep} ns sleep"
+            off >= kernel_off - clocks.skew_ns * kernel.len() as i64,
+            "task {i}: sleeping and runnable {off} ns, where the kernel had thread {sleeper} off \
+             CPU {kernel_off} ns in its sleep: {kernel:?}; span {:?}; {}",
+            span.attributes,
+            where_the_waits_went(&spans, &ids, *id, sleeper)
         );
-        // ... and the wait span of exactly that sleep is under it, from the
-        // closure's thread: no other task's sleep is.
-        let sleeps: Vec<&SpanData> = spans
+        // The span's waits from the sleeper are stretches the kernel had
+        // it off CPU, and every stretch of its sleep longer than a wait
+        // span's minimum is one of them: no other task's sleep is under it.
+        let waits: Vec<&SpanData> = spans
             .iter()
-            .filter(|s| {
-                s.parent_span_id == *id
-                    && string(s, w::STACK).is_some_and(|st| st.contains("nanosleep"))
-            })
+            .filter(|s| s.parent_span_id == *id && int(s, "kspan.tid") == sleeper)
             .collect();
-        // (An emulated guest's timer may wake a sleeper early, and the
-        // kernel puts it back to sleep: one sleep, two waits.)
-        if sleeps.is_empty() {
-            let under: Vec<String> = spans
-                .iter()
-                .filter(|s| s.parent_span_id == *id)
-                .map(|s| {
-                    format!(
-                        "{} for {:?}: {:?}",
-                        s.name,
-                        s.end_time.duration_since(s.start_time).unwrap_or_default(),
-                        s.attributes
-                    )
-                })
-                .collect();
-            // Where the sleeper's waits went, by the task whose span they
-            // are under.
-            let task_of = |parent: SpanId| ids.iter().position(|(id, _)| *id == parent);
-            let sleeper_waits: Vec<String> = spans
-                .iter()
-                .filter(|s| {
-                    s.attributes.iter().any(|kv| {
-                        kv.key.as_str() == "kspan.tid" && kv.value == Value::I64(*sleeper)
-                    })
-                })
-                .map(|s| {
-                    format!(
-                        "{} under task {:?} ({}) for {:?}, stack {:?}",
-                        s.name,
-                        task_of(s.parent_span_id),
-                        s.parent_span_id,
-                        s.end_time.duration_since(s.start_time).unwrap_or_default(),
-                        string(s, w::STACK)
-                    )
-                })
-                .collect();
-            panic!(
-                "task {i}: no wait of its {sleep} ns sleep on thread {sleeper}; \
-                 under its span: {under:#?}; thread {sleeper}'s waits: {sleeper_waits:#?}"
+        let ns_of =
+            |s: &SpanData| s.end_time.duration_since(s.start_time).unwrap().as_nanos() as i64;
+        let all = switch_log::off_cpu(&switches, sleeper, 0, u64::MAX);
+        for s in &waits {
+            assert!(
+                all.iter()
+                    .any(|k| (k.ns() as i64 - ns_of(s)).abs() <= clocks.skew_ns),
+                "task {i}: a wait of {} ns on thread {sleeper} the kernel has no stretch off \
+                 CPU for: {s:#?}; the kernel's: {all:?}",
+                ns_of(s)
             );
         }
-        for s in &sleeps {
-            assert_eq!(int(s, "kspan.tid"), *sleeper, "task {i}: {s:#?}");
-        }
-        // At least the sleep asked for, at most the sleep as the closure
-        // timed it (which includes what preempted it around the sleep).
-        let d: i64 = sleeps
+        let long: Vec<&switch_log::OffCpu> = kernel
             .iter()
-            .map(|s| s.end_time.duration_since(s.start_time).unwrap().as_nanos() as i64)
-            .sum();
-        assert!(
-            d >= asked - ms && d <= sleep + ms,
-            "task {i}: waits of {d} ns for a sleep of {asked} ns asked, {sleep} ns timed"
-        );
+            .filter(|k| k.ns() as i64 >= wait_min + clocks.skew_ns)
+            .collect();
+        if long.is_empty() {
+            short += 1;
+        }
+        for k in long {
+            if !waits
+                .iter()
+                .any(|s| (ns_of(s) - k.ns() as i64).abs() <= clocks.skew_ns)
+            {
+                panic!(
+                    "task {i}: the kernel had thread {sleeper} off CPU {} ns ({}) in its sleep, \
+                     and no wait span says so ({slept:?}); span {:?}; {}",
+                    k.ns(),
+                    k.state,
+                    span.attributes,
+                    where_the_waits_went(&spans, &ids, *id, sleeper)
+                );
+            }
+        }
+        // The sleep's own waits are its thread's, in the kernel's sleep.
+        for s in waits
+            .iter()
+            .filter(|s| string(s, w::STACK).is_some_and(|st| st.contains("nanosleep")))
+        {
+            assert!(
+                ns_of(s) <= (slept.to_ns - slept.from_ns) as i64 + ms,
+                "task {i}: a wait of {} ns for a sleep of {slept:?}",
+                ns_of(s)
+            );
+        }
+        // On CPU: its polls and its closure, as the threads' clocks
+        // counted them.
+        let cpu = polls + slept.closure_cpu;
         assert!(
             on_cpu >= cpu - ms && on_cpu < cpu + ms + stolen,
-            "task {i}: on CPU {on_cpu} ns for {cpu} ns of its own code"
+            "task {i}: on CPU {on_cpu} ns for {polls} ns of polls and {} ns of its closure",
+            slept.closure_cpu
         );
         // The 3 ms in the executor is in the span's duration, not its
         // current time.
@@ -686,7 +778,55 @@ fn tokio_once(account: kspan::SchedulerAccount, slack_ms: i64, last: bool) -> bo
             "task {i}: current {current} ns, duration {duration:?}"
         );
     }
+    // Said, so that a run is seen for what it checked.
+    eprintln!(
+        "{short} of {} sleeps had no stretch off CPU of a wait span's length (the kernel's \
+         switches)",
+        plan.len()
+    );
     true
+}
+
+/// Where a sleeping thread's waits went, by the task whose span they are
+/// under, and what is under task `id`'s span: for a failure's message.
+fn where_the_waits_went(
+    spans: &[SpanData],
+    ids: &[(SpanId, Slept, i64)],
+    id: SpanId,
+    sleeper: i64,
+) -> String {
+    let under: Vec<String> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == id)
+        .map(|s| {
+            format!(
+                "{} for {:?}: {:?}",
+                s.name,
+                s.end_time.duration_since(s.start_time).unwrap_or_default(),
+                s.attributes
+            )
+        })
+        .collect();
+    let task_of = |parent: SpanId| ids.iter().position(|(id, _, _)| *id == parent);
+    let sleeper_waits: Vec<String> = spans
+        .iter()
+        .filter(|s| {
+            s.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == "kspan.tid" && kv.value == Value::I64(sleeper))
+        })
+        .map(|s| {
+            format!(
+                "{} under task {:?} ({}) for {:?}, stack {:?}",
+                s.name,
+                task_of(s.parent_span_id),
+                s.parent_span_id,
+                s.end_time.duration_since(s.start_time).unwrap_or_default(),
+                string(s, w::STACK)
+            )
+        })
+        .collect();
+    format!("under its span: {under:#?}; thread {sleeper}'s waits: {sleeper_waits:#?}")
 }
 
 /// Other processes' context switches make nothing, and neither do kspan's

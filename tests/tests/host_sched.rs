@@ -34,7 +34,11 @@ fn classic_tracepoints_figures_equal_the_kernel_s() {
 /// the wait spans' threads, whatever the slack.
 #[test]
 fn tokio_tasks_each_get_their_own_figures() {
-    sched::tokio_tasks_each_get_their_own_figures(SchedulerAccount::new(), 5);
+    sched::tokio_tasks_each_get_their_own_figures(
+        SchedulerAccount::new(),
+        5,
+        sched::SwitchClocks::RUNNING,
+    );
 }
 
 #[test]

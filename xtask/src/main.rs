@@ -124,7 +124,8 @@ commands:
                         default on x86_64, refused on arm64)
       --multi-threaded-tcg  one host thread per guest CPU (QEMU thread=multi;
                         for per-call figures: an attach or detach can kill
-                        the guest with a stray int3)
+                        an x86_64 guest with a stray int3; an arm64 guest
+                        always has it, unless --icount)
       --icount          the guest's clock counts instructions (QEMU -icount
                         shift=0): times inside it are instruction counts,
                         stable from run to run (for A/B of two builds)

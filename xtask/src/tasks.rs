@@ -87,16 +87,14 @@ fn stage(stages: &mut Vec<Stage>, name: &str, f: impl FnOnce() -> Result<String>
 }
 
 /// `cargo xtask test [--host-only|--vm-only] [--arch A]... [--kernel K]... [--kernels K,K]
-/// [--timeout S] [--all-cases]`: the x86-64 VM tests and the arm64 ones
-/// (both unless `--arch` names one), the arm64 guest leaving out the cases
-/// of [`ARM64_LEFT_OUT`] unless `--all-cases`, and booting
+/// [--timeout S]`: the x86-64 VM tests and the arm64 ones (both unless
+/// `--arch` names one), the arm64 guest booting
 /// [`ARM64_MATRIX`]'s kernels when `--arch arm64` is given,
 /// [`ARM64_DEFAULT_MATRIX`]'s otherwise.
 pub fn test(args: &[String]) -> Result<u8> {
     let (mut host, mut in_vm) = (true, true);
     let mut kernels: Vec<KernelSpec> = Vec::new();
     let mut arches: Vec<GuestArch> = Vec::new();
-    let mut all_cases = false;
     let mut opts = VmOptions::default();
     let mut i = 0;
     while i < args.len() {
@@ -116,7 +114,6 @@ pub fn test(args: &[String]) -> Result<u8> {
             match args[i].as_str() {
                 "--host-only" => in_vm = false,
                 "--vm-only" => host = false,
-                "--all-cases" => all_cases = true,
                 a => bail!("unknown test option {a}"),
             }
             i += 1;
@@ -239,18 +236,7 @@ pub fn test(args: &[String]) -> Result<u8> {
         });
         ok &= built;
         if built {
-            let skip: Vec<&str> = if all_cases {
-                Vec::new()
-            } else {
-                ARM64_LEFT_OUT
-                    .iter()
-                    .map(|(name, why)| {
-                        eprintln!("xtask: arm64: leaving out {name}: {why}");
-                        *name
-                    })
-                    .collect()
-            };
-            let script = guest_test_script_skipping(&binaries, &skip);
+            let script = guest_test_script(&binaries);
             for k in matrix(GuestArch::Arm64)? {
                 let opts = VmOptions {
                     kernel: k.clone(),
@@ -294,37 +280,17 @@ fn build_examples() -> Result<()> {
     run(cargo().args(["build", "-p", EXAMPLES_PKG, "--examples"]))
 }
 
-/// Cases the arm64 guest leaves out by default, with the reason (printed
-/// by the stage); `--arch arm64 --all-cases` runs them too.
-const ARM64_LEFT_OUT: &[(&str, &str)] = &[(
-    "tokio_tasks_each_get_their_own_figures",
-    "in the arm64 guest, in 3 runs of 31 on 7.2 (seen on 6.12 too, never on x86-64), a \
-     blocking-pool thread made late in the run has no wait span at all, its sleep's included, \
-     and in 1 run of 31 the first task's span counts 180 ms on CPU for 5 ms of its code; \
-     causes not found yet",
-)];
-
 /// A guest script running each test binary's ignored tests, one at a time.
 fn guest_test_script(binaries: &[(PathBuf, PathBuf)]) -> String {
-    guest_test_script_skipping(binaries, &[])
-}
-
-/// The same, leaving out the tests named in `skip`.
-fn guest_test_script_skipping(binaries: &[(PathBuf, PathBuf)], skip: &[&str]) -> String {
-    let skips: String = skip
-        .iter()
-        .map(|name| format!(" --skip {}", sh_quote(name)))
-        .collect();
     let mut s = String::from(
         "fail=0\n\
          run() {\n  \
            d=$1; shift\n  \
            echo \"==> kspan-vm: running ${1##*/} --ignored\"\n  \
-           ( cd \"$d\" && CARGO_MANIFEST_DIR=\"$d\" \"$@\" --ignored --test-threads=1 SKIPS ) \
+           ( cd \"$d\" && CARGO_MANIFEST_DIR=\"$d\" \"$@\" --ignored --test-threads=1 ) \
            || { echo \"==> kspan-vm: FAILED: ${1##*/}\"; fail=$((fail+1)); }\n\
          }\n",
-    )
-    .replace(" SKIPS", &skips);
+    );
     for (exe, dir) in binaries {
         s += &format!(
             "run {} {}\n",

@@ -48,9 +48,10 @@ pub struct VmOptions {
     /// Guest CPUs.
     pub smp: u32,
     /// One host thread per guest CPU (QEMU's `thread=multi`) instead of
-    /// one for all: for per-call figures, where a single thread makes
-    /// kspan's consumer compete with the traced loop. Not for the tests
-    /// (see `run_vm`).
+    /// one for all, on an x86-64 guest too: for per-call figures, where a
+    /// single thread makes kspan's consumer compete with the traced loop.
+    /// Not for the x86-64 tests (see `run_vm`); an arm64 guest has it
+    /// always ([`Self::threaded_tcg`]).
     pub multi_threaded_tcg: bool,
     /// The guest's clock counts instructions, one nanosecond each (QEMU's
     /// `-icount shift=0`, one host thread): times measured inside the
@@ -74,6 +75,13 @@ pub struct VmOptions {
 }
 
 impl VmOptions {
+    /// Whether QEMU runs a host thread per guest CPU: when asked for, and
+    /// for an arm64 guest unless `--icount` needs one thread (see
+    /// `run_vm`).
+    pub fn threaded_tcg(&self) -> bool {
+        self.multi_threaded_tcg || (self.arch == GuestArch::Arm64 && !self.icount)
+    }
+
     /// Refuses settings QEMU cannot run together, before any work.
     pub fn check(&self) -> Result<()> {
         if self.icount && self.multi_threaded_tcg {
@@ -553,15 +561,20 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     fs::write(&initrd, initramfs(&bb, &modules, &init, &script)?)?;
 
     let mut q = Command::new(qemu);
-    // One host thread runs every vCPU: with multi-threaded TCG a vCPU can run
-    // code another vCPU has just patched (the kernel's int3-based text_poke
-    // of ftrace call sites, done by every trampoline attach and detach), and
-    // the guest dies of a stray int3. On two host cores it costs no time,
-    // but it serialises the guest's CPUs: `--multi-threaded-tcg` is for
-    // per-call benchmarks, which attach once.
+    // An x86-64 guest's vCPUs share one host thread: with multi-threaded
+    // TCG a vCPU can run code another vCPU has just patched (the kernel's
+    // int3-based text_poke of ftrace call sites, done by every trampoline
+    // attach and detach), and the guest dies of a stray int3; on two host
+    // cores it costs no time, but it serialises the guest's CPUs:
+    // `--multi-threaded-tcg` is for per-call benchmarks, which attach once.
+    // arm64 patches kernel text with the other CPUs stopped (no int3
+    // protocol), so its guest gets a thread per vCPU: on one thread, a vCPU
+    // waits out the other's turn, up to a guest tick, anywhere, and one
+    // sched_switch's two probes (the kernel's trace event, kspan's program)
+    // were seen 4 ms apart, a sleep's 9 ms off CPU read as 5.
     q.args([
         "-accel",
-        if opts.multi_threaded_tcg {
+        if opts.threaded_tcg() {
             "tcg,thread=multi"
         } else {
             "tcg,thread=single"
@@ -886,7 +899,13 @@ mod tests {
         let (o, cmd) = parse_args(&a).unwrap();
         assert_eq!(o.kernel.name(), "debian14");
         assert_eq!(cmd, ["uname"]);
-        assert!(!o.multi_threaded_tcg);
+        assert!(!o.multi_threaded_tcg && !o.threaded_tcg());
+        let a: Vec<String> = ["--arch", "arm64", "uname"].map(String::from).to_vec();
+        assert!(parse_args(&a).unwrap().0.threaded_tcg());
+        let a: Vec<String> = ["--arch", "arm64", "--icount", "uname"]
+            .map(String::from)
+            .to_vec();
+        assert!(!parse_args(&a).unwrap().0.threaded_tcg());
         let a: Vec<String> = ["--append", "preempt=full  mitigations=off", "uname"]
             .map(String::from)
             .to_vec();
