@@ -698,7 +698,11 @@ fn tokio_once(
         let current = int(span, a::CURRENT_NS);
         // The kernel's own switches: the sleeper's stretches off CPU that
         // began in its sleep.
-        let kernel = switch_log::off_cpu(&switches, sleeper, slept.from_ns, slept.to_ns);
+        let all = switch_log::off_cpu(&switches, sleeper);
+        let kernel: Vec<&switch_log::OffCpu> = all
+            .iter()
+            .filter(|k| (slept.from_ns..=slept.to_ns).contains(&k.from_ns))
+            .collect();
         let kernel_off: i64 = kernel.iter().map(|k| k.ns() as i64).sum();
         // All of them are in the span's time off CPU (sleeping or waiting
         // for a CPU), with what its polls waited on tokio's own locks.
@@ -719,7 +723,6 @@ fn tokio_once(
             .collect();
         let ns_of =
             |s: &SpanData| s.end_time.duration_since(s.start_time).unwrap().as_nanos() as i64;
-        let all = switch_log::off_cpu(&switches, sleeper, 0, u64::MAX);
         for s in &waits {
             assert!(
                 all.iter()
@@ -729,7 +732,7 @@ fn tokio_once(
                 ns_of(s)
             );
         }
-        let long: Vec<&switch_log::OffCpu> = kernel
+        let long: Vec<_> = kernel
             .iter()
             .filter(|k| k.ns() as i64 >= wait_min + clocks.skew_ns)
             .collect();
