@@ -266,7 +266,9 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
 /// Runs `case` until it measures with no off-CPU interval missed
 /// (`Stats::sched_intervals_missed`, a known and counted defect: about 1
 /// interval in 300 on a loaded machine: switch-ins the kernel's
-/// `sched_switch` tracepoint does not report, as bpftrace sees too), at most three
+/// `sched_switch` tracepoint does not report, as bpftrace and the tracefs
+/// event see too; on the host, those after a thread of the sandbox's
+/// init, whose switch-outs its kernel never reports), at most three
 /// times; the last run checks everything whatever it missed. `case` gets
 /// whether it is the last, and returns false when it stopped short for a
 /// missed interval.
@@ -870,7 +872,12 @@ pub fn only_this_process_s_spans_are_accounted(account: kspan::SchedulerAccount)
         .iter()
         .filter(|s| s.name.starts_with("off-cpu"))
         .collect();
-    assert!(waits.len() >= 5, "a wait per sleep: {waits:#?}");
+    // A sleep whose switch-in the kernel did not report makes no wait,
+    // and is counted.
+    assert!(
+        waits.len() as u64 + stats.sched_intervals_missed >= 5,
+        "a wait per sleep: {waits:#?}; {stats}"
+    );
     for w in &waits {
         assert!(
             ours.contains(&w.parent_span_id),
@@ -1066,8 +1073,10 @@ pub fn a_timer_interrupt_taken_in_user_space_is_the_waker(
                 && string(s, w::STACK).is_some_and(|st| st.contains("nanosleep"))
         })
         .collect();
+    // A sleep whose switch-in the kernel did not report makes no wait,
+    // and is counted.
     assert!(
-        sleeps.len() >= SLEEPS,
+        sleeps.len() as u64 + stats.sched_intervals_missed >= SLEEPS as u64,
         "a wait per sleep: {sleeps:#?}; {stats}"
     );
     let min = kspan::sched::DEFAULT_WAIT_SPAN_MIN.as_nanos() as i64;

@@ -1917,8 +1917,21 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	struct kspan_sched_task *t;
 	__u32 tid = (__u32)pid_tgid, skip = 0;
 
-	if (!kspan_app_context(&c, pid_tgid))
+	if (!kspan_app_context(&c, pid_tgid)) {
+		/*
+		 * No span current: nothing to keep, but an interval still open
+		 * is closed unseen, or its switch-in, when it comes, would
+		 * charge this stretch (on a CPU, then off it under no span) to
+		 * the span it left in.
+		 */
+		t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+		if (t && t->out_ns) {
+			if (!t->skip)
+				kspan_count(KSPAN_CTR_SCHED_MISSED);
+			t->out_ns = 0;
+		}
 		return;
+	}
 	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
 		skip = KSPAN_CTR_SUPPRESSED;
 	else if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
