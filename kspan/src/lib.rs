@@ -96,8 +96,11 @@
 //!   skips names no process or call, so it cannot be counted, and no
 //!   bookkeeping in the programs can keep that promise. A program per
 //!   function does not either (the calls that collide are of one function).
-//!   Kprobe programs run with preemption off and lose none, so there `auto`
-//!   takes kprobes (kprobe.session where the kernel has it), and trampolines
+//!   Kprobe programs run with preemption off and lose none to that (a task
+//!   preempted inside a BPF map system call makes the kernel skip them on
+//!   its CPU; kspan makes no such call while recording there, reading
+//!   thread contexts from user memory rather than registering them), so
+//!   there `auto` takes kprobes (kprobe.session where the kernel has it), and trampolines
 //!   where programs run to the end (Debian 12's and 13's `voluntary`); on
 //!   7.2 that costs about 710 instructions a call more than fsession.multi
 //!   (README's "Preemptible kernels", BENCHMARKS.md). [`kernel::preemption`] reads the model, and

@@ -122,7 +122,9 @@ impl Kspan {
 
     /// Where the programs read each thread's application context from
     /// now: registered records where the kernel can pin them (Linux
-    /// 6.13+), else the thread's memory, with why.
+    /// 6.13+) and registering costs no calls (not where a registration
+    /// preempted inside its map update would make the kernel skip kspan's
+    /// kprobe or tracepoint programs), else the thread's memory, with why.
     pub fn thread_context_reads(&self) -> ThreadContextReads {
         match &self.registrar {
             Some(registrar) => registrar.reads(),

@@ -132,6 +132,15 @@ pub enum SchedMechanism {
 }
 
 impl SchedMechanism {
+    /// Whether the kernel skips these programs on a CPU while another task
+    /// there is inside a BPF map system call (as
+    /// [`crate::Attachment::skipped_during_map_calls`]): classic
+    /// tracepoints do, BTF tracepoints have a guard of their own.
+    #[doc(alias = "bpf_prog_active")]
+    pub fn skipped_during_map_calls(self) -> bool {
+        self == SchedMechanism::Tracepoints
+    }
+
     /// A short name (`tp_btf`, `tracepoint`).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -51,16 +51,22 @@ fn kspan_s_own_threads_and_calls_make_no_kernel_spans() {
         .orphans(kspan::Orphans::NewTrace)
         .start()
         .expect("syscall sources start on the host");
-    // The host's kernel (6.18) pins registered records: the threads kspan
-    // starts register theirs through system calls this test traces.
-    if kspan::KernelCapabilities::get()
-        .context_records
-        .is_available()
-    {
-        assert_eq!(
-            kspan_tests::settled_context_reads(&kspan),
-            kspan::ThreadContextReads::Registered
-        );
+    // The host's kernel (6.18) pins registered records, where the threads
+    // kspan starts would register theirs through system calls this test
+    // traces; but a registration is a map update, during which the kernel
+    // skips tracepoint programs, and this kernel may preempt it there.
+    let caps = kspan::KernelCapabilities::get();
+    if caps.context_records.is_available() {
+        let reads = kspan_tests::settled_context_reads(&kspan);
+        if caps.preemption.preempts_programs() {
+            assert!(
+                matches!(&reads, kspan::ThreadContextReads::UserMemory { why }
+                    if why.contains("BPF map update") && why.contains("through tracepoints")),
+                "{reads:?}"
+            );
+        } else {
+            assert_eq!(reads, kspan::ThreadContextReads::Registered);
+        }
     }
     let work = tracer.in_span("work", |cx| {
         for _ in 0..3 {

@@ -73,6 +73,17 @@ async fn every_call_is_exported_or_counted_and_every_tree_is_whole() {
         );
     }
     eprintln!("preemption: {}", caps.preemption);
+    // Registering a thread's record is a map update, during which the
+    // kernel skips kprobe programs on its CPU; preempted there, it cost 64
+    // to 201 runs at once of the calls threads made meanwhile. On such a
+    // kernel, with kprobes, the records are read from user memory.
+    if caps.preemption.preempts_programs() && decisions.iter().any(|d| d.chosen.is_kprobe()) {
+        let reads = kspan.thread_context_reads();
+        assert!(
+            matches!(&reads, kspan::ThreadContextReads::UserMemory { why } if why.contains("BPF map update")),
+            "{reads:?}"
+        );
+    }
     // Where the kernel preempts inside trampoline programs, `auto` says why
     // it took kprobes.
     for d in &decisions {

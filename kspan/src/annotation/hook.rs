@@ -167,6 +167,22 @@ pub enum Attachment {
 }
 
 impl Attachment {
+    /// Whether the kernel skips this attachment's programs on a CPU while
+    /// another task there is inside a BPF map system call: kprobe and
+    /// tracepoint programs run under a per-CPU guard (`bpf_prog_active`)
+    /// that the map calls hold too, with migration off but preemption on.
+    /// Trampoline programs have a guard of their own per program.
+    #[doc(alias = "bpf_prog_active")]
+    pub fn skipped_during_map_calls(self) -> bool {
+        matches!(
+            self,
+            Attachment::KprobeSession
+                | Attachment::KprobeMulti
+                | Attachment::Kprobes
+                | Attachment::Tracepoints
+        )
+    }
+
     /// The name, as libbpf spells the section (`fsession.multi`).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -7,7 +7,10 @@
 //! preemption on; on a kernel that preempts kernel code (`full`, `lazy`,
 //! `rt`), a task preempted inside one makes every other task's run of that
 //! program on that CPU a skip, and a call whose entry and exit are both
-//! skipped leaves no trace at all. Kprobe programs run with preemption off.
+//! skipped leaves no trace at all. Kprobe programs run with preemption off;
+//! the kernel skips them only while a task on their CPU is inside a BPF map
+//! system call, which kspan then does not make while recording
+//! (`attach::registration_skips`).
 //! `auto` reads the model here to choose between them.
 //!
 //! The model is read, in this order, from:

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use crate::annotation::{Mechanism, Mode, Probe};
 use crate::attach::{
-    attach_scheduler, multi_links_take_all, AttachDecision, Attached, Attacher, Links,
+    attach_scheduler, multi_links_take_all, registration_skips, AttachDecision, Attached, Attacher,
+    Links,
 };
 use crate::bpf::config::{
     ring_buffer_size_problem, HistogramSizes, RuntimeSettings, ThreadContextSettings,
@@ -687,8 +688,24 @@ impl KspanBuilder {
         };
         // Before recording starts, so that the first spans read registered
         // records where they can.
-        let registrar = match attached.maps.context_records() {
-            Some(Ok(maps)) => {
+        let registration_skips = registration_skips(
+            capabilities,
+            &attached.decisions,
+            scheduler.as_ref().map(|&(mechanism, _)| mechanism),
+        );
+        let registrar = match (attached.maps.context_records(), registration_skips) {
+            // Registering would cost other threads' calls: the maps keep
+            // the doubt they were made with, and the programs read user
+            // memory.
+            (Some(Ok(_)), Some(why)) => {
+                tracing::info!(
+                    reason = why.as_str(),
+                    "kspan reads thread contexts from user memory"
+                );
+                context_reads = ThreadContextReads::UserMemory { why };
+                None
+            }
+            (Some(Ok(maps)), None) => {
                 // Its system calls are kspan's own (another runtime may be
                 // recording).
                 let (registrar, outcome) = {
@@ -706,14 +723,14 @@ impl KspanBuilder {
             }
             // The maps keep the doubt they were made with: the programs
             // read user memory.
-            Some(Err(e)) => {
+            (Some(Err(e)), _) => {
                 tracing::warn!(error = %e, "kspan reads thread contexts from user memory");
                 context_reads = ThreadContextReads::UserMemory {
                     why: format!("the map of registered records is unusable: {e}"),
                 };
                 None
             }
-            None => None,
+            (None, _) => None,
         };
         if let (None, ThreadContextReads::Registered) = (&registrar, &context_reads) {
             context_reads = ThreadContextReads::UserMemory {
