@@ -581,6 +581,17 @@ pub fn bpf_programs() -> Vec<(String, u32)> {
     programs
 }
 
+/// `clock` now, in ns (`libc::CLOCK_MONOTONIC`, `CLOCK_THREAD_CPUTIME_ID`, ...).
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The kernel's id of the calling thread (what kspan's `kspan.tid` holds).
 pub fn gettid() -> i64 {
     std::fs::read_link("/proc/thread-self")

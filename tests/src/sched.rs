@@ -28,6 +28,14 @@ fn int(span: &SpanData, key: &str) -> i64 {
     }
 }
 
+/// A span's length, in ns.
+fn duration_ns(span: &SpanData) -> i64 {
+    span.end_time
+        .duration_since(span.start_time)
+        .expect("a span ends after it starts")
+        .as_nanos() as i64
+}
+
 fn string(span: &SpanData, key: &str) -> Option<String> {
     span.attributes
         .iter()
@@ -48,12 +56,9 @@ struct KernelFigures {
 }
 
 fn kernel_figures() -> KernelFigures {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // Reading the thread's CPU clock brings its runtime up to date
+    // (`task_sched_runtime`), which schedstat below reads as it stands.
+    thread_cpu_ns();
     let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
     let mut words = schedstat
         .split_whitespace()
@@ -99,13 +104,7 @@ fn stolen_ns() -> i64 {
 }
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// Spins until this thread has used `cpu` more CPU time.
@@ -723,15 +722,13 @@ fn tokio_once(
             .iter()
             .filter(|s| s.parent_span_id == *id && int(s, "kspan.tid") == sleeper)
             .collect();
-        let ns_of =
-            |s: &SpanData| s.end_time.duration_since(s.start_time).unwrap().as_nanos() as i64;
         for s in &waits {
             assert!(
                 all.iter()
-                    .any(|k| (k.ns() as i64 - ns_of(s)).abs() <= clocks.skew_ns),
+                    .any(|k| (k.ns() as i64 - duration_ns(s)).abs() <= clocks.skew_ns),
                 "task {i}: a wait of {} ns on thread {sleeper} the kernel has no stretch off \
                  CPU for: {s:#?}; the kernel's: {all:?}",
-                ns_of(s)
+                duration_ns(s)
             );
         }
         let long: Vec<_> = kernel
@@ -744,7 +741,7 @@ fn tokio_once(
         for k in long {
             if !waits
                 .iter()
-                .any(|s| (ns_of(s) - k.ns() as i64).abs() <= clocks.skew_ns)
+                .any(|s| (duration_ns(s) - k.ns() as i64).abs() <= clocks.skew_ns)
             {
                 panic!(
                     "task {i}: the kernel had thread {sleeper} off CPU {} ns ({}) in its sleep, \
@@ -762,9 +759,9 @@ fn tokio_once(
             .filter(|s| string(s, w::STACK).is_some_and(|st| st.contains("nanosleep")))
         {
             assert!(
-                ns_of(s) <= (slept.to_ns - slept.from_ns) as i64 + ms,
+                duration_ns(s) <= (slept.to_ns - slept.from_ns) as i64 + ms,
                 "task {i}: a wait of {} ns for a sleep of {slept:?}",
-                ns_of(s)
+                duration_ns(s)
             );
         }
         // On CPU: its polls and its closure, as the threads' clocks

@@ -17,13 +17,7 @@ use std::path::{Path, PathBuf};
 
 /// `CLOCK_MONOTONIC` now, in ns.
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// One `sched_switch` event.
