@@ -5,7 +5,7 @@
 //!
 //! It loads the BPF object kspan-bpf ships, with the settings kspan gives a
 //! `getppid` syscall source capturing only the return value (records of
-//! 144 bytes, this process only, no thread context read), attaches its
+//! 152 bytes, this process only, no thread context read), attaches its
 //! syscall programs to `syscalls:sys_enter_getppid`/`sys_exit_getppid`
 //! with libbpf-rs, and consumes the ring buffer with a callback that only
 //! reads each record (it sums the spans' durations).

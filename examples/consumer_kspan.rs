@@ -33,8 +33,8 @@ use kspan_examples::hot::{discard, load};
 #[kspan::kernel_span(syscall = "getppid")]
 fn sys_getppid(ret: i64) {}
 
-/// Ring buffer bytes, the same on both sides: room for about 440,000
-/// records of this probe (152 bytes with the ring's header), of which kspan
+/// Ring buffer bytes, the same on both sides: room for about 420,000
+/// records of this probe (160 bytes with the ring's header), of which kspan
 /// fills 31/32 before it counts new calls as overload.
 const RING_BYTES: u32 = 64 << 20;
 

@@ -143,6 +143,7 @@
 //! | `code.function.name` | the kernel function (the system call, for a syscall source) |
 //! | `kspan.tid` | the calling thread's kernel thread id (not `thread.id`: the conventions' is the runtime's "managed" id) |
 //! | `process.pid` | the calling process (kernel tgid), with `trace_all_processes` only |
+//! | `kspan.descendants_dropped` | calls inside this one that have no span (the ring buffer ran short while it was open); absent when none |
 //!
 //! Integers are OTLP integers (an unsigned value above `i64::MAX` becomes its
 //! decimal string), `bool`s are booleans, pointers are `0x…` hex strings.

@@ -64,6 +64,13 @@ pub struct Stats {
     /// refuses anyway is counted under that reason ([`Self::orphans_dropped`],
     /// [`Self::unsampled`], [`Self::suppressed`]).
     pub dropped_overload: u64,
+    /// Of the calls lost above (overload, ring buffer full, stack depth,
+    /// no storage), those made inside a call whose span was recorded: each
+    /// is counted on its nearest recorded ancestor's span, in
+    /// [`kspan.descendants_dropped`](crate::attributes::DESCENDANTS_DROPPED),
+    /// so that a span missing children says so. Not a loss of its own
+    /// (not in [`Self::lost`]).
+    pub descendants_dropped: u64,
     /// Entries not recorded because per-task storage could not be allocated.
     pub dropped_no_storage: u64,
     /// Runs of kspan's programs the kernel skipped (their

@@ -313,22 +313,25 @@ static __always_inline void kspan_open_frames_add(__s32 n)
 
 /*
  * Whether the ring buffer lacks room for a new call: room for its own
- * record, for those every open frame may still need at its exit (each
- * call's exit then finds its room, so a tree is declined whole, or loses
- * its innermost calls, rather than losing a parent whose children were
- * exported), and a margin for what other CPUs admit meanwhile and for the
- * records no frame reserves (instants, reparents). The open frames are
- * counted at most as half the ring, so that frames left on dead tasks
- * can never shut it: past that, a call is declined once the ring is half
- * full, as if every open frame needed its record.
+ * record and for those every open frame may still need at its exit (each
+ * call's exit then finds its room). An outermost call (`outermost`) also
+ * needs a margin, for what other CPUs admit meanwhile, for the records no
+ * frame reserves (instants, reparents) and for the calls its own tree
+ * will make: the calls inside a recorded one are declined only past the
+ * margin, when the open frames' records themselves would not fit, so that
+ * trees are declined whole, at their root, and an exported span lacks a
+ * descendant only in a ring too small for the trees open at once (and
+ * then says so: KSPAN_CTR_DESCENDANT_DROPPED). The open frames are
+ * counted at most as half the ring, so that frames left on dead tasks can
+ * never shut it.
  */
-static __always_inline int kspan_overloaded(void)
+static __always_inline int kspan_overloaded(const int outermost)
 {
 	__u64 size = kspan_cfg.ring_bytes;
 	/* A record takes the ring's 8-byte header, rounded to 8. */
 	__u64 slot = (kspan_cfg.record_size + 8 + 7) & ~7ULL;
 	__u32 key = KSPAN_OPEN_FRAMES, *counted;
-	__u64 waiting, open = 0, margin;
+	__u64 waiting, open = 0, margin = 0;
 	__s32 frames;
 
 	if (!size)
@@ -341,8 +344,32 @@ static __always_inline int kspan_overloaded(void)
 	}
 	if (open > size / 2)
 		open = size / 2;
-	margin = size / 32 > 4 * slot ? size / 32 : 4 * slot;
+	if (outermost)
+		margin = size / 32 > 4 * slot ? size / 32 : 4 * slot;
 	return waiting + open + slot + margin > size;
+}
+
+/*
+ * A call inside the recorded call of slot `anchor - 1` (kspan_frame's
+ * `anchor`; 0: none) is not recorded: that call's span says so.
+ */
+static __always_inline void kspan_descendant_dropped(struct kspan_task_stack *st, __u32 anchor)
+{
+	if (!anchor || anchor > KSPAN_MAX_DEPTH)
+		return;
+	kspan_frame_at(st, anchor - 1)->descendants_dropped += 1;
+	kspan_count(KSPAN_CTR_DESCENDANT_DROPPED);
+}
+
+/*
+ * Whether a call not recorded for reason `counter` (KSPAN_CTR_*) is a
+ * loss its recorded ancestor should tell of: not a decision about the
+ * whole tree (orphan, unsampled, suppressed), which is never recorded.
+ */
+static __always_inline int kspan_lost_reason(__u32 counter)
+{
+	return counter == KSPAN_CTR_OVERLOAD || counter == KSPAN_CTR_NO_STORAGE ||
+	       counter == KSPAN_CTR_STACK_DEPTH || counter == KSPAN_CTR_RINGBUF_FULL;
 }
 
 /*
@@ -1005,6 +1032,7 @@ static __always_inline void kspan_emit_reparent(struct kspan_task_stack *st,
 	rec->ret = 0;
 	kspan_fill_ids(rec, bpf_get_current_pid_tgid(), probe_id);
 	rec->flags = KSPAN_REC_REPARENT | kspan_parent_flags(parent);
+	rec->descendants_dropped = 0;
 	/* Rare, and never alone: the spans' wakeups or the timer collect it. */
 	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 }
@@ -1038,6 +1066,9 @@ static __noinline int kspan_forget_top(struct kspan_task_stack *st)
 	if (frame->flags & KSPAN_FRAME_CHILD_SENT)
 		kspan_emit_reparent(st, frame, depth >= 2 ? kspan_frame_at(st, depth - 2) : NULL,
 				    frame->probe_id);
+	/* What it lacked, its parent (which gets its children) lacks. */
+	if (depth >= 2)
+		kspan_frame_at(st, depth - 2)->descendants_dropped += frame->descendants_dropped;
 	st->depth = depth - 1;
 	kspan_open_frames_add(-1);
 	/* Entries past the depth limit were inside it: over too. */
@@ -1181,13 +1212,17 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 		if (top->suppressed) {
 			/* Inside a call that is not recorded. */
 			kspan_count(top->suppressed - 1);
+			if (kspan_lost_reason(top->suppressed - 1))
+				kspan_descendant_dropped(st, top->anchor);
 			return 0;
 		}
 		skip = kspan_tree_context(st, pid_tgid);
-		if (skip < 0 && kspan_overloaded())
+		if (skip < 0 && kspan_overloaded(0))
 			skip = KSPAN_CTR_OVERLOAD;
 		if (skip >= 0) {
 			kspan_count(skip);
+			if (kspan_lost_reason(skip))
+				kspan_descendant_dropped(st, depth);
 			return 0;
 		}
 		kspan_made_trace_id(st->trace_id);
@@ -1196,7 +1231,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	} else {
 		int skip = kspan_outermost(trace_id, &parent, pid_tgid);
 
-		if (skip < 0 && kspan_overloaded())
+		if (skip < 0 && kspan_overloaded(1))
 			skip = KSPAN_CTR_OVERLOAD;
 		if (skip >= 0) {
 			kspan_count(skip);
@@ -1207,9 +1242,12 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	rec = bpf_ringbuf_reserve(&kspan_events, kspan_cfg.record_size, 0);
 	if (!rec) {
 		kspan_count(KSPAN_CTR_RINGBUF_FULL);
+		if (top)
+			kspan_descendant_dropped(st, depth);
 		return 0;
 	}
 	__builtin_memcpy(rec->trace_id, trace_id, sizeof(rec->trace_id));
+	rec->descendants_dropped = 0;
 	rec->parent_span_id = parent;
 	rec->span_id = kspan_new_id();
 	rec->start_ns = now;
@@ -1258,7 +1296,7 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	struct kspan_task_stack *st;
 	struct kspan_frame *frame;
 	__u64 now, span_id;
-	__u32 depth, suppressed;
+	__u32 depth, suppressed, anchor = 0;
 
 	now = bpf_ktime_get_ns();
 	if (!spans_only && kspan_is_instant())
@@ -1272,28 +1310,41 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	kspan_settle(st, call, probe_id, pid_tgid);
 	depth = kspan_depth(st);
 	if (depth >= KSPAN_MAX_DEPTH) {
+		struct kspan_frame *top = kspan_frame_at(st, KSPAN_MAX_DEPTH - 1);
+
 		st->overflow += 1;
 		kspan_count(KSPAN_CTR_STACK_DEPTH);
+		kspan_descendant_dropped(st, top->suppressed ? top->anchor : KSPAN_MAX_DEPTH);
 		return 0;
 	}
 	if (depth == 0) {
 		/* A new tree: its context is read when a call of it needs it. */
 		st->ctx_known = 0;
-		suppressed = kspan_overloaded() ? kspan_declined(st, pid_tgid) : 0;
+		suppressed = kspan_overloaded(1) ? kspan_declined(st, pid_tgid) : 0;
 	} else {
+		struct kspan_frame *up = kspan_frame_at(st, depth - 1);
+
 		/* A call inside one that is not recorded is not recorded either. */
-		suppressed = kspan_frame_at(st, depth - 1)->suppressed;
-		if (!suppressed && kspan_overloaded())
+		suppressed = up->suppressed;
+		anchor = suppressed ? up->anchor : depth;
+		if (!suppressed && kspan_overloaded(0))
 			suppressed = kspan_declined(st, pid_tgid);
 	}
 	/* The id is the key of the values read at entry; otherwise made when needed. */
 	span_id = KSPAN_SETTING(plain, entry_caps) ? kspan_new_id() : 0;
 	if (!suppressed && KSPAN_SETTING(plain, entry_caps) && kspan_keep_entry_values(args, span_id))
 		suppressed = KSPAN_CTR_NO_STORAGE + 1;
-	if (suppressed)
+	if (suppressed) {
 		kspan_count(suppressed - 1);
+		if (kspan_lost_reason(suppressed - 1))
+			kspan_descendant_dropped(st, anchor);
+	} else {
+		anchor = depth + 1;
+	}
 	frame = kspan_frame_at(st, depth);
 	frame->suppressed = suppressed;
+	frame->anchor = anchor;
+	frame->descendants_dropped = 0;
 	frame->start_ns = now;
 	frame->call = call;
 	/*
@@ -1604,6 +1655,9 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 				bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
 			if (frame->flags & KSPAN_FRAME_CHILD_SENT)
 				kspan_emit_reparent(st, frame, parent, probe_id);
+			/* Its children go under its parent, and so does what they lack. */
+			if (parent)
+				parent->descendants_dropped += frame->descendants_dropped;
 			return 0;
 		}
 	}
@@ -1625,6 +1679,11 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 		kspan_count(KSPAN_CTR_RINGBUF_FULL);
 		if (KSPAN_SETTING(plain, entry_caps))
 			bpf_map_delete_elem(&kspan_entry_caps, &frame->span_id);
+		if (parent) {
+			/* The call and what it lacked: its parent lacks them. */
+			parent->descendants_dropped += frame->descendants_dropped;
+			kspan_descendant_dropped(st, found - 1);
+		}
 		return 0;
 	}
 	kspan_made_trace_id(st->trace_id);
@@ -1636,6 +1695,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 	rec->ret = ret;
 	kspan_fill_ids(rec, pid_tgid, probe_id);
 	rec->flags = KSPAN_REC_HAS_RET | kspan_parent_flags(parent);
+	rec->descendants_dropped = frame->descendants_dropped;
 	if (KSPAN_SETTING(plain, entry_caps))
 		kspan_restore_entry_values(rec, frame->span_id);
 	if (!plain)
@@ -2046,7 +2106,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, __
 		kspan_count(t->skip);
 		return;
 	}
-	if (kspan_overloaded()) {
+	if (kspan_overloaded(1)) {
 		kspan_count(KSPAN_CTR_OVERLOAD);
 		return;
 	}
@@ -2065,6 +2125,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, __
 	w->rec.pid = tgid;
 	w->rec.tid = tid;
 	w->rec.flags = KSPAN_REC_WAIT;
+	w->rec.descendants_dropped = 0;
 	w->wake_ns = run_from;
 	w->state = t->state;
 	w->waker_kind = t->waker_kind;

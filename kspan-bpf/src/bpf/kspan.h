@@ -226,10 +226,12 @@ enum kspan_counter {
 	/* Calls with no application span, dropped by the orphan policy. */
 	KSPAN_CTR_ORPHAN = 7,
 	/*
-	 * Calls not recorded because the ring buffer was running short: new
-	 * outermost calls (with everything they call) past half full, nested
-	 * ones past three quarters, so that calls already recorded find room
-	 * for their exits and no exported span names a parent that is lost.
+	 * Calls not recorded because the ring buffer was running short. An
+	 * outermost call (with everything it calls) is declined when the ring
+	 * lacks room for its record, the records the open calls still need
+	 * and a margin; a call inside a recorded one only when the ring lacks
+	 * room for the open calls' records themselves, and that ancestor's
+	 * span then says so (KSPAN_CTR_DESCENDANT_DROPPED).
 	 */
 	KSPAN_CTR_OVERLOAD = 8,
 	/*
@@ -249,7 +251,15 @@ enum kspan_counter {
 	 * their span's time on a CPU, their switch is not counted.
 	 */
 	KSPAN_CTR_SCHED_MISSED = 11,
-	KSPAN_CTR_COUNT = 12,
+	/*
+	 * Of the calls counted under another reason (overload, ring buffer
+	 * full, stack depth, no storage), those made inside a call that was
+	 * recorded: each is in its nearest recorded ancestor's
+	 * `descendants_dropped`, so that ancestor's span says it lacks them.
+	 * Not a loss of its own.
+	 */
+	KSPAN_CTR_DESCENDANT_DROPPED = 12,
+	KSPAN_CTR_COUNT = 13,
 };
 
 /*
@@ -438,6 +448,18 @@ struct kspan_frame {
 	__u32 suppressed;
 	/* KSPAN_FRAME_* bits. */
 	__u32 flags;
+	/*
+	 * 1 + the slot of the nearest recorded (not suppressed) frame below
+	 * this one on the stack, counting this one when it is recorded: where
+	 * a call declined inside it is counted. 0: none (the whole tree is
+	 * declined, or this is its outermost call, declined).
+	 */
+	__u32 anchor;
+	/*
+	 * Calls inside this one (at any depth) that were not recorded although
+	 * this one was (KSPAN_CTR_DESCENDANT_DROPPED): carried into its record.
+	 */
+	__u32 descendants_dropped;
 	__u32 pad;
 };
 
@@ -495,6 +517,13 @@ struct kspan_record {
 	__u64 vals[KSPAN_MAX_CAPS];
 	/* Per capture: KSPAN_CAPF_* bits. */
 	__u8 cap_flags[KSPAN_MAX_CAPS];
+	/*
+	 * Calls inside this one that were not recorded (the ring buffer ran
+	 * short, the task's stack was full): the span lacks that many
+	 * descendants (`kspan.descendants_dropped`).
+	 */
+	__u32 descendants_dropped;
+	__u32 pad;
 	/* The data area (strings, buffers) follows: config.record_size - sizeof(record). */
 };
 

@@ -45,6 +45,13 @@ pub mod attributes {
     /// whose [`AccountedExporter`](crate::AccountedExporter) removes it
     /// before the span is exported.
     pub const SEQUENCE: &str = "kspan.sequence";
+    /// Calls made inside this one (at any depth, on its thread) that have
+    /// no span: the ring buffer ran short while this call was open, or the
+    /// thread's stack of open calls was full. Set only when not 0: a kernel
+    /// span without it lacks no descendant of kspan's probes. The calls
+    /// are counted in [`Stats::lost`](crate::Stats::lost) under their
+    /// reason and in [`Stats::descendants_dropped`](crate::Stats::descendants_dropped).
+    pub const DESCENDANTS_DROPPED: &str = "kspan.descendants_dropped";
 }
 
 /// One kernel span, decoded: what the handler sees and may change before it

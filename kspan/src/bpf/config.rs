@@ -152,8 +152,8 @@ impl HistogramSizes {
 }
 
 /// The ring buffer's size unless the builder says otherwise: 4 MiB holds
-/// about 27,000 records of scalars only (144 bytes and the ring's 8-byte
-/// header), or 3,500 of the largest (1,168 bytes): a service doing 50,000
+/// about 26,000 records of scalars only (152 bytes and the ring's 8-byte
+/// header), or 3,500 of the largest (1,176 bytes): a service doing 50,000
 /// traced calls a second can run half a second ahead of a stalled consumer
 /// before anything is dropped (and counted).
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 4 << 20;

@@ -71,6 +71,7 @@ pub(crate) struct KernelCounters {
     pub suppressed: u64,
     pub sum_failed: u64,
     pub sched_missed: u64,
+    pub descendant_dropped: u64,
 }
 
 /// Calls of one probe that were recorded but not made into spans.
@@ -206,6 +207,7 @@ impl SharedMaps {
         Ok(KernelCounters {
             sum_failed: read(c::KSPAN_CTR_SUM_FAILED)?,
             sched_missed: read(c::KSPAN_CTR_SCHED_MISSED)?,
+            descendant_dropped: read(c::KSPAN_CTR_DESCENDANT_DROPPED)?,
             ring_buffer_full: read(c::KSPAN_CTR_RINGBUF_FULL)?,
             stack_depth: read(c::KSPAN_CTR_STACK_DEPTH)?,
             lost_exit: read(c::KSPAN_CTR_LOST_EXIT)?,

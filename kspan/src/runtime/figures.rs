@@ -98,6 +98,7 @@ impl Figures {
             unsampled: k.unsampled,
             orphans_dropped: k.orphans,
             dropped_overload: k.overload,
+            descendants_dropped: k.descendant_dropped,
             suppressed: k.suppressed,
             filtered: total(|p| p.filtered),
             rate_limited: total(|p| p.rate_limited),

@@ -244,7 +244,7 @@ impl<T: Tracer> SpanFactory<T> {
         // Room for what kspan adds (return value, error type, function,
         // thread, process) and a truncation mark or two, so that the
         // handler's first additions do not reallocate either.
-        let mut attributes = Vec::with_capacity(captures.len() + 7);
+        let mut attributes = Vec::with_capacity(captures.len() + 8);
         for (c, capture) in plan.captures.iter().zip(captures) {
             capture_attributes(c, capture, &mut attributes);
         }
@@ -267,6 +267,12 @@ impl<T: Tracer> SpanFactory<T> {
         }
         attributes.push(KeyValue::new(keys::FUNCTION_NAME, plan.function));
         attributes.push(KeyValue::new(keys::TID, i64::from(rec.tid)));
+        if rec.descendants_dropped > 0 {
+            attributes.push(KeyValue::new(
+                keys::DESCENDANTS_DROPPED,
+                i64::from(rec.descendants_dropped),
+            ));
+        }
         if self.process_pid {
             attributes.push(KeyValue::new(keys::PROCESS_PID, i64::from(rec.pid)));
         }
@@ -505,6 +511,26 @@ mod tests {
         assert_eq!(unaligned.header.span_id, 9);
         assert_eq!(unaligned.header.ret, aligned.header.ret);
         assert_eq!(unaligned.data, aligned.data);
+    }
+
+    #[test]
+    fn a_span_that_lacks_descendants_says_how_many() {
+        let mut lacking = record(0x11, 0, 4096, b"a");
+        let at = std::mem::offset_of!(kspan_record, descendants_dropped);
+        lacking[at..at + 4].copy_from_slice(&3u32.to_ne_bytes());
+        let (spans, _) = run(&[lacking, record(0x22, 0, 4096, b"b")]);
+        let by_id = |id: u64| {
+            spans
+                .iter()
+                .find(|s| s.span_context.span_id() == SpanId::from(id))
+                .unwrap()
+        };
+        assert_eq!(
+            attr(by_id(0x11), keys::DESCENDANTS_DROPPED),
+            Some(opentelemetry::Value::I64(3))
+        );
+        // None lacking: no attribute at all.
+        assert_eq!(attr(by_id(0x22), keys::DESCENDANTS_DROPPED), None);
     }
 
     #[test]
