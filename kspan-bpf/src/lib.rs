@@ -116,10 +116,11 @@ mod tests {
 
     #[test]
     fn record_layout_matches_the_header() {
-        // 16 + 8 * 4 + 8 + 4 * 3 + 4, then 8 * MAX_CAPS + MAX_CAPS
+        // 16 + 8 * 4 + 8 + 4 * 3 + 4, then 8 * MAX_CAPS + MAX_CAPS, then
+        // descendants_dropped and its pad
         assert_eq!(
             std::mem::size_of::<types::kspan_record>(),
-            16 + 32 + 8 + 12 + 4 + 64 + 8
+            16 + 32 + 8 + 12 + 4 + 64 + 8 + 8
         );
         // 14 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
         // then 8 u32s, two u64s, MAX_CLAUSES clauses of 16 bytes and

@@ -179,6 +179,18 @@ pub mod attributes {
     pub const INVOLUNTARY_SWITCHES: &str = "kspan.sched.context_switches.involuntary";
     /// Off-CPU intervals at least the wait-span threshold long.
     pub const WAITS: &str = "kspan.sched.waits";
+    /// Off-CPU intervals of the span whose switch-in the kernel did not
+    /// report (the thread's next switch-out found them open): each was
+    /// counted as time on a CPU, and its context switch not at all. Set
+    /// only when not 0: a span without it lost no interval. Its figures
+    /// are then bounds: `on_cpu_ns` may be too high and the off-CPU
+    /// figures too low by up to [`MISSED_NS`] together, and the switch
+    /// counts short by up to this many.
+    pub const INTERVALS_MISSED: &str = "kspan.sched.intervals_missed";
+    /// With [`INTERVALS_MISSED`]: the time from each such interval's
+    /// switch-out to the switch-out that found it open, summed; the most
+    /// the figures can be off by.
+    pub const MISSED_NS: &str = "kspan.sched.missed_ns";
 }
 
 /// The attribute keys of a wait span.
@@ -224,10 +236,16 @@ pub struct SchedTotals {
     pub involuntary: u64,
     /// Off-CPU intervals at least the wait-span threshold long.
     pub waits: u64,
+    /// Off-CPU intervals whose switch-in was not seen
+    /// ([`attributes::INTERVALS_MISSED`]).
+    pub intervals_missed: u64,
+    /// The most the figures can be off by for those
+    /// ([`attributes::MISSED_NS`]).
+    pub missed_ns: u64,
 }
 
 impl SchedTotals {
-    /// From the map's value bytes (seven native-endian u64s).
+    /// From the map's value bytes (nine native-endian u64s).
     pub(crate) fn from_bytes(bytes: &[u8]) -> Self {
         let word = |i: usize| {
             bytes
@@ -243,6 +261,8 @@ impl SchedTotals {
             voluntary: word(4),
             involuntary: word(5),
             waits: word(6),
+            intervals_missed: word(7),
+            missed_ns: word(8),
         }
     }
 
@@ -253,11 +273,13 @@ impl SchedTotals {
 
     /// The span's attributes, given how long it was current (`current_ns`):
     /// on a CPU is that less the time off CPU (never below 0: the two
-    /// clocks are read a few hundred ns apart at each switch).
-    pub fn attributes(&self, current_ns: u64) -> [KeyValue; 9] {
+    /// clocks are read a few hundred ns apart at each switch), and, when
+    /// intervals were missed, how many and by how much the figures may be
+    /// off.
+    pub fn attributes(&self, current_ns: u64) -> Vec<KeyValue> {
         let current = current_ns.max(self.off_cpu_ns());
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        [
+        let mut attrs = vec![
             KeyValue::new(attributes::ON_CPU_NS, n(current - self.off_cpu_ns())),
             KeyValue::new(attributes::RUN_QUEUE_NS, n(self.run_queue_ns)),
             KeyValue::new(attributes::BLOCKED_NS, n(self.blocked_ns)),
@@ -267,7 +289,15 @@ impl SchedTotals {
             KeyValue::new(attributes::VOLUNTARY_SWITCHES, n(self.voluntary)),
             KeyValue::new(attributes::INVOLUNTARY_SWITCHES, n(self.involuntary)),
             KeyValue::new(attributes::WAITS, n(self.waits)),
-        ]
+        ];
+        if self.intervals_missed > 0 {
+            attrs.push(KeyValue::new(
+                attributes::INTERVALS_MISSED,
+                n(self.intervals_missed),
+            ));
+            attrs.push(KeyValue::new(attributes::MISSED_NS, n(self.missed_ns)));
+        }
+        attrs
     }
 }
 
@@ -296,19 +326,43 @@ mod tests {
             voluntary: 3,
             involuntary: 1,
             waits: 2,
+            ..SchedTotals::default()
         };
         let attrs = totals.attributes(100);
         assert_eq!(attrs[0].value, opentelemetry::Value::I64(25));
         assert_eq!(attrs[5].value, opentelemetry::Value::I64(100));
         // A current time below the off-CPU time (clock skew) is raised to it.
         assert_eq!(totals.attributes(60)[0].value, opentelemetry::Value::I64(0));
+        // No interval missed: no word of it.
+        assert_eq!(attrs.len(), 9);
+        let missed = SchedTotals {
+            intervals_missed: 1,
+            missed_ns: 30,
+            ..totals
+        };
+        let attrs = missed.attributes(100);
+        let get = |k: &str| {
+            attrs
+                .iter()
+                .find(|kv| kv.key.as_str() == k)
+                .map(|kv| kv.value.clone())
+        };
+        assert_eq!(
+            get(attributes::INTERVALS_MISSED),
+            Some(opentelemetry::Value::I64(1))
+        );
+        assert_eq!(
+            get(attributes::MISSED_NS),
+            Some(opentelemetry::Value::I64(30))
+        );
     }
 
     #[test]
     fn totals_read_the_kernel_layout() {
-        let words: Vec<u8> = (1u64..=7).flat_map(u64::to_ne_bytes).collect();
+        let words: Vec<u8> = (1u64..=9).flat_map(u64::to_ne_bytes).collect();
         let t = SchedTotals::from_bytes(&words);
         assert_eq!((t.run_queue_ns, t.waits), (1, 7));
+        assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));
         assert_eq!(
             std::mem::size_of::<kspan_bpf::types::kspan_sched_sum>(),
             words.len()

@@ -28,6 +28,17 @@ fn int(span: &SpanData, key: &str) -> i64 {
     }
 }
 
+/// An integer attribute that may be absent.
+fn optional_int(span: &SpanData, key: &str) -> Option<i64> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| match kv.value {
+            Value::I64(v) => v,
+            ref other => panic!("{key} is {other:?} on {}", span.name),
+        })
+}
+
 /// A span's length, in ns.
 fn duration_ns(span: &SpanData) -> i64 {
     span.end_time
@@ -1203,13 +1214,15 @@ pub fn every_switch_is_counted_or_said_missed(account: kspan::SchedulerAccount) 
         .collect();
     let stats = shutdown(kspan);
     let spans = exporter.get_finished_spans().unwrap();
-    let mut short = 0;
+    let (mut short, mut said) = (0, 0);
     for (id, want) in &made {
         let span = spans
             .iter()
             .find(|s| s.span_context.span_id() == *id)
             .unwrap();
         let got = int(span, a::VOLUNTARY_SWITCHES);
+        let missed = optional_int(span, a::INTERVALS_MISSED).unwrap_or(0);
+        said += missed;
         // The kernel's count is read inside the span: each read may add a
         // switch of its own, never fewer than the sleeps.
         assert!(
@@ -1217,12 +1230,22 @@ pub fn every_switch_is_counted_or_said_missed(account: kspan::SchedulerAccount) 
             "{}: {got} switches, the kernel {want}",
             span.name
         );
+        // A span short of switches says it missed that many intervals.
+        assert!(
+            *want - got <= missed,
+            "{}: {got} switches, the kernel {want}, and the span says {missed} missed",
+            span.name
+        );
+        if missed > 0 {
+            assert!(optional_int(span, a::MISSED_NS).is_some_and(|ns| ns > 0));
+        }
         short += (*want - got).max(0);
     }
-    eprintln!("{short} switches short; {stats}");
+    eprintln!("{short} switches short, {said} intervals said missed on the spans; {stats}");
     assert!(
         short as u64 <= stats.sched_intervals_missed,
         "{short} switches short, {} said missed",
         stats.sched_intervals_missed
     );
+    assert!(said as u64 <= stats.sched_intervals_missed, "{stats:?}");
 }

@@ -2,7 +2,8 @@
 //! Whole trees or nothing under overload (run in the VM by `cargo xtask
 //! test`): with a ring buffer far too small for the burst, kspan declines
 //! new calls before it would lose the exit of a call whose children were
-//! exported, so every exported kernel span's parent is exported too, and
+//! exported, so every exported kernel span's parent is exported too, every
+//! exported `ksys_read` has its `vfs_read` child (or says it lacks it), and
 //! every call is exported or counted.
 
 use std::collections::HashSet;
@@ -66,6 +67,26 @@ async fn an_overloaded_ring_buffer_drops_whole_trees_and_counts_them() {
             "{} {:?} names a parent that was not exported ({stats:?})",
             span.name,
             span.span_context
+        );
+    }
+    // And every exported `ksys_read` has its `vfs_read`, or says it lacks it.
+    for span in kernel.iter().filter(|s| s.name == "ksys_read") {
+        let children = kernel
+            .iter()
+            .filter(|c| c.parent_span_id == span.span_context.span_id())
+            .count() as i64;
+        let said = span
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == kspan::attributes::DESCENDANTS_DROPPED)
+            .map_or(0, |kv| match kv.value {
+                opentelemetry::Value::I64(n) => n,
+                _ => panic!("{:?}", kv.value),
+            });
+        assert_eq!(
+            children + said,
+            1,
+            "a ksys_read with {children} children and {said} said dropped ({stats:?})"
         );
     }
     let burst = kernel

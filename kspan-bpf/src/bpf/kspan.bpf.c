@@ -1964,6 +1964,77 @@ struct task_struct___sched {
 	int tgid;
 } __attribute__((preserve_access_index));
 
+/* The totals of application span `key`, made on first use; NULL: no room. */
+static __always_inline struct kspan_sched_sum *kspan_sched_sum_of(__u64 key)
+{
+	struct kspan_sched_sum *s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
+
+	if (!s) {
+		struct kspan_sched_sum fresh = {};
+		__u32 zero = 0, slot = (__u32)key & (KSPAN_SCHED_PRESENT_SLOTS - 1);
+		struct kspan_sched_present *present =
+			bpf_map_lookup_elem(&kspan_sched_present, &zero);
+
+		/*
+		 * Counted before the entry exists: user space, which skips the
+		 * lookup of a span whose slot reads 0, must never read 0 while
+		 * the span has an entry.
+		 */
+		if (present)
+			__sync_fetch_and_add(&present->spans[slot], 1);
+		if (bpf_map_update_elem(&kspan_sched_spans, &key, &fresh, BPF_NOEXIST) && present)
+			__sync_fetch_and_add(&present->spans[slot], (__u32)-1);
+		s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
+		if (!s)
+			kspan_count(KSPAN_CTR_SUM_FAILED);
+	}
+	return s;
+}
+
+/* Adds a finished off-CPU interval to its application span's totals. */
+static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 off_ns,
+					    __u64 run_queue_ns, int long_wait)
+{
+	struct kspan_sched_sum *s = kspan_sched_sum_of(t->app_span_id);
+
+	if (!s)
+		return;
+	/* Atomically: one span may be current on several threads. */
+	__sync_fetch_and_add(&s->run_queue_ns, run_queue_ns);
+	if (t->state == KSPAN_SCHED_SLEEPING)
+		__sync_fetch_and_add(&s->sleeping_ns, off_ns);
+	else if (t->state == KSPAN_SCHED_BLOCKED)
+		__sync_fetch_and_add(&s->blocked_ns, off_ns);
+	else if (t->state == KSPAN_SCHED_OTHER)
+		__sync_fetch_and_add(&s->other_ns, off_ns);
+	if (t->voluntary)
+		__sync_fetch_and_add(&s->voluntary, 1);
+	else
+		__sync_fetch_and_add(&s->involuntary, 1);
+	if (long_wait)
+		__sync_fetch_and_add(&s->waits, 1);
+}
+
+/*
+ * The thread's open interval, found at its switch-out at `now`, lost its
+ * switch-in: counted, and on the span it left in, so that that span says
+ * its figures lack an interval and by how much at most.
+ */
+static __always_inline void kspan_sched_missed(struct kspan_sched_task *t, __u64 now)
+{
+	struct kspan_sched_sum *s;
+
+	if (t->skip)
+		return;
+	kspan_count(KSPAN_CTR_SCHED_MISSED);
+	s = kspan_sched_sum_of(t->app_span_id);
+	if (!s)
+		return;
+	__sync_fetch_and_add(&s->intervals_missed, 1);
+	if (now > t->out_ns)
+		__sync_fetch_and_add(&s->missed_ns, now - t->out_ns);
+}
+
 /*
  * A thread of the process leaves the CPU in `state`. With a span current
  * (and recordable), what its switch-in needs is kept by tid; with
@@ -1986,8 +2057,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 		 */
 		t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 		if (t && t->out_ns) {
-			if (!t->skip)
-				kspan_count(KSPAN_CTR_SCHED_MISSED);
+			kspan_sched_missed(t, now);
 			t->out_ns = 0;
 		}
 		return;
@@ -2006,8 +2076,8 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 			return;
 	}
 	/* An interval still open: its switch-in was never seen. */
-	if (t->out_ns && !t->skip)
-		kspan_count(KSPAN_CTR_SCHED_MISSED);
+	if (t->out_ns)
+		kspan_sched_missed(t, now);
 	__builtin_memcpy(t->trace_id, c.trace_id, sizeof(c.trace_id));
 	t->app_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
 	t->state = state;
@@ -2023,51 +2093,6 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	}
 	/* Last: a wake-up on another CPU takes a thread with out_ns set as off CPU. */
 	t->out_ns = now;
-}
-
-/* Adds a finished off-CPU interval to its application span's totals. */
-static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 off_ns,
-					    __u64 run_queue_ns, int long_wait)
-{
-	struct kspan_sched_sum *s;
-	__u64 key = t->app_span_id;
-
-	s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
-	if (!s) {
-		struct kspan_sched_sum fresh = {};
-		__u32 zero = 0, slot = (__u32)key & (KSPAN_SCHED_PRESENT_SLOTS - 1);
-		struct kspan_sched_present *present =
-			bpf_map_lookup_elem(&kspan_sched_present, &zero);
-
-		/*
-		 * Counted before the entry exists: user space, which skips the
-		 * lookup of a span whose slot reads 0, must never read 0 while
-		 * the span has an entry.
-		 */
-		if (present)
-			__sync_fetch_and_add(&present->spans[slot], 1);
-		if (bpf_map_update_elem(&kspan_sched_spans, &key, &fresh, BPF_NOEXIST) && present)
-			__sync_fetch_and_add(&present->spans[slot], (__u32)-1);
-		s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
-		if (!s) {
-			kspan_count(KSPAN_CTR_SUM_FAILED);
-			return;
-		}
-	}
-	/* Atomically: one span may be current on several threads. */
-	__sync_fetch_and_add(&s->run_queue_ns, run_queue_ns);
-	if (t->state == KSPAN_SCHED_SLEEPING)
-		__sync_fetch_and_add(&s->sleeping_ns, off_ns);
-	else if (t->state == KSPAN_SCHED_BLOCKED)
-		__sync_fetch_and_add(&s->blocked_ns, off_ns);
-	else if (t->state == KSPAN_SCHED_OTHER)
-		__sync_fetch_and_add(&s->other_ns, off_ns);
-	if (t->voluntary)
-		__sync_fetch_and_add(&s->voluntary, 1);
-	else
-		__sync_fetch_and_add(&s->involuntary, 1);
-	if (long_wait)
-		__sync_fetch_and_add(&s->waits, 1);
 }
 
 /*

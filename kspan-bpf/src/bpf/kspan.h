@@ -657,6 +657,18 @@ struct kspan_sched_sum {
 	__u64 involuntary;
 	/* Off-CPU intervals at least `wait_min_ns` long (wait spans, made or counted). */
 	__u64 waits;
+	/*
+	 * Off-CPU intervals whose switch-in the kernel did not report (found
+	 * at the thread's next switch-out, KSPAN_CTR_SCHED_MISSED): their time
+	 * is in the span's time on a CPU, their switch is not counted.
+	 */
+	__u64 intervals_missed;
+	/*
+	 * For those, the time from the switch-out to the next switch-out that
+	 * found them open: the most of the span's time on a CPU that may have
+	 * been off it.
+	 */
+	__u64 missed_ns;
 };
 
 /*
