@@ -182,10 +182,12 @@ pub mod attributes {
     /// Off-CPU intervals of the span whose switch-in the kernel did not
     /// report (the thread's next switch-out found them open): each was
     /// counted as time on a CPU, and its context switch not at all. Set
-    /// only when not 0: a span without it lost no interval. Its figures
-    /// are then bounds: `on_cpu_ns` may be too high and the off-CPU
-    /// figures too low by up to [`MISSED_NS`] together, and the switch
-    /// counts short by up to this many.
+    /// only when not 0. Its figures are then bounds: `on_cpu_ns` may be
+    /// too high and the off-CPU figures too low by up to [`MISSED_NS`]
+    /// together, and the switch counts short by up to this many. A miss
+    /// found only after the span ended (the thread's next switch-out came
+    /// later) is in [`Stats::sched_intervals_missed`](crate::Stats::sched_intervals_missed)
+    /// alone.
     pub const INTERVALS_MISSED: &str = "kspan.sched.intervals_missed";
     /// With [`INTERVALS_MISSED`]: the time from each such interval's
     /// switch-out to the switch-out that found it open, summed; the most

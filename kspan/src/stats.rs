@@ -123,8 +123,8 @@ pub struct Stats {
     /// Off-CPU intervals of the scheduler's account whose switch-in the
     /// kernel program did not see (found at the thread's next switch-out):
     /// their span's figures count that time as on a CPU, and the switch
-    /// is not counted; that span says so
-    /// ([`kspan.sched.intervals_missed`](crate::sched::attributes::INTERVALS_MISSED)).
+    /// is not counted; that span says so when the miss is found before it
+    /// ends ([`kspan.sched.intervals_missed`](crate::sched::attributes::INTERVALS_MISSED)).
     /// Not a lost span.
     pub sched_intervals_missed: u64,
     /// Spans whose parent's fate never arrived (its exit was lost, or it

@@ -1214,7 +1214,7 @@ pub fn every_switch_is_counted_or_said_missed(account: kspan::SchedulerAccount) 
         .collect();
     let stats = shutdown(kspan);
     let spans = exporter.get_finished_spans().unwrap();
-    let (mut short, mut said) = (0, 0);
+    let (mut short, mut said, mut unsaid) = (0, 0, 0);
     for (id, want) in &made {
         let span = spans
             .iter()
@@ -1230,22 +1230,28 @@ pub fn every_switch_is_counted_or_said_missed(account: kspan::SchedulerAccount) 
             "{}: {got} switches, the kernel {want}",
             span.name
         );
-        // A span short of switches says it missed that many intervals.
-        assert!(
-            *want - got <= missed,
-            "{}: {got} switches, the kernel {want}, and the span says {missed} missed",
-            span.name
-        );
+        // A span short of switches says it missed that many intervals,
+        // unless the miss was found only after the span had ended (at the
+        // thread's next switch-out): counted in Stats alone then.
+        unsaid += (*want - got - missed).max(0);
         if missed > 0 {
             assert!(optional_int(span, a::MISSED_NS).is_some_and(|ns| ns > 0));
         }
         short += (*want - got).max(0);
     }
-    eprintln!("{short} switches short, {said} intervals said missed on the spans; {stats}");
+    eprintln!(
+        "{short} switches short, {said} intervals said missed on the spans, \
+         {unsaid} switches short on spans that say nothing; {stats}"
+    );
     assert!(
         short as u64 <= stats.sched_intervals_missed,
         "{short} switches short, {} said missed",
         stats.sched_intervals_missed
     );
-    assert!(said as u64 <= stats.sched_intervals_missed, "{stats:?}");
+    // Every miss a span does not say is one Stats counted beyond those the
+    // spans say.
+    assert!(
+        (said + unsaid) as u64 <= stats.sched_intervals_missed,
+        "{unsaid} switches short on spans that say nothing, {said} said on spans: {stats:?}"
+    );
 }
