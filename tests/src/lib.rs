@@ -538,6 +538,15 @@ pub fn span_attr(
         .map(|kv| kv.value.clone())
 }
 
+/// The integer attribute `key` of an exported span (in-process tests);
+/// `None` when absent or not an integer.
+pub fn span_int(span: &opentelemetry_sdk::trace::SpanData, key: &str) -> Option<i64> {
+    match span_attr(span, key)? {
+        opentelemetry::Value::I64(v) => Some(v),
+        _ => None,
+    }
+}
+
 /// The BPF programs this process holds a descriptor of: each one's name
 /// (the kernel keeps 15 characters) and how many instructions the verifier
 /// processed to load it.
@@ -854,6 +863,7 @@ pub fn missing_capabilities(stderr: &str) -> &str {
     &stderr[start..start + len]
 }
 
+pub mod gate;
 pub mod otep_reader;
 pub mod sched;
 pub mod switch_log;

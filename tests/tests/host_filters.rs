@@ -9,7 +9,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{SpanId, TraceContextExt, Tracer, TracerProvider as _};
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::SpanData;
@@ -34,15 +34,7 @@ fn getuid() {}
 
 use kspan_tests::in_memory_provider_with_sums as provider;
 
-fn int(span: &SpanData, key: &str) -> Option<i64> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .and_then(|kv| match kv.value {
-            Value::I64(v) => Some(v),
-            _ => None,
-        })
-}
+use kspan_tests::span_int as int;
 
 /// `kspan.probe.calls.skipped` for `function` and `reason`, last collected.
 fn skipped_metric(exporter: &InMemoryMetricExporter, function: &str, reason: &str) -> Option<u64> {

@@ -5,13 +5,11 @@
 //! open calls and a margin of 1/32, not half the ring), and past the ring's
 //! room calls are declined and counted, none lost to a full ring.
 
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use kspan::Kspan;
-use opentelemetry::Context;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, Span, SpanData, SpanProcessor};
+use kspan_tests::gate::{ConsumerGate, GateProcessor};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 
 #[kspan::kernel_span(syscall = "getppid")]
 fn getppid(ret: i64) {}
@@ -28,64 +26,13 @@ fn calls(n: u64) {
     }
 }
 
-/// Holds kspan's consumer inside its first span until opened.
-#[derive(Debug, Default)]
-struct Gate {
-    /// (closed, holding)
-    state: Mutex<(bool, bool)>,
-    changed: Condvar,
-}
-
-impl Gate {
-    fn set_closed(&self, closed: bool) {
-        self.state.lock().unwrap().0 = closed;
-        self.changed.notify_all();
-    }
-
-    fn wait_holding(&self) {
-        let state = self.state.lock().unwrap();
-        let (state, _) = self
-            .changed
-            .wait_timeout_while(state, Duration::from_secs(10), |s| !s.1)
-            .unwrap();
-        assert!(state.1, "the consumer reached the gate");
-    }
-}
-
-#[derive(Debug)]
-struct GateProcessor(Arc<Gate>);
-
-impl SpanProcessor for GateProcessor {
-    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
-
-    fn on_end(&self, _span: SpanData) {
-        let mut state = self.0.state.lock().unwrap();
-        if state.0 {
-            state.1 = true;
-            self.0.changed.notify_all();
-            while state.0 {
-                state = self.0.changed.wait(state).unwrap();
-            }
-            state.1 = false;
-        }
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-}
-
 /// A ring of 1 MiB; a `getppid` record takes 160 bytes of it.
 const RING: u32 = 1 << 20;
 const SLOT: u64 = 160;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_fills_the_ring_but_for_its_margin_and_then_is_declined() {
-    let gate = Arc::new(Gate::default());
+    let gate = Arc::new(ConsumerGate::default());
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_span_processor(GateProcessor(gate.clone()))

@@ -75,14 +75,7 @@ async fn an_overloaded_ring_buffer_drops_whole_trees_and_counts_them() {
             .iter()
             .filter(|c| c.parent_span_id == span.span_context.span_id())
             .count() as i64;
-        let said = span
-            .attributes
-            .iter()
-            .find(|kv| kv.key.as_str() == kspan::attributes::DESCENDANTS_DROPPED)
-            .map_or(0, |kv| match kv.value {
-                opentelemetry::Value::I64(n) => n,
-                _ => panic!("{:?}", kv.value),
-            });
+        let said = kspan_tests::span_int(span, kspan::attributes::DESCENDANTS_DROPPED).unwrap_or(0);
         assert_eq!(
             children + said,
             1,

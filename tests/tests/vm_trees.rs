@@ -27,11 +27,12 @@ use std::collections::{HashMap, HashSet};
 
 use opentelemetry_otlp::WithExportConfig as _;
 use std::io::{Read, Write};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
+use kspan_tests::gate::{ConsumerGate, GateProcessor};
+use kspan_tests::span_int;
 use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, Tracer, TracerProvider as _};
-use opentelemetry::Value;
 
 #[kspan::kernel_span("ksys_read")]
 fn ksys_read(fd: u32, count: usize, ret: isize) {}
@@ -144,16 +145,6 @@ fn workload(dir: &std::path::Path, seed: u64, ops: u64, pace: Option<u64>) -> Ca
     calls
 }
 
-fn int(span: &opentelemetry_sdk::trace::SpanData, key: &str) -> Option<i64> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .and_then(|kv| match kv.value {
-            Value::I64(v) => Some(v),
-            _ => None,
-        })
-}
-
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
     Some(
@@ -199,7 +190,8 @@ impl Pipeline {
                 .into_iter()
                 .filter(|s| s.instrumentation_scope.name() == "kspan")
                 .map(|s| Exported {
-                    dropped: int(&s, kspan::attributes::DESCENDANTS_DROPPED).unwrap_or(0) as u64,
+                    dropped: span_int(&s, kspan::attributes::DESCENDANTS_DROPPED).unwrap_or(0)
+                        as u64,
                     name: s.name.into_owned(),
                     trace: s.span_context.trace_id(),
                     span: s.span_context.span_id(),
@@ -393,53 +385,6 @@ async fn nested_probes_under_overload_keep_whole_trees_and_count_every_call() {
     );
 }
 
-/// Holds kspan's consumer inside the first span it hands to the pipeline
-/// until opened, so that the ring fills as if the consumer had stalled.
-#[derive(Debug, Default)]
-struct Gate {
-    /// (closed, holding)
-    state: Mutex<(bool, bool)>,
-    changed: Condvar,
-}
-
-impl Gate {
-    fn set_closed(&self, closed: bool) {
-        self.state.lock().unwrap().0 = closed;
-        self.changed.notify_all();
-    }
-}
-
-#[derive(Debug)]
-struct GateProcessor(Arc<Gate>);
-
-impl opentelemetry_sdk::trace::SpanProcessor for GateProcessor {
-    fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
-
-    fn on_end(&self, span: opentelemetry_sdk::trace::SpanData) {
-        // Kernel spans only: the application's own end on its thread.
-        if span.instrumentation_scope.name() != "kspan" {
-            return;
-        }
-        let mut state = self.0.state.lock().unwrap();
-        if state.0 {
-            state.1 = true;
-            self.0.changed.notify_all();
-            while state.0 {
-                state = self.0.changed.wait(state).unwrap();
-            }
-            state.1 = false;
-        }
-    }
-
-    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
-        Ok(())
-    }
-}
-
 /// Entries of the directory read in one tree: far more `filldir64`
 /// records than the ring holds.
 const ENTRIES: u64 = 400;
@@ -452,7 +397,7 @@ async fn a_tree_larger_than_the_ring_says_how_many_descendants_it_lacks() {
     for i in 0..ENTRIES {
         std::fs::File::create(dir.join(format!("e{i:04}"))).expect("makes an entry");
     }
-    let gate = Arc::new(Gate::default());
+    let gate = Arc::new(ConsumerGate::default());
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_span_processor(GateProcessor(gate.clone()))
@@ -496,7 +441,7 @@ async fn a_tree_larger_than_the_ring_says_how_many_descendants_it_lacks() {
         .count() as u64;
     let said: u64 = roots
         .iter()
-        .filter_map(|s| int(s, kspan::attributes::DESCENDANTS_DROPPED))
+        .filter_map(|s| span_int(s, kspan::attributes::DESCENDANTS_DROPPED))
         .map(|n| n as u64)
         .sum();
     eprintln!(
