@@ -867,6 +867,7 @@ pub mod gate;
 pub mod otep_reader;
 pub mod sched;
 pub mod switch_log;
+pub mod taskstats;
 
 /// Helpers of the latency histogram tests (`host_latency`, `vm_latency`).
 pub mod latency {

@@ -16,7 +16,10 @@ use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 use crate::in_memory_provider_with_sums as provider;
+
+mod truth;
 use crate::switch_log;
+pub use truth::every_span_s_figures_equal_the_kernel_s_under_contention;
 
 fn int(span: &SpanData, key: &str) -> i64 {
     match span.attributes.iter().find(|kv| kv.key.as_str() == key) {
@@ -287,7 +290,7 @@ fn measured_again_when_disturbed(mut case: impl FnMut(bool) -> bool) {
         if case(attempt == 3) {
             return;
         }
-        eprintln!("attempt {attempt}: the account missed an interval (counted); measuring again");
+        eprintln!("attempt {attempt} stopped short (said above); measuring again");
     }
 }
 

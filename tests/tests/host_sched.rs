@@ -28,6 +28,25 @@ fn classic_tracepoints_figures_equal_the_kernel_s() {
     );
 }
 
+/// More threads than CPUs, woken by a disk's interrupts, timers and each
+/// other: every span's figures are the kernel's (schedstat, status,
+/// taskstats), or the span says it missed an interval.
+#[test]
+fn btf_every_span_s_figures_equal_the_kernel_s_under_contention() {
+    sched::every_span_s_figures_equal_the_kernel_s_under_contention(
+        SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
+        &sched::disk_dir(false),
+    );
+}
+
+#[test]
+fn classic_every_span_s_figures_equal_the_kernel_s_under_contention() {
+    sched::every_span_s_figures_equal_the_kernel_s_under_contention(
+        SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
+        &sched::disk_dir(false),
+    );
+}
+
 /// 5 ms: a task's first polls pay for the runtime's first uses (its
 /// blocking pool's threads, its timer), measured at up to 3.2 ms above the
 /// task's own code in a CI run; another task's sleep under it is caught by

@@ -12,6 +12,7 @@
 #include <linux/bpf.h>
 #include <asm/ptrace.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "kspan.h"
 
@@ -1964,6 +1965,92 @@ struct task_struct___sched {
 	int tgid;
 } __attribute__((preserve_access_index));
 
+/*
+ * The scheduler's own run-queue clock (kernel/sched/stats.h): a task's
+ * `sched_info.last_queued` is its run queue's clock when it was queued,
+ * and the switch-in adds that clock's reading then, less it, to the
+ * task's `run_delay` (schedstat, taskstats). The switch reads the clock
+ * once, unless a wake-up that preempts (of an idle CPU, or of a task the
+ * wakee outranks) asked it to reuse the reading of the wake-up's enqueue:
+ * then the time from the enqueue to the switch (the interrupt's and the
+ * idle loop's way out) is not run-queue time to the kernel but the
+ * wakee's time on a CPU. The run queue is found through a task on it (its
+ * scheduling entity's `cfs_rq`, with group scheduling).
+ */
+struct rq___kspan {
+	__u64 clock;
+	struct task_struct___rq *curr;
+} __attribute__((preserve_access_index));
+
+struct cfs_rq___kspan {
+	struct rq___kspan *rq;
+} __attribute__((preserve_access_index));
+
+struct sched_entity___kspan {
+	struct cfs_rq___kspan *cfs_rq;
+} __attribute__((preserve_access_index));
+
+struct sched_info___kspan {
+	unsigned long long run_delay;
+	unsigned long long last_queued;
+} __attribute__((preserve_access_index));
+
+struct task_struct___rq {
+	int pid;
+	struct sched_entity___kspan se;
+	struct sched_info___kspan sched_info;
+} __attribute__((preserve_access_index));
+
+/* Not known (no group scheduling, no sched_info, or not this switch's task). */
+#define KSPAN_QUEUED_UNKNOWN ((__u64)-1)
+
+/* Whether the kernel's run-queue figures can be read (see above). */
+static __always_inline int kspan_kernel_queue_known(struct task_struct___rq *task)
+{
+	return task && bpf_core_field_exists(task->se.cfs_rq) &&
+	       bpf_core_field_exists(task->sched_info.last_queued) &&
+	       bpf_core_field_exists(task->sched_info.run_delay);
+}
+
+/* The kernel's run-queue total of the task leaving this CPU. */
+static __always_inline __u64 kspan_kernel_run_delay(struct task_struct___rq *prev)
+{
+	if (!kspan_kernel_queue_known(prev))
+		return KSPAN_QUEUED_UNKNOWN;
+	return BPF_CORE_READ(prev, sched_info.run_delay);
+}
+
+/*
+ * The run-queue time the kernel's account gives the task `next_tid`
+ * coming onto this CPU now, from the task `prev` leaving it, since its
+ * switch-out, when its run-queue total was `run_delay_out`: what a move
+ * between run queues added (sched_info_dequeue), and this run queue's
+ * clock less when the task was queued on it.
+ */
+static __always_inline __u64 kspan_kernel_queued_ns(struct task_struct___rq *prev, __u32 next_tid,
+						    __u64 run_delay_out)
+{
+	struct task_struct___rq *next;
+	struct rq___kspan *rq;
+	__u64 clock, queued, run_delay;
+
+	if (run_delay_out == KSPAN_QUEUED_UNKNOWN || !kspan_kernel_queue_known(prev))
+		return KSPAN_QUEUED_UNKNOWN;
+	rq = BPF_CORE_READ(prev, se.cfs_rq, rq);
+	if (!rq)
+		return KSPAN_QUEUED_UNKNOWN;
+	/* The scheduler names the task coming in before the tracepoint. */
+	next = BPF_CORE_READ(rq, curr);
+	if (!next || (__u32)BPF_CORE_READ(next, pid) != next_tid)
+		return KSPAN_QUEUED_UNKNOWN;
+	clock = BPF_CORE_READ(rq, clock);
+	queued = BPF_CORE_READ(next, sched_info.last_queued);
+	run_delay = BPF_CORE_READ(next, sched_info.run_delay);
+	if (!queued || queued > clock || run_delay < run_delay_out)
+		return KSPAN_QUEUED_UNKNOWN;
+	return run_delay - run_delay_out + clock - queued;
+}
+
 /* The totals of application span `key`, made on first use; NULL: no room. */
 static __always_inline struct kspan_sched_sum *kspan_sched_sum_of(__u64 key)
 {
@@ -2042,7 +2129,7 @@ static __always_inline void kspan_sched_missed(struct kspan_sched_task *t, __u64
  * at the switch-in the stack of the task coming in cannot be read).
  */
 static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 state,
-					    __u32 voluntary, int frames, __u64 now)
+					    __u32 voluntary, int frames, void *task, __u64 now)
 {
 	struct kspan_thread_ctx c = {};
 	struct kspan_sched_task *t;
@@ -2084,6 +2171,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->voluntary = voluntary;
 	t->skip = skip;
 	t->wake_ns = 0;
+	t->run_delay_out = kspan_kernel_run_delay(task);
 	t->waker_kind = KSPAN_WAKER_NONE;
 	t->nframes = 0;
 	if (frames && !skip && kspan_cfg.wait_min_ns) {
@@ -2100,12 +2188,15 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
  * switch-out goes to the span it left in, and a long one becomes a wait
  * span, whole or counted. `next`: the task, where its stack can be read
  * (BTF tracepoints), else NULL (the stack of the switch-out is used).
+ * `prev`: the task leaving the CPU, through which the kernel's own
+ * run-queue figure is read.
  */
-static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, __u64 now)
+static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, void *prev,
+					   __u64 now)
 {
 	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 	struct kspan_wait_record *w;
-	__u64 out, wake, run_from;
+	__u64 out, wake, run_from, queued, kernel_queued;
 	int long_wait;
 
 	if (!t || !t->out_ns)
@@ -2123,8 +2214,23 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, __
 	else
 		run_from = now;
 	long_wait = kspan_cfg.wait_min_ns && now - out >= kspan_cfg.wait_min_ns;
+	/*
+	 * The account's run-queue time is the kernel's (see above), so that
+	 * the span's figures are schedstat's and taskstats': at most the time
+	 * since the wake-up (or the whole interval when the wake-up was not
+	 * seen); what the kernel counts as the task's CPU time stays out of
+	 * the off-CPU figures. The wait span keeps the times as they passed.
+	 */
+	queued = now - run_from;
+	kernel_queued = kspan_kernel_queued_ns(prev, tid, t->run_delay_out);
+	if (kernel_queued != KSPAN_QUEUED_UNKNOWN) {
+		__u64 most = run_from == now ? now - out : now - run_from;
+
+		queued = kernel_queued < most ? kernel_queued : most;
+	}
 	if (!t->skip)
-		kspan_sched_add(t, run_from - out, now - run_from, long_wait);
+		kspan_sched_add(t, run_from == now ? now - out - queued : run_from - out, queued,
+				long_wait);
 	if (!long_wait)
 		return;
 	if (t->skip) {
@@ -2299,11 +2405,12 @@ int BPF_PROG(kspan_tp_sched_switch, _Bool preempt, struct task_struct *prev,
 				state = KSPAN_SCHED_SLEEPING;
 			else
 				state = KSPAN_SCHED_OTHER;
-			kspan_sched_out(ctx, pid_tgid, state, !preempt && prev_state, 0, now);
+			kspan_sched_out(ctx, pid_tgid, state, !preempt && prev_state, 0, prev,
+					now);
 		}
 	}
 	if (n->tgid == target)
-		kspan_sched_in(n->pid, target, next, now);
+		kspan_sched_in(n->pid, target, next, prev, now);
 	return 0;
 }
 
@@ -2413,10 +2520,11 @@ int kspan_sched_switch(struct kspan_sched_switch_args *args)
 			else
 				state = KSPAN_SCHED_OTHER;
 			kspan_sched_out(args, pid_tgid, state,
-					reported && reported < KSPAN_REPORT_MAX, 1, now);
+					reported && reported < KSPAN_REPORT_MAX, 1,
+					(void *)bpf_get_current_task(), now);
 		}
 	}
-	kspan_sched_in((__u32)args->next_pid, target, NULL, now);
+	kspan_sched_in((__u32)args->next_pid, target, NULL, (void *)bpf_get_current_task(), now);
 	return 0;
 }
 

@@ -622,6 +622,12 @@ struct kspan_sched_task {
 	__u64 out_ns;
 	/* The wake-up that made it runnable (0: not seen). */
 	__u64 wake_ns;
+	/*
+	 * The kernel's run-queue total for the thread (sched_info.run_delay)
+	 * at the switch-out: what a move between run queues adds before the
+	 * switch-in is the difference.
+	 */
+	__u64 run_delay_out;
 	/* enum kspan_sched_state. */
 	__u32 state;
 	/* 1: a voluntary switch (it blocked or slept), 0: involuntary. */
