@@ -51,7 +51,11 @@ fn constants(header: &str) -> String {
         let number = if let Some(shift) = value.strip_prefix("1u << ") {
             shift.parse::<u32>().ok().map(|s| 1u64 << s)
         } else {
-            value.parse::<u64>().ok()
+            // A C suffix (`ULL`) says the type, not the number.
+            value
+                .trim_end_matches(['U', 'L', 'u', 'l'])
+                .parse::<u64>()
+                .ok()
         };
         if let Some(number) = number {
             writeln!(

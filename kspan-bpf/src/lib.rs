@@ -71,8 +71,8 @@ pub mod names {
     pub const CTX_RECORDS_MAP: &str = "kspan_ctx_records";
     /// The count of doubts that every context record is registered.
     pub const CTX_PENDING_MAP: &str = "kspan_ctx_pending";
-    /// The scheduler's count of spans with totals, by slot.
-    pub const SCHED_PRESENT_MAP: &str = "kspan_sched_present";
+    /// The scheduler's totals by application span.
+    pub const SCHED_SPANS_MAP: &str = "kspan_sched_spans";
     /// The per-probe, per-CPU counters of calls not made into spans.
     pub const PROBE_COUNTERS_MAP: &str = "kspan_probe_counters";
     /// The per-probe rate-limit slots.
@@ -123,12 +123,14 @@ mod tests {
             16 + 32 + 8 + 12 + 4 + 64 + 8 + 8
         );
         // 14 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
-        // then 8 u32s, two u64s, MAX_CLAUSES clauses of 16 bytes and
-        // `wait_min_ns`
+        // then 8 u32s, two u64s, MAX_CLAUSES clauses of 16 bytes,
+        // `wait_min_ns` and the probe counters' stride with its pad
         assert_eq!(
             std::mem::size_of::<types::kspan_config>(),
-            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8 + 8
+            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8 + 8 + 8
         );
+        // The tables' slots: the span id and the tag, then the totals.
+        assert_eq!(std::mem::size_of::<types::kspan_sum_slot>(), 16 + 24);
         // The record, then 8 + 16 + 16 + 16 + 8 bytes, then the stack and
         // the waker's stack, each with its count.
         assert_eq!(

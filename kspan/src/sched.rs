@@ -40,14 +40,20 @@
 //! interrupt's, not the task's kernel stack; an interrupt x86-64 takes in
 //! user space runs on the task's, and there the waker's kernel stack
 //! tells), with classic ones user space tells by the waker's kernel stack,
-//! read at each wake-up. The
-//! run-queue time starts at the wake-up, when the thread is queued (as the
-//! scheduler's own `run_delay` counts: a remote wake-up's IPI is waiting,
-//! not queued). At the switch-in the
-//! interval is added to the span's totals (a kernel map keyed by span id)
-//! and, when long, emitted as a wait record into the ring buffer like any
-//! span: overload, a full ring, an unsampled or suppressed span are counted
-//! as for every other record. The time a span was current is measured in
+//! read at each wake-up. The waiting ends at the wake-up, when the thread
+//! is queued (a remote wake-up's IPI is waiting, not queued). The run-queue
+//! time is the scheduler's own (`run_delay`, which schedstat and taskstats
+//! report), read at the switch-in: the thread's run queue's clock less
+//! when it was queued, plus what a move between run queues added. The
+//! scheduler reads that clock once a switch, and not at all at a switch a
+//! wake-up asked for by preempting (of an idle CPU, or of a task the
+//! thread outranks): there it reuses the wake-up's reading, so the way out
+//! of the interrupt and of the idle loop is the thread's CPU time to the
+//! kernel, and so to the account. At the switch-in the interval is added
+//! to the span's totals (a table user space maps, by span id) and, when
+//! long, emitted as a wait record into the ring buffer like any span:
+//! overload, a full ring, an unsampled or suppressed span are counted as
+//! for every other record; the wait span keeps the times as they passed. The time a span was current is measured in
 //! user space at every context switch ([`crate::context`]); its time on a
 //! CPU is that less its off-CPU time. Threads of other processes return at
 //! the first check of every program.
@@ -161,7 +167,8 @@ pub mod attributes {
     /// Nanoseconds on a CPU while the span was current.
     pub const ON_CPU_NS: &str = "kspan.sched.on_cpu_ns";
     /// Nanoseconds runnable, waiting for a CPU (run-queue latency: from a
-    /// wake-up or a preemption to the switch-in).
+    /// wake-up or a preemption to the switch-in), as the scheduler counts
+    /// it (`run_delay`; see the module's documentation).
     pub const RUN_QUEUE_NS: &str = "kspan.sched.run_queue_ns";
     /// Nanoseconds blocked uninterruptibly (`D`).
     pub const BLOCKED_NS: &str = "kspan.sched.blocked_ns";
@@ -247,14 +254,9 @@ pub struct SchedTotals {
 }
 
 impl SchedTotals {
-    /// From the map's value bytes (nine native-endian u64s).
-    pub(crate) fn from_bytes(bytes: &[u8]) -> Self {
-        let word = |i: usize| {
-            bytes
-                .get(i * 8..i * 8 + 8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u64::from_ne_bytes)
-        };
+    /// From the kernel's nine words (`struct kspan_sched_sum`).
+    pub(crate) fn from_words(words: &[u64]) -> Self {
+        let word = |i: usize| words.get(i).copied().unwrap_or(0);
         SchedTotals {
             run_queue_ns: word(0),
             sleeping_ns: word(1),
@@ -361,13 +363,18 @@ mod tests {
 
     #[test]
     fn totals_read_the_kernel_layout() {
-        let words: Vec<u8> = (1u64..=9).flat_map(u64::to_ne_bytes).collect();
-        let t = SchedTotals::from_bytes(&words);
+        let words: Vec<u64> = (1u64..=9).collect();
+        let t = SchedTotals::from_words(&words);
         assert_eq!((t.run_queue_ns, t.waits), (1, 7));
         assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));
         assert_eq!(
             std::mem::size_of::<kspan_bpf::types::kspan_sched_sum>(),
-            words.len()
+            words.len() * 8
+        );
+        // The slot: the span id and the tag, then the totals.
+        assert_eq!(
+            std::mem::size_of::<kspan_bpf::types::kspan_sched_slot>(),
+            16 + words.len() * 8
         );
     }
 

@@ -117,8 +117,11 @@ pub struct Stats {
     /// Calls of probes that make no spans (`spans = false`), summed only.
     pub summary_only: u64,
     /// Calls a probe's `sum` could not add to their application span's
-    /// totals: the kernel's table of open sums was full (its calls are
-    /// still counted above; the totals on that span are short by these).
+    /// totals, and off-CPU intervals the scheduler's account could not
+    /// add to its span's: the kernel's table of open totals had no free
+    /// slot where the span's go (16,384 slots, eight tried a span; the
+    /// calls are still counted above; the totals on that span are short
+    /// by these).
     pub sums_failed: u64,
     /// Off-CPU intervals of the scheduler's account whose switch-in the
     /// kernel program did not see (found at the thread's next switch-out):

@@ -24,13 +24,12 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use libbpf_rs::{MapCore, MapHandle};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
-use crate::bpf::sched_present::SchedPresent;
+use crate::bpf::span_table::SpanTable;
 use crate::sched::SchedTotals;
 use crate::span::SCOPE_NAME;
 
@@ -55,16 +54,13 @@ impl fmt::Debug for KernelSums {
 
 /// The kernel's table and the probes that sum into it.
 struct SumTable {
-    map: MapHandle,
+    table: SpanTable,
     probes: Vec<SummedProbe>,
 }
 
-/// The scheduler's totals, and which spans have them: a span whose slot
-/// says none (most spans of a busy service never leave a CPU) ends with no
-/// system call.
+/// The scheduler's totals.
 struct SchedTable {
-    map: MapHandle,
-    present: SchedPresent,
+    table: SpanTable,
 }
 
 /// A probe with `sum`: its id and its attribute keys, made once.
@@ -93,7 +89,7 @@ impl KernelSums {
     /// Connects the handle to the kernel's table (at start; once).
     pub(crate) fn connect(
         &self,
-        map: MapHandle,
+        table: SpanTable,
         probes: impl IntoIterator<Item = (u32, &'static str)>,
     ) -> Result<(), &'static str> {
         let probes = probes
@@ -106,17 +102,13 @@ impl KernelSums {
             })
             .collect();
         self.table
-            .set(SumTable { map, probes })
+            .set(SumTable { table, probes })
             .map_err(|_| "this KernelSums is connected to another kspan runtime already")
     }
 
     /// Connects the handle to the scheduler's totals (at start; once).
-    pub(crate) fn connect_scheduler(
-        &self,
-        map: MapHandle,
-        present: SchedPresent,
-    ) -> Result<(), &'static str> {
-        self.sched.set(SchedTable { map, present }).map_err(|_| {
+    pub(crate) fn connect_scheduler(&self, table: SpanTable) -> Result<(), &'static str> {
+        self.sched.set(SchedTable { table }).map_err(|_| {
             "this KernelSums is connected to another kspan runtime's scheduler account already"
         })
     }
@@ -129,20 +121,11 @@ impl KernelSums {
         }
         let id = u64::from_be_bytes(span.span_context.span_id().to_bytes());
         if let Some(sched) = sched {
-            // Before the lookup's own context switch below.
             let current_ns = crate::context::current_time::take(id);
-            let totals = if sched.present.may_have(id) {
-                let _quiet = crate::context::suppress();
-                match sched.map.lookup_and_delete(&id.to_ne_bytes()) {
-                    Ok(Some(bytes)) => {
-                        sched.present.taken(id);
-                        Some(SchedTotals::from_bytes(&bytes))
-                    }
-                    _ => None,
-                }
-            } else {
-                None
-            };
+            let totals = sched
+                .table
+                .take(id, SCHED_TAG)
+                .map(|words| SchedTotals::from_words(&words));
             if current_ns > 0 || totals.is_some() {
                 span.attributes
                     .extend(totals.unwrap_or_default().attributes(current_ns));
@@ -151,21 +134,11 @@ impl KernelSums {
         let Some(table) = table else {
             return;
         };
-        // The lookups are kspan's own calls: never traced.
-        let _quiet = crate::context::suppress();
         for probe in &table.probes {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&id.to_ne_bytes());
-            key[8..12].copy_from_slice(&probe.id.to_ne_bytes());
-            let Ok(Some(value)) = table.map.lookup_and_delete(&key) else {
+            let Some(sum) = table.table.take(id, u64::from(probe.id) + 1) else {
                 continue;
             };
-            let word = |i: usize| {
-                value
-                    .get(i * 8..i * 8 + 8)
-                    .and_then(|b| b.try_into().ok())
-                    .map_or(0, u64::from_ne_bytes)
-            };
+            let word = |i: usize| sum.get(i).copied().unwrap_or(0);
             span.attributes.extend([
                 KeyValue::new(probe.calls, word(0) as i64),
                 KeyValue::new(probe.duration, word(1) as i64),
@@ -174,6 +147,9 @@ impl KernelSums {
         }
     }
 }
+
+/// The scheduler's tag in its table (`kspan_sched_sum_of`).
+const SCHED_TAG: u64 = 1;
 
 fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())

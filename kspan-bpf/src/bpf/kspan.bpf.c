@@ -53,10 +53,17 @@ struct {
 	__type(value, struct kspan_task_stack);
 } kspan_stacks SEC(".maps");
 
-/* One slot per enum kspan_counter; per-CPU so that counting never contends. */
+/*
+ * KSPAN_CTR_STRIDE slots a CPU, one per enum kspan_counter, so that
+ * counting never contends; an array user space maps, so that reading them
+ * is no system call (one holds the CPU's guard against BPF programs, and
+ * a preempted one makes the kernel skip kprobe and tracepoint programs on
+ * that CPU meanwhile). The runtime sizes it to the possible CPUs.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, KSPAN_CTR_COUNT);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, KSPAN_CTR_STRIDE);
 	__type(key, __u32);
 	__type(value, __u64);
 } kspan_counters SEC(".maps");
@@ -145,12 +152,14 @@ struct {
 } kspan_id_state SEC(".maps");
 
 /*
- * Calls recorded but not made into spans, by probe and reason
- * (probe_id * KSPAN_PCTR_COUNT + enum kspan_probe_counter). The runtime
- * sizes it to its probes.
+ * Calls recorded but not made into spans, by CPU, probe and reason
+ * (cpu * probe_counters_stride + probe_id * KSPAN_PCTR_COUNT + enum
+ * kspan_probe_counter); mapped by user space as kspan_counters is. The
+ * runtime sizes it to its probes and the possible CPUs.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, KSPAN_PCTR_COUNT);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -166,15 +175,31 @@ struct {
 
 /*
  * Totals of the calls not made into spans, by application span and probe,
- * until user space reads them as the application span ends. The runtime
- * sizes it to one entry when no probe sums.
+ * until user space takes them as the application span ends (a table it
+ * maps: see kspan.h). The runtime sizes it to one slot when no probe sums.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, KSPAN_SUMS_MAX);
-	__type(key, struct kspan_sum_key);
-	__type(value, struct kspan_sum);
+	__type(key, __u32);
+	__type(value, struct kspan_sum_slot);
 } kspan_sums SEC(".maps");
+
+/* The first slot a span's totals under `tag` may be in (kspan.h). */
+static __always_inline __u32 kspan_table_hash(__u64 span, __u32 tag)
+{
+	return (__u32)(((span ^ ((__u64)tag << 40)) * KSPAN_TABLE_HASH_MULTIPLIER) >> 32);
+}
+
+/*
+ * Claims free slot `span_at` of a table for `span` and `tag` (kspan.h):
+ * whether it was free; if so, `zero_and_tag` is done by the caller.
+ */
+static __always_inline int kspan_table_claim(__u64 *span_at, __u64 span)
+{
+	return *(volatile __u64 *)span_at == 0 && __sync_val_compare_and_swap(span_at, 0, span) == 0;
+}
 
 /*
  * Latency histograms: two rows per probe id (success, failure), per CPU.
@@ -217,6 +242,14 @@ static __always_inline struct kspan_frame *kspan_frame_at(struct kspan_task_stac
 	return &st->frames[slot & KSPAN_DEPTH_MASK];
 }
 
+/* This CPU's value of `counter` (enum kspan_counter). */
+static __always_inline __u64 *kspan_counter(__u32 counter)
+{
+	__u32 key = bpf_get_smp_processor_id() * KSPAN_CTR_STRIDE + counter;
+
+	return bpf_map_lookup_elem(&kspan_counters, &key);
+}
+
 /*
  * Submits a span record and counts it. Every KSPAN_WAKEUP_CHECK_RECORDS-th
  * record of this CPU asks how much is waiting and wakes the consumer when
@@ -226,8 +259,7 @@ static __always_inline struct kspan_frame *kspan_frame_at(struct kspan_task_stac
  */
 static __always_inline void kspan_submit_span(void *rec)
 {
-	__u32 key = KSPAN_CTR_EMITTED;
-	__u64 *emitted = bpf_map_lookup_elem(&kspan_counters, &key);
+	__u64 *emitted = kspan_counter(KSPAN_CTR_EMITTED);
 	__u64 flags = BPF_RB_NO_WAKEUP;
 
 	if (emitted && !(__sync_fetch_and_add(emitted, 1) & (KSPAN_WAKEUP_CHECK_RECORDS - 1)) &&
@@ -237,7 +269,8 @@ static __always_inline void kspan_submit_span(void *rec)
 }
 
 /*
- * Adds `n` to a per-CPU value every program adds to (kspan_counters).
+ * Adds `n` to this CPU's value of a counter every program adds to
+ * (kspan_counters).
  * Atomically: on PREEMPT and PREEMPT_LAZY kernels (every 7.x kernel) a
  * program runs with migration disabled but can be preempted, and another
  * task's program on this CPU may add to the same value between a plain
@@ -251,7 +284,7 @@ static __always_inline void kspan_add(__u64 *value, __u64 n)
 
 static __always_inline void kspan_count_n(__u32 counter, __u64 n)
 {
-	__u64 *value = bpf_map_lookup_elem(&kspan_counters, &counter);
+	__u64 *value = kspan_counter(counter);
 
 	if (value)
 		kspan_add(value, n);
@@ -799,7 +832,8 @@ static __always_inline void kspan_restore_entry_values(struct kspan_record *rec,
 
 static __always_inline void kspan_count_probe(__u32 probe_id, __u32 reason)
 {
-	__u32 key = probe_id * KSPAN_PCTR_COUNT + reason;
+	__u32 key = bpf_get_smp_processor_id() * kspan_cfg.probe_counters_stride +
+		    probe_id * KSPAN_PCTR_COUNT + reason;
 	__u64 *value = bpf_map_lookup_elem(&kspan_probe_counters, &key);
 
 	/* A probe's own value: see kspan_hist_record. */
@@ -974,21 +1008,35 @@ static __always_inline int kspan_refusal(const struct kspan_frame *frame, __u64 
 static __always_inline void kspan_add_sum(__u64 app_span_id, __u32 probe_id, __u64 duration,
 					  int failed)
 {
-	struct kspan_sum_key key = { .app_span_id = app_span_id, .probe_id = probe_id };
-	struct kspan_sum *sum;
+	__u32 tag = probe_id + 1, first = kspan_table_hash(app_span_id, tag), i;
+	struct kspan_sum *sum = NULL;
 
 	if (!kspan_cfg.sum || !app_span_id)
 		return;
-	sum = bpf_map_lookup_elem(&kspan_sums, &key);
-	if (!sum) {
-		struct kspan_sum zero = {};
+	for (i = 0; i < KSPAN_TABLE_PROBES; i++) {
+		__u32 at = (first + i) & (KSPAN_SUMS_MAX - 1);
+		struct kspan_sum_slot *slot = bpf_map_lookup_elem(&kspan_sums, &at);
 
-		bpf_map_update_elem(&kspan_sums, &key, &zero, BPF_NOEXIST);
-		sum = bpf_map_lookup_elem(&kspan_sums, &key);
-		if (!sum) {
-			kspan_count(KSPAN_CTR_SUM_FAILED);
-			return;
+		if (!slot)
+			break;
+		if (*(volatile __u64 *)&slot->span == app_span_id &&
+		    *(volatile __u64 *)&slot->tag == tag) {
+			sum = &slot->sum;
+			break;
 		}
+		if (kspan_table_claim(&slot->span, app_span_id)) {
+			slot->sum.calls = 0;
+			slot->sum.duration_ns = 0;
+			slot->sum.errors = 0;
+			/* Last, and a barrier: only now may others add here. */
+			__sync_lock_test_and_set(&slot->tag, (__u64)tag);
+			sum = &slot->sum;
+			break;
+		}
+	}
+	if (!sum) {
+		kspan_count(KSPAN_CTR_SUM_FAILED);
+		return;
 	}
 	__sync_fetch_and_add(&sum->calls, 1);
 	__sync_fetch_and_add(&sum->duration_ns, duration);
@@ -1939,22 +1987,17 @@ struct {
 	__type(value, struct kspan_sched_task);
 } kspan_sched_tasks SEC(".maps");
 
-/* Per application span (by span id): read and deleted when the span ends. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, KSPAN_SUMS_MAX);
-	__type(key, __u64);
-	__type(value, struct kspan_sched_sum);
-} kspan_sched_spans SEC(".maps");
-
-/* Which spans have totals, by slot (see kspan.h); mapped by user space. */
+/*
+ * Per application span: taken by user space when the span ends (a table
+ * it maps: see kspan.h).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1);
+	__uint(max_entries, KSPAN_SUMS_MAX);
 	__type(key, __u32);
-	__type(value, struct kspan_sched_present);
-} kspan_sched_present SEC(".maps");
+	__type(value, struct kspan_sched_slot);
+} kspan_sched_spans SEC(".maps");
 
 /* Keeps the wait record's layout in the object's BTF for the Rust skeleton. */
 struct kspan_wait_record kspan_wait_record_layout SEC(".bss.layout");
@@ -2054,28 +2097,25 @@ static __always_inline __u64 kspan_kernel_queued_ns(struct task_struct___rq *pre
 /* The totals of application span `key`, made on first use; NULL: no room. */
 static __always_inline struct kspan_sched_sum *kspan_sched_sum_of(__u64 key)
 {
-	struct kspan_sched_sum *s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
+	__u32 first = kspan_table_hash(key, 1), i;
 
-	if (!s) {
-		struct kspan_sched_sum fresh = {};
-		__u32 zero = 0, slot = (__u32)key & (KSPAN_SCHED_PRESENT_SLOTS - 1);
-		struct kspan_sched_present *present =
-			bpf_map_lookup_elem(&kspan_sched_present, &zero);
+	for (i = 0; i < KSPAN_TABLE_PROBES; i++) {
+		__u32 at = (first + i) & (KSPAN_SUMS_MAX - 1);
+		struct kspan_sched_slot *slot = bpf_map_lookup_elem(&kspan_sched_spans, &at);
 
-		/*
-		 * Counted before the entry exists: user space, which skips the
-		 * lookup of a span whose slot reads 0, must never read 0 while
-		 * the span has an entry.
-		 */
-		if (present)
-			__sync_fetch_and_add(&present->spans[slot], 1);
-		if (bpf_map_update_elem(&kspan_sched_spans, &key, &fresh, BPF_NOEXIST) && present)
-			__sync_fetch_and_add(&present->spans[slot], (__u32)-1);
-		s = bpf_map_lookup_elem(&kspan_sched_spans, &key);
-		if (!s)
-			kspan_count(KSPAN_CTR_SUM_FAILED);
+		if (!slot)
+			break;
+		if (*(volatile __u64 *)&slot->span == key && *(volatile __u64 *)&slot->tag == 1)
+			return &slot->sum;
+		if (kspan_table_claim(&slot->span, key)) {
+			__builtin_memset(&slot->sum, 0, sizeof(slot->sum));
+			/* Last, and a barrier: only now may others add here. */
+			__sync_lock_test_and_set(&slot->tag, (__u64)1);
+			return &slot->sum;
+		}
 	}
-	return s;
+	kspan_count(KSPAN_CTR_SUM_FAILED);
+	return NULL;
 }
 
 /* Adds a finished off-CPU interval to its application span's totals. */

@@ -82,8 +82,8 @@ struct kspan_clause {
 
 /*
  * Why a finished call of a probe is not a span although it was recorded:
- * indexes of the per-probe, per-CPU counters (probe_id * KSPAN_PCTR_COUNT +
- * reason). None is a loss.
+ * indexes of the per-probe counters of a CPU (cpu * probe_counters_stride
+ * + probe_id * KSPAN_PCTR_COUNT + reason). None is a loss.
  */
 enum kspan_probe_counter {
 	/* Refused by min_duration, errors_only or the predicate. */
@@ -242,7 +242,9 @@ enum kspan_counter {
 	KSPAN_CTR_SUPPRESSED = 9,
 	/*
 	 * Calls a probe's `sum` could not add to their application span's
-	 * totals: no room was left in the sums map.
+	 * totals, and off-CPU intervals the scheduler's account could not:
+	 * no free slot in the span's window of the table (kspan_sums,
+	 * kspan_sched_spans).
 	 */
 	KSPAN_CTR_SUM_FAILED = 10,
 	/*
@@ -260,6 +262,11 @@ enum kspan_counter {
 	 */
 	KSPAN_CTR_DESCENDANT_DROPPED = 12,
 	KSPAN_CTR_COUNT = 13,
+	/*
+	 * Counters a CPU has in kspan_counters (cpu * KSPAN_CTR_STRIDE +
+	 * counter): 128 bytes, so that no two CPUs count in one cache line.
+	 */
+	KSPAN_CTR_STRIDE = 16,
 };
 
 /*
@@ -328,20 +335,36 @@ struct kspan_rate {
 };
 
 /* Calls not made into spans, summed per application span and probe. */
-struct kspan_sum_key {
-	__u64 app_span_id;
-	__u32 probe_id;
-	__u32 pad;
-};
-
 struct kspan_sum {
 	__u64 calls;
 	__u64 duration_ns;
 	__u64 errors;
 };
 
-/* Application spans whose sums are kept at once (an LRU: sums of a span never ended are evicted). */
+/*
+ * Totals by application span (kspan_sums, kspan_sched_spans) are kept in
+ * tables user space maps, so that taking a span's totals as it ends is no
+ * system call (see kspan_counters). Each is an array of KSPAN_SUMS_MAX
+ * slots with open addressing: the totals of span `span` under tag `tag`
+ * (a probe id plus one; 1 for the scheduler's) are in one of the
+ * KSPAN_TABLE_PROBES slots from kspan_table_hash(span, tag).
+ *
+ * A slot is free while its `span` is 0. A program claims one with a
+ * compare-and-swap of `span`, zeroes the totals, then sets `tag`: only a
+ * slot whose span and tag both match is added to. Two programs claiming
+ * for the same totals at once may take two slots; user space adds every
+ * match. User space, at the span's end, reads the matching slots, clears
+ * `tag`, then frees `span`. A full window is counted (KSPAN_CTR_SUM_FAILED).
+ */
 #define KSPAN_SUMS_MAX 16384
+#define KSPAN_TABLE_PROBES 8
+#define KSPAN_TABLE_HASH_MULTIPLIER 11400714819323198485ULL
+
+struct kspan_sum_slot {
+	__u64 span;
+	__u64 tag;
+	struct kspan_sum sum;
+};
 
 /* Settings of one loaded program pair, written into .rodata before load. */
 struct kspan_config {
@@ -423,6 +446,12 @@ struct kspan_config {
 	 * application span this long or longer is a wait span; 0: none is.
 	 */
 	__u64 wait_min_ns;
+	/*
+	 * Counters a CPU has in kspan_probe_counters: every probe's, rounded
+	 * up to whole cache lines (the same in every program of a runtime).
+	 */
+	__u32 probe_counters_stride;
+	__u32 pad_stride;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
 
@@ -593,23 +622,6 @@ enum kspan_waker_kind {
 /* Record flag: a wait span (`struct kspan_wait_record`). */
 #define KSPAN_REC_WAIT (1u << 3)
 
-/*
- * Slots of the count of application spans with scheduler totals, by the
- * span id's low bits (`struct kspan_sched_present`): one page, mapped into
- * user memory, where a span whose slot counts 0 has no totals to look up.
- */
-#define KSPAN_SCHED_PRESENT_SLOTS 1024
-
-/*
- * How many spans of each slot have totals in kspan_sched_spans: raised
- * before an entry is made (lowered again if it is not), lowered by user
- * space when it takes one. Eviction leaves a count too high: a lookup for
- * nothing, never a miss.
- */
-struct kspan_sched_present {
-	__u32 spans[KSPAN_SCHED_PRESENT_SLOTS];
-};
-
 /* Threads of the process the account follows at once (an LRU, by tid). */
 #define KSPAN_SCHED_TASKS_MAX 16384
 
@@ -675,6 +687,13 @@ struct kspan_sched_sum {
 	 * been off it.
 	 */
 	__u64 missed_ns;
+};
+
+/* The scheduler's totals of one application span in kspan_sched_spans (tag 1). */
+struct kspan_sched_slot {
+	__u64 span;
+	__u64 tag;
+	struct kspan_sched_sum sum;
 };
 
 /*

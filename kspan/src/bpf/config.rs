@@ -196,6 +196,12 @@ pub(crate) enum ProbeId {
     FromCookie,
 }
 
+/// Counters a CPU has in `kspan_probe_counters`: every probe's, rounded
+/// up to whole 64-byte lines.
+pub(crate) fn probe_counters_stride(probes: u32) -> u32 {
+    (probes.max(1) * c::KSPAN_PCTR_COUNT as u32).next_multiple_of(8)
+}
+
 /// The settings of `plan`'s programs for `hook`.
 pub(crate) fn probe_config(
     plan: &ProbePlan,
@@ -255,6 +261,8 @@ pub(crate) fn probe_config(
         },
         thread_ctx_offset: context.slot_offset,
         wait_min_ns: 0,
+        probe_counters_stride: probe_counters_stride(runtime.probes),
+        pad_stride: 0,
         caps,
     }
 }

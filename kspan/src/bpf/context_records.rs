@@ -38,7 +38,7 @@ impl ContextRecordMaps {
         };
         let records = handle(records, names::CTX_RECORDS_MAP)?;
         let pending_map = handle(pending, names::CTX_PENDING_MAP)?;
-        let pending = super::sys::map_values(pending_map.as_fd())
+        let pending = super::sys::map_values(pending_map.as_fd(), super::sys::VALUES_BYTES)
             .map_err(|e| MapError {
                 map: names::CTX_PENDING_MAP,
                 source: libbpf_rs::Error::from(e),
@@ -89,6 +89,6 @@ impl Drop for ContextRecordMaps {
     fn drop(&mut self) {
         // SAFETY: `new` mapped it with `map_values`; nothing refers to it
         // after this.
-        unsafe { super::sys::unmap_values(self.pending.cast()) };
+        unsafe { super::sys::unmap_values(self.pending.cast(), super::sys::VALUES_BYTES) };
     }
 }

@@ -8,7 +8,9 @@ use kspan_bpf::names;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::context_records::ContextRecordMaps;
+use super::counters::MappedCounters;
 use super::error::MapError;
+use super::span_table::SpanTable;
 
 /// The maps every loaded program uses, made by the first object.
 #[derive(Debug)]
@@ -17,6 +19,11 @@ pub(crate) struct SharedMaps {
     pub events: MapHandle,
     pub(super) stacks: MapHandle,
     pub(super) counters: MapHandle,
+    /// `counters` and `probe_counters`, mapped: read with no system call.
+    pub(super) counter_values: MappedCounters,
+    pub(super) probe_counter_values: MappedCounters,
+    /// Slots a CPU has in `probe_counters`.
+    pub(super) probe_counters_stride: u32,
     pub(super) control: MapHandle,
     pub(super) entry_values: MapHandle,
     pub(super) zero: MapHandle,
@@ -109,17 +116,6 @@ fn sum_per_cpu(per_cpu: &[Vec<u8>], into: &mut [u64]) {
     }
 }
 
-/// Slot `index` of the per-CPU counter array `map`, summed over the CPUs.
-fn percpu_count(map: &MapHandle, name: &'static str, index: u32) -> Result<u64, MapError> {
-    let per_cpu = map
-        .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
-        .map_err(|source| MapError { map: name, source })?
-        .unwrap_or_default();
-    let mut total = [0u64; 1];
-    sum_per_cpu(&per_cpu, &mut total);
-    Ok(total[0])
-}
-
 impl SharedMaps {
     /// The histograms of `probe_ids`, summed over the CPUs, in that order.
     pub(crate) fn histograms(&self, probe_ids: &[u32]) -> Result<Vec<KernelHistogram>, MapError> {
@@ -200,53 +196,54 @@ impl SharedMaps {
         Ok(out)
     }
 
-    /// Sums the per-CPU kernel counters.
-    pub(crate) fn counters(&self) -> Result<KernelCounters, MapError> {
+    /// Sums the per-CPU kernel counters (from memory: no system call).
+    pub(crate) fn counters(&self) -> KernelCounters {
         use kspan_bpf::consts as c;
-        let read = |index: u64| percpu_count(&self.counters, names::COUNTERS_MAP, index as u32);
-        Ok(KernelCounters {
-            sum_failed: read(c::KSPAN_CTR_SUM_FAILED)?,
-            sched_missed: read(c::KSPAN_CTR_SCHED_MISSED)?,
-            descendant_dropped: read(c::KSPAN_CTR_DESCENDANT_DROPPED)?,
-            ring_buffer_full: read(c::KSPAN_CTR_RINGBUF_FULL)?,
-            stack_depth: read(c::KSPAN_CTR_STACK_DEPTH)?,
-            lost_exit: read(c::KSPAN_CTR_LOST_EXIT)?,
-            unmatched_exit: read(c::KSPAN_CTR_UNMATCHED_EXIT)?,
-            no_storage: read(c::KSPAN_CTR_NO_STORAGE)?,
-            emitted: read(c::KSPAN_CTR_EMITTED)?,
-            unsampled: read(c::KSPAN_CTR_UNSAMPLED)?,
-            orphans: read(c::KSPAN_CTR_ORPHAN)?,
-            overload: read(c::KSPAN_CTR_OVERLOAD)?,
-            suppressed: read(c::KSPAN_CTR_SUPPRESSED)?,
-        })
+        let read = |index: u64| {
+            self.counter_values
+                .sum(c::KSPAN_CTR_STRIDE as usize, index as usize)
+        };
+        KernelCounters {
+            sum_failed: read(c::KSPAN_CTR_SUM_FAILED),
+            sched_missed: read(c::KSPAN_CTR_SCHED_MISSED),
+            descendant_dropped: read(c::KSPAN_CTR_DESCENDANT_DROPPED),
+            ring_buffer_full: read(c::KSPAN_CTR_RINGBUF_FULL),
+            stack_depth: read(c::KSPAN_CTR_STACK_DEPTH),
+            lost_exit: read(c::KSPAN_CTR_LOST_EXIT),
+            unmatched_exit: read(c::KSPAN_CTR_UNMATCHED_EXIT),
+            no_storage: read(c::KSPAN_CTR_NO_STORAGE),
+            emitted: read(c::KSPAN_CTR_EMITTED),
+            unsampled: read(c::KSPAN_CTR_UNSAMPLED),
+            orphans: read(c::KSPAN_CTR_ORPHAN),
+            overload: read(c::KSPAN_CTR_OVERLOAD),
+            suppressed: read(c::KSPAN_CTR_SUPPRESSED),
+        }
     }
 
     /// The per-probe counters of the first `probes` probes, summed over the
-    /// CPUs.
-    pub(crate) fn probe_counters(&self, probes: usize) -> Result<Vec<ProbeCounters>, MapError> {
+    /// CPUs (from memory: no system call).
+    pub(crate) fn probe_counters(&self, probes: usize) -> Vec<ProbeCounters> {
         use kspan_bpf::consts as c;
         let per_probe = c::KSPAN_PCTR_COUNT as usize;
-        let mut out = vec![ProbeCounters::default(); probes];
-        for (probe, counters) in out.iter_mut().enumerate() {
-            let read = |reason: u64| {
-                let index = (probe * per_probe) as u32 + reason as u32;
-                percpu_count(&self.probe_counters, names::PROBE_COUNTERS_MAP, index)
-            };
-            *counters = ProbeCounters {
-                filtered: read(c::KSPAN_PCTR_FILTERED)?,
-                rate_limited: read(c::KSPAN_PCTR_RATE_LIMITED)?,
-                no_spans: read(c::KSPAN_PCTR_NO_SPANS)?,
-            };
-        }
-        Ok(out)
+        let stride = self.probe_counters_stride as usize;
+        (0..probes)
+            .map(|probe| {
+                let read = |reason: u64| {
+                    self.probe_counter_values
+                        .sum(stride, probe * per_probe + reason as usize)
+                };
+                ProbeCounters {
+                    filtered: read(c::KSPAN_PCTR_FILTERED),
+                    rate_limited: read(c::KSPAN_PCTR_RATE_LIMITED),
+                    no_spans: read(c::KSPAN_PCTR_NO_SPANS),
+                }
+            })
+            .collect()
     }
 
-    /// A handle of its own to the table of sums by application span.
-    pub(crate) fn sums_handle(&self) -> Result<MapHandle, MapError> {
-        MapHandle::try_from(&self.sums).map_err(|source| MapError {
-            map: names::SUMS_MAP,
-            source,
-        })
+    /// The table of sums by application span, mapped.
+    pub(crate) fn sums_table(&self) -> Result<SpanTable, MapError> {
+        SpanTable::new(&self.sums, names::SUMS_MAP)
     }
 
     /// Turns recording on or off in every program at once.

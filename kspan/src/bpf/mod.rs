@@ -2,8 +2,9 @@
 //! The interface with the kernel's BPF: the settings programs read
 //! ([`config`]), kspan's programs by role ([`program`]), loading kspan's
 //! object ([`object`]), the maps its programs share ([`maps`]), those of
-//! registered thread contexts ([`context_records`]) and the scheduler's
-//! count of spans with totals ([`sched_present`]), further copies of its
+//! registered thread contexts ([`context_records`]), the counters and the
+//! totals by span user space reads from memory (`counters`,
+//! [`span_table`]), further copies of its
 //! programs without libbpf ([`copies`]), the raw attach system calls
 //! ([`sys`]), what the kernel offers ([`KernelCapabilities`]) and what its
 //! symbol table says of function names ([`kernel_symbols`]).
@@ -12,13 +13,14 @@
 pub(crate) mod config;
 pub(crate) mod context_records;
 pub(crate) mod copies;
+pub(crate) mod counters;
 mod error;
 mod features;
 mod kallsyms;
 pub(crate) mod maps;
 pub(crate) mod object;
 pub(crate) mod program;
-pub(crate) mod sched_present;
+pub(crate) mod span_table;
 pub(crate) mod sys;
 
 pub use config::{Orphans, DEFAULT_RING_BUFFER_BYTES};

@@ -23,6 +23,7 @@ use libbpf_rs::{AsRawLibbpf, MapCore, MapFlags, MapHandle, OpenObject};
 
 use super::config::HistogramSizes;
 use super::copies::ProgramTemplate;
+use super::counters::MappedCounters;
 use super::error::{verifier_log, LoadError, VERIFIER_LOG_BYTES};
 use super::maps::{seed_ids, SharedMaps};
 use super::program::Program;
@@ -74,8 +75,6 @@ pub(crate) struct LoadedPrograms {
 pub(crate) struct SchedMaps {
     /// The totals per application span (`kspan_sched_spans`).
     pub spans: MapHandle,
-    /// The count of spans with totals per slot (`kspan_sched_present`).
-    pub present: MapHandle,
 }
 
 impl LoadedPrograms {
@@ -147,9 +146,14 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
                 .map_err(|e| fail(e, None))?;
         }
         let probes = request.probes.max(1);
+        let cpus = libbpf_rs::num_possible_cpus().map_err(|e| fail(e, None))? as u32;
+        open.maps
+            .kspan_counters
+            .set_max_entries(cpus * kspan_bpf::consts::KSPAN_CTR_STRIDE as u32)
+            .map_err(|e| fail(e, None))?;
         open.maps
             .kspan_probe_counters
-            .set_max_entries(probes * kspan_bpf::consts::KSPAN_PCTR_COUNT as u32)
+            .set_max_entries(cpus * super::config::probe_counters_stride(probes))
             .map_err(|e| fail(e, None))?;
         open.maps
             .kspan_rates
@@ -229,10 +233,6 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             .kspan_sched_spans
             .set_autocreate(false)
             .map_err(|e| fail(e, None))?;
-        open.maps
-            .kspan_sched_present
-            .set_autocreate(false)
-            .map_err(|e| fail(e, None))?;
     }
     let mut logs: Vec<(Program, Vec<u8>)> = Vec::new();
     for program in Program::ALL {
@@ -276,6 +276,17 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             events: map_handle(&loaded.maps.kspan_events)?,
             stacks: map_handle(&loaded.maps.kspan_stacks)?,
             counters: map_handle(&loaded.maps.kspan_counters)?,
+            counter_values: MappedCounters::new(
+                &map_handle(&loaded.maps.kspan_counters)?,
+                kspan_bpf::names::COUNTERS_MAP,
+            )
+            .map_err(|e| fail(e.source, None))?,
+            probe_counter_values: MappedCounters::new(
+                &map_handle(&loaded.maps.kspan_probe_counters)?,
+                kspan_bpf::names::PROBE_COUNTERS_MAP,
+            )
+            .map_err(|e| fail(e.source, None))?,
+            probe_counters_stride: super::config::probe_counters_stride(request.probes),
             control: map_handle(&loaded.maps.kspan_control)?,
             entry_values: map_handle(&loaded.maps.kspan_entry_caps)?,
             zero: map_handle(&loaded.maps.kspan_zero)?,
@@ -308,7 +319,6 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
     let sched = if sched {
         Some(SchedMaps {
             spans: map_handle(&loaded.maps.kspan_sched_spans)?,
-            present: map_handle(&loaded.maps.kspan_sched_present)?,
         })
     } else {
         None

@@ -448,19 +448,20 @@ pub(crate) fn prog_recursion_misses(prog: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(info.recursion_misses)
 }
 
-/// Bytes mapped of an mmapable array map's values: a page (x86-64), the
-/// least the kernel maps; each of kspan's such maps fits in it.
+/// Bytes mapped of a small mmapable array map's values: a page (x86-64),
+/// the least the kernel maps; `kspan_ctx_pending` fits in it.
 pub(crate) const VALUES_BYTES: usize = 4096;
 
-/// Maps the values of the mmapable array map `map` (its first page),
-/// shared with the kernel: what is written there programs read.
-pub(crate) fn map_values(map: BorrowedFd<'_>) -> io::Result<std::ptr::NonNull<u8>> {
+/// Maps the first `bytes` of the values of the mmapable array map `map`
+/// (a multiple of the page size, within the map), shared with the kernel:
+/// what is written there programs read, and what they write is read here.
+pub(crate) fn map_values(map: BorrowedFd<'_>, bytes: usize) -> io::Result<std::ptr::NonNull<u8>> {
     // SAFETY: a new shared mapping of the map's value area; nothing else
     // is touched.
     let at = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            VALUES_BYTES,
+            bytes,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             map.as_raw_fd(),
@@ -476,10 +477,21 @@ pub(crate) fn map_values(map: BorrowedFd<'_>) -> io::Result<std::ptr::NonNull<u8
 /// Unmaps what [`map_values`] mapped.
 ///
 /// # Safety
-/// `at` is a mapping [`map_values`] returned, and nothing uses it after.
-pub(crate) unsafe fn unmap_values(at: std::ptr::NonNull<u8>) {
+/// `at` and `bytes` are a mapping [`map_values`] returned and its length,
+/// and nothing uses it after.
+pub(crate) unsafe fn unmap_values(at: std::ptr::NonNull<u8>, bytes: usize) {
     // SAFETY: the caller's promise.
-    unsafe { libc::munmap(at.as_ptr().cast(), VALUES_BYTES) };
+    unsafe { libc::munmap(at.as_ptr().cast(), bytes) };
+}
+
+/// The page size: mappings are whole pages.
+pub(crate) fn page_bytes() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or(VALUES_BYTES)
 }
 
 /// A descriptor from a libbpf call that returns it or `-errno` (and sets

@@ -640,7 +640,7 @@ impl KspanBuilder {
             move || {
                 let Some(f) = figures.get() else { return };
                 let spans = f.counters.spans.load(Ordering::Relaxed);
-                if let Some(n) = watch.check(spans, || f.maps.counters().ok().map(|k| k.orphans)) {
+                if let Some(n) = watch.check(spans, || Some(f.maps.counters().orphans)) {
                     orphans::warn(n);
                 }
             }
@@ -664,8 +664,8 @@ impl KspanBuilder {
         .map_err(|e| Error::Consumer(format!("cannot start the consumer thread: {e}")))?;
         if let Some(sums) = &self.sums {
             if !summed.is_empty() {
-                let map = attached.maps.sums_handle()?;
-                sums.connect(map, summed)
+                let table = attached.maps.sums_table()?;
+                sums.connect(table, summed)
                     .map_err(|reason| Error::InvalidSetting {
                         setting: "KspanBuilder::kernel_sums",
                         reason: reason.to_owned(),
@@ -674,9 +674,11 @@ impl KspanBuilder {
         }
         let scheduler = match (scheduler, &self.sums) {
             (Some(sched), Some(sums)) => {
-                let present =
-                    crate::bpf::sched_present::SchedPresent::new(&sched.maps_read.present)?;
-                sums.connect_scheduler(sched.maps_read.spans, present)
+                let table = crate::bpf::span_table::SpanTable::new(
+                    &sched.maps_read.spans,
+                    kspan_bpf::names::SCHED_SPANS_MAP,
+                )?;
+                sums.connect_scheduler(table)
                     .map_err(|reason| Error::InvalidSetting {
                         setting: "KspanBuilder::kernel_sums",
                         reason: reason.to_owned(),

@@ -53,7 +53,7 @@ impl Figures {
         let (k, probes, skipped_by_kernel) = {
             let _quiet = crate::context::suppress();
             (
-                self.maps.counters()?,
+                self.maps.counters(),
                 self.probe_stats()?,
                 self.programs.skipped(),
             )
@@ -116,7 +116,7 @@ impl Figures {
 
     /// The calls each probe recorded but did not make into spans.
     pub(super) fn probe_stats(&self) -> Result<Vec<ProbeStats>> {
-        let counters = self.maps.probe_counters(self.functions.len())?;
+        let counters = self.maps.probe_counters(self.functions.len());
         Ok(self
             .functions
             .iter()
