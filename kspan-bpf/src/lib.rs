@@ -124,10 +124,16 @@ mod tests {
         );
         // 14 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
         // then 8 u32s, two u64s, MAX_CLAUSES clauses of 16 bytes,
-        // `wait_min_ns` and the probe counters' stride with its pad
+        // `wait_min_ns`, then the probe counters' stride, the histogram's
+        // rows and errno mask and a pad
         assert_eq!(
             std::mem::size_of::<types::kspan_config>(),
-            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8 + 8 + 8
+            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8 + 8 + 16
+        );
+        // An errno row: its key, then the row.
+        assert_eq!(
+            std::mem::size_of::<types::kspan_hist_errno_slot>(),
+            8 + 8 * (consts::KSPAN_HIST_BUCKETS as usize + 1)
         );
         // The tables' slots: the span id and the tag, then the totals.
         assert_eq!(std::mem::size_of::<types::kspan_sum_slot>(), 16 + 24);

@@ -55,7 +55,7 @@
 //!   deltas itself, so they are in the meter provider's next export (its
 //!   own `shutdown` included): shut kspan down before the meter provider.
 //!   Failed calls beyond the kernel's per-errno room
-//!   (`KSPAN_HIST_ERRNO_KEYS` keys per probe) are still counted, under
+//!   (`KSPAN_HIST_ERRNO_ROWS` errnos per probe) are still counted, under
 //!   `error.type = "_OTHER"` (the semantic conventions' fallback).
 //!
 //! The bucket math and the delta-to-values conversion here are pure; the

@@ -202,26 +202,30 @@ static __always_inline int kspan_table_claim(__u64 *span_at, __u64 span)
 }
 
 /*
- * Latency histograms: two rows per probe id (success, failure), per CPU.
- * The runtime sizes it (two rows per probe when some probe has a
- * histogram, else one entry).
+ * Latency histograms: two rows per probe id (success, failure) for each
+ * CPU, apart (see kspan.h); mapped by user space, which reads them with no
+ * system call (see kspan_counters). The runtime sizes it (two rows per
+ * probe and CPU when some probe has a histogram, else one entry).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct kspan_hist_row);
 } kspan_hist SEC(".maps");
 
 /*
- * Failed calls of histogram probes by errno, per CPU; sized by the runtime
- * (KSPAN_HIST_ERRNO_KEYS per histogram probe).
+ * Failed calls of histogram probes by errno (see kspan.h); mapped by user
+ * space. Sized by the runtime (KSPAN_HIST_ERRNO_ROWS per histogram probe,
+ * to a power of two).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
-	__type(key, struct kspan_hist_errno_key);
-	__type(value, __u64);
+	__type(key, __u32);
+	__type(value, struct kspan_hist_errno_slot);
 } kspan_hist_errno SEC(".maps");
 
 /* Keeps the record layout in the object's BTF for the Rust skeleton. */
@@ -1450,24 +1454,27 @@ static __always_inline __u32 kspan_hist_bucket(__u64 ns)
 }
 
 /* Adds `add` to this CPU's value of `key` in kspan_hist_errno. */
-static __always_inline void kspan_hist_errno_add(struct kspan_hist_errno_key *key, __u64 add)
+/*
+ * The errno row of `key` in kspan_hist_errno, claimed if new; NULL when
+ * the table has no room for it (kspan.h).
+ */
+static __always_inline struct kspan_hist_row *kspan_hist_errno_row(__u64 key)
 {
-	__u64 *value = bpf_map_lookup_elem(&kspan_hist_errno, key);
+	__u32 first = kspan_table_hash(key, 0), i;
 
-	if (value) {
-		*value += add;
-		return;
+	for (i = 0; i < KSPAN_TABLE_PROBES; i++) {
+		__u32 at = (first + i) & kspan_cfg.hist_errno_mask;
+		struct kspan_hist_errno_slot *slot = bpf_map_lookup_elem(&kspan_hist_errno, &at);
+
+		if (!slot)
+			return NULL;
+		if (*(volatile __u64 *)&slot->key == key || kspan_table_claim(&slot->key, key))
+			return &slot->row;
+		/* Claimed by another CPU for the same key between the two reads. */
+		if (*(volatile __u64 *)&slot->key == key)
+			return &slot->row;
 	}
-	/*
-	 * A new key. Another CPU may insert it first (this update then fails
-	 * and the lookup finds it); a full map fails for good, and the call is
-	 * counted in kspan_hist only.
-	 */
-	if (!bpf_map_update_elem(&kspan_hist_errno, key, &add, BPF_NOEXIST))
-		return;
-	value = bpf_map_lookup_elem(&kspan_hist_errno, key);
-	if (value)
-		*value += add;
+	return NULL;
 }
 
 /*
@@ -1481,7 +1488,6 @@ static __always_inline void kspan_hist_errno_add(struct kspan_hist_errno_key *ke
 static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __u64 end_ns,
 					      __u64 ret)
 {
-	struct kspan_hist_errno_key key = {};
 	struct kspan_hist_row *row;
 	__u64 ns = end_ns - start_ns;
 	__s64 r = (__s64)ret;
@@ -1490,8 +1496,8 @@ static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __
 	if (!kspan_cfg.histogram)
 		return;
 	/*
-	 * Plain adds: a probe's rows, errno values and probe counters are
-	 * written by its exit program alone, which the kernel never runs
+	 * Plain adds to this CPU's rows: a probe's rows and probe counters
+	 * are written by its exit program alone, which the kernel never runs
 	 * twice at once on a CPU, preempted or not (its recursion guard;
 	 * kprobe programs run with preemption off).
 	 */
@@ -1502,7 +1508,7 @@ static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __
 	if (end_ns < start_ns)
 		ns = 0;
 	bucket = kspan_hist_bucket(ns);
-	index = probe_id * 2 + failed;
+	index = bpf_get_smp_processor_id() * kspan_cfg.hist_rows + probe_id * 2 + failed;
 	row = bpf_map_lookup_elem(&kspan_hist, &index);
 	if (row) {
 		/*
@@ -1515,12 +1521,13 @@ static __always_inline void kspan_hist_record(__u32 probe_id, __u64 start_ns, __
 	}
 	if (!failed)
 		return;
-	key.probe_id = probe_id;
-	key.errno_nr = (__u16)-r;
-	key.slot = bucket;
-	kspan_hist_errno_add(&key, 1);
-	key.slot = KSPAN_HIST_BUCKETS;
-	kspan_hist_errno_add(&key, ns);
+	/* One table for every CPU: atomically. */
+	row = kspan_hist_errno_row((__u64)(probe_id + 1) << 16 | (__u16)-r);
+	if (row) {
+		barrier_var(bucket);
+		__sync_fetch_and_add(&row->buckets[bucket & (KSPAN_HIST_BUCKETS - 1)], 1);
+		__sync_fetch_and_add(&row->sum_ns, ns);
+	}
 }
 
 /* Whether `frame` holds the arguments `args` (those the probe reads). */

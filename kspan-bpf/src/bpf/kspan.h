@@ -279,10 +279,10 @@ enum kspan_counter {
 #define KSPAN_HIST_BUCKETS 64
 
 /*
- * One histogram row, per CPU: the calls per bucket and the sum of their
- * durations in ns. `kspan_hist` holds two per probe id (index
- * probe_id * 2 + failed), so every call of a histogram probe is counted
- * there whatever its errno.
+ * One histogram row: the calls per bucket and the sum of their durations
+ * in ns. `kspan_hist` holds two per probe id and CPU (index cpu *
+ * hist_rows + probe_id * 2 + failed), so every call of a histogram probe
+ * is counted there whatever its errno.
  */
 struct kspan_hist_row {
 	__u64 buckets[KSPAN_HIST_BUCKETS];
@@ -290,20 +290,21 @@ struct kspan_hist_row {
 };
 
 /*
- * The failed calls again, by errno (`kspan_hist_errno`, a per-CPU hash, as
- * many keys per histogram probe as KSPAN_HIST_ERRNO_KEYS): `slot` is a
- * bucket, or KSPAN_HIST_BUCKETS for the sum in ns. When the map is full a
- * failed call is only in `kspan_hist`; user space reports the difference
- * as error.type `_OTHER`.
+ * The failed calls again, by errno: `kspan_hist_errno`, one table for
+ * every CPU (added to atomically), of hist_errno_mask + 1 slots, open
+ * addressing over KSPAN_TABLE_PROBES slots from the hash of `key`,
+ * (probe_id + 1) << 16 | errno; a slot is claimed with a compare-and-swap
+ * of its key and never freed (histograms accumulate). When no slot is
+ * left a failed call is only in `kspan_hist`; user space reports the
+ * difference as error.type `_OTHER`.
  */
-struct kspan_hist_errno_key {
-	__u32 probe_id;
-	__u16 errno_nr;
-	__u16 slot;
+struct kspan_hist_errno_slot {
+	__u64 key;
+	struct kspan_hist_row row;
 };
 
-/* Keys of `kspan_hist_errno` per histogram probe (bucket and sum keys). */
-#define KSPAN_HIST_ERRNO_KEYS 256
+/* Errnos a histogram probe has room for in `kspan_hist_errno`. */
+#define KSPAN_HIST_ERRNO_ROWS 8
 
 /* Record flags. */
 #define KSPAN_REC_HAS_RET (1u << 0)
@@ -451,7 +452,10 @@ struct kspan_config {
 	 * up to whole cache lines (the same in every program of a runtime).
 	 */
 	__u32 probe_counters_stride;
-	__u32 pad_stride;
+	/* Rows a CPU has in kspan_hist (two per probe id), and the errno table's mask. */
+	__u32 hist_rows;
+	__u32 hist_errno_mask;
+	__u32 pad_hist;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
 

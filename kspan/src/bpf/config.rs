@@ -131,10 +131,10 @@ pub(crate) struct RuntimeSettings {
 /// The sizes of the histogram maps; zeros make them one entry each.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct HistogramSizes {
-    /// Probe ids (rows are `2 * probes`).
+    /// Probe ids (rows are `2 * probes` a CPU).
     pub probes: u32,
-    /// Keys of the per-errno map.
-    pub errno_keys: u32,
+    /// Slots of the errno table (a power of two).
+    pub errno_rows: u32,
 }
 
 impl HistogramSizes {
@@ -146,8 +146,15 @@ impl HistogramSizes {
         }
         HistogramSizes {
             probes: plans.len() as u32,
-            errno_keys: with.saturating_mul(c::KSPAN_HIST_ERRNO_KEYS as u32),
+            errno_rows: with
+                .saturating_mul(c::KSPAN_HIST_ERRNO_ROWS as u32)
+                .next_power_of_two(),
         }
+    }
+
+    /// Rows a CPU has in `kspan_hist`.
+    pub(crate) fn rows(&self) -> u32 {
+        self.probes.saturating_mul(2).max(1)
     }
 }
 
@@ -262,7 +269,9 @@ pub(crate) fn probe_config(
         thread_ctx_offset: context.slot_offset,
         wait_min_ns: 0,
         probe_counters_stride: probe_counters_stride(runtime.probes),
-        pad_stride: 0,
+        hist_rows: runtime.histograms.rows(),
+        hist_errno_mask: runtime.histograms.errno_rows.max(1) - 1,
+        pad_hist: 0,
         caps,
     }
 }

@@ -20,11 +20,14 @@ use libbpf_rs::{MapCore, MapHandle};
 
 use super::error::MapError;
 
-/// An mmapable array of `u64` counters, `stride` slots per CPU.
+/// An mmapable array map whose values are `u64`s, read as one run of
+/// words: counters with `stride` words per CPU, or rows of them.
 #[derive(Debug)]
 pub(crate) struct MappedCounters {
     values: NonNull<AtomicU64>,
+    /// Words in the map, and words a value.
     len: usize,
+    value_words: usize,
     bytes: usize,
     _map: MapHandle,
 }
@@ -36,16 +39,18 @@ unsafe impl Send for MappedCounters {}
 unsafe impl Sync for MappedCounters {}
 
 impl MappedCounters {
-    /// Maps the whole of `map` (`name`, for errors), an array of `u64`.
+    /// Maps the whole of `map` (`name`, for errors), an array whose values
+    /// are `u64`s.
     pub(crate) fn new(map: &MapHandle, name: &'static str) -> Result<Self, MapError> {
         let fail = |source| MapError { map: name, source };
         let map = MapHandle::try_from(map).map_err(fail)?;
-        if map.value_size() != 8 {
+        let value = map.value_size() as usize;
+        if value == 0 || value % 8 != 0 {
             return Err(fail(libbpf_rs::Error::from(std::io::Error::from(
                 std::io::ErrorKind::InvalidData,
             ))));
         }
-        let len = map.max_entries() as usize;
+        let len = map.max_entries() as usize * value / 8;
         let bytes = (len * 8).next_multiple_of(super::sys::page_bytes());
         let values = super::sys::map_values(map.as_fd(), bytes)
             .map_err(|e| fail(libbpf_rs::Error::from(e)))?
@@ -53,23 +58,40 @@ impl MappedCounters {
         Ok(MappedCounters {
             values,
             len,
+            value_words: value / 8,
             bytes,
             _map: map,
         })
     }
 
-    /// Slot `index` of each CPU's `stride` slots, summed over the CPUs.
+    /// Word `i` of the map (0 past its end).
+    pub(crate) fn word(&self, i: usize) -> u64 {
+        if i >= self.len {
+            return 0;
+        }
+        // SAFETY: the mapping holds `len` words and lives as long as
+        // `self`; `i` is below `len`.
+        unsafe { self.values.add(i).as_ref() }.load(Ordering::Relaxed)
+    }
+
+    /// Words a value has.
+    pub(crate) fn value_words(&self) -> usize {
+        self.value_words
+    }
+
+    /// Values in the map.
+    pub(crate) fn values(&self) -> usize {
+        self.len / self.value_words
+    }
+
+    /// Word `index` of each CPU's `stride` words, summed over the CPUs.
     pub(crate) fn sum(&self, stride: usize, index: usize) -> u64 {
         if stride == 0 || index >= stride {
             return 0;
         }
         (index..self.len)
             .step_by(stride)
-            .map(|i| {
-                // SAFETY: the mapping holds `len` values and lives as long
-                // as `self`; `i` is below `len`.
-                unsafe { self.values.add(i).as_ref() }.load(Ordering::Relaxed)
-            })
+            .map(|i| self.word(i))
             .fold(0u64, u64::wrapping_add)
     }
 }

@@ -24,6 +24,10 @@ pub(crate) struct SharedMaps {
     pub(super) probe_counter_values: MappedCounters,
     /// Slots a CPU has in `probe_counters`.
     pub(super) probe_counters_stride: u32,
+    /// `hist` and `hist_errno`, mapped, and the rows a CPU has in `hist`.
+    pub(super) hist_values: MappedCounters,
+    pub(super) hist_errno_values: MappedCounters,
+    pub(super) hist_rows: u32,
     pub(super) control: MapHandle,
     pub(super) entry_values: MapHandle,
     pub(super) zero: MapHandle,
@@ -104,96 +108,50 @@ pub(crate) struct KernelHistogram {
     pub by_errno: Vec<(u16, HistogramRow)>,
 }
 
-/// Sums per-CPU values of 8-byte slots: `per_cpu[cpu]` holds `into.len()`
-/// native-endian u64s (or fewer, read as missing).
-fn sum_per_cpu(per_cpu: &[Vec<u8>], into: &mut [u64]) {
-    for cpu in per_cpu {
-        for (slot, bytes) in into.iter_mut().zip(cpu.chunks_exact(8)) {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(bytes);
-            *slot = slot.wrapping_add(u64::from_ne_bytes(b));
-        }
-    }
-}
-
 impl SharedMaps {
-    /// The histograms of `probe_ids`, summed over the CPUs, in that order.
-    pub(crate) fn histograms(&self, probe_ids: &[u32]) -> Result<Vec<KernelHistogram>, MapError> {
-        let hist_err = |source| MapError {
-            map: "kspan_hist",
-            source,
-        };
-        let row = |index: u32| -> Result<HistogramRow, MapError> {
-            let mut out: HistogramRow = [0; kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1];
-            let per_cpu = self
-                .hist
-                .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
-                .map_err(hist_err)?
-                .unwrap_or_default();
-            sum_per_cpu(&per_cpu, &mut out);
-            Ok(out)
+    /// The histograms of `probe_ids`, summed over the CPUs, in that order
+    /// (from memory: no system call).
+    pub(crate) fn histograms(&self, probe_ids: &[u32]) -> Vec<KernelHistogram> {
+        const ROW: usize = kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1;
+        let rows = &self.hist_values;
+        let stride = self.hist_rows as usize * ROW;
+        let row = |index: u32| -> HistogramRow {
+            let mut out: HistogramRow = [0; ROW];
+            for (w, total) in out.iter_mut().enumerate() {
+                *total = rows.sum(stride, index as usize * ROW + w);
+            }
+            out
         };
         let mut out: Vec<KernelHistogram> = probe_ids
             .iter()
-            .map(|&id| {
-                Ok(KernelHistogram {
-                    succeeded: row(id.saturating_mul(2))?,
-                    failed: row(id.saturating_mul(2).saturating_add(1))?,
-                    by_errno: Vec::new(),
-                })
+            .map(|&id| KernelHistogram {
+                succeeded: row(id.saturating_mul(2)),
+                failed: row(id.saturating_mul(2).saturating_add(1)),
+                by_errno: Vec::new(),
             })
-            .collect::<Result<_, MapError>>()?;
-        // The per-errno keys: {probe_id u32, errno u16, slot u16}. Read
-        // after the rows, so that calls counted in between make the errno
-        // series ahead of the failed row, never behind: the failed calls
-        // not kept by errno (`_OTHER`) are then under-read for a moment,
-        // and made good at the next read, never over-read.
-        let errno_err = |source| MapError {
-            map: "kspan_hist_errno",
-            source,
-        };
-        let buckets = kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize;
-        for key in self.hist_errno.keys() {
-            let (Some(id), Some(nr), Some(slot)) = (
-                key.get(0..4)
-                    .and_then(|b| b.try_into().ok())
-                    .map(u32::from_ne_bytes),
-                key.get(4..6)
-                    .and_then(|b| b.try_into().ok())
-                    .map(u16::from_ne_bytes),
-                key.get(6..8)
-                    .and_then(|b| b.try_into().ok())
-                    .map(u16::from_ne_bytes),
-            ) else {
+            .collect();
+        // The errno rows: a key of (probe id + 1) << 16 | errno, then a
+        // row. Read after the rows, so that calls counted in between make
+        // the errno series ahead of the failed row, never behind: the
+        // failed calls not kept by errno (`_OTHER`) are then under-read
+        // for a moment, and made good at the next read, never over-read.
+        let table = &self.hist_errno_values;
+        let words = table.value_words();
+        for slot in 0..table.values() {
+            let key = table.word(slot * words);
+            let Some(id) = (key >> 16).checked_sub(1) else {
                 continue;
             };
-            let Some(at) = probe_ids.iter().position(|&p| p == id) else {
+            let Some(at) = probe_ids.iter().position(|&p| u64::from(p) == id) else {
                 continue;
             };
-            let slot = usize::from(slot);
-            if slot > buckets {
-                continue;
+            let mut errno_row: HistogramRow = [0; ROW];
+            for (w, value) in errno_row.iter_mut().enumerate() {
+                *value = table.word(slot * words + 1 + w);
             }
-            // A key inserted a moment ago and deleted never: absent is 0.
-            let per_cpu = self
-                .hist_errno
-                .lookup_percpu(&key, MapFlags::ANY)
-                .map_err(errno_err)?
-                .unwrap_or_default();
-            let mut value = [0u64; 1];
-            sum_per_cpu(&per_cpu, &mut value);
-            let by_errno = &mut out[at].by_errno;
-            let i = match by_errno.iter().position(|(e, _)| *e == nr) {
-                Some(i) => i,
-                None => {
-                    by_errno.push((nr, [0; kspan_bpf::consts::KSPAN_HIST_BUCKETS as usize + 1]));
-                    by_errno.len() - 1
-                }
-            };
-            let entry = &mut by_errno[i].1;
-            entry[slot] = entry[slot].wrapping_add(value[0]);
+            out[at].by_errno.push(((key & 0xffff) as u16, errno_row));
         }
-        Ok(out)
+        out
     }
 
     /// Sums the per-CPU kernel counters (from memory: no system call).

@@ -168,11 +168,11 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
         let sizes = request.histograms;
         open.maps
             .kspan_hist
-            .set_max_entries(sizes.probes.saturating_mul(2).max(1))
+            .set_max_entries(cpus * sizes.rows())
             .map_err(|e| fail(e, None))?;
         open.maps
             .kspan_hist_errno
-            .set_max_entries(sizes.errno_keys.max(1))
+            .set_max_entries(sizes.errno_rows.max(1))
             .map_err(|e| fail(e, None))?;
     }
     if let Some(shared) = request.shared {
@@ -287,6 +287,14 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             )
             .map_err(|e| fail(e.source, None))?,
             probe_counters_stride: super::config::probe_counters_stride(request.probes),
+            hist_values: MappedCounters::new(&map_handle(&loaded.maps.kspan_hist)?, "kspan_hist")
+                .map_err(|e| fail(e.source, None))?,
+            hist_errno_values: MappedCounters::new(
+                &map_handle(&loaded.maps.kspan_hist_errno)?,
+                "kspan_hist_errno",
+            )
+            .map_err(|e| fail(e.source, None))?,
+            hist_rows: request.histograms.rows(),
             control: map_handle(&loaded.maps.kspan_control)?,
             entry_values: map_handle(&loaded.maps.kspan_entry_caps)?,
             zero: map_handle(&loaded.maps.kspan_zero)?,

@@ -50,13 +50,11 @@ pub(super) struct Figures {
 impl Figures {
     /// Every figure now.
     pub(super) fn read(&self) -> Result<Stats> {
-        let (k, probes, skipped_by_kernel) = {
+        let (k, probes) = (self.maps.counters(), self.probe_stats()?);
+        let skipped_by_kernel = {
+            // A system call a program (bpf_prog_get_info_by_fd): kspan's own.
             let _quiet = crate::context::suppress();
-            (
-                self.maps.counters(),
-                self.probe_stats()?,
-                self.programs.skipped(),
-            )
+            self.programs.skipped()
         };
         let total = |pick: fn(&ProbeStats) -> u64| probes.iter().map(pick).sum::<u64>();
         let s = &self.counters;
@@ -133,38 +131,29 @@ impl Figures {
 
 impl HistogramSource for Figures {
     fn histograms(&self) -> Option<Vec<(u32, ProbeCounts)>> {
-        let read = {
-            let _quiet = crate::context::suppress();
-            self.maps.histograms(&self.histogram_probes)
-        };
+        let rows = self.maps.histograms(&self.histogram_probes);
         let counts = |row: &crate::bpf::maps::HistogramRow| {
             let mut c = Counts::default();
             c.buckets.copy_from_slice(&row[..crate::latency::BUCKETS]);
             c.sum_ns = row[crate::latency::BUCKETS];
             c
         };
-        match read {
-            Ok(rows) => Some(
-                self.histogram_probes
-                    .iter()
-                    .zip(rows)
-                    .map(|(&id, h)| {
-                        (
-                            id,
-                            ProbeCounts {
-                                succeeded: counts(&h.succeeded),
-                                failed: counts(&h.failed),
-                                by_errno: h.by_errno.iter().map(|(e, r)| (*e, counts(r))).collect(),
-                            },
-                        )
-                    })
-                    .collect(),
-            ),
-            Err(e) => {
-                tracing::debug!(error = %e, "kspan cannot read the latency histograms now");
-                None
-            }
-        }
+        Some(
+            self.histogram_probes
+                .iter()
+                .zip(rows)
+                .map(|(&id, h)| {
+                    (
+                        id,
+                        ProbeCounts {
+                            succeeded: counts(&h.succeeded),
+                            failed: counts(&h.failed),
+                            by_errno: h.by_errno.iter().map(|(e, r)| (*e, counts(r))).collect(),
+                        },
+                    )
+                })
+                .collect(),
+        )
     }
 }
 
