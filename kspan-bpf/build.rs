@@ -48,7 +48,10 @@ fn constants(header: &str) -> String {
             continue;
         }
         let value = value.trim_start_matches('(').trim_end_matches(')');
-        let number = if let Some(shift) = value.strip_prefix("1u << ") {
+        let number = if let Some(shift) = value
+            .strip_prefix("1u << ")
+            .or_else(|| value.strip_prefix("1ULL << "))
+        {
             shift.parse::<u32>().ok().map(|s| 1u64 << s)
         } else {
             // A C suffix (`ULL`) says the type, not the number.

@@ -73,6 +73,8 @@ pub mod names {
     pub const CTX_PENDING_MAP: &str = "kspan_ctx_pending";
     /// The scheduler's totals by application span.
     pub const SCHED_SPANS_MAP: &str = "kspan_sched_spans";
+    /// Each thread's open off-CPU interval of the scheduler's account.
+    pub const SCHED_OPEN_MAP: &str = "kspan_sched_open";
     /// The per-probe, per-CPU counters of calls not made into spans.
     pub const PROBE_COUNTERS_MAP: &str = "kspan_probe_counters";
     /// The per-probe rate-limit slots.

@@ -191,14 +191,17 @@ pub mod attributes {
     /// counted as time on a CPU, and its context switch not at all. Set
     /// only when not 0. Its figures are then bounds: `on_cpu_ns` may be
     /// too high and the off-CPU figures too low by up to [`MISSED_NS`]
-    /// together, and the switch counts short by up to this many. A miss
-    /// found only after the span ended (the thread's next switch-out came
-    /// later) is in [`Stats::sched_intervals_missed`](crate::Stats::sched_intervals_missed)
-    /// alone.
+    /// together, and the switch counts short by up to this many. A miss is
+    /// found at the thread's next switch-out, or, when the span ends on
+    /// that thread first, by the thread itself as it ends the span; one
+    /// of a thread where the span does not end that switches out only
+    /// after the span ended is in
+    /// [`Stats::sched_intervals_missed`](crate::Stats::sched_intervals_missed)
+    /// alone (every miss is counted there).
     pub const INTERVALS_MISSED: &str = "kspan.sched.intervals_missed";
     /// With [`INTERVALS_MISSED`]: the time from each such interval's
-    /// switch-out to the switch-out that found it open, summed; the most
-    /// the figures can be off by.
+    /// switch-out to the switch-out that found it open (or to the span's
+    /// end), summed; the most the figures can be off by.
     pub const MISSED_NS: &str = "kspan.sched.missed_ns";
 }
 

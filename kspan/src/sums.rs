@@ -24,11 +24,13 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use kspan_bpf::consts as c;
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
+use crate::bpf::counters::MappedCounters;
 use crate::bpf::span_table::SpanTable;
 use crate::sched::SchedTotals;
 use crate::span::SCOPE_NAME;
@@ -58,9 +60,36 @@ struct SumTable {
     probes: Vec<SummedProbe>,
 }
 
-/// The scheduler's totals.
+/// The scheduler's totals, and each thread's open off-CPU interval.
 struct SchedTable {
     table: SpanTable,
+    open: MappedCounters,
+}
+
+impl SchedTable {
+    /// An off-CPU interval of `span` on the calling thread whose switch-in
+    /// the kernel did not report (the thread runs, yet its interval is
+    /// open), claimed so that the kernel counts it in `Stats` only: the
+    /// time from its switch-out to now.
+    fn missed_here(&self, span: u64) -> Option<u64> {
+        const WORDS: usize = std::mem::size_of::<kspan_bpf::types::kspan_sched_open>() / 8;
+        // SAFETY: gettid has no preconditions.
+        let tid = u64::from(unsafe { libc::gettid() } as u32);
+        let at = (tid as usize & (c::KSPAN_SCHED_OPEN_SLOTS as usize - 1)) * WORDS;
+        let out = self.open.word(at + 1);
+        if self.open.word(at) != tid
+            || self.open.word(at + 2) != span
+            || out == 0
+            || out & c::KSPAN_SCHED_OPEN_CLAIMED != 0
+        {
+            return None;
+        }
+        // Claimed only if it is still that interval (a switch-out since
+        // would have written another).
+        self.open
+            .compare_exchange(at + 1, out, out | c::KSPAN_SCHED_OPEN_CLAIMED)
+            .then(|| crate::context::current_time::monotonic_ns().saturating_sub(out))
+    }
 }
 
 /// A probe with `sum`: its id and its attribute keys, made once.
@@ -107,8 +136,12 @@ impl KernelSums {
     }
 
     /// Connects the handle to the scheduler's totals (at start; once).
-    pub(crate) fn connect_scheduler(&self, table: SpanTable) -> Result<(), &'static str> {
-        self.sched.set(SchedTable { table }).map_err(|_| {
+    pub(crate) fn connect_scheduler(
+        &self,
+        table: SpanTable,
+        open: MappedCounters,
+    ) -> Result<(), &'static str> {
+        self.sched.set(SchedTable { table, open }).map_err(|_| {
             "this KernelSums is connected to another kspan runtime's scheduler account already"
         })
     }
@@ -122,10 +155,15 @@ impl KernelSums {
         let id = u64::from_be_bytes(span.span_context.span_id().to_bytes());
         if let Some(sched) = sched {
             let current_ns = crate::context::current_time::take(id);
-            let totals = sched
+            let mut totals = sched
                 .table
                 .take(id, SCHED_TAG)
                 .map(|words| SchedTotals::from_words(&words));
+            if let Some(missed_ns) = sched.missed_here(id) {
+                let t = totals.get_or_insert_with(SchedTotals::default);
+                t.intervals_missed += 1;
+                t.missed_ns += missed_ns;
+            }
             if current_ns > 0 || totals.is_some() {
                 span.attributes
                     .extend(totals.unwrap_or_default().attributes(current_ns));

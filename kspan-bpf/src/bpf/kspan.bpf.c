@@ -2006,6 +2006,22 @@ struct {
 	__type(value, struct kspan_sched_slot);
 } kspan_sched_spans SEC(".maps");
 
+/* Each thread's open off-CPU interval, by tid's low bits (kspan.h); mapped by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, KSPAN_SCHED_OPEN_SLOTS);
+	__type(key, __u32);
+	__type(value, struct kspan_sched_open);
+} kspan_sched_open SEC(".maps");
+
+static __always_inline struct kspan_sched_open *kspan_sched_open_of(__u32 tid)
+{
+	__u32 at = tid & (KSPAN_SCHED_OPEN_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&kspan_sched_open, &at);
+}
+
 /* Keeps the wait record's layout in the object's BTF for the Rust skeleton. */
 struct kspan_wait_record kspan_wait_record_layout SEC(".bss.layout");
 
@@ -2154,13 +2170,17 @@ static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 of
  * switch-in: counted, and on the span it left in, so that that span says
  * its figures lack an interval and by how much at most.
  */
-static __always_inline void kspan_sched_missed(struct kspan_sched_task *t, __u64 now)
+static __always_inline void kspan_sched_missed(struct kspan_sched_task *t, __u32 tid, __u64 now)
 {
+	struct kspan_sched_open *open = kspan_sched_open_of(tid);
 	struct kspan_sched_sum *s;
 
 	if (t->skip)
 		return;
 	kspan_count(KSPAN_CTR_SCHED_MISSED);
+	/* Said on its span already, by user space as the span ended. */
+	if (open && open->tid == tid && open->out_ns == (t->out_ns | KSPAN_SCHED_OPEN_CLAIMED))
+		return;
 	s = kspan_sched_sum_of(t->app_span_id);
 	if (!s)
 		return;
@@ -2191,7 +2211,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 		 */
 		t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 		if (t && t->out_ns) {
-			kspan_sched_missed(t, now);
+			kspan_sched_missed(t, tid, now);
 			t->out_ns = 0;
 		}
 		return;
@@ -2211,7 +2231,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	}
 	/* An interval still open: its switch-in was never seen. */
 	if (t->out_ns)
-		kspan_sched_missed(t, now);
+		kspan_sched_missed(t, tid, now);
 	__builtin_memcpy(t->trace_id, c.trace_id, sizeof(c.trace_id));
 	t->app_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
 	t->state = state;
@@ -2228,6 +2248,16 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	}
 	/* Last: a wake-up on another CPU takes a thread with out_ns set as off CPU. */
 	t->out_ns = now;
+	if (!skip) {
+		struct kspan_sched_open *open = kspan_sched_open_of(tid);
+
+		if (open) {
+			open->out_ns = now;
+			open->span = t->app_span_id;
+			/* Last, and a barrier: the slot is this thread's interval now. */
+			__sync_lock_test_and_set(&open->tid, (__u64)tid);
+		}
+	}
 }
 
 /*
@@ -2250,6 +2280,12 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 		return;
 	out = t->out_ns;
 	t->out_ns = 0;
+	{
+		struct kspan_sched_open *open = kspan_sched_open_of(tid);
+
+		if (open)
+			__sync_val_compare_and_swap(&open->tid, (__u64)tid, 0);
+	}
 	if (now < out)
 		return;
 	wake = t->wake_ns;

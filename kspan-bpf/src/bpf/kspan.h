@@ -693,6 +693,25 @@ struct kspan_sched_sum {
 	__u64 missed_ns;
 };
 
+/*
+ * A thread's open off-CPU interval, for user space to see from the thread
+ * itself (`kspan_sched_open`, mapped; slot tid & (KSPAN_SCHED_OPEN_SLOTS -
+ * 1)): set at a switch-out under a recorded span, cleared at the switch-in.
+ * A thread that runs while its slot holds an interval lost that switch-in:
+ * as one of its spans ends, user space claims such an interval of that span
+ * (a compare-and-swap setting KSPAN_SCHED_OPEN_CLAIMED in `out_ns`), and
+ * says it on the span; the next switch-out then counts it in Stats only.
+ */
+struct kspan_sched_open {
+	__u64 tid;
+	__u64 out_ns;
+	__u64 span;
+	__u64 pad;
+};
+
+#define KSPAN_SCHED_OPEN_SLOTS 16384
+#define KSPAN_SCHED_OPEN_CLAIMED (1ULL << 63)
+
 /* The scheduler's totals of one application span in kspan_sched_spans (tag 1). */
 struct kspan_sched_slot {
 	__u64 span;

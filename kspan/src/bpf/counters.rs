@@ -74,6 +74,17 @@ impl MappedCounters {
         unsafe { self.values.add(i).as_ref() }.load(Ordering::Relaxed)
     }
 
+    /// Sets word `i` to `new` if it is `current`; whether it did.
+    pub(crate) fn compare_exchange(&self, i: usize, current: u64, new: u64) -> bool {
+        if i >= self.len {
+            return false;
+        }
+        // SAFETY: as in `word`.
+        unsafe { self.values.add(i).as_ref() }
+            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
     /// Words a value has.
     pub(crate) fn value_words(&self) -> usize {
         self.value_words

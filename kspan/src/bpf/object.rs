@@ -75,6 +75,8 @@ pub(crate) struct LoadedPrograms {
 pub(crate) struct SchedMaps {
     /// The totals per application span (`kspan_sched_spans`).
     pub spans: MapHandle,
+    /// Each thread's open off-CPU interval (`kspan_sched_open`).
+    pub open: MapHandle,
 }
 
 impl LoadedPrograms {
@@ -233,6 +235,10 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             .kspan_sched_spans
             .set_autocreate(false)
             .map_err(|e| fail(e, None))?;
+        open.maps
+            .kspan_sched_open
+            .set_autocreate(false)
+            .map_err(|e| fail(e, None))?;
     }
     let mut logs: Vec<(Program, Vec<u8>)> = Vec::new();
     for program in Program::ALL {
@@ -327,6 +333,7 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
     let sched = if sched {
         Some(SchedMaps {
             spans: map_handle(&loaded.maps.kspan_sched_spans)?,
+            open: map_handle(&loaded.maps.kspan_sched_open)?,
         })
     } else {
         None

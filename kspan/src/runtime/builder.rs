@@ -678,7 +678,11 @@ impl KspanBuilder {
                     &sched.maps_read.spans,
                     kspan_bpf::names::SCHED_SPANS_MAP,
                 )?;
-                sums.connect_scheduler(table)
+                let open = crate::bpf::counters::MappedCounters::new(
+                    &sched.maps_read.open,
+                    kspan_bpf::names::SCHED_OPEN_MAP,
+                )?;
+                sums.connect_scheduler(table, open)
                     .map_err(|reason| Error::InvalidSetting {
                         setting: "KspanBuilder::kernel_sums",
                         reason: reason.to_owned(),
