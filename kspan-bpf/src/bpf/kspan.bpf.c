@@ -2041,7 +2041,9 @@ struct task_struct___sched {
  * then the time from the enqueue to the switch (the interrupt's and the
  * idle loop's way out) is not run-queue time to the kernel but the
  * wakee's time on a CPU. The run queue is found through a task on it (its
- * scheduling entity's `cfs_rq`, with group scheduling).
+ * scheduling entity's `cfs_rq`, with group scheduling). The tasks are BTF
+ * pointers (the tracepoint's, or the current task's), read with plain
+ * loads the verifier guards: no helper call a switch.
  */
 struct rq___kspan {
 	__u64 clock;
@@ -2083,7 +2085,7 @@ static __always_inline __u64 kspan_kernel_run_delay(struct task_struct___rq *pre
 {
 	if (!kspan_kernel_queue_known(prev))
 		return KSPAN_QUEUED_UNKNOWN;
-	return BPF_CORE_READ(prev, sched_info.run_delay);
+	return prev->sched_info.run_delay;
 }
 
 /*
@@ -2097,21 +2099,25 @@ static __always_inline __u64 kspan_kernel_queued_ns(struct task_struct___rq *pre
 						    __u64 run_delay_out)
 {
 	struct task_struct___rq *next;
+	struct cfs_rq___kspan *cfs_rq;
 	struct rq___kspan *rq;
 	__u64 clock, queued, run_delay;
 
 	if (run_delay_out == KSPAN_QUEUED_UNKNOWN || !kspan_kernel_queue_known(prev))
 		return KSPAN_QUEUED_UNKNOWN;
-	rq = BPF_CORE_READ(prev, se.cfs_rq, rq);
+	cfs_rq = prev->se.cfs_rq;
+	if (!cfs_rq)
+		return KSPAN_QUEUED_UNKNOWN;
+	rq = cfs_rq->rq;
 	if (!rq)
 		return KSPAN_QUEUED_UNKNOWN;
 	/* The scheduler names the task coming in before the tracepoint. */
-	next = BPF_CORE_READ(rq, curr);
-	if (!next || (__u32)BPF_CORE_READ(next, pid) != next_tid)
+	next = rq->curr;
+	if (!next || (__u32)next->pid != next_tid)
 		return KSPAN_QUEUED_UNKNOWN;
-	clock = BPF_CORE_READ(rq, clock);
-	queued = BPF_CORE_READ(next, sched_info.last_queued);
-	run_delay = BPF_CORE_READ(next, sched_info.run_delay);
+	clock = rq->clock;
+	queued = next->sched_info.last_queued;
+	run_delay = next->sched_info.run_delay;
 	if (!queued || queued > clock || run_delay < run_delay_out)
 		return KSPAN_QUEUED_UNKNOWN;
 	return run_delay - run_delay_out + clock - queued;
@@ -2604,10 +2610,10 @@ int kspan_sched_switch(struct kspan_sched_switch_args *args)
 				state = KSPAN_SCHED_OTHER;
 			kspan_sched_out(args, pid_tgid, state,
 					reported && reported < KSPAN_REPORT_MAX, 1,
-					(void *)bpf_get_current_task(), now);
+					bpf_get_current_task_btf(), now);
 		}
 	}
-	kspan_sched_in((__u32)args->next_pid, target, NULL, (void *)bpf_get_current_task(), now);
+	kspan_sched_in((__u32)args->next_pid, target, NULL, bpf_get_current_task_btf(), now);
 	return 0;
 }
 
