@@ -10,8 +10,9 @@
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 
+use super::attacher::Attacher;
 use super::links::{Link, LinkKind};
-use super::{AttachDecision, AttachError, Attacher, Batches};
+use super::report::{AttachDecision, AttachError, Batches};
 use crate::annotation::{Attachment, Hook, Mechanism};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::program::Program;

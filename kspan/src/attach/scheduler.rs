@@ -11,7 +11,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::links::{Link, LinkKind, Links};
-use super::AttachError;
+use super::report::AttachError;
 use crate::annotation::Hook;
 use crate::bpf::config::{sched_config, HistogramSizes, RuntimeSettings};
 use crate::bpf::maps::SharedMaps;

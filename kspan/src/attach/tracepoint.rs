@@ -4,8 +4,9 @@
 
 use std::os::fd::AsFd;
 
+use super::attacher::Attacher;
 use super::links::{Link, LinkKind};
-use super::{AttachError, Attacher};
+use super::report::AttachError;
 use crate::annotation::{Attachment, Hook};
 use crate::bpf::config::{probe_config, ProbeId};
 use crate::bpf::program::Program;

@@ -18,23 +18,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libbpf_rs::libbpf_sys;
 
+use super::attacher::{Attacher, Prepared};
 use super::links::{Link, LinkKind};
-use super::{AttachDecision, AttachError, Attacher, Batches};
+use super::report::{AttachDecision, AttachError, Batches};
 use crate::annotation::{Attachment, Hook, Mechanism, Mode};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::copies;
 use crate::bpf::program::Program;
 use crate::bpf::sys;
 use crate::plan::{denylist, NotTraced, ProbePlan};
-
-/// A copy loaded ahead of its attach.
-pub(super) struct Prepared {
-    hook: Hook,
-    /// An fsession program (`entry`), not an fentry/fexit pair.
-    session: bool,
-    entry: OwnedFd,
-    exit: Option<OwnedFd>,
-}
 
 /// Whether full spans on this runtime use fsession programs.
 fn sessions(at: &Attacher<'_>) -> bool {

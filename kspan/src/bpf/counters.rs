@@ -21,7 +21,9 @@ use libbpf_rs::{MapCore, MapHandle};
 use super::error::MapError;
 
 /// An mmapable array map whose values are `u64`s, read as one run of
-/// words: counters with `stride` words per CPU, or rows of them.
+/// words: counters with `stride` words per CPU, or rows of them. The one
+/// type that maps a BPF array: [`super::span_table::SpanTable`] is built on
+/// it.
 #[derive(Debug)]
 pub(crate) struct MappedCounters {
     values: NonNull<AtomicU64>,
@@ -32,7 +34,7 @@ pub(crate) struct MappedCounters {
     _map: MapHandle,
 }
 
-// SAFETY: the mapping is shared memory owned by this value, read only
+// SAFETY: the mapping is shared memory owned by this value, accessed only
 // through atomics.
 unsafe impl Send for MappedCounters {}
 // SAFETY: as above.
@@ -42,10 +44,20 @@ impl MappedCounters {
     /// Maps the whole of `map` (`name`, for errors), an array whose values
     /// are `u64`s.
     pub(crate) fn new(map: &MapHandle, name: &'static str) -> Result<Self, MapError> {
+        Self::with_value_words(map, name, 1)
+    }
+
+    /// Maps the whole of `map` (`name`, for errors), an array whose values
+    /// are at least `min_words` `u64`s.
+    pub(super) fn with_value_words(
+        map: &MapHandle,
+        name: &'static str,
+        min_words: usize,
+    ) -> Result<Self, MapError> {
         let fail = |source| MapError { map: name, source };
         let map = MapHandle::try_from(map).map_err(fail)?;
         let value = map.value_size() as usize;
-        if value == 0 || value % 8 != 0 {
+        if value % 8 != 0 || value / 8 < min_words.max(1) {
             return Err(fail(libbpf_rs::Error::from(std::io::Error::from(
                 std::io::ErrorKind::InvalidData,
             ))));
@@ -64,25 +76,32 @@ impl MappedCounters {
         })
     }
 
+    /// Every word of the map.
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `new` mapped `bytes >= len * 8` bytes at `values`, page
+        // aligned, and the mapping lives as long as `self`; the programs
+        // write it concurrently, which atomics allow.
+        unsafe { std::slice::from_raw_parts(self.values.as_ptr(), self.len) }
+    }
+
     /// Word `i` of the map (0 past its end).
     pub(crate) fn word(&self, i: usize) -> u64 {
-        if i >= self.len {
-            return 0;
-        }
-        // SAFETY: the mapping holds `len` words and lives as long as
-        // `self`; `i` is below `len`.
-        unsafe { self.values.add(i).as_ref() }.load(Ordering::Relaxed)
+        self.words()
+            .get(i)
+            .map_or(0, |word| word.load(Ordering::Relaxed))
     }
 
     /// Sets word `i` to `new` if it is `current`; whether it did.
     pub(crate) fn compare_exchange(&self, i: usize, current: u64, new: u64) -> bool {
-        if i >= self.len {
-            return false;
-        }
-        // SAFETY: as in `word`.
-        unsafe { self.values.add(i).as_ref() }
-            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.words().get(i).is_some_and(|word| {
+            word.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
+
+    /// The words of value `i` (`None` past the map's end).
+    pub(super) fn value(&self, i: usize) -> Option<&[AtomicU64]> {
+        self.words().chunks_exact(self.value_words).nth(i)
     }
 
     /// Words a value has.

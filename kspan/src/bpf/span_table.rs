@@ -7,35 +7,26 @@
 //! `KSPAN_TABLE_PROBES` slots of mapped memory: no system call, so no
 //! moment in which the kernel skips kprobe and tracepoint programs on the
 //! CPU (see [`super::counters`]), and next to no cost for a span with none.
+//! The mapping itself is a [`MappedCounters`]'s: mapped, checked and
+//! unmapped in one place.
 
-use std::os::fd::AsFd;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use kspan_bpf::consts as c;
-use libbpf_rs::{MapCore, MapHandle};
+use libbpf_rs::MapHandle;
 
+use super::counters::MappedCounters;
 use super::error::MapError;
 
 /// Words of a slot before its totals: the span id (0: free) and the tag.
 const HEADER_WORDS: usize = 2;
 
-/// A mapped table of totals by application span.
+/// A mapped table of totals by application span: one slot a value of the
+/// mapped array, which owns the mapping.
 #[derive(Debug)]
 pub(crate) struct SpanTable {
-    words: NonNull<AtomicU64>,
-    /// Slots in the table, and words a slot.
-    slots: usize,
-    slot_words: usize,
-    bytes: usize,
-    _map: MapHandle,
+    slots: MappedCounters,
 }
-
-// SAFETY: the mapping is shared memory owned by this value, accessed only
-// through atomics.
-unsafe impl Send for SpanTable {}
-// SAFETY: as above.
-unsafe impl Sync for SpanTable {}
 
 /// The first slot the totals of `span` under `tag` may be in: the
 /// programs' `kspan_table_hash`.
@@ -47,33 +38,8 @@ impl SpanTable {
     /// Maps the whole of `map` (`name`, for errors): slots of the span id,
     /// the tag and the totals, all `u64`.
     pub(crate) fn new(map: &MapHandle, name: &'static str) -> Result<Self, MapError> {
-        let fail = |source| MapError { map: name, source };
-        let map = MapHandle::try_from(map).map_err(fail)?;
-        let value = map.value_size() as usize;
-        if value % 8 != 0 || value / 8 <= HEADER_WORDS {
-            return Err(fail(libbpf_rs::Error::from(std::io::Error::from(
-                std::io::ErrorKind::InvalidData,
-            ))));
-        }
-        let slots = map.max_entries() as usize;
-        let bytes = (slots * value).next_multiple_of(super::sys::page_bytes());
-        let words = super::sys::map_values(map.as_fd(), bytes)
-            .map_err(|e| fail(libbpf_rs::Error::from(e)))?
-            .cast::<AtomicU64>();
-        Ok(SpanTable {
-            words,
-            slots,
-            slot_words: value / 8,
-            bytes,
-            _map: map,
-        })
-    }
-
-    fn word(&self, slot: usize, word: usize) -> &AtomicU64 {
-        // SAFETY: the mapping holds `slots * slot_words` words and lives as
-        // long as `self`; callers pass `slot < slots` and
-        // `word < slot_words`.
-        unsafe { self.words.add(slot * self.slot_words + word).as_ref() }
+        let slots = MappedCounters::with_value_words(map, name, HEADER_WORDS + 1)?;
+        Ok(SpanTable { slots })
     }
 
     /// Takes the totals of `span` under `tag`: every matching slot's
@@ -86,33 +52,24 @@ impl SpanTable {
         let mut totals: Option<Vec<u64>> = None;
         for i in 0..c::KSPAN_TABLE_PROBES as usize {
             let slot = (first + i) & (c::KSPAN_SUMS_MAX as usize - 1);
-            if slot >= self.slots {
+            let Some(words) = self.slots.value(slot) else {
                 break;
-            }
-            if self.word(slot, 0).load(Ordering::Acquire) != span
-                || self.word(slot, 1).load(Ordering::Acquire) != tag
+            };
+            let (header, values) = words.split_at(HEADER_WORDS);
+            if header[0].load(Ordering::Acquire) != span || header[1].load(Ordering::Acquire) != tag
             {
                 continue;
             }
-            let sum = totals.get_or_insert_with(|| vec![0; self.slot_words - HEADER_WORDS]);
-            for (w, total) in sum.iter_mut().enumerate() {
-                let value = self.word(slot, HEADER_WORDS + w).load(Ordering::Acquire);
-                *total = total.wrapping_add(value);
+            let sum = totals.get_or_insert_with(|| vec![0; values.len()]);
+            for (total, value) in sum.iter_mut().zip(values) {
+                *total = total.wrapping_add(value.load(Ordering::Acquire));
             }
             // No program adds here once the tag is cleared; then the slot
             // is free to claim (which zeroes the totals).
-            self.word(slot, 1).store(0, Ordering::Release);
-            self.word(slot, 0).store(0, Ordering::Release);
+            header[1].store(0, Ordering::Release);
+            header[0].store(0, Ordering::Release);
         }
         totals
-    }
-}
-
-impl Drop for SpanTable {
-    fn drop(&mut self) {
-        // SAFETY: `new` mapped `bytes` with `map_values`; nothing refers to
-        // it after this.
-        unsafe { super::sys::unmap_values(self.words.cast(), self.bytes) };
     }
 }
 
