@@ -58,6 +58,13 @@
 //! which thread owns which (`registry`), so that a runtime on a kernel
 //! that can pin user memory for BPF programs registers each record with
 //! the kernel and its programs read it without copying from user memory.
+//!
+// Without the `tracing` feature the layers are absent: their links lead to
+// the crate's feature flags.
+#![cfg_attr(
+    not(feature = "tracing"),
+    doc = "[`EnteredSpanLayer`]: crate#feature-flags"
+)]
 
 use std::any::Any;
 use std::cell::Cell;
@@ -110,6 +117,7 @@ mod publisher;
 mod registry;
 pub(crate) mod thread_pointer;
 
+pub(crate) use process::has_provider_resource;
 pub use process::{ProcessContextError, ATTRIBUTE_KEY_MAP_KEY, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use publisher::AttrBytes;
 
@@ -459,7 +467,7 @@ pub fn register_observer() -> Result<(), ObserverTaken> {
             // observer sees only the switches to come.
             publish_current();
             if let Err(e) = publish_process_context() {
-                tracing::warn!(
+                crate::diagnostics::warn_user!(
                     error = %e,
                     "kspan did not publish the OTEP 4719 process context: OTEP 4947 readers \
                      will not look for the thread records"
@@ -469,6 +477,17 @@ pub fn register_observer() -> Result<(), ObserverTaken> {
         }
         _ => Err(ObserverTaken),
     }
+}
+
+/// Whether the executable exports the thread-context record's symbol,
+/// `otel_thread_ctx_v1`, in its dynamic symbol table, where readers other
+/// than kspan (the OpenTelemetry eBPF profiler) look for it: the service's
+/// `build.rs` calling `kspan_build::export_thread_context_symbol()` puts it
+/// there.
+pub(crate) fn thread_context_symbol_exported() -> bool {
+    // SAFETY: the name is a NUL-terminated string; dlsym only looks it up
+    // (for a thread-local symbol, it resolves the calling thread's copy).
+    !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"otel_thread_ctx_v1".as_ptr()) }.is_null()
 }
 
 /// Publishes the OTEP 4719 process context (or replaces this process's

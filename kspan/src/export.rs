@@ -243,6 +243,14 @@ impl<E: SpanExporter> AccountedExporter<E> {
         }
     }
 
+    /// Wraps `exporter`, counting into `ledger` (a [`crate::Pipeline`]'s).
+    pub(crate) fn with_ledger(exporter: E, ledger: ExportLedger) -> Self {
+        AccountedExporter {
+            inner: exporter,
+            ledger,
+        }
+    }
+
     /// The ledger to give kspan
     /// ([`KspanBuilder::export_ledger`](crate::KspanBuilder::export_ledger)).
     pub fn ledger(&self) -> ExportLedger {

@@ -33,12 +33,14 @@ mod figures;
 mod flush;
 mod processor;
 mod records;
+mod setup;
 
 pub use builder::KspanBuilder;
 use figures::Figures;
 use flush::flush;
 use records::Registrar;
 pub use records::ThreadContextReads;
+pub use setup::SetupGap;
 
 /// Running kspan. Dropping it detaches every probe.
 ///
@@ -69,6 +71,8 @@ pub struct Kspan {
     /// The scheduler's account, when on: its mechanism, and why BTF
     /// tracepoints are not it.
     scheduler: Option<(SchedMechanism, Option<String>)>,
+    /// What the set-up left out, said at start.
+    setup: Vec<SetupGap>,
     /// Writes each thread's span to OBI's traces map, when asked to; its
     /// drop removes the process's entries.
     _obi: Option<ObiTracesWriter>,
@@ -113,6 +117,16 @@ impl Kspan {
     /// is on and does not.
     pub fn scheduler_btf_passed_over(&self) -> Option<&str> {
         self.scheduler.as_ref().and_then(|(_, why)| why.as_deref())
+    }
+
+    /// What the set-up leaves out, and what each omission costs (said once,
+    /// as a warning, at start): empty when the tracer provider was built
+    /// with `.with_kspan(&pipeline, exporter)`
+    /// ([`crate::TracerProviderBuilderExt`]), the builder given
+    /// `.pipeline(&pipeline)`, and the executable exports the thread
+    /// context's symbol (README's `build.rs`).
+    pub fn setup(&self) -> &[SetupGap] {
+        &self.setup
     }
 
     /// How each probe was attached, and why other mechanisms were not used.
@@ -196,7 +210,7 @@ impl Kspan {
             || stats.handler_panics > 0
             || stats.obi_map_failures > 0
         {
-            tracing::warn!(
+            crate::diagnostics::warn_user!(
                 figures = %stats,
                 "kspan lost spans, left some unsettled, the kernel skipped its programs, \
                  handlers panicked, or writes to OBI's traces map failed"

@@ -21,6 +21,7 @@
 //! the runtime fills once the kernel's table exists.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -43,6 +44,8 @@ pub struct KernelSums {
     table: Arc<OnceLock<SumTable>>,
     /// The scheduler's totals per application span (see [`crate::sched`]).
     sched: Arc<OnceLock<SchedTable>>,
+    /// Whether a processor was made of it (else nothing takes the totals).
+    processor_made: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for KernelSums {
@@ -109,10 +112,16 @@ impl KernelSums {
     /// Wraps the application's processor (say, its batch processor): spans
     /// reach it with their kernel totals.
     pub fn processor<P: SpanProcessor>(&self, inner: P) -> KernelSumsProcessor<P> {
+        self.processor_made.store(true, Ordering::Relaxed);
         KernelSumsProcessor {
             inner,
             sums: self.clone(),
         }
+    }
+
+    /// Whether [`Self::processor`] was called on it (or a clone).
+    pub(crate) fn has_processor(&self) -> bool {
+        self.processor_made.load(Ordering::Relaxed)
     }
 
     /// Connects the handle to the kernel's table (at start; once).

@@ -1,22 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! README's service, as a new user writes it: the `Cargo.toml` lines and
-//! `src/main.rs` of "Using kspan in a service", copied into a crate of its
+//! `src/main.rs` of "Add kspan to a service", copied into a crate of its
 //! own outside the workspace, its `kspan = "0.1"` served by this checkout's
 //! packaged crates (`cargo package`, unpacked, in `[patch.crates-io]`),
-//! built with a `clang` on `PATH` that fails the
-//! build if anything runs it, then run on the host (syscall sources) against
-//! a real OTLP/gRPC receiver: its `read` calls arrive as children of its
-//! `load_config` span, made with the OpenTelemetry API alone; stripped, it
-//! still has kspan's thread-context symbol in `.dynsym` (README's
-//! `build.rs`). The same build
-//! makes `readme-app-fexit`, the service with the kernel-function probe
-//! README's comment gives (`vm_readme_app` runs it in the VM).
+//! built with a `clang` on `PATH` that fails the build if anything runs it,
+//! then run on the host (syscall sources) on kspan's one-line pipeline with
+//! the scheduler's account:
+//! - against a real OTLP/gRPC receiver: its `read` calls arrive as children
+//!   of its `load_config` span, made with the OpenTelemetry API alone, the
+//!   account's figures on that span; an outside reader finds the OTEP 4719
+//!   process context naming the provider's service; the printed figures
+//!   are settled (all acknowledged) and kspan warns of nothing;
+//! - against a closed port: the printed figures show the loss, and kspan's
+//!   warning of it reaches stderr with no `tracing` subscriber set.
+//!
+//! Stripped, it still has kspan's thread-context symbol in `.dynsym`
+//! (README's `build.rs`). The same build makes `readme-app-fexit`, the
+//! service with the kernel-function probe README's comment gives
+//! (`vm_readme_app` runs it in the VM).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use std::time::Duration;
+
+use kspan_tests::otep_reader::{read_process_context, ProcessContextRead};
 use kspan_tests::{
-    assert_children_of, returned_sum, run_with_receiver, spans_of_thread, target_dir, the_span,
+    assert_children_of, returned_sum, spans_of_thread, target_dir, the_span, Receiver,
 };
 
 /// The fenced block after the marker `<!-- readme-app: NAME -->`.
@@ -268,20 +278,67 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
         "strip left the symbol table: the check above proves nothing"
     );
 
-    let run = run_with_receiver(&target.join("debug/readme-app"), &[], "readme-app").await;
-    let (stdout, stderr) = (run.stdout(), run.stderr());
-    assert!(run.output.status.success(), "{stdout}\n{stderr}");
+    // Up: a receiver that acknowledges; an outside reader of the OTEP 4719
+    // process context while the service runs.
+    let program = target.join("debug/readme-app");
+    let receiver = Receiver::start().await.expect("start the OTLP receiver");
+    let up = run_reading_process_context(&program, &receiver.endpoint()).await;
+    let (stdout, stderr) = (up.stdout(), up.stderr());
+    assert!(up.output.status.success(), "{stdout}\n{stderr}");
     let size = std::fs::metadata("/etc/os-release").unwrap().len();
     assert!(stdout.contains(&format!("read {size} bytes")), "{stdout}");
-    assert!(stdout.contains(", lost 0"), "{stdout}");
+    let spans = receiver.spans();
+    let kernel_spans = spans.iter().filter(|s| s.name == "read").count();
+    assert!(
+        stdout.contains(&format!(
+            "kspan: {kernel_spans} spans handed to the pipeline, {kernel_spans} acknowledged by \
+             the collector; 0 lost"
+        )),
+        "README's service prints its settled figures ({kernel_spans} read spans received):\n\
+         {stdout}"
+    );
+    assert!(
+        !stderr.contains("kspan: warning"),
+        "the one-line pipeline leaves nothing for kspan to warn about:\n{stderr}"
+    );
+    let context = up
+        .process_context
+        .as_ref()
+        .expect("an outside reader found the service's process context while it ran");
+    assert_eq!(
+        context.resource_str("service.name"),
+        Some("my-service"),
+        "the process context carries the provider's resource, not the environment's \
+         OTEL_SERVICE_NAME (`readme-app`): {context:?}"
+    );
 
-    let app = the_span(&run.spans, "load_config");
-    assert_eq!(app.service_name.as_deref(), Some("readme-app"));
+    let app = the_span(&spans, "load_config");
+    assert_eq!(app.service_name.as_deref(), Some("my-service"));
     assert!(app.parent_span_id.is_empty(), "a root span");
+    // The scheduler's account, on the application span.
+    let sched = |key: &str| {
+        app.int(&format!("kspan.sched.{key}"))
+            .unwrap_or_else(|| panic!("load_config has no kspan.sched.{key}: {app:?}"))
+    };
+    let span_ns = (app.end_ns - app.start_ns) as i64;
+    assert!(sched("on_cpu_ns") > 0, "{app:?}");
+    assert!(
+        sched("current_ns") > 0 && sched("current_ns") <= span_ns,
+        "current while it was open: {app:?}"
+    );
+    assert_eq!(
+        sched("on_cpu_ns")
+            + sched("run_queue_ns")
+            + sched("blocked_ns")
+            + sched("sleeping_ns")
+            + sched("other_off_cpu_ns"),
+        sched("current_ns"),
+        "the account's parts make its whole: {app:?}"
+    );
     // The main thread's reads (its thread id is the process id) inside the
     // application span's time: every one is its child, in its trace.
-    let pid = i64::from(run.pid);
-    let reads = spans_of_thread(&run.spans, "read", pid, app.start_ns, app.end_ns);
+    let pid = i64::from(up.pid);
+    let reads = spans_of_thread(&spans, "read", pid, app.start_ns, app.end_ns);
     assert!(
         reads.len() >= 2,
         "a read of the data and one of its end: {reads:?}"
@@ -289,15 +346,99 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
     assert_children_of(&reads, app);
     assert!(reads
         .iter()
-        .all(|r| r.service_name.as_deref() == Some("readme-app")));
+        .all(|r| r.service_name.as_deref() == Some("my-service")));
     assert_eq!(
         returned_sum(&reads) as u64,
         size,
         "the reads add up to the file"
     );
     // kspan's ids are the kernel's: no two spans share one.
-    let mut ids: Vec<&[u8]> = run.spans.iter().map(|s| s.span_id.as_slice()).collect();
+    let mut ids: Vec<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
     ids.sort();
     ids.dedup();
-    assert_eq!(ids.len(), run.spans.len(), "span ids are unique");
+    assert_eq!(ids.len(), spans.len(), "span ids are unique");
+
+    // Down: nothing listens at the endpoint. The loss is in the figures the
+    // service prints and in a warning on stderr, though it sets no
+    // `tracing` subscriber.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let down = run_reading_process_context(&program, &endpoint).await;
+    let (stdout, stderr) = (down.stdout(), down.stderr());
+    let printed = format!("{stdout}{stderr}");
+    let figures = printed
+        .lines()
+        .find(|l| l.starts_with("kspan: ") && l.contains("spans handed to the pipeline"))
+        .unwrap_or_else(|| panic!("the service printed no figures:\n{printed}"));
+    assert!(
+        figures.contains(" 0 acknowledged by the collector")
+            && figures.contains("lost (")
+            && !figures.contains("; 0 lost")
+            && figures.contains("export_failed"),
+        "with the collector down the figures show the loss: {figures}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("kspan: warning: ") && l.contains("lost")),
+        "kspan warns of the loss on stderr with no subscriber set:\n{stderr}"
+    );
+}
+
+/// What running README's service gave, with what an outside reader found of
+/// its process context while it ran.
+struct ContextRun {
+    output: std::process::Output,
+    pid: u32,
+    process_context: Option<ProcessContextRead>,
+}
+
+impl ContextRun {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+}
+
+/// Runs `program` exporting to `endpoint`, with `OTEL_SERVICE_NAME` set to
+/// another name than its provider's, and reads its process context from
+/// outside (OTEP 4719's reading protocol, `/proc/PID/mem`) until it has one
+/// naming a service or the program exits.
+async fn run_reading_process_context(program: &Path, endpoint: &str) -> ContextRun {
+    let mut child = tokio::process::Command::new(program)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_SERVICE_NAME", "readme-app")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "10000")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let pid = child.id().expect("a running child has a pid");
+    let mut process_context = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while process_context.is_none() && std::time::Instant::now() < deadline {
+        if child.try_wait().expect("poll the child").is_some() {
+            break;
+        }
+        if let Ok(Some(read)) = read_process_context(pid as i32) {
+            if read.resource_str("service.name").is_some() {
+                process_context = Some(read);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let output = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{} did not exit within 300 s", program.display()))
+        .expect("wait for the child");
+    ContextRun {
+        output,
+        pid,
+        process_context,
+    }
 }

@@ -161,7 +161,7 @@ impl<'a> Attacher<'a> {
                     let why = format!(
                         "loading a copy of the {hook} program failed ({e}); loaded through libbpf"
                     );
-                    tracing::warn!(function = plan.function(), "kspan: {why}");
+                    crate::diagnostics::warn_user!(function = plan.function(), "kspan: {why}");
                     if let Some(log) = &e.verifier_log {
                         tracing::debug!(
                             function = plan.function(),

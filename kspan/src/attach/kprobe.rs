@@ -60,7 +60,7 @@ pub(super) fn attach(
             let why = format!(
                 "shared {hook} programs failed to load ({e}); loaded for this function alone"
             );
-            tracing::warn!(function = plan.function(), "kspan: {why}");
+            crate::diagnostics::warn_user!(function = plan.function(), "kspan: {why}");
             fallbacks.push(why);
             let config = probe_config(plan, hook, ProbeId::Fixed(probe_id), at.runtime);
             let (entry, exit) =
@@ -123,7 +123,7 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(
+                    crate::diagnostics::warn_user!(
                         functions = members.len(),
                         error = %e,
                         "kspan: {attachment} failed for a batch of kprobes"

@@ -49,7 +49,7 @@ pub(super) fn attach(
             Ok(()) => return Ok(Attachment::Fsession),
             Err(e) => {
                 let why = format!("fsession failed ({e}); attached through fentry+fexit");
-                tracing::warn!(function = plan.function(), "kspan: {why}");
+                crate::diagnostics::warn_user!(function = plan.function(), "kspan: {why}");
                 fallbacks.push(why);
                 reasons.push((Attachment::Fsession, e.to_string()));
             }
@@ -168,7 +168,7 @@ pub(super) fn attach_batches(at: &mut Attacher<'_>, plans: &[ProbePlan]) -> Batc
                 }
             }
             Err(e) => {
-                tracing::warn!(
+                crate::diagnostics::warn_user!(
                     functions = members.len(),
                     error = %e,
                     "kspan attaches these functions one by one: fsession.multi failed"

@@ -95,7 +95,7 @@ impl ThreadContextSettings {
                 settings.slot_offset = slot;
                 settings.tgid = std::process::id();
             }
-            (tp, slot) => tracing::warn!(
+            (tp, slot) => crate::diagnostics::warn_user!(
                 thread_pointer_in_btf = tp.is_some(),
                 slot = ?slot.err(),
                 "kspan cannot read the thread context: kernel spans start traces of their own, \

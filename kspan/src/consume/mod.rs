@@ -138,7 +138,7 @@ fn run(ring: &RingBuffer<'static>, stop: &AtomicBool, on_tick: &mut dyn FnMut())
         if let Err(e) = polled {
             // Not expected of an epoll descriptor; said loudly, and the
             // runtime reports the consumer as dead.
-            tracing::error!(error = %e, "kspan stops consuming its ring buffer");
+            crate::diagnostics::error_user!(error = %e, "kspan stops consuming its ring buffer");
             return false;
         }
         if ticked.elapsed() >= TICK {
@@ -148,7 +148,7 @@ fn run(ring: &RingBuffer<'static>, stop: &AtomicBool, on_tick: &mut dyn FnMut())
     }
     // Whatever the kernel wrote before the links went away.
     if let Err(e) = ring.consume() {
-        tracing::error!(error = %e, "kspan ring buffer consume failed");
+        crate::diagnostics::error_user!(error = %e, "kspan ring buffer consume failed");
     }
     true
 }

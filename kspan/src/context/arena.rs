@@ -119,7 +119,7 @@ fn map_chunk() -> Option<NonNull<Slot>> {
         )
     };
     if at == libc::MAP_FAILED {
-        tracing::warn!(
+        crate::diagnostics::warn_user!(
             error = %std::io::Error::last_os_error(),
             "kspan cannot map memory for thread-context records: they go on the heap"
         );

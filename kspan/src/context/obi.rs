@@ -131,7 +131,7 @@ impl ObiTracesMap {
         if std::fs::read_link("/proc/self/ns/pid")
             .is_ok_and(|ns| ns.as_os_str() != INITIAL_PID_NAMESPACE)
         {
-            tracing::warn!(
+            crate::diagnostics::warn_user!(
                 map = %shared.path.display(),
                 "kspan writes OBI's traces map from a PID namespace other than the initial one: \
                  its keys are this namespace's process and thread ids, which OBI and the \

@@ -63,6 +63,7 @@ const _: () = assert!(std::mem::offset_of!(Header, monotonic_published_at_ns) ==
 
 /// Why the process context could not be published.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProcessContextError {
     /// Another writer's process context is in this process.
     #[error(
@@ -121,6 +122,12 @@ pub(crate) fn set_resource(resource: &Resource) {
         .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
         .collect();
     *RESOURCE.lock().unwrap_or_else(|p| p.into_inner()) = Some(attributes);
+}
+
+/// Whether a [`super::ContextPublisher`] gave the process context its
+/// provider's resource.
+pub(crate) fn has_provider_resource() -> bool {
+    RESOURCE.lock().unwrap_or_else(|p| p.into_inner()).is_some()
 }
 
 /// Publishes (or updates) the process context with the provider's

@@ -156,6 +156,7 @@ pub(crate) fn of_span(span_id: u64) -> AttrBytes {
 
 /// Why [`ContextPublisher::record_attributes`] refused its keys.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordAttributesError {
     /// An empty key.
     #[error("`ContextPublisher::record_attributes`: an attribute key is empty; name a span attribute such as \"http.route\"")]
@@ -246,7 +247,7 @@ impl ContextPublisher {
         if added > 0 && process::is_published() {
             // Readers refresh their key map from the process context.
             if let Err(e) = process::publish_current(&key_map()) {
-                tracing::warn!(error = %e, "kspan did not update the process context's key map");
+                crate::diagnostics::warn_user!(error = %e, "kspan did not update the process context's key map");
             }
         }
         if !self.keys.is_empty() {
@@ -343,7 +344,7 @@ impl SpanProcessor for ContextPublisher {
     fn set_resource(&mut self, resource: &Resource) {
         process::set_resource(resource);
         if let Err(e) = process::publish_current(&key_map()) {
-            tracing::warn!(error = %e, "kspan did not publish the process context");
+            crate::diagnostics::warn_user!(error = %e, "kspan did not publish the process context");
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::export::ExportLedger;
 use crate::kernel::btf::Btf;
 use crate::kernel::{self, privileges, tracefs, KernelError, KERNEL_BTF};
 use crate::latency::{HistogramSource, Latency};
+use crate::pipeline::Pipeline;
 use crate::plan::{self, plan_all, NotTraced, PlanInputs, PlanSet, Traceable};
 use crate::sched::SchedulerAccount;
 use crate::span::{ClockOffset, SpanFactory, WaitSymbols, SCOPE_NAME};
@@ -37,9 +38,10 @@ use crate::telemetry::FigureSource;
 use super::figures::{Counters, Figures};
 use super::processor::Processor;
 use super::records::Registrar;
-use super::{lock, Kspan, ThreadContextReads};
+use super::{lock, setup, Kspan, ThreadContextReads};
 use orphans::OrphanWatch;
 
+mod checks;
 mod orphans;
 
 /// Configures and starts kspan.
@@ -62,6 +64,7 @@ pub struct KspanBuilder {
     sums: Option<KernelSums>,
     scheduler: Option<SchedulerAccount>,
     obi: Option<ObiTracesMap>,
+    pipeline: Option<Pipeline>,
 }
 
 impl KspanBuilder {
@@ -85,6 +88,7 @@ impl KspanBuilder {
             sums: None,
             scheduler: None,
             obi: None,
+            pipeline: None,
         }
     }
 
@@ -205,6 +209,18 @@ impl KspanBuilder {
     /// an error saying the flush did not finish.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Takes the export ledger and the sums' handle from `pipeline`, the
+    /// one the tracer provider was built with
+    /// (`.with_kspan(&pipeline, exporter)`, see [`Pipeline`]): every
+    /// figure and feature then works with no other set-up. [`Self::start`]
+    /// fails when `pipeline` is in no provider, or in more than one.
+    pub fn pipeline(mut self, pipeline: &Pipeline) -> Self {
+        self.ledger = Some(pipeline.ledger());
+        self.sums = Some(pipeline.kernel_sums());
+        self.pipeline = Some(pipeline.clone());
         self
     }
 
@@ -420,7 +436,7 @@ impl KspanBuilder {
             );
         }
         for left_out in &not_attached {
-            tracing::warn!(
+            crate::diagnostics::warn_user!(
                 function = left_out.probe.spec.function,
                 location = left_out.probe.spec.location,
                 reason = left_out.reason().as_str(),
@@ -480,27 +496,12 @@ impl KspanBuilder {
             .filter(|(_, p)| p.filter.sum)
             .map(|(id, p)| (id as u32, p.function))
             .collect();
-        if let (Some((_, function)), None) = (summed.first(), &self.sums) {
-            return Err(Error::InvalidSetting {
-                setting: "KspanBuilder::kernel_sums",
-                reason: format!(
-                    "the probe of `{function}` sums its calls onto application spans (`sum`), \
-                     and nothing puts the sums there: make a `kspan::KernelSums`, wrap the \
-                     tracer provider's span processor with `sums.processor(...)`, and pass \
-                     `.kernel_sums(sums)` to the builder"
-                ),
-            });
-        }
-        if let (Some(_), None) = (&self.scheduler, &self.sums) {
-            return Err(Error::InvalidSetting {
-                setting: "KspanBuilder::scheduler_account",
-                reason: "the account's figures go onto application spans as they end, and \
-                         nothing puts them there: make a `kspan::KernelSums`, wrap the tracer \
-                         provider's span processor with `sums.processor(...)`, and pass \
-                         `.kernel_sums(sums)` to the builder"
-                    .to_owned(),
-            });
-        }
+        checks::pipeline_pieces(&checks::Needs {
+            summing: summed.first().map(|&(_, function)| function),
+            scheduler: self.scheduler.is_some(),
+            pipeline: self.pipeline.as_ref(),
+            sums: self.sums.as_ref(),
+        })?;
         if self.scheduler.is_some()
             && (!self.thread_context || settings.thread_context.task_tp_offset == 0)
         {
@@ -654,7 +655,9 @@ impl KspanBuilder {
                 // A consumer that dies stops the recording it can no longer
                 // turn into spans.
                 move || {
-                    tracing::error!("kspan's consumer died: kspan detaches every probe");
+                    crate::diagnostics::error_user!(
+                        "kspan's consumer died: kspan detaches every probe"
+                    );
                     lock(&links).detach_all();
                 }
             },
@@ -730,7 +733,7 @@ impl KspanBuilder {
             // The maps keep the doubt they were made with: the programs
             // read user memory.
             (Some(Err(e)), _) => {
-                tracing::warn!(error = %e, "kspan reads thread contexts from user memory");
+                crate::diagnostics::warn_user!(error = %e, "kspan reads thread contexts from user memory");
                 context_reads = ThreadContextReads::UserMemory {
                     why: format!("the map of registered records is unusable: {e}"),
                 };
@@ -757,6 +760,14 @@ impl KspanBuilder {
             obi_failures_before,
         });
         let _ = figures_made.set(figures.clone());
+        let process_context = self.thread_context && self.process_context;
+        let setup = setup::find(&setup::SetupFacts {
+            ledger: figures.ledger.is_some(),
+            process_context,
+            provider_resource: crate::context::has_provider_resource(),
+            symbol_exported: !process_context || crate::context::thread_context_symbol_exported(),
+        });
+        setup::warn(&setup);
         let meter = self
             .meter
             .unwrap_or_else(|| opentelemetry::global::meter(SCOPE_NAME));
@@ -776,6 +787,7 @@ impl KspanBuilder {
             registrar,
             context_reads,
             scheduler,
+            setup,
             _obi: obi,
         })
     }

@@ -93,7 +93,7 @@ impl HandlerPanics {
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             let location = LOCATION.with(|l| l.borrow_mut().take()).unwrap_or_default();
-            tracing::warn!(
+            crate::diagnostics::warn_user!(
                 function,
                 panic = message,
                 location,

@@ -64,7 +64,7 @@ impl WaitSymbols {
     fn table(&self) -> &KernelSymbolTable {
         self.0.get_or_init(|| {
             KernelSymbolTable::load().unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "kspan cannot read /proc/kallsyms: wait spans show stack addresses");
+                crate::diagnostics::warn_user!(error = %e, "kspan cannot read /proc/kallsyms: wait spans show stack addresses");
                 KernelSymbolTable::default()
             })
         })

@@ -44,7 +44,7 @@ impl OrphanWatch {
 
 /// Says it.
 pub(super) fn warn(orphans: u64) {
-    tracing::warn!(
+    crate::diagnostics::warn_user!(
         orphans,
         "kspan dropped kernel calls made with no application span active on their thread, \
          and has exported no kernel span: with `Orphans::Drop` (the default) a kernel span \
