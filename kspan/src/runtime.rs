@@ -204,16 +204,22 @@ impl Kspan {
             stats.spans_dropped_before_export += stats.spans_in_pipeline;
             stats.spans_in_pipeline = 0;
         }
-        if stats.lost() > 0
-            || stats.unsettled() > 0
-            || stats.skipped_by_kernel > 0
-            || stats.handler_panics > 0
-            || stats.obi_map_failures > 0
-        {
+        let troubles: Vec<String> = [
+            (stats.lost(), "spans lost"),
+            (stats.unsettled(), "spans not settled when the flush gave up"),
+            (stats.skipped_by_kernel, "program runs skipped by the kernel"),
+            (stats.handler_panics, "handler panics"),
+            (stats.obi_map_failures, "writes to OBI's traces map refused"),
+        ]
+        .into_iter()
+        .filter(|&(n, _)| n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        if !troubles.is_empty() {
             crate::diagnostics::warn_user!(
                 figures = %stats,
-                "kspan lost spans, left some unsettled, the kernel skipped its programs, \
-                 handlers panicked, or writes to OBI's traces map failed"
+                "kspan shut down with {}",
+                troubles.join(", ")
             );
         }
         flushed.map(|()| stats).map_err(|source| Error::Shutdown {

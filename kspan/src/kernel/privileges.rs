@@ -7,7 +7,7 @@
 //! tracefs error that looks like tracefs is missing. What each mechanism
 //! needs, measured as a non-root user on Debian 12's 6.1, Debian 13's 6.12
 //! (both with Debian's default `kernel.perf_event_paranoid = 3`) and this
-//! project's 6.18 host kernel (paranoid 2); README, "Least privilege":
+//! project's 6.18 host kernel (paranoid 2); the guide's "Least privilege" (docs/guide/privileges.md):
 //!
 //! | mechanism | needs |
 //! | --- | --- |
