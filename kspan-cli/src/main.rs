@@ -27,20 +27,26 @@
 //! * **A report is not a failure.** `doctor` exits 0 when features are
 //!   missing: that is its answer. Exit 1 is kept for "could not do what was
 //!   asked" (nothing matched, BTF unreadable, unknown function), exit 2 for
-//!   a command line that does not parse, with the usage. Every error names
-//!   the thing at fault and the fix. A closed output (`kspan list | head`)
-//!   ends the command quietly.
+//!   a command line that does not parse (a bare `kspan` included): the
+//!   mistake in a line and where the help is, not the help, which would
+//!   bury it. Every error names the thing at fault and the fix. A closed
+//!   output (`kspan list | head`) ends the command quietly.
+//! * **No silent dead ends.** Where this kernel cannot trace kernel
+//!   functions (in the mode asked), `list` and `gen` still answer, for
+//!   other kernels, but repeat `doctor`'s verdict ([`Verdict`], the same
+//!   code) and offer the syscall source to trace instead.
 //! * **Generated code is accepted as generated.** `gen` maps kernel types to
 //!   the Rust types kspan's checker accepts (same width and signedness,
 //!   `usize`/`isize` for `size_t`/`ssize_t`, `&str` for a `char *` where BTF tags it (kernel or
-//!   `#[capture(user)]` for `__user`), `*const u8` for other
+//!   `#[capture(user)]` for `__user`), `&[u8]` with its `len` for a buffer
+//!   (`#[capture(user, len = "ret")] buf: &[u8]` for `vfs_read`'s), `*const u8` for other
 //!   pointers), and writes what no register capture can read (structs by
 //!   value, parameters past the sixth, names a handler cannot use) as
 //!   `// not captured` lines rather than dropping it silently. What it
 //!   cannot decide it advises in comments: field captures of a struct
-//!   pointer's members, each resolved as `start` resolves a path; the user
-//!   kernel and user forms of a `char *` where BTF has no `__user` tags
-//!   (it stays a pointer there); `at = "entry"` for
+//!   pointer's members, each resolved as `start` resolves a path; the
+//!   kernel and user forms of a `char *` or a buffer where BTF has no
+//!   `__user` tags (it stays a pointer there); `at = "entry"` for
 //!   what a function's name says it releases. The layout is rustfmt's, so
 //!   pasted code survives `cargo fmt`. `tests/generated.rs` holds pasted
 //!   output, and probes written from its advice, and plans them against this
@@ -67,8 +73,29 @@ use kspan::{Attachment, Feature, Hook, KernelCapabilities, Mode};
 
 use render::{NotTraced, Target};
 
-/// The usage text, for `kspan help` and after a usage error.
-const USAGE: &str = "\
+/// What `mode = "auto"` does, in the library's own terms (its choice of
+/// hooks, `kspan::attach`, and `KernelCapabilities::preemption`): the help
+/// and docs/guide/cli.md say it in these words, which a test holds them to.
+macro_rules! auto_mode {
+    () => {
+        "auto (the default) takes kprobes first on a kernel that preempts kernel code
+(preemption model full, lazy or rt, or one that cannot be read), where a task
+preempted inside a trampoline program makes the kernel skip it for other tasks,
+losing their calls, some uncounted; elsewhere (none, voluntary) it takes BPF
+trampolines first. The other is the fallback. Each takes the best attachment
+the kernel has: kprobe.session, else kprobe.multi, else kprobe+kretprobe;
+fsession.multi, else fsession, else fentry+fexit. `Kspan::attach_plan()` and
+`kspan doctor` say which and why."
+    };
+}
+
+/// [`auto_mode!`], for the tests.
+#[cfg(test)]
+const AUTO_MODE: &str = auto_mode!();
+
+/// The help, for `kspan help`, `--help` and `-h`.
+const USAGE: &str = concat!(
+    "\
 kspan: kernel calls as OpenTelemetry spans. What this kernel offers, which
 functions it can trace, and handlers to paste.
 
@@ -88,8 +115,14 @@ PATTERN is a shell glob: `*` matches any run of characters, `?` one character;
 without a wildcard it matches one name exactly. Quote it for the shell. The
 default is `*`.
 
-MODE is one of auto (the default: fexit, else kretprobe), fentry, fexit, kprobe,
-kretprobe; fentry and kprobe see no return value.
+MODE is one of auto, fentry, fexit, kprobe, kretprobe; fentry and kprobe see no
+return value.
+",
+    auto_mode!(),
+    "
+
+Where this kernel can trace no kernel function, `list` and `gen` say so as
+`kspan doctor` does, and point to syscall sources.
 
 NAMES (`--params dfd,name`) are the parameters a handler takes: where this
 kernel lacks FUNCTION (another kernel's name), the functions suggested instead
@@ -97,13 +130,29 @@ are those that take them first.
 
 Exit status: 0 done, 1 failed (nothing matched, BTF unreadable, unknown name),
 2 usage error.
+"
+);
+
+/// What a bare `kspan` prints (to standard error, exit 2): the forms of the
+/// command, and where the rest is.
+const SHORT_USAGE: &str = "\
+usage: kspan doctor
+       kspan list [--all | --syscalls] [PATTERN]
+       kspan gen FUNCTION [--mode MODE] [--params NAMES]
+       kspan gen --syscall NAME
+see `kspan --help`
 ";
+
+/// The line after a usage error's message.
+const SEE_HELP: &str = "see `kspan --help`";
 
 /// Why a command did not succeed.
 #[derive(Debug)]
 enum Failure {
-    /// The command line is wrong: exit 2, with the usage.
+    /// The command line is wrong: exit 2, with where the help is.
     Usage(String),
+    /// No command given: exit 2, with the short usage.
+    NoCommand,
     /// The command could not do what was asked: exit 1.
     Failed(String),
     /// Standard output was closed early (`kspan list | head`): stop quietly.
@@ -124,16 +173,22 @@ type Outcome = Result<(), Failure>;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    match args_to_strings(args).and_then(|args| run(&args)) {
-        Ok(()) | Err(Failure::OutputClosed) => ExitCode::SUCCESS,
-        Err(Failure::Usage(message)) => {
-            report(&format!("kspan: {message}\n\n{USAGE}"));
-            ExitCode::from(2)
-        }
-        Err(Failure::Failed(message)) => {
-            report(&format!("kspan: {message}"));
-            ExitCode::FAILURE
-        }
+    let (status, message) = conclude(args_to_strings(args).and_then(|args| run(&args)));
+    if let Some(message) = message {
+        report(&message);
+    }
+    ExitCode::from(status)
+}
+
+/// The exit status of `outcome`, and what to write to standard error: a
+/// usage error is its message and where the help is (the help itself would
+/// bury the one line that matters), a bare `kspan` the short usage.
+fn conclude(outcome: Outcome) -> (u8, Option<String>) {
+    match outcome {
+        Ok(()) | Err(Failure::OutputClosed) => (0, None),
+        Err(Failure::Usage(message)) => (2, Some(format!("kspan: {message}\n{SEE_HELP}"))),
+        Err(Failure::NoCommand) => (2, Some(SHORT_USAGE.to_owned())),
+        Err(Failure::Failed(message)) => (1, Some(format!("kspan: {message}"))),
     }
 }
 
@@ -156,7 +211,7 @@ fn args_to_strings(args: Vec<OsString>) -> Result<Vec<String>, Failure> {
 
 fn run(args: &[String]) -> Outcome {
     let Some((command, rest)) = args.split_first() else {
-        return print(USAGE);
+        return Err(Failure::NoCommand);
     };
     if rest.iter().any(|a| a == "--help" || a == "-h") {
         return print(USAGE);
@@ -227,109 +282,232 @@ fn doctor() -> Outcome {
         }
     ));
 
-    // What each mode needs besides its mechanism: BTF to plan the probes
-    // against, and the privileges to load BPF programs.
-    let common: [(&str, &Feature); 2] = [("btf", &caps.btf), ("privileges", &caps.privileges)];
-    let verdict = |mechanism: (&str, &Feature)| -> Result<(), String> {
-        let missing: Vec<&str> = common
-            .iter()
-            .chain([&mechanism])
-            .filter(|(_, f)| !f.is_available())
-            .map(|(name, _)| *name)
-            .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("no ({} unavailable)", missing.join(", ")))
-        }
-    };
-    let trampolines = verdict(("trampolines", &caps.trampolines));
-    let kprobes = verdict(("kprobes", &caps.kprobes));
-    // kspan mounts tracefs itself when a syscall source needs it.
-    let tracefs = Path::new(TRACEFS);
-    let unmounted =
-        !caps.tracepoints.is_available() && tracefs.is_dir() && !tracefs.join("events").exists();
-    let syscalls = if unmounted {
-        verdict(("tracepoints", &Feature::Available))
-    } else {
-        verdict(("tracepoints", &caps.tracepoints))
-    };
-    let yes_no = |v: &Result<(), String>| match v {
-        Ok(()) => "yes".to_owned(),
-        Err(no) => no.clone(),
-    };
+    let verdict = Verdict::read(&caps);
     text.push_str("\nmodes:\n");
-    text.push_str(&format!("  fexit/fentry: {}\n", yes_no(&trampolines)));
-    text.push_str(&format!("  kprobe/kretprobe: {}\n", yes_no(&kprobes)));
+    text.push_str(&format!("  {}\n", verdict.trampolines_line()));
+    text.push_str(&format!("  {}\n", verdict.kprobes_line()));
     text.push_str(&format!(
         "  syscall sources: {}\n",
-        match &syscalls {
-            Ok(()) if unmounted => format!(
+        match &verdict.syscalls {
+            Ok(()) if verdict.unmounted => format!(
                 "yes, once tracefs is mounted (kspan mounts it at start; by hand: \
                  `mount -t tracefs tracefs {}`)",
                 TRACEFS
             ),
-            other => yes_no(other),
+            other => yes_or(other),
         }
     ));
     text.push_str(&format!(
         "  scheduler account: {}\n",
-        match (&syscalls, &caps.btf_tracepoints) {
+        match (&verdict.syscalls, &caps.btf_tracepoints) {
             (Ok(()), Feature::Available) => "yes, through tp_btf (BTF tracepoints)".to_owned(),
             (Ok(()), _) => "yes, through classic tracepoints (tp_btf unavailable)".to_owned(),
             (Err(no), _) => no.clone(),
         }
     ));
-    // Per hook, its attachments best first, and the one a probe would get.
-    let ladder = |hook: Hook, usable: bool| -> (String, Option<Attachment>) {
-        let mut chosen = None;
-        let steps: Vec<String> = Attachment::ladder(hook)
-            .iter()
-            .map(|&a| {
-                let feature = match a {
-                    Attachment::FsessionMulti => Some(&caps.trampoline_multi),
-                    Attachment::Fsession => Some(&caps.trampoline_sessions),
-                    Attachment::KprobeSession => Some(&caps.kprobe_sessions),
-                    Attachment::KprobeMulti => Some(&caps.kprobe_multi),
-                    _ => None,
-                };
-                let ok = usable && feature.is_none_or(Feature::is_available);
-                if ok && chosen.is_none() {
-                    chosen = Some(a);
-                }
-                format!("{a} {}", if ok { "yes" } else { "no" })
-            })
-            .collect();
-        (steps.join(" > "), chosen)
-    };
-    let (fexit_ladder, fexit_choice) = ladder(Hook::Fexit, trampolines.is_ok());
-    let (kret_ladder, kret_choice) = ladder(Hook::Kretprobe, kprobes.is_ok());
-    let auto = if let (true, true, Some(a)) = (preempts, kprobes.is_ok(), kret_choice) {
-        format!(
-            "would use kretprobe through {a} (this kernel preempts inside trampoline programs; \
-             kprobes run with preemption off)"
-        )
-    } else if let (true, Some(a)) = (trampolines.is_ok(), fexit_choice) {
-        format!("would use fexit through {a}")
-    } else if kprobes.is_ok() {
-        "would use kretprobe (no trampolines)".to_owned()
-    } else if syscalls.is_ok() {
-        "nothing works for kernel functions; use syscall sources \
-         (`kspan list --syscalls`, `kspan gen --syscall NAME`)"
-            .to_owned()
-    } else {
-        "nothing works for kernel functions, and syscall sources do not work either".to_owned()
-    };
-    text.push_str(&format!("  auto: {auto}\n"));
+    text.push_str(&format!("  {}\n", verdict.auto_line()));
     text.push_str(
         "\nattachments, best first (spans are the same; cost per call and attach differ):\n",
     );
-    text.push_str(&format!("  fexit: {fexit_ladder}\n"));
+    text.push_str(&format!("  fexit: {}\n", verdict.fexit_ladder));
     text.push_str(&format!(
-        "  kretprobe: {kret_ladder} (the first two for kretprobe probes, and auto's where \
-         kprobes come first)\n"
+        "  kretprobe: {} (the first two for kretprobe probes, and auto's where \
+         kprobes come first)\n",
+        verdict.kretprobe_ladder
     ));
     print(&text)
+}
+
+/// Which modes work on a kernel: `kspan doctor`'s verdict, which `list`
+/// and `gen` repeat in its words where a kernel function cannot be traced.
+#[derive(Debug, Clone)]
+struct Verdict {
+    /// fexit/fentry: `Ok`, or `no (trampolines unavailable)`.
+    trampolines: Result<(), String>,
+    /// kprobe/kretprobe, as `trampolines`.
+    kprobes: Result<(), String>,
+    /// Syscall sources (tracepoints), as `trampolines`.
+    syscalls: Result<(), String>,
+    /// tracefs is there but not mounted: kspan mounts it at start.
+    unmounted: bool,
+    /// What `auto` would use, or that nothing works.
+    auto: String,
+    /// The fexit hook's attachments, best first, each `yes` or `no`.
+    fexit_ladder: String,
+    /// The kretprobe hook's, as `fexit_ladder`.
+    kretprobe_ladder: String,
+}
+
+impl Verdict {
+    /// The verdict for this kernel's capabilities, tracefs as it is now.
+    fn read(caps: &KernelCapabilities) -> Verdict {
+        // kspan mounts tracefs itself when a syscall source needs it.
+        let tracefs = Path::new(TRACEFS);
+        let unmounted = !caps.tracepoints.is_available()
+            && tracefs.is_dir()
+            && !tracefs.join("events").exists();
+        Verdict::of(caps, unmounted)
+    }
+
+    /// The verdict for `caps`; `unmounted`: tracefs is there, unmounted.
+    fn of(caps: &KernelCapabilities, unmounted: bool) -> Verdict {
+        // What each mode needs besides its mechanism: BTF to plan the
+        // probes against, and the privileges to load BPF programs.
+        let common: [(&str, &Feature); 2] = [("btf", &caps.btf), ("privileges", &caps.privileges)];
+        let works = |mechanism: (&str, &Feature)| -> Result<(), String> {
+            let missing: Vec<&str> = common
+                .iter()
+                .chain([&mechanism])
+                .filter(|(_, f)| !f.is_available())
+                .map(|(name, _)| *name)
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("no ({} unavailable)", missing.join(", ")))
+            }
+        };
+        let trampolines = works(("trampolines", &caps.trampolines));
+        let kprobes = works(("kprobes", &caps.kprobes));
+        let syscalls = if unmounted {
+            works(("tracepoints", &Feature::Available))
+        } else {
+            works(("tracepoints", &caps.tracepoints))
+        };
+        // Per hook, its attachments best first, and the one a probe would get.
+        let ladder = |hook: Hook, usable: bool| -> (String, Option<Attachment>) {
+            let mut chosen = None;
+            let steps: Vec<String> = Attachment::ladder(hook)
+                .iter()
+                .map(|&a| {
+                    let feature = match a {
+                        Attachment::FsessionMulti => Some(&caps.trampoline_multi),
+                        Attachment::Fsession => Some(&caps.trampoline_sessions),
+                        Attachment::KprobeSession => Some(&caps.kprobe_sessions),
+                        Attachment::KprobeMulti => Some(&caps.kprobe_multi),
+                        _ => None,
+                    };
+                    let ok = usable && feature.is_none_or(Feature::is_available);
+                    if ok && chosen.is_none() {
+                        chosen = Some(a);
+                    }
+                    format!("{a} {}", if ok { "yes" } else { "no" })
+                })
+                .collect();
+            (steps.join(" > "), chosen)
+        };
+        let (fexit_ladder, fexit_choice) = ladder(Hook::Fexit, trampolines.is_ok());
+        let (kretprobe_ladder, kret_choice) = ladder(Hook::Kretprobe, kprobes.is_ok());
+        let preempts = caps.preemption.preempts_programs();
+        let auto = if let (true, true, Some(a)) = (preempts, kprobes.is_ok(), kret_choice) {
+            format!(
+                "would use kretprobe through {a} (this kernel preempts inside trampoline \
+                 programs; kprobes run with preemption off)"
+            )
+        } else if let (true, Some(a)) = (trampolines.is_ok(), fexit_choice) {
+            format!("would use fexit through {a}")
+        } else if kprobes.is_ok() {
+            "would use kretprobe (no trampolines)".to_owned()
+        } else if syscalls.is_ok() {
+            "nothing works for kernel functions; use syscall sources \
+             (`kspan list --syscalls`, `kspan gen --syscall NAME`)"
+                .to_owned()
+        } else {
+            "nothing works for kernel functions, and syscall sources do not work either".to_owned()
+        };
+        Verdict {
+            trampolines,
+            kprobes,
+            syscalls,
+            unmounted,
+            auto,
+            fexit_ladder,
+            kretprobe_ladder,
+        }
+    }
+
+    fn trampolines_line(&self) -> String {
+        format!("fexit/fentry: {}", yes_or(&self.trampolines))
+    }
+
+    fn kprobes_line(&self) -> String {
+        format!("kprobe/kretprobe: {}", yes_or(&self.kprobes))
+    }
+
+    fn auto_line(&self) -> String {
+        format!("auto: {}", self.auto)
+    }
+
+    /// Why a probe on a kernel function in `mode` cannot attach here, as
+    /// `kspan doctor` says it (its lines for the mechanisms `mode` needs,
+    /// then `auto`'s), if it cannot.
+    fn refuses(&self, mode: Mode) -> Option<String> {
+        let lines = match mode {
+            Mode::Syscall => return None,
+            Mode::Fentry | Mode::Fexit => {
+                self.trampolines.as_ref().err()?;
+                vec![self.trampolines_line()]
+            }
+            Mode::Kprobe | Mode::Kretprobe => {
+                self.kprobes.as_ref().err()?;
+                vec![self.kprobes_line()]
+            }
+            _ => {
+                if self.trampolines.is_ok() || self.kprobes.is_ok() {
+                    return None;
+                }
+                vec![self.trampolines_line(), self.kprobes_line()]
+            }
+        };
+        Some(format!("{}; {}", lines.join("; "), self.auto_line()))
+    }
+
+    /// The note `list` and `gen` print where `mode` cannot trace kernel
+    /// functions here: doctor's verdict, and the syscall source to trace
+    /// instead (`syscall`: `function`'s system call, where it has one), or
+    /// for an explicit mode, `auto` where that works.
+    fn note(&self, mode: Mode, function: Option<&str>, syscall: Option<&str>) -> Option<String> {
+        let why = self.refuses(mode)?;
+        let what = match mode {
+            Mode::Auto => "kernel functions".to_owned(),
+            mode => format!("kernel functions in mode `{mode}`"),
+        };
+        let mut note = format!("note: this kernel cannot trace {what}; `kspan doctor` says: {why}");
+        if mode != Mode::Auto && self.refuses(Mode::Auto).is_none() {
+            note.push_str("\nleave out `--mode` for `auto`, which works here");
+        } else if self.syscalls.is_ok() {
+            match (function, syscall) {
+                (Some(function), Some(syscall)) => note.push_str(&format!(
+                    "\ninstead of `{function}`, trace its system call: \
+                     `#[kspan::kernel_span(syscall = \"{syscall}\")]` (`kspan gen --syscall \
+                     {syscall}`)"
+                )),
+                _ => note.push_str(
+                    "\na syscall source is written `#[kspan::kernel_span(syscall = \"read\")]`",
+                ),
+            }
+        }
+        Some(note)
+    }
+}
+
+/// `yes`, or the `no (...)` of a [`Verdict`] line.
+fn yes_or(works: &Result<(), String>) -> String {
+    match works {
+        Ok(()) => "yes".to_owned(),
+        Err(no) => no.clone(),
+    }
+}
+
+/// The first of `functions` whose system call ([`render::syscalls_for`])
+/// this kernel has tracepoints for, with that call.
+fn related_syscall<'a>(functions: impl IntoIterator<Item = &'a str>) -> Option<(&'a str, String)> {
+    functions.into_iter().find_map(|function| {
+        render::syscalls_for(function)
+            .into_iter()
+            .find(|name| enter_format_path(name).exists())
+            .map(|name| (function, name))
+    })
 }
 
 // ---------------------------------------------------------------- list
@@ -389,6 +567,8 @@ fn list_functions(pattern: &str, all: bool) -> Outcome {
     names.sort_unstable();
     let (mut denied, mut untraceable) = (0usize, 0usize);
     let mut listed = 0usize;
+    // The functions listed as traced, for the system call to offer.
+    let mut traced: Vec<&str> = Vec::new();
     let mut out = BufWriter::new(io::stdout().lock());
     for name in &names {
         let Some(sig) = btf.function(name) else {
@@ -401,7 +581,10 @@ fn list_functions(pattern: &str, all: bool) -> Outcome {
             None => {}
         }
         match why_not {
-            None => writeln!(out, "{}", render::c_signature(&sig))?,
+            None => {
+                writeln!(out, "{}", render::c_signature(&sig))?;
+                traced.push(name);
+            }
             Some(why) if all => {
                 writeln!(out, "{}  // not traced: {why}", render::c_signature(&sig))?
             }
@@ -439,6 +622,10 @@ fn list_functions(pattern: &str, all: bool) -> Outcome {
         summary.push_str(&format!(
             "\nnote: {why}; inlined and notrace functions are listed too"
         ));
+    }
+    if let Some(note) = cannot_trace_note(Mode::Auto, &traced) {
+        summary.push('\n');
+        summary.push_str(&note);
     }
     report(&summary);
     if listed == 0 {
@@ -667,7 +854,27 @@ fn generate_function(name: &str, mode: Mode, params: &[String]) -> Outcome {
         &sig,
         Target::Function(mode),
         &hints,
-    ))
+    ))?;
+    if let Some(note) = cannot_trace_note(mode, &[name]) {
+        report(&format!("kspan: {note}"));
+    }
+    Ok(())
+}
+
+/// Where this kernel cannot trace kernel functions in `mode`, `kspan
+/// doctor`'s verdict and what to do instead: the system call of the first
+/// of `functions` that has one, else syscall sources in general.
+fn cannot_trace_note(mode: Mode, functions: &[&str]) -> Option<String> {
+    let verdict = Verdict::read(&KernelCapabilities::probe());
+    verdict.refuses(mode)?;
+    // A look at each name's likely system calls, for the first few
+    // thousand names at most.
+    let related = related_syscall(functions.iter().copied().take(2000));
+    verdict.note(
+        mode,
+        related.as_ref().map(|(f, _)| *f),
+        related.as_ref().map(|(_, s)| s.as_str()),
+    )
 }
 
 /// What `gen` tells of `sig`'s types besides their names: whether this BTF
@@ -824,4 +1031,240 @@ fn syscall_names() -> Result<Vec<String>, Failure> {
             format!("cannot read {}: {e}", events.display())
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kspan::kernel::preemption::{Preemption, PreemptionModel};
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|a| (*a).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_usage_error_is_its_message_and_where_the_help_is() {
+        for line in [
+            &["bogus"][..],
+            &["list", "a*", "b*"][..],
+            &["gen", "vfs_read", "--bogus"][..],
+            &["doctor", "--verbose"][..],
+        ] {
+            let outcome = run(&args(line));
+            assert!(matches!(outcome, Err(Failure::Usage(_))), "{line:?}");
+            let (status, text) = conclude(outcome);
+            let text = text.unwrap();
+            assert_eq!(status, 2, "{line:?}");
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 2, "{text}");
+            assert!(lines[0].starts_with("kspan: "), "{text}");
+            assert_eq!(lines[1], "see `kspan --help`");
+        }
+        let (status, text) = conclude(Err(Failure::Usage("`--mode` is given twice".into())));
+        assert_eq!(
+            (status, text.as_deref()),
+            (
+                2,
+                Some("kspan: `--mode` is given twice\nsee `kspan --help`")
+            )
+        );
+        assert_eq!(
+            conclude(Err(Failure::Failed("no luck".into()))),
+            (1, Some("kspan: no luck".to_owned()))
+        );
+        assert_eq!(conclude(Err(Failure::OutputClosed)), (0, None));
+    }
+
+    #[test]
+    fn a_bare_kspan_is_a_usage_error_with_the_short_usage() {
+        let outcome = run(&[]);
+        assert!(matches!(outcome, Err(Failure::NoCommand)));
+        let (status, text) = conclude(outcome);
+        let text = text.unwrap();
+        assert_eq!(status, 2);
+        assert_eq!(text, SHORT_USAGE);
+        assert!(text.lines().count() <= 6, "{text}");
+        assert!(text.ends_with("see `kspan --help`\n"));
+        // Every form of the help is in the short usage.
+        for form in [
+            "kspan doctor",
+            "kspan list [--all | --syscalls] [PATTERN]",
+            "kspan gen FUNCTION [--mode MODE] [--params NAMES]",
+            "kspan gen --syscall NAME",
+        ] {
+            assert!(text.contains(form), "{form}");
+        }
+    }
+
+    /// `text` with each run of whitespace one space.
+    fn words(text: &str) -> String {
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// The help and the guide say what `auto` does in the same words, and
+    /// the words are the library's: which preemption models take kprobes
+    /// first, and each hook's attachments in order.
+    #[test]
+    fn auto_is_described_as_the_library_does_it() {
+        assert!(USAGE.contains(AUTO_MODE));
+        let guide = words(include_str!("../../docs/guide/cli.md"));
+        assert!(
+            guide.contains(&words(AUTO_MODE)),
+            "docs/guide/cli.md describes `auto` as the help does:\n{AUTO_MODE}"
+        );
+
+        let text = words(AUTO_MODE);
+        let (kprobes_first, trampolines_first) = text
+            .split_once("elsewhere (")
+            .expect("where trampolines come first");
+        let kprobes_first = kprobes_first
+            .split_once("(preemption model ")
+            .expect("the models that take kprobes first")
+            .1
+            .split_once(')')
+            .unwrap()
+            .0;
+        let trampolines_first = trampolines_first.split_once(')').unwrap().0;
+        for name in ["none", "voluntary", "full", "lazy", "rt"] {
+            let model = PreemptionModel::from_name(name).unwrap();
+            let listed = |list: &str| list.split([',', ' ']).any(|w| w == name);
+            assert_eq!(listed(kprobes_first), model.preempts_programs(), "{name}");
+            assert_eq!(
+                listed(trampolines_first),
+                !model.preempts_programs(),
+                "{name}"
+            );
+        }
+        let unknown = Preemption {
+            model: None,
+            source: "a test".to_owned(),
+        };
+        assert!(unknown.preempts_programs());
+        assert!(kprobes_first.contains("or one that cannot be read"));
+        assert!(text.contains("auto (the default)"));
+        for hook in [Hook::Kretprobe, Hook::Fexit] {
+            let ladder: Vec<&str> = Attachment::ladder(hook)
+                .iter()
+                .map(|a| a.as_str())
+                .collect();
+            assert!(text.contains(&ladder.join(", else ")), "{ladder:?}");
+        }
+        assert!(text.contains("`Kspan::attach_plan()` and `kspan doctor` say which and why"));
+    }
+
+    /// This kernel's capabilities with every mechanism there, trampoline
+    /// programs running to the end.
+    fn all_there() -> KernelCapabilities {
+        let mut caps = KernelCapabilities::probe();
+        for f in [
+            &mut caps.btf,
+            &mut caps.privileges,
+            &mut caps.trampolines,
+            &mut caps.trampoline_sessions,
+            &mut caps.trampoline_multi,
+            &mut caps.kprobes,
+            &mut caps.kprobe_multi,
+            &mut caps.kprobe_sessions,
+            &mut caps.tracepoints,
+            &mut caps.btf_tracepoints,
+            &mut caps.context_records,
+        ] {
+            *f = Feature::Available;
+        }
+        caps.preemption = Preemption {
+            model: Some(PreemptionModel::Voluntary),
+            source: "a test".to_owned(),
+        };
+        caps
+    }
+
+    fn refused(why: &str) -> Feature {
+        Feature::Unavailable {
+            reason: why.to_owned(),
+            errno: Some(1),
+        }
+    }
+
+    #[test]
+    fn list_and_gen_repeat_doctors_verdict() {
+        let caps = all_there();
+        let verdict = Verdict::of(&caps, false);
+        for mode in render::GEN_MODES {
+            assert_eq!(verdict.refuses(mode), None, "{mode}");
+            assert_eq!(verdict.note(mode, Some("vfs_read"), Some("read")), None);
+        }
+        assert_eq!(
+            verdict.auto_line(),
+            "auto: would use fexit through fsession.multi"
+        );
+
+        // No trampolines (this project's 6.18 host): auto takes kprobes,
+        // an explicit trampoline mode is refused.
+        let mut caps = all_there();
+        caps.trampolines = refused("this kernel refuses BPF trampolines");
+        let verdict = Verdict::of(&caps, false);
+        assert_eq!(verdict.refuses(Mode::Auto), None);
+        assert_eq!(verdict.refuses(Mode::Kretprobe), None);
+        let why = "fexit/fentry: no (trampolines unavailable); auto: would use kretprobe through \
+                   kprobe.session (this kernel preempts";
+        assert_eq!(verdict.refuses(Mode::Fexit), verdict.refuses(Mode::Fentry));
+        let note = verdict
+            .note(Mode::Fexit, Some("vfs_read"), Some("read"))
+            .unwrap();
+        assert!(
+            note.starts_with(
+                "note: this kernel cannot trace kernel functions in mode `fexit`; `kspan doctor` \
+                 says: fexit/fentry: no (trampolines unavailable); auto: would use kretprobe"
+            ) && note.ends_with("\nleave out `--mode` for `auto`, which works here"),
+            "{note}"
+        );
+        caps.preemption.model = None;
+        assert!(Verdict::of(&caps, false)
+            .refuses(Mode::Fexit)
+            .unwrap()
+            .starts_with(why));
+
+        // Neither (the host with kprobes refused too): doctor's lines, and
+        // the system call to trace instead.
+        caps.kprobes = refused("no kprobe PMU");
+        let verdict = Verdict::of(&caps, false);
+        let why = "fexit/fentry: no (trampolines unavailable); kprobe/kretprobe: no (kprobes \
+                   unavailable); auto: nothing works for kernel functions; use syscall sources \
+                   (`kspan list --syscalls`, `kspan gen --syscall NAME`)";
+        assert_eq!(verdict.refuses(Mode::Auto).as_deref(), Some(why));
+        assert_eq!(
+            verdict
+                .note(Mode::Auto, Some("vfs_read"), Some("read"))
+                .unwrap(),
+            format!(
+                "note: this kernel cannot trace kernel functions; `kspan doctor` says: {why}\n\
+                 instead of `vfs_read`, trace its system call: \
+                 `#[kspan::kernel_span(syscall = \"read\")]` (`kspan gen --syscall read`)"
+            )
+        );
+        assert!(verdict.note(Mode::Auto, None, None).unwrap().ends_with(
+            "\na syscall source is written `#[kspan::kernel_span(syscall = \"read\")]`"
+        ));
+        assert_eq!(verdict.refuses(Mode::Syscall), None);
+
+        // No tracepoints either: nothing to offer.
+        caps.tracepoints = refused("no tracefs");
+        let verdict = Verdict::of(&caps, false);
+        let note = verdict
+            .note(Mode::Auto, Some("vfs_read"), Some("read"))
+            .unwrap();
+        assert!(
+            note.ends_with(
+                "auto: nothing works for kernel functions, and syscall sources do not work either"
+            ),
+            "{note}"
+        );
+        // Without privileges nothing loads, whatever the kernel has.
+        let mut caps = all_there();
+        caps.privileges = refused("not root");
+        assert!(Verdict::of(&caps, false)
+            .refuses(Mode::Auto)
+            .unwrap()
+            .starts_with("fexit/fentry: no (privileges unavailable); kprobe/kretprobe: no (privileges unavailable)"));
+    }
 }

@@ -239,6 +239,96 @@ fn is_char_pointer(t: &KernelType) -> bool {
             .is_some_and(|pointee| unqualified(pointee) == "char")
 }
 
+/// Names of an integer parameter that gives a buffer's size.
+const SIZE_NAMES: [&str; 11] = [
+    "count", "len", "length", "size", "nbytes", "bufsiz", "bufsize", "buflen", "buf_len",
+    "buf_size", "nr_bytes",
+];
+
+/// A parameter that is a byte buffer ([`buffer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buffer {
+    /// The parameter that gives its size (`count`).
+    pub size: String,
+    /// Whether the call returns how many of its bytes it used: a buffer
+    /// the call may write (a pointer to non-`const`) of a function that
+    /// returns a signed 64-bit count (`ssize_t`, `long`; every system
+    /// call). Then `len = "ret"` reads the bytes the call produced.
+    pub counted_by_ret: bool,
+}
+
+/// Whether parameter `i` of `sig` is a byte buffer rather than a string: a
+/// `char *` or `void *` (one-byte integers included) with `buf` in its name
+/// (`buf`, `ubuf`, `buff`), and an integer parameter that gives its size
+/// ([`SIZE_NAMES`]) among the first [`MAX_ARGS`]. Read up to a NUL, a
+/// buffer would give whatever precedes its first zero byte; as `&[u8]` with
+/// `len` it gives its bytes. A `char *` of another name stays a string.
+pub fn buffer(sig: &FuncSignature, i: usize, target: Target) -> Option<Buffer> {
+    let (name, t) = sig.params.get(i)?;
+    let pointee = t.c_name.trim_end().strip_suffix('*')?;
+    let bytes = t.points_to_char || unqualified(pointee) == "void";
+    if i >= MAX_ARGS
+        || t.class != TypeClass::Pointer
+        || !bytes
+        || !name.to_ascii_lowercase().contains("buf")
+    {
+        return None;
+    }
+    let size = sig
+        .params
+        .iter()
+        .take(MAX_ARGS)
+        .find(|(n, t)| {
+            matches!(t.class, TypeClass::Int { .. }) && SIZE_NAMES.contains(&n.as_str())
+        })?
+        .0
+        .clone();
+    let writable = !pointee.split_whitespace().any(|w| w == "const");
+    let returns_count = match target {
+        Target::Syscall => true,
+        Target::Function(_) => matches!(
+            sig.ret.class,
+            TypeClass::Int {
+                bytes: 8,
+                signed: true
+            }
+        ),
+    };
+    Some(Buffer {
+        size,
+        counted_by_ret: writable && returns_count,
+    })
+}
+
+/// The system calls that kernel function `function` may serve, by its
+/// name, likeliest first: `read` for `vfs_read` and `ksys_read`,
+/// `openat2` for `do_sys_openat2`. Whether each is one is for the caller
+/// to check (its tracepoint).
+pub fn syscalls_for(function: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for prefix in [
+        "__x64_sys_",
+        "__arm64_sys_",
+        "__ia32_sys_",
+        "__se_sys_",
+        "__do_sys_",
+        "__sys_",
+        "ksys_",
+        "do_sys_",
+        "sys_",
+        "vfs_",
+        "do_",
+        "",
+    ] {
+        if let Some(name) = function.strip_prefix(prefix).filter(|n| !n.is_empty()) {
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    names
+}
+
 /// Largest array suggested as `[u8; N]`: bigger ones take much of a
 /// call's 1024 bytes of strings and buffers.
 pub const MAX_ARRAY_BYTES: u32 = 64;
@@ -436,15 +526,22 @@ struct HandlerParam {
 /// Parameters are typed as the capture checker accepts them: integers of
 /// the same width and signedness, `&str` for a `char *` of a kernel
 /// function (`#[capture(user)]` when BTF marks it `__user`; a syscall
-/// source's `char` pointers are always user strings), `*const u8` for
-/// other pointers. The advice, each a `//` line:
+/// source's `char` pointers are always user strings), `&[u8]` for a
+/// buffer ([`buffer`]: `#[capture(user, len = "ret")] buf: &[u8]` for
+/// `vfs_read`'s `char __user *buf`, `len` naming its size parameter where
+/// the return value does not count its bytes), `*const u8` for other
+/// pointers. The advice, each a `//` line:
 ///
 /// * `at entry:` when the function's name says it releases a parameter
 ///   ([`released_params`]) and the mode reads at exit: what it points to
 ///   is read with `at = "entry"`, which its `&str` and suggested captures
 ///   then carry;
-/// * for a `char *` where BTF has no `user` tags ([`TypeHints::user_tags`]):
-///   the `#[capture(user)]` form to write if it is user memory;
+/// * for a `char *` or a buffer where BTF has no `user` tags
+///   ([`TypeHints::user_tags`]): it stays a pointer, and the kernel and
+///   `#[capture(user)]` forms to write are both given, since which memory
+///   it is cannot be known here and a read of the wrong one reads nothing;
+/// * for a buffer the call fills, in a mode without a return value: that
+///   it holds nothing yet at entry;
 /// * for a pointer to a struct: the field captures of
 ///   [`TypeHints::fields`], each a line to paste into the parameter list
 ///   (`#[capture(path = "how->flags")] flags: u64,`), named after the
@@ -458,6 +555,10 @@ pub fn render_handler(sig: &FuncSignature, target: Target, hints: &TypeHints) ->
     let reads_at_exit = match target {
         Target::Function(mode) => mode.has_return(),
         Target::Syscall => false,
+    };
+    let has_return = match target {
+        Target::Function(mode) => mode.has_return(),
+        Target::Syscall => true,
     };
     let released: Vec<usize> = if reads_at_exit {
         released_params(sig)
@@ -506,12 +607,77 @@ pub fn render_handler(sig: &FuncSignature, target: Target, hints: &TypeHints) ->
                 continue;
             }
         };
+        let entry = released.contains(&i);
+        // A buffer whose used bytes `ret` counts is read at exit, so not
+        // where the function releases it: that one stays a string.
+        if let Some(b) = buffer(sig, i, target).filter(|b| !(entry && b.counted_by_ret)) {
+            let mut options: Vec<String> = Vec::new();
+            let len = if b.counted_by_ret { "ret" } else { &b.size };
+            let len = format!("len = \"{len}\"");
+            let mut text = None;
+            if b.counted_by_ret && !has_return {
+                // Nothing is in it yet at entry, whose memory is whatever
+                // it held before the call.
+                notes.push((
+                    i,
+                    format!(
+                        "// `{name}` is a buffer `{}` fills (of up to `{}` bytes): at entry it \
+                         holds nothing yet; a mode with a return value reads what the call \
+                         put there, with `{len}`\n",
+                        sig.name, b.size
+                    ),
+                ));
+            } else if target == Target::Syscall || t.is_user_pointer {
+                options.extend(["user".to_owned(), len]);
+            } else if hints.user_tags {
+                options.push(len);
+            } else {
+                // Kernel or user memory cannot be told here, and a kernel
+                // read of a user buffer reads nothing: the pointer stays,
+                // both forms are offered.
+                let mut user = vec!["user".to_owned(), len.clone()];
+                let mut kernel = vec![len];
+                if entry {
+                    user.push(AT_ENTRY.to_owned());
+                    kernel.push(AT_ENTRY.to_owned());
+                }
+                notes.push((
+                    i,
+                    format!(
+                        "// `{name}` is a buffer of {}`{}` bytes{}; this kernel's BTF has no \
+                         `__user` tags to say whose memory it is: capture it as \
+                         `{}{ident}: &[u8]` if it is `__user` in the kernel's source, or \
+                         `{}{ident}: &[u8]` if it is kernel memory\n",
+                        if b.counted_by_ret { "up to " } else { "" },
+                        b.size,
+                        if b.counted_by_ret {
+                            format!(", of which `{}` returns how many it used", sig.name)
+                        } else {
+                            String::new()
+                        },
+                        capture_attribute(&user),
+                        capture_attribute(&kernel),
+                    ),
+                ));
+            }
+            if !options.is_empty() {
+                if entry {
+                    options.push(AT_ENTRY.to_owned());
+                }
+                text = Some(format!("{}{ident}: &[u8]", capture_attribute(&options)));
+            }
+            params.push(HandlerParam {
+                name: name.clone(),
+                text: text.unwrap_or_else(|| format!("{ident}: *const u8")),
+                c_type,
+            });
+            continue;
+        }
         let text = match (target, t.class) {
             (Target::Syscall, TypeClass::Pointer) if t.points_to_char => {
                 format!("#[capture(user)] {ident}: &str")
             }
             (Target::Function(_), TypeClass::Pointer) if is_char_pointer(t) => {
-                let entry = released.contains(&i);
                 let mut options: Vec<String> = Vec::new();
                 if t.is_user_pointer {
                     options.push("user".to_owned());
@@ -571,10 +737,6 @@ pub fn render_handler(sig: &FuncSignature, target: Target, hints: &TypeHints) ->
         });
     }
 
-    let has_return = match target {
-        Target::Function(mode) => mode.has_return(),
-        Target::Syscall => true,
-    };
     if has_return && sig.ret.class != TypeClass::Void {
         let ret = match target {
             // A system call returns `long`, whatever the format says.
@@ -847,7 +1009,7 @@ mod tests {
             int("ssize_t", 8, true),
             &[
                 ("file", ptr("struct file *")),
-                ("buf", char_ptr("char *")),
+                ("buf", user_char_ptr("char *")),
                 ("count", int("size_t", 8, false)),
                 ("pos", ptr("loff_t *")),
             ],
@@ -1015,14 +1177,160 @@ mod tests {
         );
     }
 
+    /// `vfs_read`'s `char __user *buf` is a buffer of `ret` bytes, not a
+    /// string: read up to a NUL it would give the bytes before the first
+    /// zero, or nothing.
     #[test]
     fn renders_the_vfs_read_handler() {
         assert_eq!(
             render(&vfs_read(), Target::Function(Mode::Auto)),
             "/// ssize_t vfs_read(struct file *file, char *buf, size_t count, loff_t *pos)\n\
              #[kspan::kernel_span(\"vfs_read\")]\n\
-             fn vfs_read(file: *const u8, buf: &str, count: usize, pos: *const u8, ret: isize) {}\n"
+             fn vfs_read(\n    \
+                 file: *const u8,                          // struct file *\n    \
+                 #[capture(user, len = \"ret\")] buf: &[u8], // char *\n    \
+                 count: usize,                             // size_t\n    \
+                 pos: *const u8,                           // loff_t *\n    \
+                 ret: isize,                               // ssize_t\n\
+             ) {\n\
+             }\n"
         );
+    }
+
+    fn void_ptr(c_name: &str) -> KernelType {
+        ptr(c_name)
+    }
+
+    #[test]
+    fn buffers_are_bytes_of_a_length() {
+        let read = vfs_read();
+        assert_eq!(
+            buffer(&read, 1, Target::Function(Mode::Auto)),
+            Some(Buffer {
+                size: "count".to_owned(),
+                counted_by_ret: true
+            })
+        );
+        // Not a buffer: not a byte pointer, or no `buf` in its name.
+        assert_eq!(buffer(&read, 0, Target::Function(Mode::Auto)), None);
+        assert_eq!(buffer(&read, 3, Target::Function(Mode::Auto)), None);
+        let named = sig(
+            "f",
+            int("ssize_t", 8, true),
+            &[
+                ("name", char_ptr("char *")),
+                ("count", int("size_t", 8, false)),
+            ],
+        );
+        assert_eq!(buffer(&named, 0, Target::Function(Mode::Auto)), None);
+        // No size parameter: a string.
+        let unsized_ = sig(
+            "f",
+            int("ssize_t", 8, true),
+            &[("ubuf", char_ptr("char *"))],
+        );
+        assert_eq!(buffer(&unsized_, 0, Target::Function(Mode::Auto)), None);
+
+        // What the call is given (`const`) is as long as its size
+        // parameter; so is a buffer of a function whose return value is
+        // no 64-bit count.
+        let write = sig(
+            "vfs_write",
+            int("ssize_t", 8, true),
+            &[
+                ("file", ptr("struct file *")),
+                ("buf", user_char_ptr("const char *")),
+                ("count", int("size_t", 8, false)),
+            ],
+        );
+        let by_size = Some(Buffer {
+            size: "count".to_owned(),
+            counted_by_ret: false,
+        });
+        assert_eq!(buffer(&write, 1, Target::Function(Mode::Auto)), by_size);
+        assert!(render(&write, Target::Function(Mode::Auto))
+            .contains("#[capture(user, len = \"count\")] buf: &[u8]"));
+        let sendto = sig(
+            "__sys_sendto",
+            int("int", 4, true),
+            &[
+                ("fd", int("int", 4, true)),
+                ("buff", void_ptr("void *")),
+                ("len", int("size_t", 8, false)),
+            ],
+        );
+        assert_eq!(
+            buffer(&sendto, 1, Target::Function(Mode::Auto)),
+            Some(Buffer {
+                size: "len".to_owned(),
+                counted_by_ret: false
+            })
+        );
+        // Kernel memory where BTF has `user` tags and the pointer has none.
+        assert!(render(&sendto, Target::Function(Mode::Auto))
+            .contains("fn __sys_sendto(fd: i32, #[capture(len = \"len\")] buff: &[u8], len: usize, ret: i32) {}"));
+
+        // A system call's buffers are user memory and it returns a count.
+        let syscall_read = sig(
+            "read",
+            int("long", 8, true),
+            &[
+                ("fd", int("unsigned int", 4, false)),
+                ("buf", char_ptr("char *")),
+                ("count", int("size_t", 8, false)),
+            ],
+        );
+        assert_eq!(
+            render_handler(&syscall_read, Target::Syscall, &TypeHints::default()),
+            "/// long read(unsigned int fd, char *buf, size_t count)\n\
+             #[kspan::kernel_span(syscall = \"read\")]\n\
+             fn read(fd: u32, #[capture(user, len = \"ret\")] buf: &[u8], count: usize, ret: i64) {}\n"
+        );
+    }
+
+    /// Without `user` tags whose memory a buffer is cannot be known: the
+    /// pointer stays, and both forms are written out.
+    #[test]
+    fn untagged_buffers_give_both_forms() {
+        let untagged = TypeHints::default();
+        let mut read = vfs_read();
+        read.params[1].1.is_user_pointer = false;
+        assert_eq!(
+            render_handler(&read, Target::Function(Mode::Auto), &untagged),
+            "/// ssize_t vfs_read(struct file *file, char *buf, size_t count, loff_t *pos)\n\
+             // `buf` is a buffer of up to `count` bytes, of which `vfs_read` returns how many \
+             it used; this kernel's BTF has no `__user` tags to say whose memory it is: capture \
+             it as `#[capture(user, len = \"ret\")] buf: &[u8]` if it is `__user` in the \
+             kernel's source, or `#[capture(len = \"ret\")] buf: &[u8]` if it is kernel memory\n\
+             #[kspan::kernel_span(\"vfs_read\")]\n\
+             fn vfs_read(file: *const u8, buf: *const u8, count: usize, pos: *const u8, ret: isize) {}\n"
+        );
+        // An instant reads at entry, before the call has filled it.
+        let fentry = render_handler(&read, Target::Function(Mode::Fentry), &untagged);
+        assert!(
+            fentry.contains(
+                "// `buf` is a buffer `vfs_read` fills (of up to `count` bytes): at entry it \
+                 holds nothing yet; a mode with a return value reads what the call put there, \
+                 with `len = \"ret\"`\n"
+            ) && fentry.contains("buf: *const u8, count: usize"),
+            "{fentry}"
+        );
+        let tagged = render(&vfs_read(), Target::Function(Mode::Fentry));
+        assert!(
+            tagged.contains("holds nothing yet") && !tagged.contains("&[u8]"),
+            "{tagged}"
+        );
+    }
+
+    #[test]
+    fn system_calls_of_a_function() {
+        assert_eq!(syscalls_for("vfs_read"), ["read", "vfs_read"]);
+        assert_eq!(syscalls_for("ksys_read")[0], "read");
+        assert_eq!(syscalls_for("do_sys_openat2")[0], "openat2");
+        assert_eq!(syscalls_for("__x64_sys_openat")[0], "openat");
+        assert_eq!(syscalls_for("__sys_sendto")[0], "sendto");
+        assert_eq!(syscalls_for("do_unlinkat")[0], "unlinkat");
+        assert_eq!(syscalls_for("tcp_sendmsg"), ["tcp_sendmsg"]);
     }
 
     #[test]
@@ -1436,7 +1744,14 @@ mod tests {
              //     #[capture(path = \"file->f_mode\")] f_mode: u32,\n\
              //     #[capture(path = \"file->f_flags\")] f_flags: u32,\n\
              #[kspan::kernel_span(\"vfs_read\")]\n\
-             fn vfs_read(file: *const u8, buf: &str, count: usize, pos: *const u8, ret: isize) {}\n"
+             fn vfs_read(\n    \
+                 file: *const u8,                          // struct file *\n    \
+                 #[capture(user, len = \"ret\")] buf: &[u8], // char *\n    \
+                 count: usize,                             // size_t\n    \
+                 pos: *const u8,                           // loff_t *\n    \
+                 ret: isize,                               // ssize_t\n\
+             ) {\n\
+             }\n"
         );
         // No field paths on syscall sources.
         assert!(!render_handler(&vfs_read(), Target::Syscall, &hints).contains("path ="));

@@ -113,6 +113,27 @@ fn user_string(name: &str) -> (String, String) {
     }
 }
 
+/// How `kspan gen` writes `vfs_read`'s `char __user *buf`, a buffer of
+/// `ret` bytes: the parameter, and the note before the attribute where this
+/// kernel's BTF cannot tell whose memory it is (no `user` type tags).
+fn read_buffer() -> (String, String) {
+    if host_btf().has_user_tags() {
+        (
+            "#[capture(user, len = \"ret\")] buf: &[u8]".to_owned(),
+            String::new(),
+        )
+    } else {
+        (
+            "buf: *const u8".to_owned(),
+            "// `buf` is a buffer of up to `count` bytes, of which `vfs_read` returns how many it \
+             used; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as \
+             `#[capture(user, len = \"ret\")] buf: &[u8]` if it is `__user` in the kernel's \
+             source, or `#[capture(len = \"ret\")] buf: &[u8]` if it is kernel memory\n"
+                .to_owned(),
+        )
+    }
+}
+
 /// The suggestion of the file's name, for a `struct file *` parameter `p`.
 fn file_name(p: &str, at: &str) -> String {
     format!("//     #[capture(path = \"{p}->f_path.dentry->d_name.name\"{at})] name: &str,\n")
@@ -122,7 +143,7 @@ fn file_name(p: &str, at: &str) -> String {
 fn gen_vfs_read() {
     let run = kspan(&["gen", "vfs_read"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let (buf, note) = user_string("buf");
+    let (buf, note) = read_buffer();
     let out = &run.stdout;
     assert!(out.starts_with(&format!("/// {VFS_READ}\n")), "{out}");
     assert!(
@@ -132,13 +153,25 @@ fn gen_vfs_read() {
         )),
         "{out}"
     );
+    // Never a string: read up to a NUL, a buffer gives the bytes before
+    // its first zero, or nothing.
+    assert!(!out.contains("buf: &str"), "{out}");
     assert!(
-        out.ends_with(&format!(
-            "{note}#[kspan::kernel_span(\"vfs_read\")]\nfn vfs_read(file: *const u8, {buf}, \
-             count: usize, pos: *const u8, ret: isize) {{}}\n"
-        )),
+        out.contains(&format!("{note}#[kspan::kernel_span(\"vfs_read\")]\n")),
         "{out}"
     );
+    if note.is_empty() {
+        // Too long for one line: one parameter a line.
+        assert!(out.contains(&format!("\n    {buf}, // char *\n")), "{out}");
+    } else {
+        assert!(
+            out.ends_with(&format!(
+                "\nfn vfs_read(file: *const u8, {buf}, count: usize, pos: *const u8, ret: \
+                 isize) {{}}\n"
+            )),
+            "{out}"
+        );
+    }
 }
 
 /// A string, a struct's fields: what `do_sys_openat2` takes has not changed
@@ -235,9 +268,11 @@ fn gen_entry_hints() {
 fn gen_modes() {
     let run = kspan(&["gen", "vfs_read", "--mode", "fentry"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
+    // At entry the buffer holds nothing yet.
     assert!(run
         .stdout
-        .contains(&format!("#[kspan::kernel_span(\"vfs_read\", mode = \"fentry\")]\nfn vfs_read(file: *const u8, {}, count: usize, pos: *const u8) {{}}\n", user_string("buf").0)));
+        .contains("// `buf` is a buffer `vfs_read` fills (of up to `count` bytes): at entry it holds nothing yet; a mode with a return value reads what the call put there, with `len = \"ret\"`\n#[kspan::kernel_span(\"vfs_read\", mode = \"fentry\")]\nfn vfs_read(file: *const u8, buf: *const u8, count: usize, pos: *const u8) {}\n"),
+        "{}", run.stdout);
     let run = kspan(&["gen", "--mode=kretprobe", "vfs_read"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(run.stdout.contains("mode = \"kretprobe\""));
@@ -346,8 +381,18 @@ fn gen_usage_errors() {
         let run = kspan(args);
         assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains(expected), "{args:?}: {}", run.stderr);
-        assert!(run.stderr.contains("Usage:"), "{args:?}: {}", run.stderr);
+        assert_short_usage_error(&run);
     }
+}
+
+/// A usage error is the mistake and where the help is, not the help.
+fn assert_short_usage_error(run: &Run) {
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stderr);
+    assert!(lines[0].starts_with("kspan: "), "{}", run.stderr);
+    assert_eq!(lines[1], "see `kspan --help`");
 }
 
 #[test]
@@ -525,7 +570,6 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
 #[test]
 fn usage() {
     for args in [
-        &[][..],
         &["help"][..],
         &["--help"][..],
         &["-h"][..],
@@ -537,16 +581,95 @@ fn usage() {
         assert!(run.stdout.contains("kspan gen FUNCTION [--mode MODE]"));
     }
     let run = kspan(&["bogus"]);
-    assert_eq!(run.code, Some(2));
-    assert!(run.stdout.is_empty());
     assert!(
-        run.stderr.contains("unknown command `bogus`") && run.stderr.contains("Usage:"),
+        run.stderr.contains("unknown command `bogus`"),
         "{}",
         run.stderr
     );
+    assert_short_usage_error(&run);
     let run = kspan(&["list", "a*", "b*"]);
-    assert_eq!(run.code, Some(2));
     assert!(run.stderr.contains("takes one pattern"), "{}", run.stderr);
+    assert_short_usage_error(&run);
+    let run = kspan(&["doctor", "--verbose"]);
+    assert_short_usage_error(&run);
+
+    // A bare `kspan` is a usage error too: the forms of the command.
+    let run = kspan(&[]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(
+        run.stderr.starts_with("usage: kspan doctor\n")
+            && run.stderr.contains("kspan gen --syscall NAME\n")
+            && run.stderr.ends_with("see `kspan --help`\n")
+            && !run.stderr.contains("PATTERN is"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Where `kspan doctor` finds that kernel functions cannot be traced, `list`
+/// and `gen` say so in its words, and offer the syscall source; where they
+/// can, neither says a word of it.
+#[test]
+fn list_and_gen_repeat_doctors_verdict() {
+    let doctor = kspan(&["doctor"]).stdout;
+    let line = |prefix: &str| -> String {
+        doctor
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{doctor}"))
+            .to_owned()
+    };
+    let auto = line("auto: ");
+    let fexit = line("fexit/fentry: ");
+    let kprobes = line("kprobe/kretprobe: ");
+    println!("{fexit}\n{kprobes}\n{auto}");
+    let gen = kspan(&["gen", "vfs_read"]);
+    let list = kspan(&["list", "vfs_read"]);
+    for run in [&gen, &list] {
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        assert!(run.stdout.contains("vfs_read("), "{}", run.stdout);
+    }
+    if auto.starts_with("auto: nothing works for kernel functions") {
+        let said = format!(
+            "note: this kernel cannot trace kernel functions; `kspan doctor` says: {fexit}; \
+             {kprobes}; {auto}"
+        );
+        let instead = "instead of `vfs_read`, trace its system call: \
+                       `#[kspan::kernel_span(syscall = \"read\")]` (`kspan gen --syscall read`)";
+        for run in [&gen, &list] {
+            assert!(run.stderr.contains(&said), "{}", run.stderr);
+            assert_eq!(
+                run.stderr.contains(instead),
+                tracefs_mounted(),
+                "{}",
+                run.stderr
+            );
+        }
+    } else {
+        for run in [&gen, &list] {
+            assert!(
+                !run.stderr.contains("cannot trace kernel functions"),
+                "{}",
+                run.stderr
+            );
+        }
+    }
+    // An explicit mode whose mechanism this kernel refuses is said too.
+    for (mode, doctor_line) in [("fexit", &fexit), ("kretprobe", &kprobes)] {
+        let run = kspan(&["gen", "vfs_read", "--mode", mode]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        assert_eq!(
+            run.stderr.contains(&format!(
+                "note: this kernel cannot trace kernel functions in mode `{mode}`; `kspan \
+                 doctor` says: {doctor_line}; {auto}"
+            )),
+            doctor_line.contains(": no ("),
+            "{}",
+            run.stderr
+        );
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! generated names and Rust types are ones kspan accepts). That the blocks compile at
 //! all proves the macro takes them; `cargo fmt --check` proves their layout.
 //! The advice in their comments (field captures to paste, the
-//! `#[capture(user)]` form, `at = "entry"`) is taken too: probes written
+//! `#[capture(user)]` forms of strings and buffers, `at = "entry"`) is taken too: probes written
 //! from it follow the blocks, each line checked against the block it comes
 //! from, and are planned the same way.
 //!
@@ -22,13 +22,13 @@
 //     #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
 //     #[capture(path = "file->f_mode")] f_mode: u32,
 //     #[capture(path = "file->f_flags")] f_flags: u32,
-// `buf` is a `char *`; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as `buf: &str` if it is a kernel string, or `#[capture(user)] buf: &str` if it is `__user` in the kernel's source
+// `buf` is a buffer of up to `count` bytes, of which `vfs_read` returns how many it used; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as `#[capture(user, len = "ret")] buf: &[u8]` if it is `__user` in the kernel's source, or `#[capture(len = "ret")] buf: &[u8]` if it is kernel memory
 #[kspan::kernel_span("vfs_read")]
 fn vfs_read(file: *const u8, buf: *const u8, count: usize, pos: *const u8, ret: isize) {}
 
 // $ kspan gen ksys_read
 /// ssize_t ksys_read(unsigned int fd, char *buf, size_t count)
-// `buf` is a `char *`; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as `buf: &str` if it is a kernel string, or `#[capture(user)] buf: &str` if it is `__user` in the kernel's source
+// `buf` is a buffer of up to `count` bytes, of which `ksys_read` returns how many it used; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as `#[capture(user, len = "ret")] buf: &[u8]` if it is `__user` in the kernel's source, or `#[capture(len = "ret")] buf: &[u8]` if it is kernel memory
 #[kspan::kernel_span("ksys_read")]
 fn ksys_read(fd: u32, buf: *const u8, count: usize, ret: isize) {}
 
@@ -62,6 +62,7 @@ fn __sys_socket(family: i32, r#type: i32, protocol: i32, ret: i32) {}
 
 // $ kspan gen __sys_sendto
 /// int __sys_sendto(int fd, void *buff, size_t len, unsigned int flags, struct sockaddr *addr, int addr_len)
+// `buff` is a buffer of `len` bytes; this kernel's BTF has no `__user` tags to say whose memory it is: capture it as `#[capture(user, len = "len")] buff: &[u8]` if it is `__user` in the kernel's source, or `#[capture(len = "len")] buff: &[u8]` if it is kernel memory
 // `addr` (struct sockaddr *): fields to capture, for the parameter list:
 //     #[capture(path = "addr->sa_family")] sa_family: u16,
 #[kspan::kernel_span("__sys_sendto")]
@@ -143,8 +144,18 @@ fn vfs_read_fields(
     #[capture(path = "file->f_path.dentry->d_name.name")] name: &str,
     #[capture(path = "file->f_mode")] f_mode: u32,
     #[capture(path = "file->f_flags")] f_flags: u32,
-    #[capture(user)] buf: &str,
+    #[capture(user, len = "ret")] buf: &[u8],
     ret: isize,
+) {
+}
+
+// suggestions of: kspan gen __sys_sendto
+#[kspan::kernel_span("__sys_sendto")]
+fn __sys_sendto_fields(
+    fd: i32,
+    #[capture(user, len = "len")] buff: &[u8],
+    #[capture(path = "addr->sa_family")] sa_family: u16,
+    ret: i32,
 ) {
 }
 
@@ -254,8 +265,9 @@ const FUNCTIONS: [&Probe; 10] = [
 ];
 
 /// The probes written from the suggestions, in the file's order.
-const SUGGESTED: [&Probe; 6] = [
+const SUGGESTED: [&Probe; 7] = [
     &vfs_read_fields,
+    &__sys_sendto_fields,
     &do_sys_openat2_fields,
     &tcp_sendmsg_fields,
     &do_mmap_fields,
