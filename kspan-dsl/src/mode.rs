@@ -27,9 +27,15 @@ pub enum Mode {
     /// arguments and the return value. Works where neither trampolines nor
     /// kprobes do. Declared with `#[kernel_span(syscall = "openat")]`.
     Syscall,
-    /// The default: the best full-span mechanism this kernel offers for the
-    /// function, `fexit` first, then `kretprobe`; the choice and the reason for
-    /// every rejected option are in kspan's `Kspan::attach_plan`.
+    /// The default: a full span through the mechanism this kernel suits
+    /// best. Where the kernel preempts kernel code (preemption `full`,
+    /// `lazy`, `rt`, or a model that cannot be read), kprobes first
+    /// (kprobe.session, else kprobe.multi, else kprobe and kretprobe), since
+    /// trampoline programs there lose calls uncounted; elsewhere (`none`,
+    /// `voluntary`) trampolines first (fsession.multi, else fsession, else
+    /// fentry and fexit); the other family is the fallback. The choice and
+    /// the reason for every rejected option are in kspan's
+    /// `Kspan::attach_plan` and `kspan doctor`.
     Auto,
 }
 
