@@ -151,8 +151,7 @@ struct ThreadRecord {
 
 impl ThreadRecord {
     fn new() -> Self {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = current_tid();
         let arena_slot = arena::alloc(tid);
         let in_arena = arena_slot.is_some();
         let slot = arena_slot.unwrap_or_else(|| NonNull::from(Box::leak(Box::default())));
@@ -231,6 +230,20 @@ impl Drop for ThreadRecord {
 
 thread_local! {
     static RECORD: ThreadRecord = ThreadRecord::new();
+    /// The calling thread's kernel id, once asked ([`current_tid`]).
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The calling thread's kernel thread id, asked of the kernel once per
+/// thread (span ends ask it for every application span).
+pub(crate) fn current_tid() -> u32 {
+    TID.with(|tid| {
+        if tid.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            tid.set(unsafe { libc::gettid() } as u32);
+        }
+        tid.get()
+    })
 }
 
 /// Publishes OpenTelemetry's current context of the calling thread.

@@ -76,8 +76,7 @@ impl SchedTable {
     /// time from its switch-out to now.
     fn missed_here(&self, span: u64) -> Option<u64> {
         const WORDS: usize = std::mem::size_of::<kspan_bpf::types::kspan_sched_open>() / 8;
-        // SAFETY: gettid has no preconditions.
-        let tid = u64::from(unsafe { libc::gettid() } as u32);
+        let tid = u64::from(crate::context::current_tid());
         let at = (tid as usize & (c::KSPAN_SCHED_OPEN_SLOTS as usize - 1)) * WORDS;
         let out = self.open.word(at + 1);
         if self.open.word(at) != tid
