@@ -48,6 +48,8 @@ impl Clocks {
     fn now() -> Self {
         let wall = Instant::now();
         let cpu = thread_cpu_ns();
+        // Only schedstat, right after the CPU clock: a fuller read (status
+        // too) would widen the window these three readings share.
         let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
         let run_queue = schedstat
             .split_whitespace()
