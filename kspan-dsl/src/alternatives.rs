@@ -12,6 +12,7 @@ use std::fmt;
 
 /// Why a function name cannot be one of a probe's alternatives.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AlternativeError {
     /// The name is empty.
     Empty,

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The `#[kernel_span]` attribute; see `kspan::kernel_span` for the reference.
 //!
-//! Shaped like tracing-attributes: [`attr`] parses the arguments into a struct
-//! (`syn::Result`, every bad key reported at once), [`expand`] turns the parsed
+//! Shaped like tracing-attributes: `attr` parses the arguments into a struct
+//! (`syn::Result`, every bad key reported at once), `expand` turns the parsed
 //! attribute and the function into tokens. Both work on `proc_macro2` tokens,
 //! so they are unit-tested without a compiler session; this file only bridges.
 

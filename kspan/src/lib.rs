@@ -61,11 +61,11 @@
 //!   outermost traced call, with no system call, so the kernel span becomes
 //!   a child of the application span, in its trace, and calls under an
 //!   unsampled span are dropped in the kernel before they cost a record.
-//!   `tracing` layers ([`context::EnteredSpanLayer`]) cover only what the
-//!   observer cannot see.
+//!   `tracing` layers ([`EnteredSpanLayer`], feature `tracing`) cover only
+//!   what the observer cannot see.
 //! * **Plan before touching the kernel.** Every probe is resolved against the
 //!   running kernel's BTF (function exists, parameter names to positions, Rust
-//!   types against kernel types) by pure code in [`plan`]; a typo fails with
+//!   types against kernel types) by pure code (`plan`); a typo fails with
 //!   an error naming the function, the parameter and the fix, before anything
 //!   is loaded.
 //! * **The application's pipeline is reused, through its id generator.**
@@ -111,17 +111,18 @@
 //!
 //! One module per stage, in the order data flows; each imports only from the
 //! stages before it, and each has an error type of its own, composed in
-//! [`Error`]:
+//! [`Error`]. The stages not linked are internal; what a service uses of
+//! them is re-exported here.
 //!
 //! | stage | what it holds |
 //! | --- | --- |
 //! | `annotation` | what `#[kernel_span]` generates ([`Probe`], [`Mode`]), the values a handler gets ([`Captured`]) and the span it may change ([`KernelSpan`]); re-exported here |
 //! | [`kernel`] | facts about the running kernel, no BPF: its BTF, tracefs, syscall formats, privileges, preemption model, errno names |
-//! | [`plan`] | pure: each probe checked against BTF into captures and settings; field paths, the deny list ([`PlanError`]) |
+//! | `plan` | pure: each probe checked against BTF into captures and settings; field paths, the deny list ([`PlanError`], [`FieldPathError`]) |
 //! | `bpf` | kspan's BPF object through its skeleton, program copies, the raw attach system calls, what the kernel offers ([`KernelCapabilities`], [`LoadError`]) |
 //! | `attach` | the order, `auto`'s fallback from one [`Hook`] to the next, one module per hook, the links ([`AttachDecision`], [`AttachError`]) |
-//! | [`consume`] | the ring buffer and the records in it |
-//! | [`span`] | records to spans through the application's tracer ([`SpanFactory`], [`KernelSpanIds`]) |
+//! | `consume` | the ring buffer and the records in it |
+//! | `span` | records to spans through the application's tracer ([`KernelSpanIds`]) |
 //! | `export` | after kspan: what the application's exporter made of kernel spans ([`AccountedExporter`], [`ExportLedger`]) |
 //! | [`sched`] | the scheduler's account: its settings ([`SchedulerAccount`]), the attribute keys, the kernel's totals per application span; first in the data flow (the attach, consume and span stages use it) |
 //! | `sums` | the kernel's totals onto application spans as they end: of calls not made into spans, and the scheduler's account ([`KernelSums`], [`KernelSumsProcessor`]) |
@@ -148,6 +149,16 @@
 //! Integers are OTLP integers (an unsigned value above `i64::MAX` becomes its
 //! decimal string), `bool`s are booleans, pointers are `0x…` hex strings.
 //!
+//! # Feature flags
+//!
+//! | feature | default | what it adds |
+//! | --- | --- | --- |
+//! | `tracing` | off | [`EnteredSpanLayer`] (and the deprecated `ThreadContextLayer`) in [`context`]: `tracing` layers that publish the OpenTelemetry span of the entered `tracing` span for the BPF programs, where kspan's context observer cannot see it (tracing-opentelemetry's context activation turned off, or another context observer registered in the process). Adds the `tracing-subscriber` and `tracing-opentelemetry` dependencies. |
+//!
+//! A service on `tracing` with tracing-opentelemetry's default context
+//! activation needs no feature: [`context::register_observer`] sees its
+//! spans.
+//!
 //! # What the kernel must offer
 //!
 //! BTF (`/sys/kernel/btf/vmlinux`), CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN),
@@ -162,6 +173,13 @@
 //! that needs it), with the kernel's errno where it refused.
 //!
 //! [`SdkTracerProvider`]: opentelemetry_sdk::trace::SdkTracerProvider
+// Without the `tracing` feature the layer is absent: its links lead to the
+// feature flags section above.
+#![cfg_attr(
+    feature = "tracing",
+    doc = "[`EnteredSpanLayer`]: context::EnteredSpanLayer"
+)]
+#![cfg_attr(not(feature = "tracing"), doc = "[`EnteredSpanLayer`]: #feature-flags")]
 
 // The macro's expansion names `::kspan`; this lets the crate's own tests use it.
 #[cfg(test)]
@@ -169,18 +187,29 @@ extern crate self as kspan;
 
 // The stages (see "Where things are" above for their order); a module
 // imports only from the stages before it, and `context` from none.
+//
+// `consume`, `plan` and `span` (and `kernel`'s BTF parser, tracefs and errno
+// modules) are public for kspan's CLI (kspan-cli), its tests and benches
+// only: `#[doc(hidden)]`, so `cargo doc` shows the service API alone, and
+// without any stability promise. What a service needs of them is re-exported
+// below.
 mod annotation;
 mod attach;
 mod bpf;
+#[doc(hidden)]
 pub mod consume;
 pub mod context;
+mod diagnostics;
 mod error;
 mod export;
 pub mod kernel;
 pub mod latency;
+mod pipeline;
+#[doc(hidden)]
 pub mod plan;
 mod runtime;
 pub mod sched;
+#[doc(hidden)]
 pub mod span;
 mod stats;
 mod sums;
@@ -203,10 +232,15 @@ pub use export::{AccountedExporter, ExportLedger};
 pub use kernel::{KernelError, KERNEL_BTF};
 pub use opentelemetry::trace::Status;
 pub use opentelemetry::KeyValue;
+pub use pipeline::{Pipeline, TracerProviderBuilderExt};
+pub use plan::fieldpath::{FieldPathError, PathSyntaxError, SegmentProblem};
 pub use plan::PlanError;
-pub use runtime::{Kspan, KspanBuilder, ThreadContextReads};
+pub use runtime::{Kspan, KspanBuilder, SetupGap, ThreadContextReads};
 pub use sched::{SchedMechanism, SchedulerAccount};
-pub use span::{KernelSpanIds, Outcome, SpanFactory};
+pub use span::KernelSpanIds;
+// For kspan's benches and tests (see above).
+#[doc(hidden)]
+pub use span::{Outcome, SpanFactory};
 pub use stats::{ProbeStats, Stats};
 pub use sums::{KernelSums, KernelSumsProcessor};
 
@@ -263,8 +297,8 @@ pub mod __private {
 ///   fails the start.
 /// * A function name with `*` or `?` (`"vfs_*"`) traces every matching function
 ///   the kernel can trace; the captures must exist in every match. Functions on
-///   kspan's deny list ([`plan::denylist`]) and inlined or notrace matches are skipped
-///   and reported ([`Kspan::skipped`]).
+///   kspan's deny list (`kspan list --all` says why each is left out) and
+///   inlined or notrace matches are skipped and reported ([`Kspan::skipped`]).
 /// * `errno = false`: by default a function returning a signed `int` or
 ///   `long` that returns `-1..=-4095` gets status error and an `error.type`
 ///   attribute with the errno's name (`ENOENT`); this turns that off.

@@ -9,6 +9,7 @@ use std::fmt;
 
 /// What a Rust parameter type is, as far as capturing is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ValueKind {
     /// An integer of `bytes` width.
     Int {
@@ -143,6 +144,7 @@ impl<T> KernelValue for *mut T {
 
 /// One captured value as the record carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Capture<'a> {
     /// A scalar (integer, bool, address), raw.
     Scalar(u64),
@@ -229,6 +231,7 @@ impl<'a, const N: usize> FromCapture<'a> for [u8; N] {
 
 /// A captured value, decoded for use as a span attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Value {
     /// A signed integer.
     Int(i64),

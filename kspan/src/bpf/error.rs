@@ -52,6 +52,7 @@ impl LoadError {
 /// A BPF map operation failed (the ring buffer, the counters, the switch).
 #[derive(Debug, thiserror::Error)]
 #[error("BPF map `{map}`: {source}")]
+#[non_exhaustive]
 pub struct MapError {
     /// The map.
     pub map: &'static str,

@@ -25,6 +25,7 @@ use crate::kernel::{privileges, read_btf, KERNEL_BTF};
 
 /// Whether a mechanism is usable, and if not why.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Feature {
     /// Usable.
     Available,

@@ -4,18 +4,27 @@
 //! privileges, its preemption model, errno names. The first stage after the annotations: it reads
 //! only their modes (which mechanisms the probes need privileges for).
 
+// `btf`, `errno`, `ksyms`, `syscall`, `tracefs` and `read_btf` are public
+// for kspan's CLI (kspan-cli), its tests and benches only: hidden from the
+// documentation, with no stability promise.
+#[doc(hidden)]
 pub mod btf;
+#[doc(hidden)]
 pub mod errno;
+#[doc(hidden)]
 pub mod ksyms;
 pub mod preemption;
 pub(crate) mod privileges;
 pub(crate) mod sys;
+#[doc(hidden)]
 pub mod syscall;
+#[doc(hidden)]
 pub mod tracefs;
 
 use std::path::{Path, PathBuf};
 
-use btf::{Btf, BtfError};
+use btf::Btf;
+pub use btf::BtfError;
 pub use privileges::{MissingCapability, MissingPrivileges};
 
 /// Where the running kernel publishes its BTF.
@@ -23,6 +32,7 @@ pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// Reads (or maps) and indexes the BTF at `path` (the kernel's is
 /// [`KERNEL_BTF`]).
+#[doc(hidden)]
 pub fn read_btf(path: &Path) -> Result<Btf, KernelError> {
     let no_btf = |source| KernelError::NoKernelBtf {
         path: path.to_owned(),
