@@ -4,17 +4,21 @@
 //! bpftrace attaching the same functions.
 //!
 //! `attach_many fexit|kretprobe|fexit-1000|kretprobe-1000[-pair]`. Spans
-//! go to a pipeline without an exporter: only attach and detach are
-//! measured. Each attaches through the cheapest attachment the kernel has
+//! go to kspan's pipeline with an exporter that discards them: only attach
+//! and detach are measured. Each attaches through the cheapest attachment the kernel has
 //! (fsession.multi, kprobe.session); `-pair` turns session programs off
 //! (fentry + fexit per function, a kprobe.multi link per direction). The `-1000` modes attach about a thousand functions
 //! (`tcp_*`, `security_*`, `blk_*`, `sock_*`: 1,106 on Debian 12's kernel).
-//! It prints how many functions each attachment took, and on stderr each
-//! match left out with why.
+//! It prints how many functions each attachment took and kspan's settled
+//! figures on one line, and on stderr each match left out with why.
 
 use std::process::ExitCode;
 
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use kspan_examples::hot::discard;
+
+/// The pipeline's queue: room for the spans of the calls this process
+/// makes while attached (the SDK's default).
+const QUEUE: usize = 2048;
 
 /// Every `vfs_*` function through BPF trampolines.
 #[kspan::kernel_span("vfs_*", mode = "fexit")]
@@ -75,10 +79,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let provider = SdkTracerProvider::builder()
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .build();
-    let mut builder = kspan::Kspan::builder(&provider)
+    let discarding = discard::provider(QUEUE);
+    let mut builder = kspan::Kspan::builder(&discarding.provider)
+        .pipeline(&discarding.pipeline)
         .orphans(kspan::Orphans::NewTrace)
         .probes(probes.iter().copied());
     if pair {
@@ -105,14 +108,21 @@ async fn main() -> ExitCode {
     let skipped = kspan.skipped().len();
     let start_ms = started.elapsed().as_millis();
     let detaching = std::time::Instant::now();
-    match kspan.shutdown().await {
-        Ok(_) => {
+    let shutdown = kspan.shutdown().await;
+    let shutdown_ms = detaching.elapsed().as_millis();
+    let shut = discarding.provider.shutdown();
+    match shutdown {
+        Ok(stats) => {
+            let stats = discarding.pipeline.ledger().final_figures(&stats);
             println!(
                 "attach_many: {attached} functions attached and detached ({}), {skipped} skipped; \
-                 start {start_ms} ms, shutdown {} ms",
+                 start {start_ms} ms, shutdown {shutdown_ms} ms; kspan: {stats}",
                 by.join(", "),
-                detaching.elapsed().as_millis()
             );
+            if let Err(e) = shut {
+                eprintln!("attach_many: {e}");
+                return ExitCode::FAILURE;
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

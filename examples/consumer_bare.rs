@@ -20,8 +20,8 @@
 //! With `spans`, the callback also turns each record into the span kspan
 //! makes of it (name, kind, start and end time, return value, thread id)
 //! with the SDK's own `SpanBuilder`, through the same pipeline as
-//! `consumer_kspan` (its gate processor, open, then the batch processor
-//! and the discarding exporter), and the time
+//! `consumer_kspan` (its gate processor, open, then kspan's pipeline: the
+//! batch processor and the discarding exporter), and the time
 //! runs until the exporter has every span: a hand-written records-to-spans
 //! consumer, the smallest one could write on libbpf-rs, printed as
 //! `CONSUMER bare_spans`.
@@ -168,8 +168,10 @@ fn run() -> Result<(), BoxError> {
     let consumed = Rc::new(Cell::new(0u64));
     let total_ns = Rc::new(Cell::new(0u64));
     // The pipeline `consumer_kspan` uses (its gate, never closed here, then
-    // the batch processor), with room for every span of a fill.
-    let (provider, exporter) = discard::provider_with(
+    // kspan's pipeline), with room for every span of a fill.
+    let discard::Discarding {
+        provider, exporter, ..
+    } = discard::provider_with(
         (records as usize + 1) * 2,
         GateProcessor(Arc::new(Gate::default())),
     );
@@ -222,7 +224,7 @@ fn run() -> Result<(), BoxError> {
             load::call();
         }
         let target = from + u64::from(records) + 1;
-        let exported_target = exporter.exported() + u64::from(records) + 1;
+        let received_target = exporter.received() + u64::from(records) + 1;
         let cpu = load::process_cpu_ns();
         let started = Instant::now();
         while consumed.get() < target {
@@ -239,7 +241,7 @@ fn run() -> Result<(), BoxError> {
         let lost_now = counters()?;
         let mut missing = target.saturating_sub(consumed.get());
         if spans {
-            missing += exported_target.saturating_sub(exporter.exported());
+            missing += received_target.saturating_sub(exporter.received());
         }
         println!(
             "CONSUMER {} records {} ns {} cpu_ns {cpu} lost {}",

@@ -4,8 +4,9 @@
 //! is the other side.
 //!
 //! `consumer_kspan RECORDS FILLS`: kspan traces `getppid` (a syscall
-//! source) into a pipeline whose batch processor holds every span and whose
-//! exporter discards them ([`kspan_examples::hot::discard`]). A first
+//! source) into kspan's pipeline (`with_kspan`), whose batch processor
+//! holds every span and whose exporter discards them
+//! ([`kspan_examples::hot::discard`]). A first
 //! processor, the gate, holds kspan's consumer inside its first span; the
 //! program then makes RECORDS more `getppid` calls, so that their records
 //! wait in the ring buffer, opens the gate and times until the exporter
@@ -15,11 +16,13 @@
 //! the process meanwhile: the consumer's, the SDK's export thread's, and
 //! the waiting main thread's); `lost` counts every loss kspan knows (ring
 //! buffer full, overload, the SDK's queue), and the exporter must have
-//! every span.
+//! every span. At the end it prints kspan's settled figures
+//! (`consumer_kspan: kspan: <figures>`).
 //!
-//! With `no-export` as a third argument the gate is the only processor:
-//! what kspan and the SDK's span building cost without the batch
-//! processor's queue and export thread (the report's breakdown).
+//! With `no-export` as a third argument the gate is the only processor
+//! (not kspan's pipeline): what kspan and the SDK's span building cost
+//! without the batch processor's queue and export thread (the report's
+//! breakdown).
 
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -53,21 +56,30 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 fn run() -> Result<(), BoxError> {
     let (records, fills, export) = args()?;
     let gate = Arc::new(Gate::default());
-    let (provider, exporter) = if export {
-        discard::provider_with((records as usize + 1) * 2, GateProcessor(gate.clone()))
-    } else {
-        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+    let discarding = export
+        .then(|| discard::provider_with((records as usize + 1) * 2, GateProcessor(gate.clone())));
+    let provider = match &discarding {
+        Some(d) => d.provider.clone(),
+        // Hand-made on purpose: the gate alone, without kspan's pipeline
+        // (its batch processor's queue and export thread), for the
+        // report's breakdown. kspan's figures then end at the pipeline
+        // (it warns so at start).
+        None => opentelemetry_sdk::trace::SdkTracerProvider::builder()
             .with_id_generator(kspan::KernelSpanIds::default())
             .with_span_processor(GateProcessor(gate.clone()))
-            .build();
-        (provider, discard::DiscardExporter::default())
+            .build(),
     };
-    let kspan = kspan::Kspan::builder(&provider)
+    let mut builder = kspan::Kspan::builder(&provider);
+    if let Some(d) = &discarding {
+        builder = builder.pipeline(&d.pipeline);
+    }
+    let kspan = builder
         .probe(&sys_getppid)
         // The calls are made under no application span.
         .orphans(kspan::Orphans::NewTrace)
         .ring_buffer_size(RING_BYTES)
         .start()?;
+    let received = || discarding.as_ref().map_or(0, |d| d.exporter.received());
     let mut before = kspan.stats()?;
     for _ in 0..fills {
         gate.close();
@@ -81,8 +93,8 @@ fn run() -> Result<(), BoxError> {
             load::call();
         }
         let target = gate.ended.load(Ordering::Relaxed) + u64::from(records);
-        let exported_target = if export {
-            exporter.exported() + u64::from(records) + 1
+        let received_target = if export {
+            received() + u64::from(records) + 1
         } else {
             0
         };
@@ -102,7 +114,7 @@ fn run() -> Result<(), BoxError> {
         let cpu = load::process_cpu_ns() - cpu;
         let after = kspan.stats()?;
         let lost = after.lost() - before.lost();
-        let missing = exported_target.saturating_sub(exporter.exported());
+        let missing = received_target.saturating_sub(received());
         println!(
             "CONSUMER {} records {} ns {} cpu_ns {cpu} lost {}",
             if export { "kspan" } else { "kspan_no_export" },
@@ -112,14 +124,20 @@ fn run() -> Result<(), BoxError> {
         );
         before = after;
     }
-    let stats = tokio::runtime::Builder::new_current_thread()
+    let shutdown = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(kspan.shutdown())?;
-    if stats.lost() > 0 {
-        return Err(format!("kspan lost spans: {stats:?}").into());
+        .block_on(kspan.shutdown());
+    let shut = provider.shutdown();
+    let mut stats = shutdown?;
+    if let Some(d) = &discarding {
+        stats = d.pipeline.ledger().final_figures(&stats);
     }
-    provider.shutdown()?;
+    println!("consumer_kspan: kspan: {stats}");
+    if stats.lost() > 0 {
+        return Err(format!("kspan lost spans: {stats}").into());
+    }
+    shut?;
     Ok(())
 }
 

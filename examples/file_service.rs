@@ -22,8 +22,11 @@
 //! and the socket is bound (`--listen 127.0.0.1:0` picks a free port), and
 //! runs until it has accepted `N` connections and answered them, or until
 //! interrupted (a second interrupt stops waiting for open connections; a
-//! client gets 10 s to send its request). It then detaches, flushes, and
-//! prints what kspan exported, lost and dropped.
+//! client gets 10 s to send its request). It then detaches, flushes, shuts
+//! the tracer provider down, and prints kspan's settled figures: spans
+//! handed to the pipeline, acknowledged by the collector, lost by reason
+//! (with the collector down, the export failures), and the calls dropped
+//! outside any request.
 //!
 //! Files are served from below `--root` only: no `..`, no symbolic link
 //! leading out (403), nothing but regular files (404 for a directory or a
@@ -118,8 +121,9 @@ async fn run() -> Result<(), BoxError> {
     if !args.root.is_dir() {
         return Err(format!("--root {}: not a directory", args.root.display()).into());
     }
-    let provider = init_telemetry("kspan-file-service")?;
-    let kspan = kspan::Kspan::builder(&provider)
+    let telemetry = init_telemetry("kspan-file-service")?;
+    let kspan = kspan::Kspan::builder(&telemetry.provider)
+        .pipeline(&telemetry.pipeline)
         .all_probes()
         .orphans(kspan::Orphans::Drop)
         .start()?;
@@ -174,19 +178,13 @@ async fn run() -> Result<(), BoxError> {
     }
 
     // Reached on every way out of the loops, so no span is left unflushed.
-    let (stats, failed) = kspan_examples::final_figures(kspan.shutdown().await)?;
+    let settled = telemetry.shut_down(kspan).await?;
     println!(
-        "file_service: accepted {accepted} connections; kspan exported {} spans, lost {}, \
-         dropped {} calls made outside any request ({stats})",
-        stats.spans_to_pipeline,
-        stats.lost(),
-        stats.orphans_dropped
+        "file_service: accepted {accepted} connections; {} calls made outside any request \
+         not recorded; kspan: {}",
+        settled.stats.orphans_dropped, settled.stats
     );
-    let shut = provider.shutdown();
-    match failed {
-        Some(source) => Err(source.into()),
-        None => Ok(shut?),
-    }
+    settled.result()
 }
 
 /// One connection, one request, one server span.

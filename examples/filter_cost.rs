@@ -8,11 +8,12 @@
 //! `getppid()` calls inside one application span, and prints
 //! `FILTER-COST <mode> min <ns> cpu <ns>`: the time per call of the fastest
 //! batch, and the process's CPU time (user and system, every thread: the
-//! consumer and the SDK included) per call over the whole loop. Modes:
+//! consumer and the SDK included) per call over the whole loop; on stderr,
+//! kspan's settled figures. Modes:
 //!
 //! * `none`: nothing attached;
-//! * `span`: every call a span, built and handed to an SDK batch processor
-//!   whose exporter discards;
+//! * `span`: every call a span, built and handed to kspan's pipeline (an
+//!   SDK batch processor) whose exporter discards;
 //! * `filtered`: `filter = "ret < 0"`, which refuses every call (getppid
 //!   cannot fail) in the kernel at its exit;
 //! * `summed`: `spans = false, sum`: every call summed onto the application
@@ -24,9 +25,10 @@
 use std::process::{Child, ExitCode};
 use std::time::Instant;
 
+use kspan::TracerProviderBuilderExt as _;
 use opentelemetry::trace::{Tracer, TracerProvider as _};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 
 #[kspan::kernel_span(syscall = "getppid")]
 fn every_call(ret: i64) {}
@@ -107,19 +109,21 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let sums = kspan::KernelSums::new();
+    let pipeline = kspan::Pipeline::new();
     let provider = SdkTracerProvider::builder()
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .with_span_processor(sums.processor(BatchSpanProcessor::builder(Discard).build()))
+        .with_kspan(&pipeline, Discard)
         .build();
+    // Registered here rather than by `start`: the modes without kspan
+    // (`none`, `bpftrace`) publish the loop's context all the same, so that
+    // only what is attached differs.
     if let Err(e) = kspan::context::register_observer() {
         eprintln!("filter_cost: {e}");
         return ExitCode::FAILURE;
     }
     let kspan = match probe {
         Some(probe) => match kspan::Kspan::builder(&provider)
+            .pipeline(&pipeline)
             .probe(probe)
-            .kernel_sums(sums)
             .start()
         {
             Ok(k) => Some(k),
@@ -161,17 +165,23 @@ async fn main() -> ExitCode {
         let _ = child.kill();
         let _ = child.wait();
     }
-    if let Some(kspan) = kspan {
-        match kspan.shutdown().await {
-            Ok(stats) if stats.lost() == 0 => {}
-            Ok(stats) => eprintln!("filter_cost: kspan lost spans: {stats:?}"),
+    let shutdown = match kspan {
+        Some(kspan) => Some(kspan.shutdown().await),
+        None => None,
+    };
+    let _ = provider.shutdown();
+    if let Some(shutdown) = shutdown {
+        match shutdown {
+            Ok(stats) => {
+                let stats = pipeline.ledger().final_figures(&stats);
+                eprintln!("filter_cost: kspan: {stats}");
+            }
             Err(e) => {
                 eprintln!("filter_cost: {e}");
                 return ExitCode::FAILURE;
             }
         }
     }
-    let _ = provider.shutdown();
     println!("FILTER-COST {mode} min {fastest:.1} cpu {cpu:.1}");
     ExitCode::SUCCESS
 }

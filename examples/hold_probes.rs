@@ -14,12 +14,15 @@
 //! Once attached it makes one call of the traced kind itself, so that the
 //! final line proves the probes were live (`emitted` >= 1), prints
 //! `HOLD-PROBES ready pid <pid>`, and idles. At the signal it shuts kspan
-//! down and prints `HOLD-PROBES done emitted <n> exported <n> lost <n>`.
+//! and the tracer provider down and prints `HOLD-PROBES done emitted <n>
+//! handed <n> lost <n>` (records the kernel emitted, spans handed to
+//! kspan's pipeline, whose exporter discards them, and spans lost, settled)
+//! and `hold_probes: kspan: <figures>`.
 
 use std::io::Read;
 use std::process::ExitCode;
 
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use kspan_examples::hot::discard;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// `getppid` as a syscall source.
@@ -66,10 +69,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // Signals are set up before "ready", so that none is missed after it.
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let provider = SdkTracerProvider::builder()
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .build();
-    let kspan = kspan::Kspan::builder(&provider)
+    // This process's own calls only: the SDK's default queue holds them.
+    let discarding = discard::provider(2048);
+    let kspan = kspan::Kspan::builder(&discarding.provider)
+        .pipeline(&discarding.pipeline)
         .probe(probe)
         // Explicit, so that this process's own call is recorded whatever the
         // default: it is the proof that the probes ran.
@@ -86,12 +89,16 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-    let stats = kspan.shutdown().await?;
+    let shutdown = kspan.shutdown().await;
+    let shut = discarding.provider.shutdown();
+    let stats = discarding.pipeline.ledger().final_figures(&shutdown?);
     println!(
-        "HOLD-PROBES done emitted {} exported {} lost {}",
+        "HOLD-PROBES done emitted {} handed {} lost {}",
         stats.records_emitted,
         stats.spans_to_pipeline,
         stats.lost()
     );
+    println!("hold_probes: kspan: {stats}");
+    shut?;
     Ok(())
 }

@@ -48,12 +48,11 @@ fn counts() -> Result<(u64, u64), String> {
 
 async fn run() -> Result<(), kspan_examples::BoxError> {
     let (small, large) = counts()?;
-    let sums = kspan::KernelSums::new();
-    let provider = kspan_examples::init_telemetry_with("kspan-examples", Some(&sums))?;
+    let telemetry = kspan_examples::init_telemetry("kspan-examples")?;
     let meters = kspan_examples::init_metrics()?;
-    let kspan = kspan::Kspan::builder(&provider)
+    let kspan = kspan::Kspan::builder(&telemetry.provider)
+        .pipeline(&telemetry.pipeline)
         .probe(&vfs_read)
-        .kernel_sums(sums)
         .meter_provider(&meters)
         .start()?;
 
@@ -78,14 +77,14 @@ async fn run() -> Result<(), kspan_examples::BoxError> {
         .map_or(0, |p| p.filtered);
     // kspan first: its shutdown records the histogram's last calls, which
     // the meter provider's shutdown then exports.
-    let stats = kspan.shutdown().await?;
+    let settled = telemetry.shut_down(kspan).await?;
     println!(
         "hot_reads: {small} small and {large} large reads; vfs_read calls filtered in the \
-         kernel {filtered}; kspan exported {} spans, lost {}",
-        stats.spans_to_pipeline,
-        stats.lost()
+         kernel {filtered}; kspan: {}",
+        settled.stats
     );
-    provider.shutdown()?;
-    meters.shutdown()?;
+    let metered = meters.shutdown();
+    settled.result()?;
+    metered?;
     Ok(())
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! A service for readers outside the process (OTEP 4947 and 4719): its
-//! tracer provider has a resource of its own and a
+//! tracer provider has a resource of its own and kspan's pipeline with a
 //! [`kspan::context::ContextPublisher`] that copies `http.route` and
-//! `http.request.method` into the thread records, and kspan runs with a
-//! syscall source. Three request threads each hold a request span
+//! `http.request.method` into the thread records
+//! ([`kspan::Pipeline::with_context_publisher`]), its spans go to an
+//! exporter that discards them, and kspan runs with a syscall source. Three request threads each hold a request span
 //! (attributes at creation); the third holds a database span under its
 //! request (no route of its own: the record carries the request's), and
 //! one thread holds no span.
@@ -11,7 +12,7 @@
 //! Each thread prints what it holds (`span TID TRACE SPAN ROUTE METHOD`
 //! or `none TID`), then the service prints `ready` and waits, every thread
 //! in its span, until its standard input closes: the readers' tests stop
-//! it and read it meanwhile.
+//! it and read it meanwhile. Then it prints kspan's settled figures.
 
 use std::io::{BufRead as _, Write as _};
 use std::process::ExitCode;
@@ -22,6 +23,8 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 
+use kspan::TracerProviderBuilderExt as _;
+use kspan_examples::hot::discard::DiscardExporter;
 use kspan_examples::BoxError;
 
 #[kspan::kernel_span(syscall = "getppid")]
@@ -41,8 +44,8 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), BoxError> {
     let publisher = kspan::context::ContextPublisher::new()
         .record_attributes(["http.route", "http.request.method"])?;
+    let pipeline = kspan::Pipeline::new().with_context_publisher(publisher);
     let provider = SdkTracerProvider::builder()
-        .with_id_generator(kspan::KernelSpanIds::default())
         .with_resource(
             Resource::builder_empty()
                 .with_attributes([
@@ -51,9 +54,13 @@ async fn run() -> Result<(), BoxError> {
                 ])
                 .build(),
         )
-        .with_span_processor(publisher)
+        // Nothing leaves the process: its readers read it from outside.
+        .with_kspan(&pipeline, DiscardExporter::default())
         .build();
-    let kspan = kspan::Kspan::builder(&provider).probe(&getppid).start()?;
+    let kspan = kspan::Kspan::builder(&provider)
+        .pipeline(&pipeline)
+        .probe(&getppid)
+        .start()?;
     let tracer = provider.tracer("interop");
 
     let requests = [
@@ -119,7 +126,7 @@ async fn run() -> Result<(), BoxError> {
     for t in threads {
         t.join().map_err(|_| "a thread panicked")?;
     }
-    let stats = kspan.shutdown().await?;
-    println!("kernel spans {}", stats.spans_to_pipeline);
-    Ok(())
+    let settled = kspan_examples::shut_down(kspan, &provider, &pipeline).await?;
+    println!("interop_service: kspan: {}", settled.stats);
+    settled.result()
 }

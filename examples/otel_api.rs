@@ -12,6 +12,7 @@
 
 use std::process::ExitCode;
 
+use kspan::TracerProviderBuilderExt as _;
 use opentelemetry::trace::{Tracer as _, TracerProvider as _};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 
@@ -33,16 +34,14 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), BoxError> {
     let args = ReadArgs::parse(std::env::args().skip(1))?;
-    kspan::context::register_observer()?;
+    let pipeline = kspan::Pipeline::new();
     let provider = SdkTracerProvider::builder()
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .with_batch_exporter(
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .build()?,
-        )
+        .with_kspan(&pipeline, kspan_examples::otlp_exporter()?)
         .build();
-    let kspan = kspan::Kspan::builder(&provider).probe(&vfs_read).start()?;
+    let kspan = kspan::Kspan::builder(&provider)
+        .pipeline(&pipeline)
+        .probe(&vfs_read)
+        .start()?;
     let tracer = provider.tracer("otel-api");
 
     let (main_reads, worker) = tracer.in_span("read_file", |cx| {
@@ -62,19 +61,11 @@ async fn run() -> Result<(), BoxError> {
     })?;
     let ((attached_calls, _), (worker_calls, worker_bytes), worker_tid) = worker;
 
-    let (stats, failed) = kspan_examples::final_figures(kspan.shutdown().await)?;
+    let settled = kspan_examples::shut_down(kspan, &provider, &pipeline).await?;
     println!(
         "otel_api: main {} read calls, {} bytes; worker {worker_tid}: {attached_calls} attached \
-         read calls, {worker_calls} read calls, {worker_bytes} bytes; kspan exported {} spans, \
-         lost {} ({stats})",
-        main_reads.0,
-        main_reads.1,
-        stats.spans_to_pipeline,
-        stats.lost()
+         read calls, {worker_calls} read calls, {worker_bytes} bytes; kspan: {}",
+        main_reads.0, main_reads.1, settled.stats
     );
-    let shut = provider.shutdown();
-    match failed {
-        Some(source) => Err(source.into()),
-        None => Ok(shut?),
-    }
+    settled.result()
 }

@@ -12,19 +12,21 @@
 //!
 //! Once attached it proves the account live: a 2 ms sleep inside an
 //! application span must come back as sleeping time on that span (the
-//! `KernelSums` processor puts the kernel's totals on it as it ends). Then
-//! it prints `SCHED-IDLE ready pid <pid> mechanism <m> sleeping_ns <ns>` and
-//! idles; at the signal (or after SECONDS) it shuts kspan down and prints
-//! `SCHED-IDLE done <stats>`.
+//! pipeline's `KernelSums` processor puts the kernel's totals on it as it
+//! ends). Then it prints `SCHED-IDLE ready pid <pid> mechanism <m>
+//! sleeping_ns <ns>` and idles; at the signal (or after SECONDS) it shuts
+//! kspan and the tracer provider down and prints `SCHED-IDLE done
+//! <figures>`, kspan's settled figures.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kspan::TracerProviderBuilderExt as _;
 use opentelemetry::trace::{Tracer, TracerProvider as _};
 use opentelemetry::Value;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SimpleSpanProcessor, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Keeps the spans it is given, for the liveness check.
@@ -78,14 +80,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
 
-    let sums = kspan::KernelSums::new();
     let kept = Keep::default();
+    let pipeline = kspan::Pipeline::new();
     let provider = SdkTracerProvider::builder()
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .with_span_processor(sums.processor(SimpleSpanProcessor::new(kept.clone())))
+        .with_kspan(&pipeline, kept.clone())
         .build();
     let kspan = kspan::Kspan::builder(&provider)
-        .kernel_sums(sums)
+        .pipeline(&pipeline)
         .scheduler_account(kspan::SchedulerAccount::new().mechanism(mechanism))
         .start()?;
 
@@ -93,6 +94,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     provider
         .tracer("sched_account_idle")
         .in_span("liveness", |_| std::thread::sleep(Duration::from_millis(2)));
+    provider.force_flush()?;
     let sleeping_ns = {
         let spans = kept.0.lock().unwrap_or_else(|e| e.into_inner());
         spans
@@ -135,7 +137,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         _ = int.recv() => {}
         () = timeout => {}
     }
-    let stats = kspan.shutdown().await?;
+    let shutdown = kspan.shutdown().await;
+    let shut = provider.shutdown();
+    let stats = pipeline.ledger().final_figures(&shutdown?);
     println!("SCHED-IDLE done {stats}");
+    shut?;
     Ok(())
 }

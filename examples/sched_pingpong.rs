@@ -33,10 +33,11 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use kspan::TracerProviderBuilderExt as _;
 use opentelemetry::trace::{TraceContextExt as _, Tracer, TracerProvider as _};
 use opentelemetry::{Context, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SimpleSpanProcessor, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 
 /// bpftrace's offcputime: `$1` is this process's pid. At the switch-out of
 /// one of its threads, the time and the kernel stack by tid; at a switch-in
@@ -382,19 +383,19 @@ async fn threads(args: &[String]) -> Result<(), BoxError> {
     let (cpu, roundtrips, nbatches) = numbers(&args[1..])?;
 
     // The same provider and context observer in every mode: only what is
-    // attached differs.
+    // attached differs (so the observer is registered here, not only by
+    // kspan's start, which the modes without kspan do not reach).
     kspan::context::register_observer()?;
-    let sums = kspan::KernelSums::new();
     let kept = Keep::default();
+    let pipeline = kspan::Pipeline::new();
     let provider = SdkTracerProvider::builder()
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .with_span_processor(sums.processor(SimpleSpanProcessor::new(kept.clone())))
+        .with_kspan(&pipeline, kept.clone())
         .build();
     // Started before any thread is pinned: kspan's own threads keep every CPU.
     let kspan = match mechanism {
         Some(m) => Some(
             kspan::Kspan::builder(&provider)
-                .kernel_sums(sums)
+                .pipeline(&pipeline)
                 .scheduler_account(kspan::SchedulerAccount::new().mechanism(m))
                 .start()?,
         ),
@@ -446,10 +447,14 @@ async fn threads(args: &[String]) -> Result<(), BoxError> {
     let traced = if let Some((child, stdout)) = bpftrace {
         stop_bpftrace(child, stdout, &[main_tid, echo_tid])?.to_string()
     } else if let Some(kspan) = kspan {
-        let stats = kspan.shutdown().await?;
+        let shutdown = kspan.shutdown().await;
+        let shut = provider.shutdown();
+        let stats = pipeline.ledger().final_figures(&shutdown?);
+        println!("sched_pingpong: kspan: {stats}");
         if stats.lost() > 0 {
             return Err(format!("kspan lost records: {stats}").into());
         }
+        shut?;
         let spans = kept.0.lock().unwrap_or_else(|e| e.into_inner());
         let int = |span: &SpanData, key: &str| {
             span.attributes

@@ -10,8 +10,9 @@
 //! (`request`) doing WORK_ROUNDS rounds of a 64-bit hash; every request is
 //! two wake-ups (the worker's, the client's) and about two context switches
 //! (a client blocks on its reply, a worker on the empty queue). Every span
-//! goes through a `KernelSums` processor and the SDK's batch processor into
-//! an exporter that discards, in every mode; `tp_btf` and `tracepoint` turn
+//! goes through kspan's pipeline (`with_kspan`: its `KernelSums` processor
+//! and the SDK's batch processor) into an exporter that discards, in every
+//! mode; `tp_btf` and `tracepoint` turn
 //! the account on with that mechanism, `tp_btf_totals` with BTF tracepoints
 //! and no wait spans (the totals on each span only), `off` leaves it off
 //! (kspan is not started; the context observer is registered all the same).
@@ -22,7 +23,9 @@
 //! switches (`getrusage`), the application spans the exporter got and the
 //! account's wait spans (off-CPU intervals of 1 ms or more, the account's
 //! default), the application spans with switches summed by the account,
-//! and the records kspan lost.
+//! and the spans kspan lost (its settled figures, once the tracer provider
+//! is shut down); with the account on, a line `sched_service: kspan:
+//! <figures>` follows.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,13 +33,12 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kspan::TracerProviderBuilderExt as _;
 use kspan_examples::hot::load::work_unit;
 use opentelemetry::trace::{TraceContextExt as _, Tracer, TracerProvider as _};
 use opentelemetry::{Context, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
-};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider, SpanData, SpanExporter};
 
 const CLIENTS: usize = 2;
 const WORKERS: usize = 2;
@@ -133,25 +135,24 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|s| s.parse::<u32>().ok())
         .ok_or_else(|| format!("WORK_ROUNDS must be a number\n{usage_text}"))?;
 
+    // Registered here, not only by kspan's start: the mode without the
+    // account (`off`) publishes the same contexts, so that only what is
+    // attached differs.
     kspan::context::register_observer()?;
-    let sums = kspan::KernelSums::new();
     let count = Count::default();
     // Room for every span of a run: the SDK drops none (checked below).
-    let batch = BatchSpanProcessor::builder(count.clone())
-        .with_batch_config(
-            BatchConfigBuilder::default()
-                .with_max_queue_size(1 << 20)
-                .build(),
-        )
-        .build();
+    let pipeline = kspan::Pipeline::new().with_batch_config(
+        BatchConfigBuilder::default()
+            .with_max_queue_size(1 << 20)
+            .build(),
+    );
     let provider = SdkTracerProvider::builder()
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .with_span_processor(sums.processor(batch))
+        .with_kspan(&pipeline, count.clone())
         .build();
     let kspan = match account {
         Some(account) => Some(
             kspan::Kspan::builder(&provider)
-                .kernel_sums(sums)
+                .pipeline(&pipeline)
                 .scheduler_account(account)
                 .start()?,
         ),
@@ -208,12 +209,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         w.join().map_err(|_| "a worker panicked")?;
     }
 
-    let lost = match kspan {
-        Some(k) => k.shutdown().await?.lost(),
-        None => 0,
+    let shutdown = match kspan {
+        Some(k) => Some(k.shutdown().await),
+        None => None,
     };
     provider.force_flush()?;
-    let _ = provider.shutdown();
+    let shut = provider.shutdown();
+    let settled = match shutdown {
+        Some(shutdown) => Some(pipeline.ledger().final_figures(&shutdown?)),
+        None => None,
+    };
+    shut?;
+    let lost = settled.map_or(0, |s| s.lost());
     let waits = count.waits.load(Ordering::Relaxed);
     let spans = count.spans.load(Ordering::Relaxed) - waits;
     if spans != 2 * (requests + warm_up_requests) {
@@ -230,6 +237,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         switches1 - switches0,
         count.accounted.load(Ordering::Relaxed)
     );
+    if let Some(stats) = settled {
+        println!("sched_service: kspan: {stats}");
+    }
     Ok(())
 }
 

@@ -6,9 +6,9 @@
 //! thread does units of CPU work (ROUNDS rounds of a 64-bit hash each) and,
 //! between units, the `getppid` calls due at RATE calls a second; VARIANT
 //! says how `getppid` is traced ([`VARIANTS`]): `untraced`, or `exported`
-//! (every call a span, through kspan's consumer and the OpenTelemetry SDK's
-//! batch processor to an exporter that discards, the queue large enough
-//! that nothing is dropped). It prints
+//! (every call a span, through kspan's consumer and kspan's pipeline, the
+//! OpenTelemetry SDK's batch processor, to an exporter that discards, the
+//! queue large enough that nothing is dropped). It prints
 //!
 //! `SERVICE <variant> rate <r> secs <s> units <n> calls <n> call_ns <ns>
 //! thread_cpu_ns <ns> process_cpu_ns <ns> spans <n> lost <n>`
@@ -17,8 +17,11 @@
 //! time spent in the calls (each timed by the calling thread); the CPU
 //! times are the service thread's and the whole process's (the consumer
 //! and the exporter's thread are the difference), read once every span has
-//! reached the pipeline. `spans` must equal `calls` when traced, and
-//! `lost` be 0.
+//! reached the pipeline. `spans` (handed to kspan's pipeline) must equal
+//! `calls` when traced, and `lost` be 0: kspan's settled figures, once the
+//! tracer provider is shut down, when every span handed is acknowledged by
+//! the exporter or counted lost. A line `traced_service: kspan: <figures>`
+//! follows.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -96,10 +99,13 @@ fn args() -> Result<Args, BoxError> {
 fn run() -> Result<(), BoxError> {
     let a = args()?;
     let calls_expected = (a.rate as f64 * a.seconds) as usize + 1;
-    let (provider, exporter) = discard::provider(calls_expected * 2);
+    let discard::Discarding {
+        provider, pipeline, ..
+    } = discard::provider(calls_expected * 2);
     let kspan = match a.probe {
         Some(probe) => Some(
             kspan::Kspan::builder(&provider)
+                .pipeline(&pipeline)
                 .probe(probe)
                 // The calls are made under no application span.
                 .orphans(kspan::Orphans::NewTrace)
@@ -133,7 +139,7 @@ fn run() -> Result<(), BoxError> {
     let thread_cpu = load::thread_cpu_ns() - thread_cpu;
     let calls = pacer.made();
 
-    let (spans, lost) = match kspan {
+    let (figures, shut) = match kspan {
         Some(kspan) => {
             // Every span in the pipeline before the process's CPU time is
             // read: the consumer collects at least every 50 ms.
@@ -147,23 +153,29 @@ fn run() -> Result<(), BoxError> {
             }
             provider.force_flush()?;
             let process_cpu = load::process_cpu_ns() - process_cpu;
-            let stats = tokio::runtime::Builder::new_current_thread()
+            let shutdown = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
-                .block_on(kspan.shutdown())?;
-            let missing = stats.spans_to_pipeline.saturating_sub(exporter.exported());
+                .block_on(kspan.shutdown());
+            let shut = provider.shutdown();
+            let stats = pipeline.ledger().final_figures(&shutdown?);
             report(&a, wall, units, calls, call_ns, thread_cpu, process_cpu);
-            (stats.spans_to_pipeline, stats.lost() + missing)
+            (Some(stats), shut)
         }
         None => {
             let process_cpu = load::process_cpu_ns() - process_cpu;
             report(&a, wall, units, calls, call_ns, thread_cpu, process_cpu);
-            (0, 0)
+            (None, provider.shutdown())
         }
     };
+    // Settled: every span handed is acknowledged by the exporter or lost.
+    let (spans, lost) = figures.map_or((0, 0), |s| (s.spans_to_pipeline, s.lost()));
     println!(" spans {spans} lost {lost}");
+    if let Some(stats) = figures {
+        println!("traced_service: kspan: {stats}");
+    }
     std::hint::black_box(state);
-    provider.shutdown()?;
+    shut?;
     Ok(())
 }
 

@@ -9,8 +9,8 @@
 //! that does not exist (an `ENOENT` span) inside an application span
 //! `remove_files`; prints one line per probe of the attach plan
 //! (`plan\tFUNCTION\tHOOK\tpassed over: ...\tnot attached: ...`) and a
-//! summary with `Stats::probes_not_attached`; exports over OTLP/gRPC to
-//! `OTEL_EXPORTER_OTLP_ENDPOINT`.
+//! summary with `Stats::probes_not_attached` and kspan's settled figures;
+//! exports over OTLP/gRPC to `OTEL_EXPORTER_OTLP_ENDPOINT`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,8 +46,9 @@ async fn run() -> Result<(), BoxError> {
         .ok_or(usage)?
         .parse()
         .map_err(|_| format!("COUNT is a whole number; {usage}"))?;
-    let provider = kspan_examples::init_telemetry("kspan-examples")?;
-    let kspan = kspan::Kspan::builder(&provider)
+    let telemetry = kspan_examples::init_telemetry("kspan-examples")?;
+    let kspan = kspan::Kspan::builder(&telemetry.provider)
+        .pipeline(&telemetry.pipeline)
         .probes([&unlinkat, &not_on_any_kernel])
         .start()?;
     for decision in kspan.attach_plan() {
@@ -88,14 +89,11 @@ async fn run() -> Result<(), BoxError> {
         }
     }
 
-    let stats = kspan.shutdown().await?;
+    let settled = telemetry.shut_down(kspan).await?;
     println!(
-        "unlinks: removed {count} files and 1 missing; kspan exported {} spans, lost {}; {} \
-         probes not attached",
-        stats.spans_to_pipeline,
-        stats.lost(),
-        stats.probes_not_attached
+        "unlinks: removed {count} files and 1 missing; {} probes not attached; kspan: {}",
+        settled.stats.probes_not_attached, settled.stats
     );
-    provider.shutdown()?;
+    settled.result()?;
     Ok(())
 }

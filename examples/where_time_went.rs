@@ -25,12 +25,16 @@
 //!    `app.read.direct` says which, and `app.read.voluntary_switches` how
 //!    often the kernel says the thread gave up its CPU during the read.
 //!
-//! The spans go out over OTLP (the standard `OTEL_*` variables) through a
-//! [`kspan::KernelSums`] processor in front of the batch processor: it puts
-//! the account's figures on each span as it ends. Between the two, a
-//! processor of this example notes the figures of every `request` span and
-//! the wait spans under it, so that the service prints, at the end, one
-//! line per request with what was exported, and kspan's own figures.
+//! The spans go out over OTLP (the standard `OTEL_*` variables) through
+//! kspan's pipeline (`with_kspan`), whose [`kspan::KernelSums`] processor
+//! puts the account's figures on each span as it ends, before the batch
+//! processor. The exporter is the OTLP one wrapped by one of this example's
+//! own that notes the figures of every `request` span and the wait spans
+//! under it as they go out, so that the service prints, at the end, one
+//! line per request with what reached the exporter, and kspan's settled
+//! figures. (A span processor of its own added after `with_kspan` would
+//! not do: the SDK gives each processor its own copy of the span, and only
+//! the one the sums processor hands on carries the account's figures.)
 //!
 //! The spans are made with the OpenTelemetry API rather than `tracing`:
 //! the account's figures are those of the time a span was a thread's
@@ -53,12 +57,12 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kspan::sched::{attributes as a, wait_attributes as w};
-use kspan_examples::{final_figures, gettid, init_telemetry_through, BoxError};
+use kspan_examples::{gettid, init_telemetry_with, otlp_exporter, BoxError};
 use opentelemetry::trace::{SpanId, SpanKind, TraceContextExt as _, Tracer as _};
 use opentelemetry::trace::{Status, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracer, Span, SpanData, SpanProcessor};
+use opentelemetry_sdk::trace::{SdkTracer, SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 
 const USAGE: &str = "usage: where_time_went REQUESTS DIR [--busy MS] [--sleep MS] [--hold MS]";
@@ -150,18 +154,20 @@ async fn run() -> Result<(), BoxError> {
     }
     let data = DataFile::write(&args.dir)?;
 
-    // The account's figures reach the spans in the KernelSums processor,
-    // which must come before anything that exports or reads them.
-    let sums = kspan::KernelSums::new();
+    // The account's figures reach the spans in the pipeline's KernelSums
+    // processor, before the batch processor and the exporter, where they
+    // are noted.
     let figures = Figures::default();
-    let provider = init_telemetry_through("kspan-where-time-went", |batch| {
-        sums.processor(Noting {
-            inner: batch,
+    let telemetry = init_telemetry_with(
+        "kspan-where-time-went",
+        kspan::Pipeline::new(),
+        Noting {
+            inner: otlp_exporter()?,
             figures: figures.clone(),
-        })
-    })?;
-    let kspan = kspan::Kspan::builder(&provider)
-        .kernel_sums(sums)
+        },
+    )?;
+    let kspan = kspan::Kspan::builder(&telemetry.provider)
+        .pipeline(&telemetry.pipeline)
         .scheduler_account(kspan::SchedulerAccount::default())
         .start()?;
     let mechanism = kspan
@@ -179,13 +185,12 @@ async fn run() -> Result<(), BoxError> {
 
     // Blocking work, on a thread of its own rather than the runtime's
     // workers, which also run the OTLP exporter's connection.
-    let tracer = provider.tracer("where-time-went");
+    let tracer = telemetry.provider.tracer("where-time-went");
     let (requests, plan, path) = (args.requests, args.plan, data.path.clone());
     let served = tokio::task::spawn_blocking(move || serve(&tracer, requests, plan, &path)).await;
 
     // Reached however the requests went, so that no span is left unflushed.
-    let (stats, failed) = final_figures(kspan.shutdown().await)?;
-    let shut = provider.shutdown();
+    let settled = telemetry.shut_down(kspan).await?;
     match served {
         Ok(Ok(())) => {}
         Ok(Err(err)) => return Err(format!("a request failed: {err}").into()),
@@ -194,15 +199,8 @@ async fn run() -> Result<(), BoxError> {
     for line in figures.summary() {
         println!("{line}");
     }
-    println!(
-        "where_time_went: kspan exported {} spans, lost {} ({stats})",
-        stats.spans_to_pipeline,
-        stats.lost()
-    );
-    match failed {
-        Some(source) => Err(source.into()),
-        None => Ok(shut?),
-    }
+    println!("where_time_went: kspan: {}", settled.stats);
+    settled.result()
 }
 
 /// The file the requests read, removed at the end.
@@ -449,7 +447,7 @@ fn read_to_end(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<u64>
     }
 }
 
-/// What the example noted of the spans it exported.
+/// What the example noted of the spans that reached its exporter.
 #[derive(Debug, Default, Clone)]
 struct Figures(Arc<Mutex<Noted>>);
 
@@ -550,21 +548,20 @@ impl Figures {
     }
 }
 
-/// Notes each span's figures, then hands it on to the exporting processor.
+/// Notes the figures of each span of a batch, then hands the batch on to
+/// the exporter.
 #[derive(Debug)]
-struct Noting<P> {
-    inner: P,
+struct Noting<E> {
+    inner: E,
     figures: Figures,
 }
 
-impl<P: SpanProcessor> SpanProcessor for Noting<P> {
-    fn on_start(&self, span: &mut Span, cx: &Context) {
-        self.inner.on_start(span, cx);
-    }
-
-    fn on_end(&self, span: SpanData) {
-        self.figures.note(&span);
-        self.inner.on_end(span);
+impl<E: SpanExporter> SpanExporter for Noting<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        for span in &batch {
+            self.figures.note(span);
+        }
+        self.inner.export(batch).await
     }
 
     fn force_flush(&self) -> OTelSdkResult {

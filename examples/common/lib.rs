@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! What every example service does the same way: an OpenTelemetry pipeline
-//! exporting over OTLP/gRPC, configured by the standard `OTEL_*` variables
-//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, ...), with `tracing`
-//! spans bridged into it, and a small argument reader.
+//! What every example service does the same way: kspan's OpenTelemetry
+//! pipeline (`with_kspan`) exporting over OTLP/gRPC, configured by the
+//! standard `OTEL_*` variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `OTEL_SERVICE_NAME`, ...), with `tracing` spans bridged into it; the
+//! settled figures at the end ([`shut_down`]); and a small argument reader.
 
 pub mod hot;
 
@@ -10,18 +11,20 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use kspan::TracerProviderBuilderExt as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider, SpanProcessor};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter};
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer as _;
 
 /// The whole of an example service: telemetry up, kspan started with
-/// `probes`, the file read inside an application span `read_file`, kspan shut
-/// down (drained and flushed), a one-line summary on stdout. Errors go to
-/// stderr, prefixed with `program`, and make the exit status 1.
+/// `probes`, the file read inside an application span `read_file`, kspan and
+/// the tracer provider shut down (drained and flushed), a one-line summary
+/// on stdout with kspan's settled figures. Errors go to stderr, prefixed
+/// with `program`, and make the exit status 1.
 pub async fn run_reads(program: &str, probes: Probes<'_>) -> ExitCode {
     match try_run_reads(program, probes).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -34,8 +37,8 @@ pub async fn run_reads(program: &str, probes: Probes<'_>) -> ExitCode {
 
 async fn try_run_reads(program: &str, probes: Probes<'_>) -> Result<(), BoxError> {
     let args = ReadArgs::parse(std::env::args().skip(1))?;
-    let provider = init_telemetry("kspan-examples")?;
-    let builder = kspan::Kspan::builder(&provider);
+    let telemetry = init_telemetry("kspan-examples")?;
+    let builder = kspan::Kspan::builder(&telemetry.provider).pipeline(&telemetry.pipeline);
     let builder = match probes {
         Probes::List(list) => builder.probes(list.iter().copied()),
         Probes::All => builder.all_probes(),
@@ -49,31 +52,61 @@ async fn try_run_reads(program: &str, probes: Probes<'_>) -> Result<(), BoxError
         read_file(&args)?
     };
 
-    let (stats, failed) = final_figures(kspan.shutdown().await)?;
+    let settled = telemetry.shut_down(kspan).await?;
     println!(
-        "{program}: {} read {} times: {calls} read calls, {bytes} bytes; kspan exported {} spans, lost {} ({stats})",
+        "{program}: {} read {} times: {calls} read calls, {bytes} bytes; kspan: {}",
         args.path.display(),
         args.times,
-        stats.spans_to_pipeline,
-        stats.lost()
+        settled.stats
     );
-    let shut = provider.shutdown();
-    match failed {
-        Some(source) => Err(source.into()),
-        None => Ok(shut?),
+    settled.result()
+}
+
+/// kspan's figures once kspan and the tracer provider are shut down, and
+/// the first failure of the two shutdowns.
+#[derive(Debug)]
+pub struct Settled {
+    /// Made final by the pipeline's ledger
+    /// ([`kspan::ExportLedger::final_figures`]): every span handed to the
+    /// pipeline is acknowledged by the collector or counted lost under its
+    /// reason (with the collector down, `export_failed`); its `Display` is
+    /// what the examples print.
+    pub stats: kspan::Stats,
+    /// The failure to report after the figures: kspan's flush (an export
+    /// failed, or did not finish in time), else the provider's shutdown.
+    pub failure: Option<BoxError>,
+}
+
+impl Settled {
+    /// `Err` with the failure, if there was one.
+    pub fn result(self) -> Result<(), BoxError> {
+        self.failure.map_or(Ok(()), Err)
     }
 }
 
-/// The final figures of `Kspan::shutdown`'s result on both paths (a
-/// failed flush carries them too), with the failure to report after them.
-pub fn final_figures(
-    shutdown: kspan::Result<kspan::Stats>,
-) -> Result<(kspan::Stats, Option<Box<kspan::Error>>), BoxError> {
-    match shutdown {
-        Ok(stats) => Ok((stats, None)),
-        Err(kspan::Error::Shutdown { stats, source }) => Ok((*stats, Some(source))),
-        Err(e) => Err(e.into()),
-    }
+/// Shuts `kspan` down (detached, drained, the provider flushed), then
+/// `provider`, and returns kspan's figures made final by `pipeline`'s
+/// ledger, read after the provider's own shutdown: nothing is left "not
+/// known yet", and what the collector did not take shows as lost. A failed
+/// flush still has figures (`kspan::Error::Shutdown`); it is returned as
+/// [`Settled::failure`], for the caller to report after them.
+pub async fn shut_down(
+    kspan: kspan::Kspan,
+    provider: &SdkTracerProvider,
+    pipeline: &kspan::Pipeline,
+) -> Result<Settled, BoxError> {
+    let (stats, failure): (kspan::Stats, Option<BoxError>) = match kspan.shutdown().await {
+        Ok(stats) => (stats, None),
+        Err(kspan::Error::Shutdown { stats, source }) => (*stats, Some(source)),
+        Err(e) => {
+            let _ = provider.shutdown();
+            return Err(e.into());
+        }
+    };
+    let shut = provider.shutdown();
+    let stats = pipeline.ledger().final_figures(&stats);
+    let failure = failure.or_else(|| shut.err().map(Into::into));
+    Ok(Settled { stats, failure })
 }
 
 /// Which probes an example starts.
@@ -88,42 +121,53 @@ pub enum Probes<'a> {
 /// A boxed error for `main`.
 pub type BoxError = Box<dyn Error + Send + Sync>;
 
-/// Sets up tracing and OpenTelemetry; returns the provider, which the caller
-/// hands to kspan and shuts down at exit.
-pub fn init_telemetry(scope: &'static str) -> Result<SdkTracerProvider, BoxError> {
-    init_telemetry_with(scope, None)
+/// An example's telemetry: the tracer provider, built with kspan's
+/// pipeline (`.with_kspan(&pipeline, exporter)`), and that pipeline, for
+/// `Kspan::builder(&provider).pipeline(&pipeline)` and the settled figures
+/// at the end ([`Telemetry::shut_down`]).
+#[derive(Debug)]
+pub struct Telemetry {
+    /// Handed to kspan, shut down at exit.
+    pub provider: SdkTracerProvider,
+    /// What kspan is given with `.pipeline(..)`.
+    pub pipeline: kspan::Pipeline,
 }
 
-/// [`init_telemetry`], the batch processor wrapped by `sums`' processor
-/// when given, so that application spans carry the kernel's totals of the
-/// probes with `sum`.
-pub fn init_telemetry_with(
-    scope: &'static str,
-    sums: Option<&kspan::KernelSums>,
-) -> Result<SdkTracerProvider, BoxError> {
-    match sums {
-        Some(sums) => init_telemetry_through(scope, |batch| sums.processor(batch)),
-        None => init_telemetry_through(scope, |batch| batch),
+impl Telemetry {
+    /// [`shut_down`] with this provider and pipeline.
+    pub async fn shut_down(&self, kspan: kspan::Kspan) -> Result<Settled, BoxError> {
+        shut_down(kspan, &self.provider, &self.pipeline).await
     }
 }
 
-/// [`init_telemetry`], with the span processor that `chain` makes of the
-/// OTLP batch processor: a [`kspan::KernelSums`] processor in front of it,
-/// say, with processors of the example's own between the two.
-pub fn init_telemetry_through<P: SpanProcessor + 'static>(
-    scope: &'static str,
-    chain: impl FnOnce(BatchSpanProcessor) -> P,
-) -> Result<SdkTracerProvider, BoxError> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
+/// Sets up tracing and OpenTelemetry, exporting over OTLP/gRPC through
+/// kspan's pipeline.
+pub fn init_telemetry(scope: &'static str) -> Result<Telemetry, BoxError> {
+    init_telemetry_with(scope, kspan::Pipeline::new(), otlp_exporter()?)
+}
+
+/// The OTLP/gRPC span exporter, configured by the `OTEL_*` variables.
+pub fn otlp_exporter() -> Result<opentelemetry_otlp::SpanExporter, BoxError> {
+    Ok(opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
-        .build()?;
-    let batch = BatchSpanProcessor::builder(exporter).build();
+        .build()?)
+}
+
+/// [`init_telemetry`] with `pipeline` (its batch settings or context
+/// publisher) and `exporter`: the OTLP one wrapped by one of the
+/// example's own, say.
+pub fn init_telemetry_with(
+    scope: &'static str,
+    pipeline: kspan::Pipeline,
+    exporter: impl SpanExporter + 'static,
+) -> Result<Telemetry, BoxError> {
     let provider = SdkTracerProvider::builder()
-        // Kernel spans keep the ids the kernel gave them.
-        .with_id_generator(kspan::KernelSpanIds::default())
         // The default detectors read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
         .with_resource(Resource::builder().build())
-        .with_span_processor(chain(batch))
+        // Kernel span ids, the process context's publisher, the kernel's
+        // sums, and the batch processor over an exporter whose outcome
+        // kspan's figures follow.
+        .with_kspan(&pipeline, exporter)
         .build();
     // The exporter's own libraries have spans too (h2's connection span at
     // debug level): made OpenTelemetry spans, the exporter's sends would
@@ -140,10 +184,10 @@ pub fn init_telemetry_through<P: SpanProcessor + 'static>(
         .with(otel_layer)
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .try_init()?;
-    // kspan's context observer publishes each thread's current span (OTEP
-    // 4947), so kernel spans become children of the application's spans.
-    kspan::context::register_observer()?;
-    Ok(provider)
+    // kspan's start registers its context observer, which publishes each
+    // thread's current span (OTEP 4947), so that kernel spans become
+    // children of the application's spans.
+    Ok(Telemetry { provider, pipeline })
 }
 
 /// A meter provider exporting over OTLP/gRPC (the same `OTEL_*`

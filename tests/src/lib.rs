@@ -852,6 +852,53 @@ pub fn assert_lost_only_to_kernel_skips(stats: &kspan::Stats, missing: u64) {
     );
 }
 
+/// kspan's figures as an example prints them (`Stats`'s `Display`, "N spans
+/// handed to the pipeline, M acknowledged by the collector; K lost ..."),
+/// the first such figures in `text`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrintedFigures {
+    /// Spans handed to the pipeline.
+    pub handed: u64,
+    /// Spans the collector acknowledged.
+    pub acknowledged: u64,
+    /// Spans lost, every reason.
+    pub lost: u64,
+}
+
+impl PrintedFigures {
+    /// Reads them from `text`: `None` without figures followed past the
+    /// pipeline.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (before, after) = text.split_once(" spans handed to the pipeline, ")?;
+        let handed = before
+            .rsplit(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()?;
+        let (acknowledged, after) = after.split_once(" acknowledged by the collector; ")?;
+        let (lost, _) = after.split_once(" lost")?;
+        Some(PrintedFigures {
+            handed,
+            acknowledged: acknowledged.parse().ok()?,
+            lost: lost.parse().ok()?,
+        })
+    }
+}
+
+/// The figures an example printed when every span it handed to the
+/// pipeline was acknowledged by the collector, nothing lost and nothing
+/// left unknown; panics, with `text`, otherwise. Returns the spans handed.
+pub fn assert_all_acknowledged(text: &str) -> u64 {
+    let figures =
+        PrintedFigures::parse(text).unwrap_or_else(|| panic!("no kspan figures in: {text}"));
+    assert!(
+        figures.lost == 0 && figures.acknowledged == figures.handed,
+        "every span handed acknowledged, none lost: {figures:?} in {text}"
+    );
+    assert!(!text.contains("not known yet"), "settled figures: {text}");
+    figures.handed
+}
+
 /// The capabilities a missing-privileges error says are missing: between
 /// "this process lacks " and " (".
 pub fn missing_capabilities(stderr: &str) -> &str {
@@ -952,5 +999,31 @@ pub fn settled_context_reads(kspan: &kspan::Kspan) -> kspan::ThreadContextReads 
             return reads;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod printed_figures_tests {
+    use super::PrintedFigures;
+
+    #[test]
+    fn read_from_stats_display() {
+        let mut stats = kspan::Stats::default();
+        stats.spans_to_pipeline = 12;
+        stats.pipeline_accounted = true;
+        stats.spans_acknowledged = 9;
+        stats.spans_export_failed = 3;
+        let line = format!("quickstart: 4 read calls, 10 bytes; kspan: {stats}");
+        assert_eq!(
+            PrintedFigures::parse(&line),
+            Some(PrintedFigures {
+                handed: 12,
+                acknowledged: 9,
+                lost: 3
+            }),
+            "{line}"
+        );
+        stats.pipeline_accounted = false;
+        assert_eq!(PrintedFigures::parse(&stats.to_string()), None);
     }
 }

@@ -174,7 +174,7 @@ async fn quickstart_vfs_read_spans_match_the_reads() {
     }
     assert_eq!(app.service_name.as_deref(), Some("kspan-quickstart-test"));
     assert_ids_valid_and_unique(&run.spans);
-    assert!(run.stdout().contains("lost 0"), "{}", run.stdout());
+    kspan_tests::assert_all_acknowledged(&run.stdout());
 }
 
 #[tokio::test(flavor = "multi_thread")]
