@@ -43,7 +43,61 @@ pub fn package() -> Result<String> {
         cmd.args(["-p", krate]);
     }
     run(&mut cmd)?;
-    Ok(format!("{} crates packaged and verified", PUBLISHED.len()))
+    for krate in PUBLISHED {
+        check_shipped(krate)?;
+    }
+    Ok(format!(
+        "{} crates packaged and verified, each with its licences and README",
+        PUBLISHED.len()
+    ))
+}
+
+/// What every `.crate` must hold for a user who reads it alone (docs.rs,
+/// crates.io, a vendored copy): both licences, and a README of its own
+/// whose links work outside the repository.
+fn check_shipped(krate: &str) -> Result<()> {
+    let file = crate::util::target_dir().join(format!(
+        "package/{krate}-{}.crate",
+        env!("CARGO_PKG_VERSION")
+    ));
+    let listed = output(std::process::Command::new("tar").arg("tzf").arg(&file))?;
+    let prefix = format!("{krate}-{}/", env!("CARGO_PKG_VERSION"));
+    for needed in ["LICENSE-APACHE", "LICENSE-MIT", "README.md"] {
+        if !listed.lines().any(|l| l == format!("{prefix}{needed}")) {
+            bail!(
+                "{} lacks {needed}: add it to the crate's directory and to `include` in its \
+                 Cargo.toml",
+                file.display()
+            );
+        }
+    }
+    let readme = output(
+        std::process::Command::new("tar")
+            .arg("xzOf")
+            .arg(&file)
+            .arg(format!("{prefix}README.md")),
+    )?;
+    if let Some(link) = relative_links(&readme).first() {
+        bail!(
+            "{krate}'s README.md links `{link}`, which leads nowhere outside the repository \
+             (crates.io shows it alone): use an absolute URL"
+        );
+    }
+    Ok(())
+}
+
+/// The Markdown link targets of `text` that are neither URLs nor anchors.
+fn relative_links(text: &str) -> Vec<&str> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|target| {
+            !(target.starts_with("http://")
+                || target.starts_with("https://")
+                || target.starts_with('#')
+                || target.starts_with("mailto:"))
+        })
+        .collect()
 }
 
 /// Removes what earlier verifications unpacked of the published crates.
@@ -200,6 +254,12 @@ pub fn check_msrv() -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relative_links_are_found() {
+        let text = "[a](https://x.y/z) [b](docs/guide.md) [c](#top) [d](../LICENSE)";
+        assert_eq!(relative_links(text), ["docs/guide.md", "../LICENSE"]);
+    }
 
     /// Metadata of `kspan` (rust-version `own`) depending normally on `a`
     /// (1.80), as a dev-dependency on `b` (1.99), and as a build dependency

@@ -183,7 +183,7 @@ impl KspanBuilder {
         self
     }
 
-    /// How long [`Kspan::shutdown`] waits for the tracer provider's flush
+    /// How long [`Kspan::shutdown`](crate::Kspan::shutdown) waits for the tracer provider's flush
     /// (30 s by default); past it, `shutdown` returns the final figures with
     /// an error saying the flush did not finish.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
@@ -243,7 +243,7 @@ impl KspanBuilder {
     ///
     /// [`Self::start`] opens the pinned map, or creates and pins it where
     /// there is none, before it attaches anything, and fails with
-    /// [`Error::ObiTracesMap`] when the pin root is not on a BPF file
+    /// [`Error::ObiTracesMap`](crate::Error::ObiTracesMap) when the pin root is not on a BPF file
     /// system, the map there has another layout (saying what it found) or
     /// the process may not open or create it. From then until the runtime
     /// is shut down or dropped, a publication of a thread's context that
