@@ -44,15 +44,15 @@ use tracing::{field, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Receiving the request.
-#[kspan::kernel_span("tcp_recvmsg", mode = "fexit")]
+#[kspan::kernel_span("tcp_recvmsg")]
 fn tcp_recvmsg(len: usize, ret: i32) {}
 
 /// Opening the file: the path the service asked for.
-#[kspan::kernel_span("do_sys_openat2", mode = "fexit")]
+#[kspan::kernel_span("do_sys_openat2")]
 fn do_sys_openat2(#[capture(user)] filename: &str, ret: i64) {}
 
 /// Reading it: which file, how much was asked, how much came back.
-#[kspan::kernel_span("vfs_read", mode = "fexit")]
+#[kspan::kernel_span("vfs_read")]
 fn vfs_read(
     #[capture(path = "file->f_path.dentry->d_name.name")] file: &str,
     count: usize,
@@ -61,7 +61,7 @@ fn vfs_read(
 }
 
 /// Sending the answer.
-#[kspan::kernel_span("tcp_sendmsg", mode = "fexit")]
+#[kspan::kernel_span("tcp_sendmsg")]
 fn tcp_sendmsg(size: usize, ret: i32) {}
 
 /// The largest request head read; more is a bad request.

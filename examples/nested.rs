@@ -9,11 +9,11 @@
 use std::process::ExitCode;
 
 /// The read system call's body.
-#[kspan::kernel_span("ksys_read", mode = "fexit")]
+#[kspan::kernel_span("ksys_read")]
 fn ksys_read(fd: u32, count: usize, ret: isize) {}
 
 /// The VFS read it calls.
-#[kspan::kernel_span("vfs_read", mode = "fexit")]
+#[kspan::kernel_span("vfs_read")]
 fn vfs_read(count: usize, ret: isize) {}
 
 #[tokio::main]

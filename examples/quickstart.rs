@@ -3,7 +3,7 @@
 //!
 //! `quickstart [PATH] [TIMES] [--buf BYTES]` reads PATH (default
 //! `/etc/os-release`) TIMES times (default 3) inside an application span
-//! `read_file`, with `vfs_read` traced in fexit mode capturing `count` and
+//! `read_file`, with `vfs_read` traced (mode `auto`: the best mechanism this kernel offers) capturing `count` and
 //! the return value, and exports everything over OTLP/gRPC to
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` (default `http://localhost:4317`).
 //! The service itself is `kspan_examples::run_reads`
@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 
 /// Every `vfs_read` call: the buffer size asked for and the bytes read.
-#[kspan::kernel_span("vfs_read", mode = "fexit")]
+#[kspan::kernel_span("vfs_read")]
 fn vfs_read(count: usize, ret: isize) {}
 
 #[tokio::main]

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Error paths the host kernel produces for real. The host kernel refuses BPF
-//! trampolines with EPERM (see KERNEL-LAB.md), so on the host the quickstart
-//! must stop with that error, named, and not panic.
+//! trampolines with EPERM and has no kprobes (see KERNEL-LAB.md), so on the
+//! host the quickstart (`vfs_read`, mode `auto`) must stop with an error
+//! naming each mechanism's refusal and what works instead, and not panic.
 
 use kspan_tests::example;
 
@@ -14,16 +15,24 @@ fn run(cmd: &mut std::process::Command) -> (i32, String) {
 }
 
 #[test]
-fn fexit_refused_by_the_host_kernel_is_a_clear_error() {
+fn a_kernel_that_traces_no_function_is_a_clear_error() {
     let (code, stderr) = run(std::process::Command::new(example("quickstart"))
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"));
     assert_eq!(code, 1, "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(
-        stderr.contains("cannot load the fexit program for `vfs_read`"),
-        "names the mode and the function: {stderr}"
+        stderr.contains("cannot trace `vfs_read` on this kernel"),
+        "names the function: {stderr}"
     );
-    assert!(stderr.contains("(EPERM)"), "names the errno: {stderr}");
+    assert!(
+        stderr.contains("[fexit] unavailable: this kernel refuses BPF trampolines")
+            && stderr.contains("(EPERM)"),
+        "names each mechanism's refusal and the errno: {stderr}"
+    );
+    assert!(
+        stderr.contains("syscall sources work here"),
+        "says what works instead: {stderr}"
+    );
 }
 
 #[test]
@@ -41,7 +50,7 @@ fn missing_privileges_are_named() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("CAP_PERFMON: BPF trampolines (fexit `vfs_read`) need it"),
+        stderr.contains("CAP_PERFMON: BPF trampolines or kprobes (auto `vfs_read`) need it"),
         "names the mechanism and the probe: {stderr}"
     );
     assert!(
