@@ -1,26 +1,52 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! Kernel calls as OpenTelemetry spans.
 //!
-//! A service marks the kernel functions it cares about:
+//! A service marks the kernel calls it cares about, builds its tracer
+//! provider with kspan's pipeline, and starts kspan:
 //!
-//! ```no_run
-//! #[kspan::kernel_span("vfs_read", mode = "fexit")]
-//! fn vfs_read(count: usize, ret: isize) {}
+//! ```
+//! use kspan::TracerProviderBuilderExt as _;
+//! use opentelemetry::trace::{Tracer as _, TracerProvider as _};
 //!
-//! # async fn run() -> kspan::Result<()> {
+//! /// Every read(2) of the process: the size asked for and the bytes read.
+//! /// (A kernel function, where the kernel lets BPF trace them:
+//! /// `#[kspan::kernel_span("vfs_read")] fn vfs_read(count: usize, ret: isize) {}`.)
+//! #[kspan::kernel_span(syscall = "read")]
+//! fn read(count: usize, ret: i64) {}
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! # // Exported to memory here; a service gives its OTLP exporter.
+//! # let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+//! let pipeline = kspan::Pipeline::new();
 //! let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-//!     .with_id_generator(kspan::KernelSpanIds::default()) // kernel spans keep the kernel's ids
+//!     .with_kspan(&pipeline, exporter) // the service's exporter (OTLP, say)
 //!     .build();
-//! let kspan = kspan::Kspan::builder(&provider).probe(&vfs_read).start()?;
-//! // ... the service reads files ...
-//! let stats = kspan.shutdown().await?;
-//! assert_eq!(stats.lost(), 0);
+//! let kspan = kspan::Kspan::builder(&provider)
+//!     .pipeline(&pipeline)
+//!     .probe(&read)
+//!     .start()?;
+//!
+//! // Kernel spans are children of the application span current on their
+//! // thread (calls outside any are counted, not exported).
+//! let tracer = provider.tracer("my-service");
+//! let text = tracer.in_span("load_config", |_cx| std::fs::read_to_string("/etc/os-release"))?;
+//!
+//! let stats = kspan.shutdown().await?; // detach, drain, flush
+//! assert!(stats.spans_to_pipeline >= 2, "{stats}"); // the data's read, and the one at its end
+//! assert_eq!(stats.spans_acknowledged, stats.spans_to_pipeline, "{stats}");
+//! assert_eq!(stats.lost(), 0, "{stats}");
+//! # let _ = text;
+//! # provider.shutdown()?;
 //! # Ok(()) }
 //! ```
 //!
-//! and every call of `vfs_read` made by the process becomes a span named
-//! `vfs_read` with the arguments and the return value as attributes, built
-//! through the application's own tracer provider and exported with its spans.
+//! Every `read` the process makes inside `load_config` becomes a span named
+//! `read`, a child of it, with the arguments and the return value as
+//! attributes, built through the application's own tracer provider and
+//! exported with its spans; `stats` says what the exporter made of them.
+//! README's "Add kspan to a service" has the whole service (OTLP, the
+//! scheduler's account, `build.rs`).
 //!
 //! # Why it is shaped this way
 //!
@@ -103,7 +129,7 @@
 //!   there `auto` takes kprobes (kprobe.session where the kernel has it), and trampolines
 //!   where programs run to the end (Debian 12's and 13's `voluntary`); on
 //!   7.2 that costs about 710 instructions a call more than fsession.multi
-//!   (README's "Preemptible kernels", BENCHMARKS.md). [`kernel::preemption`] reads the model, and
+//!   (the guide's "Preemptible kernels", BENCHMARKS.md). [`kernel::preemption`] reads the model, and
 //!   fexit's entry in [`AttachDecision::rejected`] says why it was passed
 //!   over.
 //!
@@ -166,8 +192,8 @@
 //! `CONFIG_FUNCTION_TRACER`). Syscall sources and patterns also read tracefs
 //! (CAP_DAC_READ_SEARCH, as it is root's only by default), and syscall
 //! sources and kprobes without kprobe.multi open perf events (which Debian's
-//! kernels keep from CAP_PERFMON at `kernel.perf_event_paranoid = 3`); README's
-//! "Least privilege" has the `setcap` line per mechanism. Where one is
+//! kernels keep from CAP_PERFMON at `kernel.perf_event_paranoid = 3`); the
+//! guide's "Least privilege" has the `setcap` line per mechanism. Where one is
 //! missing, [`KspanBuilder::start`] fails with an [`Error`] that says which
 //! ([`KernelError::MissingPrivileges`] names each capability and the mechanism
 //! that needs it), with the kernel's errno where it refused.
@@ -254,7 +280,7 @@ pub mod __private {
 /// Turns a function into a kernel probe: the DSL reference.
 ///
 /// ```no_run
-/// #[kspan::kernel_span("vfs_read", mode = "fexit")]
+/// #[kspan::kernel_span("vfs_read")]
 /// fn vfs_read(count: usize, ret: isize) {
 ///     // runs for every traced call, with the captured values
 /// }
@@ -270,12 +296,15 @@ pub mod __private {
 ///
 /// * `"function"`: the kernel function, a string literal, first.
 /// * `mode = "auto"` (the default): a span from entry to exit through the
-///   best mechanism the kernel offers, `fexit` then `kretprobe` (`kretprobe`
-///   first on a kernel that preempts inside BPF programs, where trampoline
-///   programs lose calls uncounted: see [`kernel::preemption`]), with the
-///   choice and the reasons in [`Kspan::attach_plan`]. `mode = "fexit"` /
-///   `"kretprobe"`: that mechanism only. `mode = "fentry"` / `"kprobe"`: an
-///   instant at entry, with the captures only.
+///   mechanism this kernel suits best. Where the kernel preempts kernel
+///   code (preemption `full`, `lazy`, `rt`), kprobes first (kprobe.session
+///   where the kernel has it), since trampoline programs there lose calls
+///   uncounted (see [`kernel::preemption`]); elsewhere trampolines first
+///   (fsession where the kernel has it, else fexit); the other family is
+///   the fallback. The choice and the reasons are in [`Kspan::attach_plan`]
+///   and `kspan doctor`. `mode = "fexit"` / `"kretprobe"`: that mechanism
+///   only. `mode = "fentry"` / `"kprobe"`: an instant at entry, with the
+///   captures only.
 /// * `syscall = "openat"` instead of the function name: a syscall source, from
 ///   the syscall's enter and exit tracepoints, typed from its tracefs format;
 ///   works where neither trampolines nor kprobes do. Pointers are user memory.
