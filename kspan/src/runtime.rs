@@ -206,8 +206,14 @@ impl Kspan {
         }
         let troubles: Vec<String> = [
             (stats.lost(), "spans lost"),
-            (stats.unsettled(), "spans not settled when the flush gave up"),
-            (stats.skipped_by_kernel, "program runs skipped by the kernel"),
+            (
+                stats.unsettled(),
+                "spans not settled when the flush gave up",
+            ),
+            (
+                stats.skipped_by_kernel,
+                "program runs skipped by the kernel",
+            ),
             (stats.handler_panics, "handler panics"),
             (stats.obi_map_failures, "writes to OBI's traces map refused"),
         ]
