@@ -46,7 +46,7 @@
 //!
 //! kspan needs no probe here: the account attaches the scheduler's
 //! tracepoints itself (root, or `CAP_BPF` and `CAP_PERFMON` where they are
-//! BTF tracepoints; README's "Where a request's time went" says more).
+//! BTF tracepoints; the guide's "Where a request's time went" says more).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
