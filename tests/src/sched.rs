@@ -1122,7 +1122,8 @@ pub fn a_timer_interrupt_taken_in_user_space_is_the_waker(
 }
 
 /// The account without what it stands on fails at start, naming the fix:
-/// without a `KernelSums` processor, and with the thread context off.
+/// without a `KernelSums` processor (none at all, or one in no provider),
+/// and with the thread context off.
 pub fn the_account_without_its_parts_is_refused_with_the_fix() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (provider, _exporter) = crate::in_memory_provider();
@@ -1132,10 +1133,22 @@ pub fn the_account_without_its_parts_is_refused_with_the_fix() {
         .expect_err("no KernelSums to put the figures on spans");
     let text = err.to_string();
     assert!(
-        text.contains("KspanBuilder::scheduler_account") && text.contains(".kernel_sums(sums)"),
+        text.contains("KspanBuilder::scheduler_account")
+            && text.contains(".with_kspan(&pipeline, exporter)")
+            && text.contains(".pipeline(&pipeline)"),
         "{text}"
     );
+    // A sums handle whose processor is in no provider puts nothing anywhere.
+    let err = kspan::Kspan::builder(&provider)
+        .kernel_sums(kspan::KernelSums::new())
+        .scheduler_account(kspan::SchedulerAccount::new())
+        .start()
+        .expect_err("the sums handle has no processor");
+    assert!(err.to_string().contains("has no processor"), "{err}");
     let sums = kspan::KernelSums::new();
+    let _processor = sums.processor(opentelemetry_sdk::trace::SimpleSpanProcessor::new(
+        opentelemetry_sdk::trace::InMemorySpanExporter::default(),
+    ));
     let err = kspan::Kspan::builder(&provider)
         .kernel_sums(sums)
         .thread_context(false)
