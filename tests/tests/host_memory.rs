@@ -155,7 +155,9 @@ fn a_handler_s_panics_cost_no_memory_per_panic_nor_a_backtrace() {
         .collect();
     assert!(hook_lines.is_empty(), "{stderr}");
     assert_eq!(
-        stderr.matches("kspan: warning: the handler of a kernel span panicked").count(),
+        stderr
+            .matches("kspan: warning: the handler of a kernel span panicked")
+            .count(),
         1,
         "kspan says the first panic once: {stderr}"
     );

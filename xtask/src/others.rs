@@ -118,7 +118,7 @@ fn quote(s: &str) -> String {
 
 /// The script: prints `OTHERS <round> <side> <held> <call> <cpu> min <ns>
 /// median <ns> max <ns>` per loop (its batches' times per call) and `HELD
-/// <round> kspan <held> emitted <n> exported <n> lost <n>` per kspan
+/// <round> kspan <held> emitted <n> handed <n> lost <n>` per kspan
 /// holder; on any failure, `BENCH-FAILED`, the failing command's output,
 /// and exit status 1.
 pub fn script(p: &Plan) -> String {
@@ -385,7 +385,7 @@ mod tests {
                 }
             }
         }
-        s + &format!("HELD {r} kspan getppid_tp emitted 1 exported 1 lost 0\n")
+        s + &format!("HELD {r} kspan getppid_tp emitted 1 handed 1 lost 0\n")
     }
 
     #[test]
@@ -486,7 +486,7 @@ mod tests {
             "hold",
             &holder(
                 "HOLD-PROBES ready pid 1",
-                "HOLD-PROBES done emitted 1 exported 1 lost 0",
+                "HOLD-PROBES done emitted 1 handed 1 lost 0",
             ),
         );
         let bt = f.add("bt", &holder("READY", ""));
