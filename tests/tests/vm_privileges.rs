@@ -134,8 +134,8 @@ async fn quickstart_as_nobody_with_file_capabilities_exports_vfs_read_spans() {
 
 #[test]
 #[ignore = "needs a kernel with BPF trampolines (fentry/fexit); run by `cargo xtask test` in the VM"]
-fn fexit_without_one_of_its_capabilities_is_told_which() {
-    let scratch = Scratch::new("priv-fexit-lack");
+fn a_probe_without_one_of_its_capabilities_is_told_which() {
+    let scratch = Scratch::new("priv-auto-lack");
     for (held, missing) in [("cap_bpf", "CAP_PERFMON"), ("cap_perfmon", "CAP_BPF")] {
         let program =
             copy_with_file_caps(&example("quickstart"), &scratch.0, &format!("{held}+ep"));
@@ -148,7 +148,7 @@ fn fexit_without_one_of_its_capabilities_is_told_which() {
         );
         assert!(
             stderr.contains(&format!(
-                "{missing}: BPF trampolines (fexit `vfs_read`) need it"
+                "{missing}: BPF trampolines or kprobes (auto `vfs_read`) need it"
             )),
             "{stderr}"
         );
