@@ -172,6 +172,21 @@ pub mod attributes {
     pub const RUN_QUEUE_NS: &str = "kspan.sched.run_queue_ns";
     /// Nanoseconds blocked uninterruptibly (`D`).
     pub const BLOCKED_NS: &str = "kspan.sched.blocked_ns";
+    /// Of [`BLOCKED_NS`], waiting on I/O: the thread blocked through
+    /// `io_schedule` (the kernel's `in_iowait`, what delay accounting's
+    /// block-I/O delay counts): its own block I/O, or a page or buffer
+    /// whose I/O is in flight.
+    pub const BLOCKED_IO_NS: &str = "kspan.sched.blocked.io_ns";
+    /// Of [`BLOCKED_NS`], stalled on memory: blocked while the kernel
+    /// marked the thread in a memory stall or thrashing (`in_memstall`,
+    /// `in_thrashing`: direct reclaim, compaction, a refault's wait,
+    /// `memory.high`'s throttle). Off CPU only: the reclaim work itself is
+    /// time on a CPU.
+    pub const BLOCKED_MEMORY_NS: &str = "kspan.sched.blocked.memory_ns";
+    /// Of [`BLOCKED_NS`], the rest: blocked with none of those marks (a
+    /// kernel mutex or rwsem, a network file system's reply, ...).
+    /// `io_ns + memory_ns + unattributed_ns = blocked_ns`, always.
+    pub const BLOCKED_UNATTRIBUTED_NS: &str = "kspan.sched.blocked.unattributed_ns";
     /// Nanoseconds sleeping interruptibly (`S`).
     pub const SLEEPING_NS: &str = "kspan.sched.sleeping_ns";
     /// Nanoseconds off CPU in any other state (stopped, traced, idle).
@@ -209,6 +224,9 @@ pub mod attributes {
 pub mod wait_attributes {
     /// `preempted`, `sleeping`, `blocked` or `other`.
     pub const STATE: &str = "kspan.sched.state";
+    /// For a `blocked` wait: `io`, `memory` or `unattributed` (see
+    /// [`super::attributes::BLOCKED_IO_NS`] and the two after it).
+    pub const BLOCK_CAUSE: &str = "kspan.sched.blocked.cause";
     /// Nanoseconds of the span waiting for the wake-up (0 for a preemption).
     pub const WAITING_NS: &str = "kspan.sched.waiting_ns";
     /// Nanoseconds from the wake-up (or preemption) to the switch-in.
@@ -254,10 +272,15 @@ pub struct SchedTotals {
     /// The most the figures can be off by for those
     /// ([`attributes::MISSED_NS`]).
     pub missed_ns: u64,
+    /// Of `blocked_ns`, waiting on I/O ([`attributes::BLOCKED_IO_NS`]).
+    pub blocked_io_ns: u64,
+    /// Of `blocked_ns`, stalled on memory
+    /// ([`attributes::BLOCKED_MEMORY_NS`]).
+    pub blocked_memory_ns: u64,
 }
 
 impl SchedTotals {
-    /// From the kernel's nine words (`struct kspan_sched_sum`).
+    /// From the kernel's eleven words (`struct kspan_sched_sum`).
     pub(crate) fn from_words(words: &[u64]) -> Self {
         let word = |i: usize| words.get(i).copied().unwrap_or(0);
         SchedTotals {
@@ -270,6 +293,8 @@ impl SchedTotals {
             waits: word(6),
             intervals_missed: word(7),
             missed_ns: word(8),
+            blocked_io_ns: word(9),
+            blocked_memory_ns: word(10),
         }
     }
 
@@ -290,6 +315,14 @@ impl SchedTotals {
             KeyValue::new(attributes::ON_CPU_NS, n(current - self.off_cpu_ns())),
             KeyValue::new(attributes::RUN_QUEUE_NS, n(self.run_queue_ns)),
             KeyValue::new(attributes::BLOCKED_NS, n(self.blocked_ns)),
+            KeyValue::new(attributes::BLOCKED_IO_NS, n(self.blocked_io_ns)),
+            KeyValue::new(attributes::BLOCKED_MEMORY_NS, n(self.blocked_memory_ns)),
+            KeyValue::new(
+                attributes::BLOCKED_UNATTRIBUTED_NS,
+                n(self
+                    .blocked_ns
+                    .saturating_sub(self.blocked_io_ns + self.blocked_memory_ns)),
+            ),
             KeyValue::new(attributes::SLEEPING_NS, n(self.sleeping_ns)),
             KeyValue::new(attributes::OTHER_OFF_CPU_NS, n(self.other_ns)),
             KeyValue::new(attributes::CURRENT_NS, n(current)),
@@ -305,6 +338,16 @@ impl SchedTotals {
             attrs.push(KeyValue::new(attributes::MISSED_NS, n(self.missed_ns)));
         }
         attrs
+    }
+}
+
+/// The name of a blocked wait's cause (`enum kspan_block_cause`).
+pub(crate) fn block_cause_name(cause: u32) -> &'static str {
+    use kspan_bpf::consts as c;
+    match u64::from(cause) {
+        c::KSPAN_BLOCK_IO => "io",
+        c::KSPAN_BLOCK_MEMORY => "memory",
+        _ => "unattributed",
     }
 }
 
@@ -333,15 +376,28 @@ mod tests {
             voluntary: 3,
             involuntary: 1,
             waits: 2,
+            blocked_io_ns: 12,
+            blocked_memory_ns: 3,
             ..SchedTotals::default()
         };
         let attrs = totals.attributes(100);
-        assert_eq!(attrs[0].value, opentelemetry::Value::I64(25));
-        assert_eq!(attrs[5].value, opentelemetry::Value::I64(100));
+        let value = |attrs: &[KeyValue], key: &str| {
+            attrs
+                .iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| kv.value.clone())
+        };
+        let int = |v: i64| Some(opentelemetry::Value::I64(v));
+        assert_eq!(value(&attrs, attributes::ON_CPU_NS), int(25));
+        assert_eq!(value(&attrs, attributes::CURRENT_NS), int(100));
+        // Blocked by cause: the rest of it unattributed.
+        assert_eq!(value(&attrs, attributes::BLOCKED_IO_NS), int(12));
+        assert_eq!(value(&attrs, attributes::BLOCKED_MEMORY_NS), int(3));
+        assert_eq!(value(&attrs, attributes::BLOCKED_UNATTRIBUTED_NS), int(5));
         // A current time below the off-CPU time (clock skew) is raised to it.
-        assert_eq!(totals.attributes(60)[0].value, opentelemetry::Value::I64(0));
+        assert_eq!(value(&totals.attributes(60), attributes::ON_CPU_NS), int(0));
         // No interval missed: no word of it.
-        assert_eq!(attrs.len(), 9);
+        assert_eq!(attrs.len(), 12);
         let missed = SchedTotals {
             intervals_missed: 1,
             missed_ns: 30,
@@ -366,10 +422,11 @@ mod tests {
 
     #[test]
     fn totals_read_the_kernel_layout() {
-        let words: Vec<u64> = (1u64..=9).collect();
+        let words: Vec<u64> = (1u64..=11).collect();
         let t = SchedTotals::from_words(&words);
         assert_eq!((t.run_queue_ns, t.waits), (1, 7));
         assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));
+        assert_eq!((t.blocked_io_ns, t.blocked_memory_ns), (10, 11));
         assert_eq!(
             std::mem::size_of::<kspan_bpf::types::kspan_sched_sum>(),
             words.len() * 8

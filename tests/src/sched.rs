@@ -1204,6 +1204,37 @@ pub fn a_read_past_the_cache_is_blocked_time(disk: &std::path::Path) {
             .any(|w| string(w, w::STACK).is_some_and(|s| s.contains("read"))),
         "a blocked wait with the read in its stack: {blocked_waits:#?}"
     );
+    // By cause: the parts make the whole, and each blocked wait says its
+    // cause, its waiting time within that cause's total. (A disk's reads
+    // wait in io_schedule; the VM's 9p share answers through its own
+    // transport, no I/O wait to the kernel.)
+    let by_cause = [
+        ("io", int(span, a::BLOCKED_IO_NS)),
+        ("memory", int(span, a::BLOCKED_MEMORY_NS)),
+        ("unattributed", int(span, a::BLOCKED_UNATTRIBUTED_NS)),
+    ];
+    assert_eq!(
+        by_cause.iter().map(|(_, ns)| ns).sum::<i64>(),
+        blocked,
+        "{by_cause:?}"
+    );
+    for (cause, total) in by_cause {
+        let waited: i64 = blocked_waits
+            .iter()
+            .filter(|w| string(w, w::BLOCK_CAUSE).as_deref() == Some(cause))
+            .map(|w| int(w, w::WAITING_NS))
+            .sum();
+        assert!(
+            waited <= total,
+            "blocked waits of cause {cause} waited {waited} ns, more than the span's {total}"
+        );
+    }
+    assert!(
+        blocked_waits
+            .iter()
+            .all(|w| string(w, w::BLOCK_CAUSE).is_some()),
+        "every blocked wait says its cause: {blocked_waits:#?}"
+    );
 }
 
 /// 16 threads, each through 20 spans of five 1 ms sleeps: every span's

@@ -2069,6 +2069,34 @@ struct task_struct___rq {
 	struct sched_info___kspan sched_info;
 } __attribute__((preserve_access_index));
 
+/*
+ * The leaving task's own flags of why it waits (include/linux/sched.h):
+ * set by io_schedule_prepare (in_iowait), psi_memstall_enter (in_memstall)
+ * and delayacct_thrashing_start (in_thrashing), read where the kernel has
+ * them. Bitfields: CO-RE gives each one's place in this kernel.
+ */
+struct task_struct___causes {
+	unsigned in_iowait : 1;
+	unsigned in_memstall : 1;
+	unsigned in_thrashing : 1;
+} __attribute__((preserve_access_index));
+
+/* enum kspan_block_cause of a task leaving the CPU blocked. */
+static __always_inline __u32 kspan_block_cause(void *task)
+{
+	struct task_struct___causes *t = task;
+
+	if (!t)
+		return KSPAN_BLOCK_UNATTRIBUTED;
+	if (bpf_core_field_exists(t->in_memstall) && BPF_CORE_READ_BITFIELD(t, in_memstall))
+		return KSPAN_BLOCK_MEMORY;
+	if (bpf_core_field_exists(t->in_thrashing) && BPF_CORE_READ_BITFIELD(t, in_thrashing))
+		return KSPAN_BLOCK_MEMORY;
+	if (bpf_core_field_exists(t->in_iowait) && BPF_CORE_READ_BITFIELD(t, in_iowait))
+		return KSPAN_BLOCK_IO;
+	return KSPAN_BLOCK_UNATTRIBUTED;
+}
+
 /* Not known (no group scheduling, no sched_info, or not this switch's task). */
 #define KSPAN_QUEUED_UNKNOWN ((__u64)-1)
 
@@ -2159,9 +2187,13 @@ static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 of
 	__sync_fetch_and_add(&s->run_queue_ns, run_queue_ns);
 	if (t->state == KSPAN_SCHED_SLEEPING)
 		__sync_fetch_and_add(&s->sleeping_ns, off_ns);
-	else if (t->state == KSPAN_SCHED_BLOCKED)
+	else if (t->state == KSPAN_SCHED_BLOCKED) {
 		__sync_fetch_and_add(&s->blocked_ns, off_ns);
-	else if (t->state == KSPAN_SCHED_OTHER)
+		if (t->block_cause == KSPAN_BLOCK_IO)
+			__sync_fetch_and_add(&s->blocked_io_ns, off_ns);
+		else if (t->block_cause == KSPAN_BLOCK_MEMORY)
+			__sync_fetch_and_add(&s->blocked_memory_ns, off_ns);
+	} else if (t->state == KSPAN_SCHED_OTHER)
 		__sync_fetch_and_add(&s->other_ns, off_ns);
 	if (t->voluntary)
 		__sync_fetch_and_add(&s->voluntary, 1);
@@ -2241,6 +2273,8 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	__builtin_memcpy(t->trace_id, c.trace_id, sizeof(c.trace_id));
 	t->app_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
 	t->state = state;
+	t->block_cause = state == KSPAN_SCHED_BLOCKED ? kspan_block_cause(task)
+						       : KSPAN_BLOCK_UNATTRIBUTED;
 	t->voluntary = voluntary;
 	t->skip = skip;
 	t->wake_ns = 0;
@@ -2348,6 +2382,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	w->rec.descendants_dropped = 0;
 	w->wake_ns = run_from;
 	w->state = t->state;
+	w->block_cause = t->block_cause;
 	w->waker_kind = t->waker_kind;
 	w->waker_pid = t->waker_pid;
 	w->waker_tid = t->waker_tid;

@@ -580,6 +580,19 @@ struct kspan_entry_values {
  */
 
 /* How a thread left the CPU. */
+/*
+ * Why a thread blocked (D), by its own flags as it left the CPU: the
+ * flags delay accounting and PSI read, set by the kernel around the wait.
+ */
+enum kspan_block_cause {
+	/* None of the flags below (a kernel mutex, a network file system's reply, ...). */
+	KSPAN_BLOCK_UNATTRIBUTED = 0,
+	/* in_iowait: io_schedule, waiting on block I/O (its own, or a page or buffer another's I/O holds). */
+	KSPAN_BLOCK_IO = 1,
+	/* in_memstall or in_thrashing: reclaim, compaction, a refault's wait, memory.high's throttle. */
+	KSPAN_BLOCK_MEMORY = 2,
+};
+
 enum kspan_sched_state {
 	/* Preempted, or yielded: runnable all along (run-queue time). */
 	KSPAN_SCHED_PREEMPTED = 0,
@@ -650,6 +663,8 @@ struct kspan_sched_task {
 	__u32 voluntary;
 	/* KSPAN_CTR_* of why its wait spans are not recorded (unsampled, suppressed), or 0. */
 	__u32 skip;
+	/* enum kspan_block_cause of a blocked switch-out, else KSPAN_BLOCK_UNATTRIBUTED. */
+	__u32 block_cause;
 	/* enum kspan_waker_kind, and the waker when a task. */
 	__u32 waker_kind;
 	__u32 waker_pid;
@@ -691,6 +706,9 @@ struct kspan_sched_sum {
 	 * been off it.
 	 */
 	__u64 missed_ns;
+	/* Of blocked_ns: KSPAN_BLOCK_IO's and KSPAN_BLOCK_MEMORY's intervals. */
+	__u64 blocked_io_ns;
+	__u64 blocked_memory_ns;
 };
 
 /*
@@ -728,6 +746,8 @@ struct kspan_wait_record {
 	struct kspan_record rec;
 	__u64 wake_ns;
 	__u32 state;
+	/* enum kspan_block_cause, for a blocked wait. */
+	__u32 block_cause;
 	__u32 waker_kind;
 	__u32 waker_pid;
 	__u32 waker_tid;

@@ -17,7 +17,7 @@ use opentelemetry::KeyValue;
 use super::{keys, SpanFactory};
 use crate::annotation::{KernelSpan, KernelSpanParts};
 use crate::kernel::ksyms::{in_interrupt, render_stack, KernelSymbolTable};
-use crate::sched::{state_name, wait_attributes as attr};
+use crate::sched::{block_cause_name, state_name, wait_attributes as attr};
 
 /// Frames of a wait span's stack kept in its attribute.
 const STACK_FRAMES_SHOWN: usize = 8;
@@ -89,6 +89,12 @@ impl<T: Tracer> SpanFactory<T> {
             KeyValue::new(attr::RUN_QUEUE_NS, (end - run_from) as i64),
             KeyValue::new(keys::TID, i64::from(rec.tid)),
         ];
+        if u64::from(w.state) == c::KSPAN_SCHED_BLOCKED {
+            attributes.push(KeyValue::new(
+                attr::BLOCK_CAUSE,
+                block_cause_name(w.block_cause),
+            ));
+        }
         let frames = &w.frames[..(w.nframes as usize).min(w.frames.len())];
         if !frames.is_empty() {
             let stack = render_stack(symbols.table(), frames, STACK_FRAMES_SHOWN);

@@ -205,6 +205,18 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
         let want_rq = f.run_queue - b.run_queue;
         let want_blocked =
             around.delays_after.blkio_ns as i64 - around.delays_before.blkio_ns as i64;
+        let (blocked_io, blocked_memory, blocked_unattributed) = (
+            int(span, a::BLOCKED_IO_NS),
+            int(span, a::BLOCKED_MEMORY_NS),
+            int(span, a::BLOCKED_UNATTRIBUTED_NS),
+        );
+        // The causes make the whole, in every span.
+        assert_eq!(
+            blocked_io + blocked_memory + blocked_unattributed,
+            blocked,
+            "{}: blocked by cause (io, memory, unattributed) against blocked",
+            around.name
+        );
         let sleeping = int(span, a::SLEEPING_NS);
         let off = sleeping + blocked + int(span, a::OTHER_OFF_CPU_NS);
         let want_off = around.elapsed.as_nanos() as i64 - want_cpu - want_rq;
@@ -216,7 +228,7 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
         let line = format!(
             "{}: on {on_cpu} (kernel {want_cpu}, stolen {}) rq {run_queue} (kernel {want_rq}) \
              off {off} (kernel {want_off}) blocked {blocked} (kernel {}, taskstats \
-             {want_blocked} in {} I/Os) sleeping {sleeping} (kernel {}) \
+             {want_blocked} in {} I/Os; io {blocked_io}) sleeping {sleeping} (kernel {}) \
              switches {switches:?} (kernel {want_switches:?}) elapsed {:?}",
             around.name,
             around.stolen,
@@ -280,6 +292,11 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
         {
             wrong.push("blocked");
         }
+        // The lone reader blocks only in its O_DIRECT reads, each through
+        // io_schedule: all of it is waiting on I/O.
+        if lone && !within(blocked_io, blocked, 0) {
+            wrong.push("blocked on I/O");
+        }
         // With more threads than CPUs the windows' reads are themselves
         // preempted and delayed: they read off CPU up to 0.7 ms more or
         // less than the account in a span in four here, and together more
@@ -292,8 +309,10 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
         // more than the reads' time off CPU (KERNEL-LAB: on 6.18 some
         // threads get about the seconds since boot, most several ms more
         // than their reads were off CPU).
+        // It counts the thread's time blocked in io_schedule, as
+        // `kspan.sched.blocked.io_ns` does.
         if (0..=around.reading + 200_000).contains(&want_blocked) {
-            if !within(blocked, want_blocked, 0) {
+            if !within(blocked_io, want_blocked, 0) {
                 wrong.push("blocked (taskstats)");
             }
         } else {
