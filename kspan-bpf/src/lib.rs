@@ -139,12 +139,20 @@ mod tests {
         );
         // The tables' slots: the span id and the tag, then the totals.
         assert_eq!(std::mem::size_of::<types::kspan_sum_slot>(), 16 + 24);
-        // The record, then 8 + 16 + 16 + 16 + 8 bytes, then the stack and
-        // the waker's stack, each with its count.
+        // The record, then the wake-up (8), state and block cause (8),
+        // the waker's kind, pid and tid (12, then 4 of padding), comm (16),
+        // trace id (16) and span id (8), then the stack and the waker's
+        // stack, each with its count.
         assert_eq!(
             std::mem::size_of::<types::kspan_wait_record>(),
             std::mem::size_of::<types::kspan_record>()
-                + 64
+                + 8
+                + 8
+                + 12
+                + 4
+                + 16
+                + 16
+                + 8
                 + 8 * (1 + consts::KSPAN_WAIT_FRAMES as usize)
                 + 8 * (1 + consts::KSPAN_WAKER_FRAMES as usize)
         );
