@@ -70,33 +70,14 @@ struct KernelFigures {
 }
 
 fn kernel_figures() -> KernelFigures {
-    // schedstat and status are two reads: a switch between them would be in
-    // one figure and not the other. The switch counts are read on both
-    // sides of schedstat, and all again until they agree.
-    loop {
-        let before = switches();
-        // Reading the thread's CPU clock brings its runtime up to date
-        // (`task_sched_runtime`), which schedstat below reads as it stands.
-        thread_cpu_ns();
-        let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-        let mut words = schedstat
-            .split_whitespace()
-            .map(|w| w.parse::<i64>().unwrap());
-        let (on_cpu, run_queue) = (words.next().unwrap(), words.next().unwrap());
-        let (voluntary, involuntary) = switches();
-        if (voluntary, involuntary) == before {
-            return KernelFigures {
-                on_cpu,
-                run_queue,
-                voluntary,
-                involuntary,
-            };
-        }
-    }
-}
-
-/// The calling thread's voluntary and involuntary switches (status).
-fn switches() -> (i64, i64) {
+    // Reading the thread's CPU clock brings its runtime up to date
+    // (`task_sched_runtime`), which schedstat below reads as it stands.
+    thread_cpu_ns();
+    let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    let mut words = schedstat
+        .split_whitespace()
+        .map(|w| w.parse::<i64>().unwrap());
+    let (on_cpu, run_queue) = (words.next().unwrap(), words.next().unwrap());
     let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
     let field = |name: &str| {
         status
@@ -105,10 +86,12 @@ fn switches() -> (i64, i64) {
             .map(|v| v.trim().parse::<i64>().unwrap())
             .unwrap()
     };
-    (
-        field("voluntary_ctxt_switches:"),
-        field("nonvoluntary_ctxt_switches:"),
-    )
+    KernelFigures {
+        on_cpu,
+        run_queue,
+        voluntary: field("voluntary_ctxt_switches:"),
+        involuntary: field("nonvoluntary_ctxt_switches:"),
+    }
 }
 
 /// Time the hypervisor stole from every CPU so far, and every CPU's time
