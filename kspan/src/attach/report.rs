@@ -102,27 +102,25 @@ impl AttachDecision {
 
     /// The attachments passed over and why, on one line (`-` for none).
     pub fn passed_over_summary(&self) -> String {
-        if self.passed_over.is_empty() {
-            return "-".to_owned();
-        }
-        self.passed_over
-            .iter()
-            .map(|(a, why)| format!("{a}: {why}"))
-            .collect::<Vec<_>>()
-            .join("; ")
+        one_line(&self.passed_over)
     }
 
     /// The rejected hooks and reasons on one line (`-` for none).
     pub fn rejected_summary(&self) -> String {
-        if self.rejected.is_empty() {
-            return "-".to_owned();
-        }
-        self.rejected
-            .iter()
-            .map(|(hook, why)| format!("{hook}: {why}"))
-            .collect::<Vec<_>>()
-            .join("; ")
+        one_line(&self.rejected)
     }
+}
+
+/// `what: why` pairs joined by `; ` (`-` for none).
+fn one_line<T: std::fmt::Display>(reasons: &[(T, String)]) -> String {
+    if reasons.is_empty() {
+        return "-".to_owned();
+    }
+    reasons
+        .iter()
+        .map(|(what, why)| format!("{what}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Why a function could not be attached.
