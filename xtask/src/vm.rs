@@ -1,7 +1,8 @@
 //! `cargo xtask vm`: run a command inside a QEMU guest on a stock kernel.
 //!
 //! The guest boots an initramfs holding a static busybox, the virtio/9p
-//! modules of the chosen kernel and an `/init` script. `/init` mounts the
+//! modules of the chosen kernel (and virtio-blk's, for the slow disk: see
+//! [`SLOW_DISK_SERIAL`]) and an `/init` script. `/init` mounts the
 //! host's root read-only over 9p at `/newroot`, the repository writable (a
 //! second 9p share) at its own path inside it, a fresh tmpfs on `/tmp`, and
 //! tracefs, debugfs and bpffs under `/sys` (bound recursively into the new
@@ -141,6 +142,28 @@ const GUEST_FWD_ADDR: &str = "10.0.2.100";
 /// share while it runs; `/init` runs `sync` before powering off.
 const MSIZE: u32 = 512_000;
 
+/// The guest's second block device, for tests that need I/O to take a
+/// known, slow time (a thread blocked in `D` on a device, woken by its
+/// interrupt): a virtio-blk disk of [`SLOW_DISK_BYTES`] on QEMU's `null-co`
+/// driver, which completes every request [`SLOW_DISK_LATENCY`] after it
+/// gets it, whatever else is in flight; reads return zeroes, writes are
+/// dropped. `/init` finds it by this serial and exports its node to the
+/// command as [`SLOW_DISK_ENV`]; it is never mounted.
+///
+/// Not a throttled raw file: QEMU's throttling limits a rate, with a
+/// burst allowance of a tenth of a second's worth: at 100 requests a
+/// second, the first 11 reads of a stream took 0.3 ms each, the rest 10 ms,
+/// and reads 20 ms apart were never slowed (0.5 to 1.1 ms).
+const SLOW_DISK_SERIAL: &str = "kspan-slow";
+/// The variable naming the slow disk's node (`/dev/vda`) to the command.
+const SLOW_DISK_ENV: &str = "KSPAN_SLOW_DISK";
+/// The slow disk's size.
+const SLOW_DISK_BYTES: u64 = 64 << 20;
+/// How long the slow disk takes over each request (in the host's time).
+const SLOW_DISK_LATENCY: Duration = Duration::from_millis(10);
+/// The guest's driver of the slow disk (a module on Debian's kernels).
+const SLOW_DISK_MODULE: &str = "virtio_blk";
+
 /// `cargo xtask vm [options] -- CMD...`.
 pub fn command(args: &[String]) -> Result<u8> {
     let (opts, cmd) = parse_args(args)?;
@@ -228,7 +251,16 @@ pub(crate) fn cache_dir() -> PathBuf {
 
 /// The caller's environment variables that the guest command gets.
 fn passed_env(extra: &[(String, String)]) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = std::env::vars()
+    guest_env(std::env::vars(), extra)
+}
+
+/// The variables of `vars` (the caller's) that the guest command gets, and
+/// `extra`.
+fn guest_env(
+    vars: impl Iterator<Item = (String, String)>,
+    extra: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vars
         .filter(|(k, _)| {
             k.starts_with("OTEL_")
                 || k.starts_with("KSPAN_")
@@ -236,6 +268,8 @@ fn passed_env(extra: &[(String, String)]) -> Vec<(String, String)> {
                 || k == "RUST_BACKTRACE"
                 || k == "PATH"
         })
+        // The guest's own slow disk, named by `/init`.
+        .filter(|(k, _)| k != SLOW_DISK_ENV)
         .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
         .collect();
     env.extend(extra.iter().cloned());
@@ -330,7 +364,11 @@ echo 1 > /proc/sys/kernel/printk
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-{insmod}ip link set lo up || fail 'lo up'
+{insmod}slow=
+for d in /sys/block/vd*; do
+  [ "$(cat "$d/serial" 2>/dev/null)" = {serial} ] && [ -b "/dev/${{d##*/}}" ] && slow="/dev/${{d##*/}}"
+done
+ip link set lo up || fail 'lo up'
 {net}opts=trans=virtio,version=9p2000.L,msize={msize},cache=loose
 mount -t 9p -o "$opts,ro" hostroot /newroot || fail 'mounting the host root over 9p'
 mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp || fail 'tmpfs on /tmp'
@@ -343,7 +381,8 @@ mount -o rbind /sys /newroot/sys || fail 'bind /sys'
 mount -o bind /proc /newroot/proc || fail 'bind /proc'
 mount -o rbind /dev /newroot/dev || fail 'bind /dev'
 echo {start}
-env -i /bin/chroot /newroot /bin/sh -c "$(cat /cmd.sh)"
+[ -n "$slow" ] || echo "kspan-vm: warning: no virtio-blk disk of serial {serial} in the guest: {env} is not set"
+env -i ${{slow:+{env}=$slow}} /bin/chroot /newroot /bin/sh -c "$(cat /cmd.sh)"
 status=$?
 sync
 echo
@@ -355,6 +394,8 @@ sleep 30
         start = p.markers.start,
         exit = p.markers.exit,
         msize = MSIZE,
+        serial = SLOW_DISK_SERIAL,
+        env = SLOW_DISK_ENV,
     )
 }
 
@@ -459,6 +500,20 @@ fn self_exe() -> Result<PathBuf> {
     bail!("the xtask binary {} is gone", exe.display())
 }
 
+/// QEMU's arguments for the slow disk.
+fn slow_disk_args() -> Vec<String> {
+    vec![
+        "-blockdev".into(),
+        format!(
+            "driver=null-co,node-name=slow,size={SLOW_DISK_BYTES},\
+             latency-ns={},read-zeroes=on",
+            SLOW_DISK_LATENCY.as_nanos()
+        ),
+        "-device".into(),
+        format!("virtio-blk-pci,drive=slow,serial={SLOW_DISK_SERIAL}"),
+    ]
+}
+
 /// Escapes a value for a QEMU `-option key=value,...` list.
 fn qemu_escape(s: &str) -> String {
     s.replace(',', ",,")
@@ -535,6 +590,7 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     guest_cmd.extend(cmd.iter().cloned());
 
     let mut roots = arch.base_modules().to_vec();
+    roots.push(SLOW_DISK_MODULE);
     if !forwards.is_empty() {
         roots.push("virtio_net");
     }
@@ -628,6 +684,7 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
             "-device",
             "virtio-9p-pci,fsdev=repo,mount_tag=repo",
         ])
+        .args(slow_disk_args())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -1015,5 +1072,26 @@ mod tests {
         });
         assert!(init.contains("for m in '9p.ko'; do insmod"));
         assert!(init.contains("10.0.2.15/24"));
+        // The slow disk, found by its serial, named to the command.
+        assert!(init.contains("= kspan-slow ]"), "{init}");
+        assert!(init.contains("env -i ${slow:+KSPAN_SLOW_DISK=$slow} /bin/chroot"));
+    }
+
+    #[test]
+    fn slow_disk() {
+        let args = slow_disk_args().join(" ");
+        assert_eq!(
+            args,
+            "-blockdev driver=null-co,node-name=slow,size=67108864,latency-ns=10000000,\
+             read-zeroes=on -device virtio-blk-pci,drive=slow,serial=kspan-slow"
+        );
+        // The guest's own disk wins over a caller's variable.
+        let caller = [
+            (SLOW_DISK_ENV.to_string(), "/dev/caller".to_string()),
+            ("KSPAN_OTHER".to_string(), "x".to_string()),
+        ];
+        let env = guest_env(caller.into_iter(), &[]);
+        assert!(!env.iter().any(|(k, _)| k == SLOW_DISK_ENV), "{env:?}");
+        assert!(env.iter().any(|(k, _)| k == "KSPAN_OTHER"), "{env:?}");
     }
 }
