@@ -127,7 +127,7 @@ mod tests {
         // 14 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
         // then 8 u32s, two u64s, MAX_CLAUSES clauses of 16 bytes,
         // `wait_min_ns`, then the probe counters' stride, the histogram's
-        // rows and errno mask and a pad
+        // rows and errno mask and the account's causes switch
         assert_eq!(
             std::mem::size_of::<types::kspan_config>(),
             64 + 8 * 76 + 32 + 16 + 16 * 4 + 8 + 8 + 16
@@ -139,10 +139,11 @@ mod tests {
         );
         // The tables' slots: the span id and the tag, then the totals.
         assert_eq!(std::mem::size_of::<types::kspan_sum_slot>(), 16 + 24);
-        // The record, then the wake-up (8), state and block cause (8),
-        // the waker's kind, pid and tid (12, then 4 of padding), comm (16),
+        // The record, then the wake-up (8), state and cause (8), the
+        // waker's kind, pid and tid (12, then 4 of padding), comm (16),
         // trace id (16) and span id (8), then the stack and the waker's
-        // stack, each with its count.
+        // stack, each with its count, then the lock's address (8) and
+        // flags (4, then 4 of padding).
         assert_eq!(
             std::mem::size_of::<types::kspan_wait_record>(),
             std::mem::size_of::<types::kspan_record>()
@@ -155,6 +156,7 @@ mod tests {
                 + 8
                 + 8 * (1 + consts::KSPAN_WAIT_FRAMES as usize)
                 + 8 * (1 + consts::KSPAN_WAKER_FRAMES as usize)
+                + 16
         );
         assert_eq!(
             types::kspan_config::default().caps[0].steps.len(),

@@ -305,6 +305,17 @@ fn doctor() -> Outcome {
             (Err(no), _) => no.clone(),
         }
     ));
+    if verdict.syscalls.is_ok() {
+        text.push_str(&format!(
+            "  scheduler account's causes (`SchedulerAccount::with_causes`): blocked by the \
+             thread's flags (io, memory), sleeping by its system call; kernel locks {}\n",
+            match kspan::kernel::tracefs::read_event_format("lock", "contention_begin") {
+                Ok(_) => "through lock:contention_begin/end".to_owned(),
+                Err(e) =>
+                    format!("not read (no lock:contention_begin tracepoint, Linux 5.19+: {e})"),
+            }
+        ));
+    }
     text.push_str(&format!("  {}\n", verdict.auto_line()));
     text.push_str(
         "\nattachments, best first (spans are the same; cost per call and attach differ):\n",

@@ -262,7 +262,7 @@ pub use pipeline::{Pipeline, TracerProviderBuilderExt};
 pub use plan::fieldpath::{FieldPathError, PathSyntaxError, SegmentProblem};
 pub use plan::PlanError;
 pub use runtime::{Kspan, KspanBuilder, SetupGap, ThreadContextReads};
-pub use sched::{SchedMechanism, SchedulerAccount};
+pub use sched::{CauseMechanism, SchedMechanism, SchedulerAccount};
 pub use span::KernelSpanIds;
 // For kspan's benches and tests (see above).
 #[doc(hidden)]

@@ -25,7 +25,7 @@ use crate::consume::Consumer;
 use crate::context::obi::ObiTracesWriter;
 use crate::error::{Error, Result};
 use crate::latency::Latency;
-use crate::sched::SchedMechanism;
+use crate::sched::{CauseMechanism, SchedMechanism};
 use crate::stats::{ProbeStats, Stats};
 
 mod builder;
@@ -71,6 +71,8 @@ pub struct Kspan {
     /// The scheduler's account, when on: its mechanism, and why BTF
     /// tracepoints are not it.
     scheduler: Option<(SchedMechanism, Option<String>)>,
+    /// With the account's causes on, how each is read.
+    causes: Vec<CauseMechanism>,
     /// What the set-up left out, said at start.
     setup: Vec<SetupGap>,
     /// Writes each thread's span to OBI's traces map, when asked to; its
@@ -111,6 +113,15 @@ impl Kspan {
     /// ([`KspanBuilder::scheduler_account`]).
     pub fn scheduler_account(&self) -> Option<SchedMechanism> {
         self.scheduler.as_ref().map(|(mechanism, _)| *mechanism)
+    }
+
+    /// With the account's causes on
+    /// ([`SchedulerAccount::with_causes`](crate::SchedulerAccount::with_causes)),
+    /// how each cause is read on this kernel, or why it is not: the
+    /// account's own plan, as [`Self::attach_plan`] is the probes'. Empty
+    /// with the causes off.
+    pub fn scheduler_causes(&self) -> &[CauseMechanism] {
+        &self.causes
     }
 
     /// Why the scheduler's account does not use BTF tracepoints, when it

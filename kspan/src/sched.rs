@@ -70,6 +70,7 @@ use opentelemetry::KeyValue;
 pub struct SchedulerAccount {
     wait_min: Option<Duration>,
     mechanism: Option<SchedMechanism>,
+    causes: bool,
 }
 
 /// The default shortest wait span: shorter waits are in the totals only.
@@ -80,6 +81,7 @@ impl Default for SchedulerAccount {
         SchedulerAccount {
             wait_min: Some(DEFAULT_WAIT_SPAN_MIN),
             mechanism: None,
+            causes: false,
         }
     }
 }
@@ -112,6 +114,24 @@ impl SchedulerAccount {
         self
     }
 
+    /// Says why each wait happened: blocked time split by cause (I/O,
+    /// memory, kernel locks), sleeping time by cause (kernel locks,
+    /// futexes, polling, timers, receiving), kernel lock contention per
+    /// span by kind, and a wait span for each long contention naming the
+    /// lock and its owner ([`cause_attributes`]). Each cause's mechanism on
+    /// this kernel is in [`Kspan::scheduler_causes`](crate::Kspan::scheduler_causes).
+    /// Off (the default), none of it is read: the programs skip it with
+    /// one compare.
+    pub fn with_causes(mut self) -> Self {
+        self.causes = true;
+        self
+    }
+
+    /// Whether the causes are read ([`Self::with_causes`]).
+    pub fn causes(&self) -> bool {
+        self.causes
+    }
+
     /// The mechanism asked for, if one is.
     pub(crate) fn only_mechanism(&self) -> Option<SchedMechanism> {
         self.mechanism
@@ -121,6 +141,27 @@ impl SchedulerAccount {
     pub(crate) fn wait_min_ns(&self) -> u64 {
         self.wait_min
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// How one of the account's causes ([`SchedulerAccount::with_causes`]) is
+/// read on this kernel ([`Kspan::scheduler_causes`](crate::Kspan::scheduler_causes)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CauseMechanism {
+    /// What it tells (`blocked: io, memory`, `kernel locks`, ...).
+    pub cause: &'static str,
+    /// How it is read, or why it is not on this kernel (its attributes
+    /// then stay 0 and the time is in the remainders).
+    pub how: Result<String, String>,
+}
+
+impl std::fmt::Display for CauseMechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.how {
+            Ok(how) => write!(f, "{}: {how}", self.cause),
+            Err(why) => write!(f, "{}: not read ({why})", self.cause),
+        }
     }
 }
 
@@ -172,21 +213,6 @@ pub mod attributes {
     pub const RUN_QUEUE_NS: &str = "kspan.sched.run_queue_ns";
     /// Nanoseconds blocked uninterruptibly (`D`).
     pub const BLOCKED_NS: &str = "kspan.sched.blocked_ns";
-    /// Of [`BLOCKED_NS`], waiting on I/O: the thread blocked through
-    /// `io_schedule` (the kernel's `in_iowait`, what delay accounting's
-    /// block-I/O delay counts): its own block I/O, or a page or buffer
-    /// whose I/O is in flight.
-    pub const BLOCKED_IO_NS: &str = "kspan.sched.blocked.io_ns";
-    /// Of [`BLOCKED_NS`], stalled on memory: blocked while the kernel
-    /// marked the thread in a memory stall or thrashing (`in_memstall`,
-    /// `in_thrashing`: direct reclaim, compaction, a refault's wait,
-    /// `memory.high`'s throttle). Off CPU only: the reclaim work itself is
-    /// time on a CPU.
-    pub const BLOCKED_MEMORY_NS: &str = "kspan.sched.blocked.memory_ns";
-    /// Of [`BLOCKED_NS`], the rest: blocked with none of those marks (a
-    /// kernel mutex or rwsem, a network file system's reply, ...).
-    /// `io_ns + memory_ns + unattributed_ns = blocked_ns`, always.
-    pub const BLOCKED_UNATTRIBUTED_NS: &str = "kspan.sched.blocked.unattributed_ns";
     /// Nanoseconds sleeping interruptibly (`S`).
     pub const SLEEPING_NS: &str = "kspan.sched.sleeping_ns";
     /// Nanoseconds off CPU in any other state (stopped, traced, idle).
@@ -220,13 +246,96 @@ pub mod attributes {
     pub const MISSED_NS: &str = "kspan.sched.missed_ns";
 }
 
+/// The attribute keys of the causes, on each application span, with
+/// [`SchedulerAccount::with_causes`]. Each split closes: its parts plus its
+/// `unattributed_ns` equal the whole.
+pub mod cause_attributes {
+    /// Of [`super::attributes::BLOCKED_NS`], waiting on I/O: the thread
+    /// blocked through `io_schedule` (the kernel's `in_iowait`, what delay
+    /// accounting's block-I/O delay counts): its own block I/O, or a page
+    /// or buffer whose I/O is in flight.
+    pub const BLOCKED_IO_NS: &str = "kspan.sched.blocked.io_ns";
+    /// Of `blocked_ns`, stalled on memory: blocked while the kernel marked
+    /// the thread in a memory stall or thrashing (`in_memstall`,
+    /// `in_thrashing`: direct reclaim, compaction, a refault's wait,
+    /// `memory.high`'s throttle). Off CPU only: the reclaim work itself is
+    /// time on a CPU.
+    pub const BLOCKED_MEMORY_NS: &str = "kspan.sched.blocked.memory_ns";
+    /// Of `blocked_ns`, inside a kernel lock's contention (a mutex, an
+    /// rwsem; `lock:contention_begin` to `_end`).
+    pub const BLOCKED_LOCK_NS: &str = "kspan.sched.blocked.lock_ns";
+    /// Of `blocked_ns`, the rest (a network file system's reply, a
+    /// completion, ...): `io_ns + memory_ns + lock_ns + unattributed_ns =
+    /// blocked_ns`, always.
+    pub const BLOCKED_UNATTRIBUTED_NS: &str = "kspan.sched.blocked.unattributed_ns";
+    /// Of [`super::attributes::SLEEPING_NS`], inside a kernel lock's
+    /// contention (an interruptible mutex or rwsem).
+    pub const SLEEPING_LOCK_NS: &str = "kspan.sched.sleeping.lock_ns";
+    /// Of `sleeping_ns`, in `futex` (user-space locks, condition
+    /// variables, joins).
+    pub const SLEEPING_FUTEX_NS: &str = "kspan.sched.sleeping.futex_ns";
+    /// Of `sleeping_ns`, in `poll`, `select`, `epoll_wait` or
+    /// `io_uring_enter`: waiting for readiness (an idle event loop).
+    pub const SLEEPING_POLL_NS: &str = "kspan.sched.sleeping.poll_ns";
+    /// Of `sleeping_ns`, in `nanosleep` or `clock_nanosleep`.
+    pub const SLEEPING_TIMER_NS: &str = "kspan.sched.sleeping.timer_ns";
+    /// Of `sleeping_ns`, in `read`, `readv`, `recv*` or `accept`: waiting
+    /// for data or a connection (a socket, a pipe).
+    pub const SLEEPING_RECEIVE_NS: &str = "kspan.sched.sleeping.receive_ns";
+    /// Of `sleeping_ns`, the rest (a signal wait, another system call):
+    /// the five above and this sum to `sleeping_ns`, always.
+    pub const SLEEPING_UNATTRIBUTED_NS: &str = "kspan.sched.sleeping.unattributed_ns";
+    /// Kernel mutex contention: nanoseconds from each contention's begin
+    /// to its end (spinning on a CPU, then blocked), summed.
+    pub const LOCK_MUTEX_NS: &str = "kspan.lock.mutex.wait_ns";
+    /// Kernel mutex contentions.
+    pub const LOCK_MUTEX_COUNT: &str = "kspan.lock.mutex.contentions";
+    /// Read-write semaphore contention (percpu ones too), as for mutexes.
+    pub const LOCK_RWSEM_NS: &str = "kspan.lock.rwsem.wait_ns";
+    /// Read-write semaphore contentions.
+    pub const LOCK_RWSEM_COUNT: &str = "kspan.lock.rwsem.contentions";
+    /// Spinning lock contention (spinlocks, rwlocks): on a CPU throughout.
+    pub const LOCK_SPIN_NS: &str = "kspan.lock.spin.wait_ns";
+    /// Spinning lock contentions.
+    pub const LOCK_SPIN_COUNT: &str = "kspan.lock.spin.contentions";
+    /// Other kernel lock contention (semaphores).
+    pub const LOCK_OTHER_NS: &str = "kspan.lock.other.wait_ns";
+    /// Other kernel lock contentions.
+    pub const LOCK_OTHER_COUNT: &str = "kspan.lock.other.contentions";
+}
+
 /// The attribute keys of a wait span.
 pub mod wait_attributes {
-    /// `preempted`, `sleeping`, `blocked` or `other`.
+    /// `preempted`, `sleeping`, `blocked` or `other`; `lock` for a kernel
+    /// lock's contention (with the causes on; its time may be partly on a
+    /// CPU, spinning).
     pub const STATE: &str = "kspan.sched.state";
-    /// For a `blocked` wait: `io`, `memory` or `unattributed` (see
-    /// [`super::attributes::BLOCKED_IO_NS`] and the two after it).
+    /// With the causes on, for a `blocked` wait: `io`, `memory`, `lock` or
+    /// `unattributed` (see [`super::cause_attributes::BLOCKED_IO_NS`] and
+    /// those after it).
     pub const BLOCK_CAUSE: &str = "kspan.sched.blocked.cause";
+    /// With the causes on, for a `sleeping` wait: `lock`, `futex`,
+    /// `poll`, `timer`, `receive` or `unattributed`.
+    pub const SLEEP_CAUSE: &str = "kspan.sched.sleeping.cause";
+    /// A `lock` wait (a kernel lock's contention): `mutex`, `rwsem`,
+    /// `spin` or `other`.
+    pub const LOCK_KIND: &str = "kspan.lock.kind";
+    /// A `lock` wait: `read` or `write` for an rwsem or rwlock.
+    pub const LOCK_ACCESS: &str = "kspan.lock.access";
+    /// A `lock` wait: the lock's kernel address, in hex.
+    pub const LOCK_ADDRESS: &str = "kspan.lock.address";
+    /// A `lock` wait: the kernel symbol the lock is, or is in, where
+    /// `/proc/kallsyms` has one (a static lock: `rtnl_mutex`); locks inside
+    /// allocated objects (an inode's) have none.
+    pub const LOCK_SYMBOL: &str = "kspan.lock.symbol";
+    /// A `lock` wait on a mutex or a write-held rwsem: its owner's process
+    /// id as the contention began (a link goes to the owner's application
+    /// span when it is a thread of this process inside one).
+    pub const LOCK_OWNER_PID: &str = "kspan.lock.owner.pid";
+    /// The owner's thread id.
+    pub const LOCK_OWNER_TID: &str = "kspan.lock.owner.tid";
+    /// The owner's name (`comm`).
+    pub const LOCK_OWNER_COMM: &str = "kspan.lock.owner.comm";
     /// Nanoseconds of the span waiting for the wake-up (0 for a preemption).
     pub const WAITING_NS: &str = "kspan.sched.waiting_ns";
     /// Nanoseconds from the wake-up (or preemption) to the switch-in.
@@ -272,15 +381,33 @@ pub struct SchedTotals {
     /// The most the figures can be off by for those
     /// ([`attributes::MISSED_NS`]).
     pub missed_ns: u64,
-    /// Of `blocked_ns`, waiting on I/O ([`attributes::BLOCKED_IO_NS`]).
+    /// Of `blocked_ns`, waiting on I/O ([`cause_attributes::BLOCKED_IO_NS`]).
     pub blocked_io_ns: u64,
     /// Of `blocked_ns`, stalled on memory
-    /// ([`attributes::BLOCKED_MEMORY_NS`]).
+    /// ([`cause_attributes::BLOCKED_MEMORY_NS`]).
     pub blocked_memory_ns: u64,
+    /// Of `blocked_ns`, in a kernel lock's contention.
+    pub blocked_lock_ns: u64,
+    /// Of `sleeping_ns`, by cause: kernel locks, futexes, polling,
+    /// timers, receiving ([`cause_attributes::SLEEPING_LOCK_NS`] and those
+    /// after it).
+    pub sleeping_lock_ns: u64,
+    /// See `sleeping_lock_ns`.
+    pub sleeping_futex_ns: u64,
+    /// See `sleeping_lock_ns`.
+    pub sleeping_poll_ns: u64,
+    /// See `sleeping_lock_ns`.
+    pub sleeping_timer_ns: u64,
+    /// See `sleeping_lock_ns`.
+    pub sleeping_receive_ns: u64,
+    /// Kernel lock contention time by kind: mutex, rwsem, spin, other.
+    pub lock_ns: [u64; 4],
+    /// Kernel lock contentions by kind, as `lock_ns`.
+    pub locks: [u64; 4],
 }
 
 impl SchedTotals {
-    /// From the kernel's eleven words (`struct kspan_sched_sum`).
+    /// From the kernel's words (`struct kspan_sched_sum`).
     pub(crate) fn from_words(words: &[u64]) -> Self {
         let word = |i: usize| words.get(i).copied().unwrap_or(0);
         SchedTotals {
@@ -295,6 +422,14 @@ impl SchedTotals {
             missed_ns: word(8),
             blocked_io_ns: word(9),
             blocked_memory_ns: word(10),
+            blocked_lock_ns: word(11),
+            sleeping_lock_ns: word(12),
+            sleeping_futex_ns: word(13),
+            sleeping_poll_ns: word(14),
+            sleeping_timer_ns: word(15),
+            sleeping_receive_ns: word(16),
+            lock_ns: [word(17), word(18), word(19), word(20)],
+            locks: [word(21), word(22), word(23), word(24)],
         }
     }
 
@@ -307,22 +442,14 @@ impl SchedTotals {
     /// on a CPU is that less the time off CPU (never below 0: the two
     /// clocks are read a few hundred ns apart at each switch), and, when
     /// intervals were missed, how many and by how much the figures may be
-    /// off.
-    pub fn attributes(&self, current_ns: u64) -> Vec<KeyValue> {
+    /// off; with `causes`, the splits by cause ([`cause_attributes`]).
+    pub fn attributes(&self, current_ns: u64, causes: bool) -> Vec<KeyValue> {
         let current = current_ns.max(self.off_cpu_ns());
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut attrs = vec![
             KeyValue::new(attributes::ON_CPU_NS, n(current - self.off_cpu_ns())),
             KeyValue::new(attributes::RUN_QUEUE_NS, n(self.run_queue_ns)),
             KeyValue::new(attributes::BLOCKED_NS, n(self.blocked_ns)),
-            KeyValue::new(attributes::BLOCKED_IO_NS, n(self.blocked_io_ns)),
-            KeyValue::new(attributes::BLOCKED_MEMORY_NS, n(self.blocked_memory_ns)),
-            KeyValue::new(
-                attributes::BLOCKED_UNATTRIBUTED_NS,
-                n(self
-                    .blocked_ns
-                    .saturating_sub(self.blocked_io_ns + self.blocked_memory_ns)),
-            ),
             KeyValue::new(attributes::SLEEPING_NS, n(self.sleeping_ns)),
             KeyValue::new(attributes::OTHER_OFF_CPU_NS, n(self.other_ns)),
             KeyValue::new(attributes::CURRENT_NS, n(current)),
@@ -337,6 +464,50 @@ impl SchedTotals {
             ));
             attrs.push(KeyValue::new(attributes::MISSED_NS, n(self.missed_ns)));
         }
+        if causes {
+            attrs.extend(self.cause_attributes());
+        }
+        attrs
+    }
+
+    /// The splits by cause, each with its remainder.
+    fn cause_attributes(&self) -> Vec<KeyValue> {
+        use cause_attributes as a;
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let blocked_parts = self.blocked_io_ns + self.blocked_memory_ns + self.blocked_lock_ns;
+        let sleeping_parts = self.sleeping_lock_ns
+            + self.sleeping_futex_ns
+            + self.sleeping_poll_ns
+            + self.sleeping_timer_ns
+            + self.sleeping_receive_ns;
+        let mut attrs = vec![
+            KeyValue::new(a::BLOCKED_IO_NS, n(self.blocked_io_ns)),
+            KeyValue::new(a::BLOCKED_MEMORY_NS, n(self.blocked_memory_ns)),
+            KeyValue::new(a::BLOCKED_LOCK_NS, n(self.blocked_lock_ns)),
+            KeyValue::new(
+                a::BLOCKED_UNATTRIBUTED_NS,
+                n(self.blocked_ns.saturating_sub(blocked_parts)),
+            ),
+            KeyValue::new(a::SLEEPING_LOCK_NS, n(self.sleeping_lock_ns)),
+            KeyValue::new(a::SLEEPING_FUTEX_NS, n(self.sleeping_futex_ns)),
+            KeyValue::new(a::SLEEPING_POLL_NS, n(self.sleeping_poll_ns)),
+            KeyValue::new(a::SLEEPING_TIMER_NS, n(self.sleeping_timer_ns)),
+            KeyValue::new(a::SLEEPING_RECEIVE_NS, n(self.sleeping_receive_ns)),
+            KeyValue::new(
+                a::SLEEPING_UNATTRIBUTED_NS,
+                n(self.sleeping_ns.saturating_sub(sleeping_parts)),
+            ),
+        ];
+        let kinds = [
+            (a::LOCK_MUTEX_NS, a::LOCK_MUTEX_COUNT),
+            (a::LOCK_RWSEM_NS, a::LOCK_RWSEM_COUNT),
+            (a::LOCK_SPIN_NS, a::LOCK_SPIN_COUNT),
+            (a::LOCK_OTHER_NS, a::LOCK_OTHER_COUNT),
+        ];
+        for (i, (ns, count)) in kinds.into_iter().enumerate() {
+            attrs.push(KeyValue::new(ns, n(self.lock_ns[i])));
+            attrs.push(KeyValue::new(count, n(self.locks[i])));
+        }
         attrs
     }
 }
@@ -347,7 +518,32 @@ pub(crate) fn block_cause_name(cause: u32) -> &'static str {
     match u64::from(cause) {
         c::KSPAN_BLOCK_IO => "io",
         c::KSPAN_BLOCK_MEMORY => "memory",
+        c::KSPAN_BLOCK_LOCK => "lock",
         _ => "unattributed",
+    }
+}
+
+/// The name of a sleeping wait's cause (`enum kspan_sleep_cause`).
+pub(crate) fn sleep_cause_name(cause: u32) -> &'static str {
+    use kspan_bpf::consts as c;
+    match u64::from(cause) {
+        c::KSPAN_SLEEP_LOCK => "lock",
+        c::KSPAN_SLEEP_FUTEX => "futex",
+        c::KSPAN_SLEEP_POLL => "poll",
+        c::KSPAN_SLEEP_TIMER => "timer",
+        c::KSPAN_SLEEP_RECEIVE => "receive",
+        _ => "unattributed",
+    }
+}
+
+/// The name of a kernel lock's kind (`enum kspan_lock_kind`).
+pub(crate) fn lock_kind_name(kind: u32) -> &'static str {
+    use kspan_bpf::consts as c;
+    match u64::from(kind) {
+        c::KSPAN_LOCK_MUTEX => "mutex",
+        c::KSPAN_LOCK_RWSEM => "rwsem",
+        c::KSPAN_LOCK_SPIN => "spin",
+        _ => "other",
     }
 }
 
@@ -358,6 +554,7 @@ pub(crate) fn state_name(state: u32) -> &'static str {
         c::KSPAN_SCHED_PREEMPTED => "preempted",
         c::KSPAN_SCHED_SLEEPING => "sleeping",
         c::KSPAN_SCHED_BLOCKED => "blocked",
+        c::KSPAN_SCHED_LOCK => "lock",
         _ => "other",
     }
 }
@@ -378,9 +575,14 @@ mod tests {
             waits: 2,
             blocked_io_ns: 12,
             blocked_memory_ns: 3,
+            blocked_lock_ns: 1,
+            sleeping_futex_ns: 30,
+            sleeping_timer_ns: 15,
+            lock_ns: [7, 0, 0, 0],
+            locks: [1, 2, 0, 0],
             ..SchedTotals::default()
         };
-        let attrs = totals.attributes(100);
+        let attrs = totals.attributes(100, true);
         let value = |attrs: &[KeyValue], key: &str| {
             attrs
                 .iter()
@@ -390,20 +592,36 @@ mod tests {
         let int = |v: i64| Some(opentelemetry::Value::I64(v));
         assert_eq!(value(&attrs, attributes::ON_CPU_NS), int(25));
         assert_eq!(value(&attrs, attributes::CURRENT_NS), int(100));
-        // Blocked by cause: the rest of it unattributed.
-        assert_eq!(value(&attrs, attributes::BLOCKED_IO_NS), int(12));
-        assert_eq!(value(&attrs, attributes::BLOCKED_MEMORY_NS), int(3));
-        assert_eq!(value(&attrs, attributes::BLOCKED_UNATTRIBUTED_NS), int(5));
+        // Blocked and sleeping by cause: the rest of each unattributed.
+        assert_eq!(value(&attrs, cause_attributes::BLOCKED_IO_NS), int(12));
+        assert_eq!(value(&attrs, cause_attributes::BLOCKED_MEMORY_NS), int(3));
+        assert_eq!(value(&attrs, cause_attributes::BLOCKED_LOCK_NS), int(1));
+        assert_eq!(
+            value(&attrs, cause_attributes::BLOCKED_UNATTRIBUTED_NS),
+            int(4)
+        );
+        assert_eq!(value(&attrs, cause_attributes::SLEEPING_FUTEX_NS), int(30));
+        assert_eq!(value(&attrs, cause_attributes::SLEEPING_TIMER_NS), int(15));
+        assert_eq!(
+            value(&attrs, cause_attributes::SLEEPING_UNATTRIBUTED_NS),
+            int(5)
+        );
+        assert_eq!(value(&attrs, cause_attributes::LOCK_MUTEX_NS), int(7));
+        assert_eq!(value(&attrs, cause_attributes::LOCK_RWSEM_COUNT), int(2));
         // A current time below the off-CPU time (clock skew) is raised to it.
-        assert_eq!(value(&totals.attributes(60), attributes::ON_CPU_NS), int(0));
-        // No interval missed: no word of it.
-        assert_eq!(attrs.len(), 12);
+        assert_eq!(
+            value(&totals.attributes(60, true), attributes::ON_CPU_NS),
+            int(0)
+        );
+        // No interval missed: no word of it; the causes off: none of them.
+        assert_eq!(attrs.len(), 9 + 10 + 8);
+        assert_eq!(totals.attributes(100, false).len(), 9);
         let missed = SchedTotals {
             intervals_missed: 1,
             missed_ns: 30,
             ..totals
         };
-        let attrs = missed.attributes(100);
+        let attrs = missed.attributes(100, false);
         let get = |k: &str| {
             attrs
                 .iter()
@@ -422,11 +640,14 @@ mod tests {
 
     #[test]
     fn totals_read_the_kernel_layout() {
-        let words: Vec<u64> = (1u64..=11).collect();
+        let words: Vec<u64> = (1u64..=25).collect();
         let t = SchedTotals::from_words(&words);
         assert_eq!((t.run_queue_ns, t.waits), (1, 7));
         assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));
         assert_eq!((t.blocked_io_ns, t.blocked_memory_ns), (10, 11));
+        assert_eq!((t.blocked_lock_ns, t.sleeping_lock_ns), (12, 13));
+        assert_eq!((t.sleeping_futex_ns, t.sleeping_receive_ns), (14, 17));
+        assert_eq!((t.lock_ns, t.locks), ([18, 19, 20, 21], [22, 23, 24, 25]));
         assert_eq!(
             std::mem::size_of::<kspan_bpf::types::kspan_sched_sum>(),
             words.len() * 8

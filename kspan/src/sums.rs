@@ -67,6 +67,8 @@ struct SumTable {
 struct SchedTable {
     table: SpanTable,
     open: MappedCounters,
+    /// The account's causes are on: their attributes go on the spans.
+    causes: bool,
 }
 
 impl SchedTable {
@@ -148,10 +150,17 @@ impl KernelSums {
         &self,
         table: SpanTable,
         open: MappedCounters,
+        causes: bool,
     ) -> Result<(), &'static str> {
-        self.sched.set(SchedTable { table, open }).map_err(|_| {
-            "this KernelSums is connected to another kspan runtime's scheduler account already"
-        })
+        self.sched
+            .set(SchedTable {
+                table,
+                open,
+                causes,
+            })
+            .map_err(|_| {
+                "this KernelSums is connected to another kspan runtime's scheduler account already"
+            })
     }
 
     /// Moves the kernel's totals for `span` onto it.
@@ -173,8 +182,11 @@ impl KernelSums {
                 t.missed_ns += missed_ns;
             }
             if current_ns > 0 || totals.is_some() {
-                span.attributes
-                    .extend(totals.unwrap_or_default().attributes(current_ns));
+                span.attributes.extend(
+                    totals
+                        .unwrap_or_default()
+                        .attributes(current_ns, sched.causes),
+                );
             }
         }
         let Some(table) = table else {

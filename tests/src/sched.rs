@@ -7,7 +7,7 @@
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use kspan::sched::{attributes as a, wait_attributes as w};
+use kspan::sched::{attributes as a, cause_attributes as c, wait_attributes as w};
 use opentelemetry::trace::{SpanId, TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, Value};
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
@@ -17,8 +17,10 @@ pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 use crate::in_memory_provider_with_sums as provider;
 
+mod causes;
 mod truth;
 use crate::switch_log;
+pub use causes::a_kernel_mutex_wait_names_its_owner;
 pub use truth::every_span_s_figures_equal_the_kernel_s_under_contention;
 
 fn int(span: &SpanData, key: &str) -> i64 {
@@ -349,7 +351,7 @@ fn figures_once(
         let before = kernel_figures();
         let span = tracer.start("work");
         let cx = Context::current_with_span(span);
-        let (blocked_read, started, elapsed, cpu_in, cpu_out, read_took, waits_took);
+        let (blocked_read, started, elapsed, cpu_in, cpu_out, read_took, waits_took, slept_took);
         {
             let _attached = cx.clone().attach();
             // The span's bounds on this thread, as closely as they can be
@@ -361,6 +363,7 @@ fn figures_once(
             busy(Duration::from_millis(30));
             let sleeping_from = Instant::now();
             std::thread::sleep(Duration::from_millis(50));
+            slept_took = sleeping_from.elapsed();
             held.wait();
             taking.store(crate::gettid(), std::sync::atomic::Ordering::Release);
             drop(lock.lock().unwrap());
@@ -396,10 +399,21 @@ fn figures_once(
             on_cpu,
             read_took,
             waits_took,
+            slept_took,
         )
     });
-    let (before, after, elapsed, work_id, blocked_read, stolen, want_cpu, read_took, waits_took) =
-        worker.join().unwrap();
+    let (
+        before,
+        after,
+        elapsed,
+        work_id,
+        blocked_read,
+        stolen,
+        want_cpu,
+        read_took,
+        waits_took,
+        slept_took,
+    ) = worker.join().unwrap();
     let holder_id = holder.join().unwrap();
     let stats = shutdown(kspan);
     let _ = std::fs::remove_file(removable);
@@ -530,6 +544,38 @@ fn figures_once(
         string(mutex, w::STACK).is_some_and(|s| s.contains("futex")),
         "{mutex:#?}"
     );
+    if account.causes() {
+        // The sleep is the timer's, the barrier and the lock the futex's,
+        // as the test's own clocks measured them (up to each wake-up).
+        causes::closed_split(work, blocked, sleeping);
+        let (timer, futex) = (
+            int(work, c::SLEEPING_TIMER_NS),
+            int(work, c::SLEEPING_FUTEX_NS),
+        );
+        let want_timer = slept_took.as_nanos() as i64;
+        let want_futex = (waits_took - slept_took).as_nanos() as i64;
+        eprintln!(
+            "sleeping: timer {timer} (the sleep {want_timer}), futex {futex} (the barrier and \
+             the lock {want_futex})"
+        );
+        close(
+            "sleeping on a timer",
+            timer,
+            want_timer,
+            ms + want_timer * percent / 100,
+        );
+        close(
+            "sleeping in futex",
+            futex,
+            want_futex,
+            ms + want_futex * percent / 100,
+        );
+        assert_eq!(string(sleep, w::SLEEP_CAUSE).as_deref(), Some("timer"));
+        assert_eq!(string(mutex, w::SLEEP_CAUSE).as_deref(), Some("futex"));
+    } else {
+        causes::no_cause_said(work);
+        assert_eq!(string(sleep, w::SLEEP_CAUSE), None);
+    }
     true
 }
 
@@ -1151,7 +1197,9 @@ pub fn a_read_past_the_cache_is_blocked_time(disk: &std::path::Path) {
     let kspan = start(
         &provider,
         &sums,
-        kspan::SchedulerAccount::new().wait_spans_from(Duration::from_micros(100)),
+        kspan::SchedulerAccount::new()
+            .wait_spans_from(Duration::from_micros(100))
+            .with_causes(),
     );
     let tracer = provider.tracer("sched-read");
     let file = direct_read_file(disk);
@@ -1192,9 +1240,10 @@ pub fn a_read_past_the_cache_is_blocked_time(disk: &std::path::Path) {
     // wait in io_schedule; the VM's 9p share answers through its own
     // transport, no I/O wait to the kernel.)
     let by_cause = [
-        ("io", int(span, a::BLOCKED_IO_NS)),
-        ("memory", int(span, a::BLOCKED_MEMORY_NS)),
-        ("unattributed", int(span, a::BLOCKED_UNATTRIBUTED_NS)),
+        ("io", int(span, c::BLOCKED_IO_NS)),
+        ("memory", int(span, c::BLOCKED_MEMORY_NS)),
+        ("lock", int(span, c::BLOCKED_LOCK_NS)),
+        ("unattributed", int(span, c::BLOCKED_UNATTRIBUTED_NS)),
     ];
     assert_eq!(
         by_cause.iter().map(|(_, ns)| ns).sum::<i64>(),

@@ -6,10 +6,13 @@
 use kspan::{SchedMechanism, SchedulerAccount};
 use kspan_tests::sched;
 
+/// With the causes on: the sleep is a timer's, the lock a futex's.
 #[test]
 fn btf_tracepoints_figures_equal_the_kernel_s() {
     sched::a_span_s_figures_equal_the_kernel_s_own_accounting(
-        SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
         &sched::disk_dir(false),
         16,
         1,
@@ -17,6 +20,7 @@ fn btf_tracepoints_figures_equal_the_kernel_s() {
     );
 }
 
+/// With the causes off: none is said.
 #[test]
 fn classic_tracepoints_figures_equal_the_kernel_s() {
     sched::a_span_s_figures_equal_the_kernel_s_own_accounting(
@@ -34,7 +38,9 @@ fn classic_tracepoints_figures_equal_the_kernel_s() {
 #[test]
 fn btf_every_span_s_figures_equal_the_kernel_s_under_contention() {
     sched::every_span_s_figures_equal_the_kernel_s_under_contention(
-        SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
         &sched::disk_dir(false),
     );
 }
@@ -42,7 +48,9 @@ fn btf_every_span_s_figures_equal_the_kernel_s_under_contention() {
 #[test]
 fn classic_every_span_s_figures_equal_the_kernel_s_under_contention() {
     sched::every_span_s_figures_equal_the_kernel_s_under_contention(
-        SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::Tracepoints)
+            .with_causes(),
         &sched::disk_dir(false),
     );
 }
@@ -105,5 +113,32 @@ fn classic_a_timer_interrupt_taken_in_user_space_is_the_waker() {
     sched::a_timer_interrupt_taken_in_user_space_is_the_waker(
         SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
         true,
+    );
+}
+
+/// A 64 MiB write holds its file's `f_pos_lock` (a kernel mutex) for tens
+/// of ms: the other writer's span says the contention, 1 ms + 5% from the
+/// holder's write's own clock, and names the holder.
+#[test]
+fn btf_a_kernel_mutex_wait_names_its_owner() {
+    sched::a_kernel_mutex_wait_names_its_owner(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        64 << 20,
+        1,
+        5,
+    );
+}
+
+#[test]
+fn classic_a_kernel_mutex_wait_names_its_owner() {
+    sched::a_kernel_mutex_wait_names_its_owner(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::Tracepoints)
+            .with_causes(),
+        64 << 20,
+        1,
+        5,
     );
 }

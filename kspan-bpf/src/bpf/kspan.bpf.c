@@ -2022,6 +2022,25 @@ static __always_inline struct kspan_sched_open *kspan_sched_open_of(__u32 tid)
 	return bpf_map_lookup_elem(&kspan_sched_open, &at);
 }
 
+/*
+ * Thread `tid`'s entry, made all zero if it has none (from kspan_zero,
+ * which is larger: the entry is too big for the stack); NULL: no room.
+ */
+static __always_inline struct kspan_sched_task *kspan_sched_task_made(__u32 tid)
+{
+	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+	__u32 zero = 0;
+	void *fresh;
+
+	if (t)
+		return t;
+	fresh = bpf_map_lookup_elem(&kspan_zero, &zero);
+	if (!fresh)
+		return NULL;
+	bpf_map_update_elem(&kspan_sched_tasks, &tid, fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+}
+
 /* Keeps the wait record's layout in the object's BTF for the Rust skeleton. */
 struct kspan_wait_record kspan_wait_record_layout SEC(".bss.layout");
 
@@ -2082,19 +2101,114 @@ struct task_struct___causes {
 } __attribute__((preserve_access_index));
 
 /* enum kspan_block_cause of a task leaving the CPU blocked. */
-static __always_inline __u32 kspan_block_cause(void *task)
+static __always_inline __u32 kspan_block_cause(struct kspan_sched_task *t, void *task)
 {
-	struct task_struct___causes *t = task;
+	struct task_struct___causes *f = task;
 
-	if (!t)
-		return KSPAN_BLOCK_UNATTRIBUTED;
-	if (bpf_core_field_exists(t->in_memstall) && BPF_CORE_READ_BITFIELD(t, in_memstall))
+	if (f && bpf_core_field_exists(f->in_memstall) && BPF_CORE_READ_BITFIELD(f, in_memstall))
 		return KSPAN_BLOCK_MEMORY;
-	if (bpf_core_field_exists(t->in_thrashing) && BPF_CORE_READ_BITFIELD(t, in_thrashing))
+	if (f && bpf_core_field_exists(f->in_thrashing) && BPF_CORE_READ_BITFIELD(f, in_thrashing))
 		return KSPAN_BLOCK_MEMORY;
-	if (bpf_core_field_exists(t->in_iowait) && BPF_CORE_READ_BITFIELD(t, in_iowait))
+	if (f && bpf_core_field_exists(f->in_iowait) && BPF_CORE_READ_BITFIELD(f, in_iowait))
 		return KSPAN_BLOCK_IO;
+	if (t->lock_addr)
+		return KSPAN_BLOCK_LOCK;
 	return KSPAN_BLOCK_UNATTRIBUTED;
+}
+
+/*
+ * The system call a task sleeps in: the number its entry saved in its user
+ * registers (x86-64 `orig_ax`, arm64 `syscallno`). Only the fields' names
+ * are given here: CO-RE finds them in this kernel's `struct pt_regs`.
+ */
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs___kspan {
+	long orig_ax;
+} __attribute__((preserve_access_index));
+#elif defined(__TARGET_ARCH_arm64)
+struct pt_regs___kspan {
+	int syscallno;
+} __attribute__((preserve_access_index));
+#endif
+
+static __always_inline long kspan_syscall_nr(void *task)
+{
+	long nr = -1;
+#if defined(__TARGET_ARCH_x86)
+	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+
+	if (regs)
+		bpf_core_read(&nr, sizeof(nr), &regs->orig_ax);
+#elif defined(__TARGET_ARCH_arm64)
+	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+	int no = -1;
+
+	if (regs)
+		bpf_core_read(&no, sizeof(no), &regs->syscallno);
+	nr = no;
+#endif
+	return nr;
+}
+
+/*
+ * enum kspan_sleep_cause of a task leaving the CPU sleeping: a lock's
+ * contention, else its system call's class. The numbers are each
+ * architecture's ABI (arch/x86/entry/syscalls/syscall_64.tbl, and the
+ * generic table arm64 uses).
+ */
+static __always_inline __u32 kspan_sleep_cause(struct kspan_sched_task *t, void *task)
+{
+	if (t->lock_addr)
+		return KSPAN_SLEEP_LOCK;
+	switch (kspan_syscall_nr(task)) {
+#if defined(__TARGET_ARCH_x86)
+	case 202: /* futex */
+	case 449: /* futex_waitv */
+		return KSPAN_SLEEP_FUTEX;
+	case 7:	  /* poll */
+	case 23:  /* select */
+	case 232: /* epoll_wait */
+	case 270: /* pselect6 */
+	case 271: /* ppoll */
+	case 281: /* epoll_pwait */
+	case 426: /* io_uring_enter */
+	case 441: /* epoll_pwait2 */
+		return KSPAN_SLEEP_POLL;
+	case 35:  /* nanosleep */
+	case 230: /* clock_nanosleep */
+		return KSPAN_SLEEP_TIMER;
+	case 0:	  /* read */
+	case 19:  /* readv */
+	case 43:  /* accept */
+	case 45:  /* recvfrom */
+	case 47:  /* recvmsg */
+	case 288: /* accept4 */
+	case 299: /* recvmmsg */
+		return KSPAN_SLEEP_RECEIVE;
+#elif defined(__TARGET_ARCH_arm64)
+	case 98:  /* futex */
+	case 449: /* futex_waitv */
+		return KSPAN_SLEEP_FUTEX;
+	case 22:  /* epoll_pwait */
+	case 72:  /* pselect6 */
+	case 73:  /* ppoll */
+	case 426: /* io_uring_enter */
+	case 441: /* epoll_pwait2 */
+		return KSPAN_SLEEP_POLL;
+	case 101: /* nanosleep */
+	case 115: /* clock_nanosleep */
+		return KSPAN_SLEEP_TIMER;
+	case 63:  /* read */
+	case 65:  /* readv */
+	case 202: /* accept */
+	case 207: /* recvfrom */
+	case 212: /* recvmsg */
+	case 242: /* accept4 */
+	case 243: /* recvmmsg */
+		return KSPAN_SLEEP_RECEIVE;
+#endif
+	}
+	return KSPAN_SLEEP_UNATTRIBUTED;
 }
 
 /* Not known (no group scheduling, no sched_info, or not this switch's task). */
@@ -2185,14 +2299,26 @@ static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 of
 		return;
 	/* Atomically: one span may be current on several threads. */
 	__sync_fetch_and_add(&s->run_queue_ns, run_queue_ns);
-	if (t->state == KSPAN_SCHED_SLEEPING)
+	if (t->state == KSPAN_SCHED_SLEEPING) {
 		__sync_fetch_and_add(&s->sleeping_ns, off_ns);
-	else if (t->state == KSPAN_SCHED_BLOCKED) {
+		if (t->cause == KSPAN_SLEEP_LOCK)
+			__sync_fetch_and_add(&s->sleeping_lock_ns, off_ns);
+		else if (t->cause == KSPAN_SLEEP_FUTEX)
+			__sync_fetch_and_add(&s->sleeping_futex_ns, off_ns);
+		else if (t->cause == KSPAN_SLEEP_POLL)
+			__sync_fetch_and_add(&s->sleeping_poll_ns, off_ns);
+		else if (t->cause == KSPAN_SLEEP_TIMER)
+			__sync_fetch_and_add(&s->sleeping_timer_ns, off_ns);
+		else if (t->cause == KSPAN_SLEEP_RECEIVE)
+			__sync_fetch_and_add(&s->sleeping_receive_ns, off_ns);
+	} else if (t->state == KSPAN_SCHED_BLOCKED) {
 		__sync_fetch_and_add(&s->blocked_ns, off_ns);
-		if (t->block_cause == KSPAN_BLOCK_IO)
+		if (t->cause == KSPAN_BLOCK_IO)
 			__sync_fetch_and_add(&s->blocked_io_ns, off_ns);
-		else if (t->block_cause == KSPAN_BLOCK_MEMORY)
+		else if (t->cause == KSPAN_BLOCK_MEMORY)
 			__sync_fetch_and_add(&s->blocked_memory_ns, off_ns);
+		else if (t->cause == KSPAN_BLOCK_LOCK)
+			__sync_fetch_and_add(&s->blocked_lock_ns, off_ns);
 	} else if (t->state == KSPAN_SCHED_OTHER)
 		__sync_fetch_and_add(&s->other_ns, off_ns);
 	if (t->voluntary)
@@ -2258,23 +2384,20 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 		skip = KSPAN_CTR_SUPPRESSED;
 	else if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
 		skip = KSPAN_CTR_UNSAMPLED;
-	t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
-	if (!t) {
-		struct kspan_sched_task fresh = {};
-
-		bpf_map_update_elem(&kspan_sched_tasks, &tid, &fresh, BPF_NOEXIST);
-		t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
-		if (!t)
-			return;
-	}
+	t = kspan_sched_task_made(tid);
+	if (!t)
+		return;
 	/* An interval still open: its switch-in was never seen. */
 	if (t->out_ns)
 		kspan_sched_missed(t, tid, now);
 	__builtin_memcpy(t->trace_id, c.trace_id, sizeof(c.trace_id));
 	t->app_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
 	t->state = state;
-	t->block_cause = state == KSPAN_SCHED_BLOCKED ? kspan_block_cause(task)
-						       : KSPAN_BLOCK_UNATTRIBUTED;
+	t->cause = 0;
+	if (kspan_cfg.sched_causes && state == KSPAN_SCHED_BLOCKED)
+		t->cause = kspan_block_cause(t, task);
+	else if (kspan_cfg.sched_causes && state == KSPAN_SCHED_SLEEPING && !skip)
+		t->cause = kspan_sleep_cause(t, task);
 	t->voluntary = voluntary;
 	t->skip = skip;
 	t->wake_ns = 0;
@@ -2382,7 +2505,9 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	w->rec.descendants_dropped = 0;
 	w->wake_ns = run_from;
 	w->state = t->state;
-	w->block_cause = t->block_cause;
+	w->cause = t->cause;
+	w->lock_addr = 0;
+	w->lock_flags = 0;
 	w->waker_kind = t->waker_kind;
 	w->waker_pid = t->waker_pid;
 	w->waker_tid = t->waker_tid;
@@ -2664,5 +2789,249 @@ SEC("tracepoint/sched/sched_wakeup")
 int kspan_sched_wakeup_tp(struct kspan_sched_waking_args *args)
 {
 	kspan_sched_wakeup((__u32)args->pid);
+	return 0;
+}
+
+/*
+ * Kernel lock contention (lock:contention_begin/_end, Linux 5.19+), with
+ * the scheduler's causes on: both events run on the contending thread. A
+ * contention is kept on the thread's entry from its begin to its end; a
+ * begin for the same lock while it is open is the mutex's second (it
+ * stops spinning to sleep: its flags then say so), one for another lock
+ * is a lock taken inside the wait (a mutex's wait_lock), whose time is the
+ * outer wait's. The end adds the time to the span current then (a thread
+ * cannot change spans inside the kernel), and a long one becomes a wait
+ * record of its own, naming the lock and its owner at the begin.
+ */
+struct kspan_atomic_long {
+	long counter;
+};
+
+/* The owner word of a mutex and an rwsem: a task pointer with flags in its low bits. */
+struct mutex___kspan {
+	struct kspan_atomic_long owner;
+} __attribute__((preserve_access_index));
+
+struct rw_semaphore___kspan {
+	struct kspan_atomic_long owner;
+} __attribute__((preserve_access_index));
+
+/* MUTEX_FLAGS, and RWSEM_OWNER_FLAGS_MASK's bits with room to spare. */
+#define KSPAN_LOCK_OWNER_FLAGS 0x7UL
+/* RWSEM_READER_OWNED: the owner word names one reader of several. */
+#define KSPAN_RWSEM_READER_OWNED 0x1UL
+
+struct task_struct___owner {
+	int pid;
+	int tgid;
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 kspan_lock_kind(__u32 flags)
+{
+	if (flags & (KSPAN_LCB_F_MUTEX | KSPAN_LCB_F_RT))
+		return KSPAN_LOCK_MUTEX;
+	if (flags & KSPAN_LCB_F_SPIN)
+		return KSPAN_LOCK_SPIN;
+	if (flags & (KSPAN_LCB_F_READ | KSPAN_LCB_F_WRITE | KSPAN_LCB_F_PERCPU))
+		return KSPAN_LOCK_RWSEM;
+	return KSPAN_LOCK_OTHER;
+}
+
+/*
+ * The owner of `lock` now, into `t`: a mutex's, or an rwsem's held for
+ * writing (one held for reading names just its last reader). Any read
+ * that fails leaves the owner unknown.
+ */
+static __always_inline void kspan_lock_owner(struct kspan_sched_task *t, __u64 lock, __u32 flags)
+{
+	struct task_struct___owner *owner;
+	struct kspan_thread_ctx c = {};
+	long word = 0;
+	__u64 tp = 0, slot = 0;
+
+	t->lock_owner_tid = 0;
+	t->lock_owner_span_id = 0;
+	if (flags & KSPAN_LCB_F_MUTEX) {
+		struct mutex___kspan *m = (void *)lock;
+
+		if (bpf_core_read(&word, sizeof(word), &m->owner.counter))
+			return;
+	} else if ((flags & (KSPAN_LCB_F_READ | KSPAN_LCB_F_WRITE)) &&
+		   !(flags & (KSPAN_LCB_F_SPIN | KSPAN_LCB_F_PERCPU | KSPAN_LCB_F_RT))) {
+		struct rw_semaphore___kspan *r = (void *)lock;
+
+		if (!bpf_core_field_exists(r->owner) ||
+		    bpf_core_read(&word, sizeof(word), &r->owner.counter) ||
+		    (word & KSPAN_RWSEM_READER_OWNED))
+			return;
+	} else {
+		return;
+	}
+	owner = (void *)(word & ~KSPAN_LOCK_OWNER_FLAGS);
+	if (!owner)
+		return;
+	if (bpf_core_read(&t->lock_owner_pid, sizeof(t->lock_owner_pid), &owner->tgid) ||
+	    bpf_core_read(&t->lock_owner_tid, sizeof(t->lock_owner_tid), &owner->pid)) {
+		t->lock_owner_tid = 0;
+		return;
+	}
+	bpf_core_read(t->lock_owner_comm, sizeof(t->lock_owner_comm), &owner->comm);
+	/*
+	 * An owner of this process: its application span, from its thread
+	 * context in the process's memory (the current task's too).
+	 */
+	if (t->lock_owner_pid != kspan_cfg.ctx_tgid || !kspan_cfg.task_tp_offset)
+		return;
+	if (bpf_probe_read_kernel(&tp, sizeof(tp), (void *)owner + kspan_cfg.task_tp_offset) || !tp)
+		return;
+	if (bpf_probe_read_user(&slot, sizeof(slot), (void *)(tp + kspan_cfg.thread_ctx_offset)) ||
+	    !slot)
+		return;
+	if (bpf_probe_read_user(&c, sizeof(c), (void *)slot) || c.valid != 1)
+		return;
+	__builtin_memcpy(t->lock_owner_trace_id, c.trace_id, sizeof(c.trace_id));
+	t->lock_owner_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
+}
+
+static __always_inline void kspan_lock_begin(__u64 lock, __u32 flags)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct kspan_sched_task *t;
+
+	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid || !kspan_sched_enabled())
+		return;
+	t = kspan_sched_task_made(tid);
+	if (!t)
+		return;
+	if (t->lock_addr) {
+		if (t->lock_addr == lock)
+			t->lock_flags = flags;
+		return;
+	}
+	t->lock_flags = flags;
+	t->lock_begin_ns = bpf_ktime_get_ns();
+	kspan_lock_owner(t, lock, flags);
+	t->lock_addr = lock;
+}
+
+static __always_inline void kspan_lock_end(void *ctx, __u64 lock)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), now, took;
+	__u32 tid = (__u32)pid_tgid, kind;
+	struct kspan_sched_task *t;
+	struct kspan_thread_ctx c = {};
+	struct kspan_sched_sum *s;
+	struct kspan_wait_record *w;
+	__u64 span;
+
+	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid)
+		return;
+	t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+	if (!t || !lock || t->lock_addr != lock)
+		return;
+	now = bpf_ktime_get_ns();
+	t->lock_addr = 0;
+	if (now < t->lock_begin_ns || !kspan_sched_enabled())
+		return;
+	took = now - t->lock_begin_ns;
+	kind = kspan_lock_kind(t->lock_flags);
+	if (!kspan_app_context(&c, pid_tgid))
+		return;
+	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
+		return;
+	if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
+		return;
+	span = __builtin_bswap64(*(__u64 *)c.span_id);
+	s = kspan_sched_sum_of(span);
+	if (s && kind < KSPAN_LOCK_KINDS) {
+		__sync_fetch_and_add(&s->lock_ns[kind], took);
+		__sync_fetch_and_add(&s->locks[kind], 1);
+	}
+	if (!kspan_cfg.wait_min_ns || took < kspan_cfg.wait_min_ns)
+		return;
+	if (kspan_overloaded(1)) {
+		kspan_count(KSPAN_CTR_OVERLOAD);
+		return;
+	}
+	w = bpf_ringbuf_reserve(&kspan_events, sizeof(*w), 0);
+	if (!w) {
+		kspan_count(KSPAN_CTR_RINGBUF_FULL);
+		return;
+	}
+	__builtin_memcpy(w->rec.trace_id, c.trace_id, sizeof(w->rec.trace_id));
+	w->rec.span_id = kspan_new_id();
+	w->rec.parent_span_id = span;
+	w->rec.start_ns = t->lock_begin_ns;
+	w->rec.end_ns = now;
+	w->rec.ret = 0;
+	w->rec.probe_id = KSPAN_WAIT_PROBE_ID;
+	w->rec.pid = pid_tgid >> 32;
+	w->rec.tid = tid;
+	w->rec.flags = KSPAN_REC_WAIT;
+	w->rec.descendants_dropped = 0;
+	w->wake_ns = now;
+	w->state = KSPAN_SCHED_LOCK;
+	w->cause = kind;
+	w->lock_addr = lock;
+	w->lock_flags = t->lock_flags;
+	w->lock_pad = 0;
+	w->waker_kind = t->lock_owner_tid ? KSPAN_WAKER_TASK : KSPAN_WAKER_NONE;
+	w->waker_pid = t->lock_owner_pid;
+	w->waker_tid = t->lock_owner_tid;
+	__builtin_memcpy(w->waker_comm, t->lock_owner_comm, sizeof(w->waker_comm));
+	__builtin_memcpy(w->waker_trace_id, t->lock_owner_trace_id, sizeof(w->waker_trace_id));
+	w->waker_span_id = t->lock_owner_span_id;
+	w->waker_nframes = 0;
+	__builtin_memset(w->waker_frames, 0, sizeof(w->waker_frames));
+	/* Where the lock is taken: the stack it was acquired on. */
+	{
+		long n = bpf_get_stack(ctx, w->frames, sizeof(w->frames), 0);
+
+		w->nframes = n > 0 ? n / 8 : 0;
+	}
+	kspan_submit_span(w);
+}
+
+/*
+ * A lock taken in an interrupt contends for the interrupt, not for the
+ * task it interrupted: the program's stack tells (an interrupt's, not the
+ * task's), as for sched_waking.
+ */
+SEC("tp_btf/contention_begin")
+int BPF_PROG(kspan_tp_lock_begin, void *lock, unsigned int flags)
+{
+	if (kspan_call_of(ctx, bpf_get_current_task_btf()))
+		kspan_lock_begin((__u64)lock, flags);
+	return 0;
+}
+
+SEC("tp_btf/contention_end")
+int BPF_PROG(kspan_tp_lock_end, void *lock, int ret)
+{
+	if (kspan_call_of(ctx, bpf_get_current_task_btf()))
+		kspan_lock_end(ctx, (__u64)lock);
+	return 0;
+}
+
+/* The same as classic tracepoints (lock:contention_begin, lock:contention_end). */
+struct kspan_lock_args {
+	__u64 common;
+	__u64 lock_addr;
+	__u32 flags_or_ret;
+};
+
+SEC("tracepoint/lock/contention_begin")
+int kspan_lock_begin_tp(struct kspan_lock_args *args)
+{
+	kspan_lock_begin(args->lock_addr, args->flags_or_ret);
+	return 0;
+}
+
+SEC("tracepoint/lock/contention_end")
+int kspan_lock_end_tp(struct kspan_lock_args *args)
+{
+	kspan_lock_end(args, args->lock_addr);
 	return 0;
 }

@@ -455,7 +455,12 @@ struct kspan_config {
 	/* Rows a CPU has in kspan_hist (two per probe id), and the errno table's mask. */
 	__u32 hist_rows;
 	__u32 hist_errno_mask;
-	__u32 pad_hist;
+	/*
+	 * The scheduler's account: 1 to read why each wait happened (the
+	 * leaving task's flags, its system call, kernel lock contention); 0
+	 * reads none of it.
+	 */
+	__u32 sched_causes;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
 
@@ -591,7 +596,51 @@ enum kspan_block_cause {
 	KSPAN_BLOCK_IO = 1,
 	/* in_memstall or in_thrashing: reclaim, compaction, a refault's wait, memory.high's throttle. */
 	KSPAN_BLOCK_MEMORY = 2,
+	/* Inside a kernel lock's contention (lock:contention_begin to _end): a mutex, an rwsem. */
+	KSPAN_BLOCK_LOCK = 3,
 };
+
+/*
+ * Why a thread slept (S): a kernel lock's contention, else the system call
+ * it sleeps in, by class.
+ */
+enum kspan_sleep_cause {
+	/* None of the below (a signal wait, a pipe's writer, ...). */
+	KSPAN_SLEEP_UNATTRIBUTED = 0,
+	/* Inside a kernel lock's contention (an interruptible mutex or rwsem). */
+	KSPAN_SLEEP_LOCK = 1,
+	/* futex, futex_waitv: user-space locks and condition variables. */
+	KSPAN_SLEEP_FUTEX = 2,
+	/* poll, select, epoll, io_uring_enter: waiting for readiness. */
+	KSPAN_SLEEP_POLL = 3,
+	/* nanosleep, clock_nanosleep. */
+	KSPAN_SLEEP_TIMER = 4,
+	/* read, readv, recv*, accept: waiting for data or a connection. */
+	KSPAN_SLEEP_RECEIVE = 5,
+};
+
+/*
+ * Kernel lock contention (lock:contention_begin, Linux 5.19+): its flags
+ * (include/trace/events/lock.h), and the kinds kspan sums by.
+ */
+#define KSPAN_LCB_F_SPIN (1u << 0)
+#define KSPAN_LCB_F_READ (1u << 1)
+#define KSPAN_LCB_F_WRITE (1u << 2)
+#define KSPAN_LCB_F_RT (1u << 3)
+#define KSPAN_LCB_F_PERCPU (1u << 4)
+#define KSPAN_LCB_F_MUTEX (1u << 5)
+
+enum kspan_lock_kind {
+	/* A mutex (or rt_mutex), spinning first or sleeping. */
+	KSPAN_LOCK_MUTEX = 0,
+	/* A read-write semaphore (percpu ones included), read or write. */
+	KSPAN_LOCK_RWSEM = 1,
+	/* A spinning lock: spinlock, rwlock. */
+	KSPAN_LOCK_SPIN = 2,
+	/* Anything else (a semaphore). */
+	KSPAN_LOCK_OTHER = 3,
+};
+#define KSPAN_LOCK_KINDS 4
 
 enum kspan_sched_state {
 	/* Preempted, or yielded: runnable all along (run-queue time). */
@@ -602,6 +651,11 @@ enum kspan_sched_state {
 	KSPAN_SCHED_BLOCKED = 2,
 	/* Anything else: stopped, traced, idle (I), parked. */
 	KSPAN_SCHED_OTHER = 3,
+	/*
+	 * Not an off-CPU interval: a kernel lock's contention, from
+	 * contention_begin to contention_end (a wait record of its own).
+	 */
+	KSPAN_SCHED_LOCK = 4,
 };
 
 /* Who made a waiting thread runnable again. */
@@ -663,8 +717,8 @@ struct kspan_sched_task {
 	__u32 voluntary;
 	/* KSPAN_CTR_* of why its wait spans are not recorded (unsampled, suppressed), or 0. */
 	__u32 skip;
-	/* enum kspan_block_cause of a blocked switch-out, else KSPAN_BLOCK_UNATTRIBUTED. */
-	__u32 block_cause;
+	/* enum kspan_block_cause of a blocked switch-out, kspan_sleep_cause of a sleeping one, else 0. */
+	__u32 cause;
 	/* enum kspan_waker_kind, and the waker when a task. */
 	__u32 waker_kind;
 	__u32 waker_pid;
@@ -679,6 +733,21 @@ struct kspan_sched_task {
 	/* The waker's kernel stack (an interrupt's shows its entry). */
 	__u64 waker_nframes;
 	__u64 waker_frames[KSPAN_WAKER_FRAMES];
+	/*
+	 * The kernel lock the thread contends for now (0: none), from its
+	 * contention_begin; with its flags (KSPAN_LCB_F_*), when it began,
+	 * and its owner then (a mutex's, a writer-held rwsem's; tid 0: not
+	 * known) with the owner's application span.
+	 */
+	__u64 lock_addr;
+	__u64 lock_begin_ns;
+	__u32 lock_flags;
+	__u32 lock_owner_pid;
+	__u32 lock_owner_tid;
+	__u32 lock_pad;
+	__u8 lock_owner_comm[16];
+	__u8 lock_owner_trace_id[16];
+	__u64 lock_owner_span_id;
 };
 
 /* Per application span, what the scheduler did while it was current. */
@@ -706,9 +775,23 @@ struct kspan_sched_sum {
 	 * been off it.
 	 */
 	__u64 missed_ns;
-	/* Of blocked_ns: KSPAN_BLOCK_IO's and KSPAN_BLOCK_MEMORY's intervals. */
+	/* Of blocked_ns: KSPAN_BLOCK_IO's, KSPAN_BLOCK_MEMORY's and KSPAN_BLOCK_LOCK's intervals. */
 	__u64 blocked_io_ns;
 	__u64 blocked_memory_ns;
+	__u64 blocked_lock_ns;
+	/* Of sleeping_ns: by enum kspan_sleep_cause (LOCK, FUTEX, POLL, TIMER, RECEIVE). */
+	__u64 sleeping_lock_ns;
+	__u64 sleeping_futex_ns;
+	__u64 sleeping_poll_ns;
+	__u64 sleeping_timer_ns;
+	__u64 sleeping_receive_ns;
+	/*
+	 * Kernel lock contention by enum kspan_lock_kind: the time from each
+	 * contention_begin to its contention_end (on a CPU spinning, or off
+	 * it), and how many.
+	 */
+	__u64 lock_ns[KSPAN_LOCK_KINDS];
+	__u64 locks[KSPAN_LOCK_KINDS];
 };
 
 /*
@@ -746,8 +829,11 @@ struct kspan_wait_record {
 	struct kspan_record rec;
 	__u64 wake_ns;
 	__u32 state;
-	/* enum kspan_block_cause, for a blocked wait. */
-	__u32 block_cause;
+	/*
+	 * enum kspan_block_cause of a blocked wait, kspan_sleep_cause of a
+	 * sleeping one, kspan_lock_kind of a lock's contention.
+	 */
+	__u32 cause;
 	__u32 waker_kind;
 	__u32 waker_pid;
 	__u32 waker_tid;
@@ -758,6 +844,14 @@ struct kspan_wait_record {
 	__u64 frames[KSPAN_WAIT_FRAMES];
 	__u64 waker_nframes;
 	__u64 waker_frames[KSPAN_WAKER_FRAMES];
+	/*
+	 * A lock's contention (KSPAN_SCHED_LOCK): the lock's address and its
+	 * flags (KSPAN_LCB_F_*); the waker fields then name its owner at the
+	 * contention's start (kind KSPAN_WAKER_TASK) or none.
+	 */
+	__u64 lock_addr;
+	__u32 lock_flags;
+	__u32 lock_pad;
 };
 
 #endif /* KSPAN_H */

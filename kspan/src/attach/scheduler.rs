@@ -19,7 +19,7 @@ use crate::bpf::object::{self, LoadRequest, SchedMaps};
 use crate::bpf::program::Program;
 use crate::bpf::sys;
 use crate::kernel::tracefs;
-use crate::sched::{SchedMechanism, SchedulerAccount};
+use crate::sched::{CauseMechanism, SchedMechanism, SchedulerAccount};
 
 /// What attaching the account leaves.
 #[derive(Debug)]
@@ -32,6 +32,10 @@ pub(crate) struct SchedAttached {
     pub maps_read: SchedMaps,
     /// The shared maps, when this load made them (no probe did before).
     pub maps: Option<SharedMaps>,
+    /// With the causes on, how each is read on this kernel.
+    pub causes: Vec<CauseMechanism>,
+    /// The causes are on.
+    pub causes_on: bool,
 }
 
 /// Loads and attaches the account's programs into `links`, sharing `shared`
@@ -42,16 +46,108 @@ pub(crate) fn attach(
     shared: Option<&SharedMaps>,
     links: &mut Links,
 ) -> Result<SchedAttached, AttachError> {
-    let config = sched_config(runtime, account.wait_min_ns());
+    let config = sched_config(runtime, account.wait_min_ns(), account.causes());
+    // Kernel lock contention: where the kernel has its tracepoints.
+    let locks = if account.causes() {
+        check_lock_formats()
+    } else {
+        Err(String::new())
+    };
+    let with_locks = locks.is_ok();
+    let attached = attach_mechanisms(&config, runtime, account, shared, links, with_locks)?;
+    let causes = if account.causes() {
+        cause_mechanisms(attached.mechanism, locks)
+    } else {
+        Vec::new()
+    };
+    Ok(SchedAttached {
+        causes,
+        causes_on: account.causes(),
+        ..attached
+    })
+}
+
+/// How each cause is read, with `mechanism` attached and `locks` the lock
+/// tracepoints' check.
+fn cause_mechanisms(mechanism: SchedMechanism, locks: Result<(), String>) -> Vec<CauseMechanism> {
+    let tracepoints = match mechanism {
+        SchedMechanism::BtfTracepoints => "BTF tracepoints",
+        SchedMechanism::Tracepoints => "classic tracepoints",
+    };
+    vec![
+        CauseMechanism {
+            cause: "blocked: io, memory",
+            how: Ok(
+                "the leaving thread's in_iowait, in_memstall and in_thrashing flags, \
+                     read at each blocked switch-out"
+                    .to_owned(),
+            ),
+        },
+        CauseMechanism {
+            cause: "sleeping: futex, poll, timer, receive",
+            how: if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+                Ok(
+                    "the system call the leaving thread sleeps in (its saved registers), \
+                    read at each sleeping switch-out"
+                        .to_owned(),
+                )
+            } else {
+                Err("kspan knows the system call numbers of x86-64 and arm64 only".to_owned())
+            },
+        },
+        CauseMechanism {
+            cause: "kernel locks (and blocked: lock, sleeping: lock)",
+            how: locks
+                .map(|()| format!("lock:contention_begin and contention_end as {tracepoints}")),
+        },
+    ]
+}
+
+/// The lock tracepoints, with their fields where the classic programs read
+/// them; `Err` says why not.
+fn check_lock_formats() -> Result<(), String> {
+    for (event, field, offset, size) in [
+        ("contention_begin", "lock_addr", 8, 8),
+        ("contention_begin", "flags", 16, 4),
+        ("contention_end", "lock_addr", 8, 8),
+        ("contention_end", "ret", 16, 4),
+    ] {
+        let format = tracefs::read_event_format("lock", event).map_err(|e| {
+            format!(
+                "this kernel has no lock:{event} tracepoint (Linux 5.19 and later have it): {e}"
+            )
+        })?;
+        let found = tracefs::field_layout(&format, field);
+        if found != Some((offset, size)) {
+            return Err(format!(
+                "lock:{event}'s `{field}` field is at {found:?} (offset, size) in this kernel's \
+                 format, where kspan's program reads ({offset}, {size})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The account attached with the mechanism asked for, else the cheapest
+/// that works.
+fn attach_mechanisms(
+    config: &kspan_bpf::types::kspan_config,
+    runtime: &RuntimeSettings,
+    account: &SchedulerAccount,
+    shared: Option<&SharedMaps>,
+    links: &mut Links,
+    locks: bool,
+) -> Result<SchedAttached, AttachError> {
     if let Some(only) = account.only_mechanism() {
-        return attach_with(&config, runtime, shared, links, only);
+        return attach_with(config, runtime, shared, links, only, locks);
     }
     let btf = attach_with(
-        &config,
+        config,
         runtime,
         shared,
         links,
         SchedMechanism::BtfTracepoints,
+        locks,
     );
     let (attached, why) = match btf {
         Ok(attached) => (attached, None),
@@ -61,8 +157,14 @@ pub(crate) fn attach(
                 reason = why.as_str(),
                 "kspan's scheduler account uses classic tracepoints: BTF tracepoints failed"
             );
-            let attached =
-                attach_with(&config, runtime, shared, links, SchedMechanism::Tracepoints)?;
+            let attached = attach_with(
+                config,
+                runtime,
+                shared,
+                links,
+                SchedMechanism::Tracepoints,
+                locks,
+            )?;
             (attached, Some(why))
         }
     };
@@ -78,14 +180,19 @@ fn attach_with(
     shared: Option<&SharedMaps>,
     links: &mut Links,
     mechanism: SchedMechanism,
+    locks: bool,
 ) -> Result<SchedAttached, AttachError> {
-    let programs = match mechanism {
-        SchedMechanism::BtfTracepoints => Program::SCHED_BTF,
+    let (sched, lock) = match mechanism {
+        SchedMechanism::BtfTracepoints => (Program::SCHED_BTF, Program::LOCK_BTF),
         SchedMechanism::Tracepoints => {
             check_classic_formats()?;
-            Program::SCHED_CLASSIC
+            (Program::SCHED_CLASSIC, Program::LOCK_CLASSIC)
         }
     };
+    let mut programs = sched.to_vec();
+    if locks {
+        programs.extend(lock);
+    }
     let mut loaded = object::load(&LoadRequest {
         function: "sched:sched_switch",
         hook: Hook::Syscall,
@@ -103,18 +210,28 @@ fn attach_with(
         },
     })?;
     let refused = |event: &str, e: std::io::Error| AttachError::refused(event, Hook::Syscall, e);
-    let [switch, waking, wakeup] = programs;
+    let [switch, waking, wakeup] = sched;
     let switch_fd = loaded.take(switch).ok_or_else(|| missing(switch))?;
     let waking_fd = loaded.take(waking).ok_or_else(|| missing(waking))?;
     let wakeup_fd = loaded.take(wakeup).ok_or_else(|| missing(wakeup))?;
-    let link = |prog: &OwnedFd, event: &str| -> Result<Link, AttachError> {
+    let link_in = |prog: &OwnedFd, category: &str, event: &str| -> Result<Link, AttachError> {
         let fd = match mechanism {
             SchedMechanism::BtfTracepoints => sys::attach_btf_tracepoint(prog.as_fd()),
-            SchedMechanism::Tracepoints => sys::attach_tracepoint(prog.as_fd(), "sched", event),
+            SchedMechanism::Tracepoints => sys::attach_tracepoint(prog.as_fd(), category, event),
         };
         fd.map(|fd| Link::new(LinkKind::Tracepoint, fd))
-            .map_err(|e| refused(event, e))
+            .map_err(|e| refused(&format!("{category}:{event}"), e))
     };
+    let link = |prog: &OwnedFd, event: &str| link_in(prog, "sched", event);
+    // The lock programs before the switch's, so that a switch-out inside a
+    // contention knows it from the first; the end before the begin.
+    if locks {
+        for (program, event) in lock.into_iter().zip(["contention_end", "contention_begin"]) {
+            let fd = loaded.take(program).ok_or_else(|| missing(program))?;
+            let lock_link = link_in(&fd, "lock", event)?;
+            links.keep(None, lock_link, [Some(fd)]);
+        }
+    }
     // The wake-up programs first: a switch-out they would complete is
     // then never missing its wake-up.
     let wakeup_link = link(&wakeup_fd, "sched_wakeup")?;
@@ -129,6 +246,8 @@ fn attach_with(
         btf_passed_over: None,
         maps_read,
         maps: loaded.maps.take(),
+        causes: Vec::new(),
+        causes_on: false,
     })
 }
 

@@ -271,7 +271,7 @@ pub(crate) fn probe_config(
         probe_counters_stride: probe_counters_stride(runtime.probes),
         hist_rows: runtime.histograms.rows(),
         hist_errno_mask: runtime.histograms.errno_rows.max(1) - 1,
-        pad_hist: 0,
+        sched_causes: 0,
         caps,
     }
 }
@@ -280,7 +280,11 @@ pub(crate) fn probe_config(
 /// threads (whatever other processes the probes trace), the thread
 /// context, the ring buffer, and the shortest off-CPU interval that is a
 /// wait span (0: none is).
-pub(crate) fn sched_config(runtime: &RuntimeSettings, wait_min_ns: u64) -> kspan_config {
+pub(crate) fn sched_config(
+    runtime: &RuntimeSettings,
+    wait_min_ns: u64,
+    causes: bool,
+) -> kspan_config {
     let context = &runtime.thread_context;
     kspan_config {
         target_tgid: std::process::id(),
@@ -296,6 +300,7 @@ pub(crate) fn sched_config(runtime: &RuntimeSettings, wait_min_ns: u64) -> kspan
         ring_bytes: runtime.ring_buffer_bytes,
         thread_ctx_offset: context.slot_offset,
         wait_min_ns,
+        sched_causes: u32::from(causes),
         ..kspan_config::default()
     }
 }

@@ -403,6 +403,10 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             Program::SchedWaking => &loaded.progs.kspan_sched_waking_tp,
             Program::BtfSchedWakeup => &loaded.progs.kspan_tp_sched_wakeup,
             Program::SchedWakeup => &loaded.progs.kspan_sched_wakeup_tp,
+            Program::BtfLockBegin => &loaded.progs.kspan_tp_lock_begin,
+            Program::BtfLockEnd => &loaded.progs.kspan_tp_lock_end,
+            Program::LockBegin => &loaded.progs.kspan_lock_begin_tp,
+            Program::LockEnd => &loaded.progs.kspan_lock_end_tp,
         };
         let fd = prog
             .as_fd()

@@ -39,6 +39,13 @@ pub(crate) enum Program {
     SchedSwitch,
     SchedWaking,
     SchedWakeup,
+    /// The account's causes: `lock:contention_begin` and `_end` as BTF
+    /// tracepoints.
+    BtfLockBegin,
+    BtfLockEnd,
+    /// The same as classic tracepoints.
+    LockBegin,
+    LockEnd,
 }
 
 impl Program {
@@ -87,12 +94,20 @@ impl Program {
         Program::SchedWakeup,
     ];
 
+    /// The lock contention programs of the causes, by mechanism: end
+    /// first (attached first, so that no begin misses its end).
+    pub(crate) const LOCK_BTF: [Program; 2] = [Program::BtfLockEnd, Program::BtfLockBegin];
+    pub(crate) const LOCK_CLASSIC: [Program; 2] = [Program::LockEnd, Program::LockBegin];
+
     /// One of the scheduler's account programs.
     pub(super) fn is_sched(self) -> bool {
-        Self::SCHED_BTF.contains(&self) || Self::SCHED_CLASSIC.contains(&self)
+        Self::SCHED_BTF.contains(&self)
+            || Self::SCHED_CLASSIC.contains(&self)
+            || Self::LOCK_BTF.contains(&self)
+            || Self::LOCK_CLASSIC.contains(&self)
     }
 
-    pub(super) const ALL: [Program; 18] = [
+    pub(super) const ALL: [Program; 22] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -111,6 +126,10 @@ impl Program {
         Program::SchedSwitch,
         Program::SchedWaking,
         Program::SchedWakeup,
+        Program::BtfLockBegin,
+        Program::BtfLockEnd,
+        Program::LockBegin,
+        Program::LockEnd,
     ];
 
     pub(super) fn in_skeleton<'a, 'obj>(
@@ -136,6 +155,10 @@ impl Program {
             Program::SchedWaking => &mut progs.kspan_sched_waking_tp,
             Program::BtfSchedWakeup => &mut progs.kspan_tp_sched_wakeup,
             Program::SchedWakeup => &mut progs.kspan_sched_wakeup_tp,
+            Program::BtfLockBegin => &mut progs.kspan_tp_lock_begin,
+            Program::BtfLockEnd => &mut progs.kspan_tp_lock_end,
+            Program::LockBegin => &mut progs.kspan_lock_begin_tp,
+            Program::LockEnd => &mut progs.kspan_lock_end_tp,
         }
     }
 }

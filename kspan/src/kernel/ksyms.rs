@@ -8,13 +8,20 @@
 
 use std::io::{self, BufRead, Read};
 
-/// The kernel's text symbols, sorted by address.
+/// The kernel's text symbols, and its data symbols (where kallsyms lists
+/// them: `CONFIG_KALLSYMS_ALL`), each sorted by address.
 #[derive(Debug, Default)]
 pub struct KernelSymbolTable {
     names: String,
     /// Address, and the name's start and end in `names`.
     symbols: Vec<(u64, u32, u32)>,
+    /// The same, of data and bss symbols (a static lock's name).
+    data: Vec<(u64, u32, u32)>,
 }
+
+/// How far past a data symbol's start an address is still taken to be in
+/// it (kallsyms gives no sizes): a lock inside a static structure.
+const DATA_SYMBOL_REACH: u64 = 4096;
 
 impl KernelSymbolTable {
     /// Reads `/proc/kallsyms`. Where the kernel hides addresses from this
@@ -27,7 +34,8 @@ impl KernelSymbolTable {
     }
 
     /// Parses lines of `/proc/kallsyms` (`address type name [module]`),
-    /// keeping the text symbols (`t`, `T`).
+    /// keeping the text symbols (`t`, `T`) and the data ones (`d`, `D`,
+    /// `b`, `B`).
     pub fn parse(mut lines: impl BufRead) -> Self {
         let mut text = String::new();
         match lines.read_to_string(&mut text) {
@@ -45,7 +53,8 @@ impl KernelSymbolTable {
             else {
                 continue;
             };
-            if !matches!(kind, "t" | "T") {
+            let text = matches!(kind, "t" | "T");
+            if !text && !matches!(kind, "d" | "D" | "b" | "B") {
                 continue;
             }
             let Ok(address) = u64::from_str_radix(address, 16) else {
@@ -61,10 +70,33 @@ impl KernelSymbolTable {
                 break;
             };
             table.names.push_str(name);
-            table.symbols.push((address, start, end));
+            if text {
+                table.symbols.push((address, start, end));
+            } else {
+                table.data.push((address, start, end));
+            }
         }
         table.symbols.sort_unstable_by_key(|&(address, ..)| address);
+        table.data.sort_unstable_by_key(|&(address, ..)| address);
         table
+    }
+
+    /// The data symbol `address` is, or is in (within 4 KiB of its start),
+    /// as `name` or `name+0x<offset>`: a static object's. An address in
+    /// allocated memory (the kernel's heap lies below its image) has none.
+    pub fn data_name_of(&self, address: u64) -> Option<String> {
+        let at = self.data.partition_point(|&(a, ..)| a <= address);
+        let &(start_address, start, end) = self.data.get(at.checked_sub(1)?)?;
+        let offset = address - start_address;
+        if offset >= DATA_SYMBOL_REACH {
+            return None;
+        }
+        let name = self.names.get(start as usize..end as usize)?;
+        Some(if offset == 0 {
+            name.to_owned()
+        } else {
+            format!("{name}+{offset:#x}")
+        })
     }
 
     /// The function `address` is in (the nearest symbol at or below it).
@@ -182,6 +214,22 @@ ffffffff81400000 T __x64_sys_clock_nanosleep
         // Data symbols are not functions.
         assert_eq!(table.name_of(0xffffffff81300010), Some("hrtimer_nanosleep"));
         assert_eq!(table.name_of(0x1000), None);
+    }
+
+    #[test]
+    fn a_static_lock_is_named_by_its_data_symbol() {
+        let table = KernelSymbolTable::parse(KALLSYMS.as_bytes());
+        assert_eq!(
+            table.data_name_of(0xffffffff81300000).as_deref(),
+            Some("some_data")
+        );
+        assert_eq!(
+            table.data_name_of(0xffffffff81300010).as_deref(),
+            Some("some_data+0x10")
+        );
+        // Past its reach, or in the heap below the image: no name.
+        assert_eq!(table.data_name_of(0xffffffff81301000), None);
+        assert_eq!(table.data_name_of(0xffff888100000000), None);
     }
 
     #[test]

@@ -123,8 +123,14 @@ pub fn traceable_functions() -> std::io::Result<HashSet<String>> {
 /// The formats of the `sched:<event>` tracepoints, mounting tracefs first
 /// where it is not.
 pub fn read_sched_format(event: &str) -> Result<String, KernelError> {
+    read_event_format("sched", event)
+}
+
+/// The format of tracepoint `<category>:<event>`, mounting tracefs first
+/// where it is not.
+pub fn read_event_format(category: &str, event: &str) -> Result<String, KernelError> {
     let tracefs = Path::new(TRACEFS);
-    let path = tracefs.join(format!("events/sched/{event}/format"));
+    let path = tracefs.join(format!("events/{category}/{event}/format"));
     if let Err(e) = std::fs::metadata(tracefs.join("events")) {
         if e.kind() == std::io::ErrorKind::NotFound {
             super::sys::mount_tracefs(tracefs).map_err(|e| KernelError::Tracefs {

@@ -60,6 +60,8 @@ pub struct SpanFactory<T> {
     tracer: T,
     clock: ClockOffset,
     process_pid: bool,
+    /// The scheduler's account reads causes: wait spans say theirs.
+    sched_causes: bool,
     parents: RefCell<ParentContexts>,
     panics: RefCell<panics::HandlerPanics>,
     /// The next span's number, when spans are numbered for an export
@@ -133,6 +135,7 @@ impl<T: Tracer> SpanFactory<T> {
             tracer,
             clock,
             process_pid: false,
+            sched_causes: false,
             parents: RefCell::default(),
             panics: RefCell::default(),
             next_number: None,
@@ -211,6 +214,14 @@ impl<T: Tracer> SpanFactory<T> {
     /// told apart by the application's resource.
     pub fn with_process_pid(mut self, on: bool) -> Self {
         self.process_pid = on;
+        self
+    }
+
+    /// Whether the scheduler's account reads causes
+    /// ([`crate::SchedulerAccount::with_causes`]): its wait spans then say
+    /// the cause of each blocked and sleeping wait.
+    pub fn with_sched_causes(mut self, on: bool) -> Self {
+        self.sched_causes = on;
         self
     }
 

@@ -17,7 +17,9 @@ use opentelemetry::KeyValue;
 use super::{keys, SpanFactory};
 use crate::annotation::{KernelSpan, KernelSpanParts};
 use crate::kernel::ksyms::{in_interrupt, render_stack, KernelSymbolTable};
-use crate::sched::{block_cause_name, state_name, wait_attributes as attr};
+use crate::sched::{
+    block_cause_name, lock_kind_name, sleep_cause_name, state_name, wait_attributes as attr,
+};
 
 /// Frames of a wait span's stack kept in its attribute.
 const STACK_FRAMES_SHOWN: usize = 8;
@@ -44,8 +46,48 @@ fn span_name(state: u32) -> &'static str {
         c::KSPAN_SCHED_PREEMPTED => "off-cpu preempted",
         c::KSPAN_SCHED_SLEEPING => "off-cpu sleeping",
         c::KSPAN_SCHED_BLOCKED => "off-cpu blocked",
+        c::KSPAN_SCHED_LOCK => "kernel lock wait",
         _ => "off-cpu other",
     }
+}
+
+/// A lock wait's attributes: its kind, access, address and symbol, and
+/// its owner (a link to the owner's span goes with the waker's).
+fn lock_attributes(w: &kspan_wait_record, symbols: &KernelSymbolTable) -> Vec<KeyValue> {
+    let flags = u64::from(w.lock_flags);
+    let mut attributes = vec![
+        KeyValue::new(attr::LOCK_KIND, lock_kind_name(w.cause)),
+        KeyValue::new(attr::LOCK_ADDRESS, format!("{:#x}", w.lock_addr)),
+    ];
+    if flags & c::KSPAN_LCB_F_WRITE != 0 {
+        attributes.push(KeyValue::new(attr::LOCK_ACCESS, "write"));
+    } else if flags & c::KSPAN_LCB_F_READ != 0 {
+        attributes.push(KeyValue::new(attr::LOCK_ACCESS, "read"));
+    }
+    if let Some(name) = symbols.data_name_of(w.lock_addr) {
+        attributes.push(KeyValue::new(attr::LOCK_SYMBOL, name));
+    }
+    if u64::from(w.waker_kind) == c::KSPAN_WAKER_TASK {
+        attributes.extend([
+            KeyValue::new(attr::LOCK_OWNER_PID, i64::from(w.waker_pid)),
+            KeyValue::new(attr::LOCK_OWNER_TID, i64::from(w.waker_tid)),
+            KeyValue::new(attr::LOCK_OWNER_COMM, c_str(&w.waker_comm)),
+        ]);
+    }
+    attributes
+}
+
+/// A link to the application span of `trace_id`/`span_id` (none for 0).
+fn span_link(trace_id: [u8; 16], span_id: u64) -> Option<Link> {
+    (span_id != 0).then(|| {
+        Link::with_context(SpanContext::new(
+            TraceId::from_bytes(trace_id),
+            SpanId::from(span_id),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::NONE,
+        ))
+    })
 }
 
 /// The kernel's symbols, read on first use or up front ([`WaitSymbols::loaded`]).
@@ -89,18 +131,30 @@ impl<T: Tracer> SpanFactory<T> {
             KeyValue::new(attr::RUN_QUEUE_NS, (end - run_from) as i64),
             KeyValue::new(keys::TID, i64::from(rec.tid)),
         ];
-        if u64::from(w.state) == c::KSPAN_SCHED_BLOCKED {
-            attributes.push(KeyValue::new(
-                attr::BLOCK_CAUSE,
-                block_cause_name(w.block_cause),
-            ));
+        let causes = self.sched_causes;
+        let mut links = Vec::new();
+        match u64::from(w.state) {
+            c::KSPAN_SCHED_BLOCKED if causes => {
+                attributes.push(KeyValue::new(attr::BLOCK_CAUSE, block_cause_name(w.cause)));
+            }
+            c::KSPAN_SCHED_SLEEPING if causes => {
+                attributes.push(KeyValue::new(attr::SLEEP_CAUSE, sleep_cause_name(w.cause)));
+            }
+            c::KSPAN_SCHED_LOCK => {
+                attributes.extend(lock_attributes(w, symbols.table()));
+                links.extend(span_link(w.waker_trace_id, w.waker_span_id));
+            }
+            _ => {}
         }
         let frames = &w.frames[..(w.nframes as usize).min(w.frames.len())];
         if !frames.is_empty() {
             let stack = render_stack(symbols.table(), frames, STACK_FRAMES_SHOWN);
             attributes.push(KeyValue::new(attr::STACK, stack));
         }
-        let mut links = Vec::new();
+        if u64::from(w.state) == c::KSPAN_SCHED_LOCK {
+            self.export_wait(w, attributes, links);
+            return;
+        }
         let waker_frames = &w.waker_frames[..(w.waker_nframes as usize).min(w.waker_frames.len())];
         match u64::from(w.waker_kind) {
             c::KSPAN_WAKER_INTERRUPT => {
@@ -116,22 +170,20 @@ impl<T: Tracer> SpanFactory<T> {
                     KeyValue::new(attr::WAKER_TID, i64::from(w.waker_tid)),
                     KeyValue::new(attr::WAKER_COMM, c_str(&w.waker_comm)),
                 ]);
-                if w.waker_span_id != 0 {
-                    let waker = SpanContext::new(
-                        TraceId::from_bytes(w.waker_trace_id),
-                        SpanId::from(w.waker_span_id),
-                        TraceFlags::SAMPLED,
-                        false,
-                        TraceState::NONE,
-                    );
-                    links.push(Link::with_context(waker));
-                }
+                links.extend(span_link(w.waker_trace_id, w.waker_span_id));
             }
             c::KSPAN_WAKER_UNKNOWN => {
                 attributes.push(KeyValue::new(attr::WAKER_KIND, "unknown"));
             }
             _ => attributes.push(KeyValue::new(attr::WAKER_KIND, "none")),
         }
+        self.export_wait(w, attributes, links);
+    }
+
+    /// Exports wait record `w` as a span with `attributes` and `links`.
+    fn export_wait(&self, w: &kspan_wait_record, mut attributes: Vec<KeyValue>, links: Vec<Link>) {
+        let rec = &w.rec;
+        let end = rec.end_ns.max(rec.start_ns);
         if self.process_pid {
             attributes.push(KeyValue::new(keys::PROCESS_PID, i64::from(rec.pid)));
         }

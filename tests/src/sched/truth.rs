@@ -205,19 +205,9 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
         let want_rq = f.run_queue - b.run_queue;
         let want_blocked =
             around.delays_after.blkio_ns as i64 - around.delays_before.blkio_ns as i64;
-        let (blocked_io, blocked_memory, blocked_unattributed) = (
-            int(span, a::BLOCKED_IO_NS),
-            int(span, a::BLOCKED_MEMORY_NS),
-            int(span, a::BLOCKED_UNATTRIBUTED_NS),
-        );
-        // The causes make the whole, in every span.
-        assert_eq!(
-            blocked_io + blocked_memory + blocked_unattributed,
-            blocked,
-            "{}: blocked by cause (io, memory, unattributed) against blocked",
-            around.name
-        );
         let sleeping = int(span, a::SLEEPING_NS);
+        // The causes make the whole, in every span.
+        let blocked_io = super::causes::closed_split(span, blocked, sleeping);
         let off = sleeping + blocked + int(span, a::OTHER_OFF_CPU_NS);
         let want_off = around.elapsed.as_nanos() as i64 - want_cpu - want_rq;
         let switches = (

@@ -359,6 +359,7 @@ impl KspanBuilder {
             plans,
             factory: SpanFactory::new(self.provider.tracer(SCOPE_NAME), ClockOffset::measure())
                 .with_process_pid(self.all_processes)
+                .with_sched_causes(self.scheduler.is_some_and(|a| a.causes()))
                 .numbered(self.ledger.is_some()),
             stats: stats.clone(),
             symbols: if wait_spans {
@@ -414,6 +415,7 @@ impl KspanBuilder {
                     })?;
             }
         }
+        let mut causes = Vec::new();
         let scheduler = match (scheduler, &self.sums) {
             (Some(sched), Some(sums)) => {
                 let table = crate::bpf::span_table::SpanTable::new(
@@ -424,12 +426,13 @@ impl KspanBuilder {
                     &sched.maps_read.open,
                     kspan_bpf::names::SCHED_OPEN_MAP,
                 )?;
-                sums.connect_scheduler(table, open)
+                sums.connect_scheduler(table, open, sched.causes_on)
                     .map_err(|reason| Error::InvalidSetting {
                         setting: "KspanBuilder::kernel_sums",
                         reason: reason.to_owned(),
                     })?;
                 crate::context::current_time::start();
+                causes = sched.causes;
                 Some((sched.mechanism, sched.btf_passed_over))
             }
             _ => None,
@@ -526,6 +529,7 @@ impl KspanBuilder {
             registrar,
             context_reads,
             scheduler,
+            causes,
             setup,
             _obi: obi,
         })

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! The account's causes (`SchedulerAccount::with_causes`): the splits of
+//! blocked and sleeping time close on every span, and a kernel lock's
+//! contention lands on the span that suffered it, named with its owner.
+
+use std::io::Write as _;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use kspan::sched::{attributes as a, cause_attributes as c, wait_attributes as w};
+use opentelemetry::trace::{SpanId, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::Context;
+use opentelemetry_sdk::trace::SpanData;
+
+use super::{duration_ns, int, optional_int, provider, shutdown, start, string, ONE_AT_A_TIME};
+
+/// Asserts that `span`'s blocked time (`blocked`) and sleeping time
+/// (`sleeping`) are each the sum of their causes and remainder; returns
+/// the blocked time's I/O part.
+pub(super) fn closed_split(span: &SpanData, blocked: i64, sleeping: i64) -> i64 {
+    let blocked_parts = [
+        c::BLOCKED_IO_NS,
+        c::BLOCKED_MEMORY_NS,
+        c::BLOCKED_LOCK_NS,
+        c::BLOCKED_UNATTRIBUTED_NS,
+    ]
+    .map(|key| int(span, key));
+    assert_eq!(
+        blocked_parts.iter().sum::<i64>(),
+        blocked,
+        "{}: blocked by cause (io, memory, lock, unattributed) {blocked_parts:?} against blocked",
+        span.name
+    );
+    let sleeping_parts = [
+        c::SLEEPING_LOCK_NS,
+        c::SLEEPING_FUTEX_NS,
+        c::SLEEPING_POLL_NS,
+        c::SLEEPING_TIMER_NS,
+        c::SLEEPING_RECEIVE_NS,
+        c::SLEEPING_UNATTRIBUTED_NS,
+    ]
+    .map(|key| int(span, key));
+    assert_eq!(
+        sleeping_parts.iter().sum::<i64>(),
+        sleeping,
+        "{}: sleeping by cause (lock, futex, poll, timer, receive, unattributed) \
+         {sleeping_parts:?} against sleeping",
+        span.name
+    );
+    blocked_parts[0]
+}
+
+/// Asserts that `span` carries none of the causes' attributes (the account
+/// without `with_causes`).
+pub(super) fn no_cause_said(span: &SpanData) {
+    let said: Vec<_> = span
+        .attributes
+        .iter()
+        .filter(|kv| {
+            let key = kv.key.as_str();
+            key.starts_with("kspan.lock.")
+                || key.starts_with("kspan.sched.blocked.")
+                || key.starts_with("kspan.sched.sleeping.")
+        })
+        .collect();
+    assert!(
+        said.is_empty(),
+        "{}: causes said with the causes off: {said:?}",
+        span.name
+    );
+}
+
+/// What the holder's thread saw: its span, its tid, and when its write
+/// began and returned.
+struct Held {
+    span: SpanId,
+    tid: i64,
+    wrote_to: Instant,
+}
+
+/// Two threads write to one file through two descriptors of it (a dup: the
+/// open file's count is then 2, so each `write` takes the file's
+/// `f_pos_lock`, a kernel mutex, for its whole length). The holder, in its
+/// span, writes `bytes` in one call; the waiter, in its own span, writes
+/// 4 KiB once the holder is inside its write. The waiter's span says one
+/// mutex contention, as long as the rest of the holder's write (within
+/// `slack_ms` + `percent`), its off-CPU part within it; a `kernel lock
+/// wait` child span says the lock is a mutex held by the holder's thread
+/// and links to the holder's span; the holder's span says no contention.
+pub fn a_kernel_mutex_wait_names_its_owner(
+    account: kspan::SchedulerAccount,
+    bytes: usize,
+    slack_ms: i64,
+    percent: i64,
+) {
+    assert!(account.causes(), "the case needs the account's causes on");
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let tracer = provider.tracer("sched-lock");
+    let path = std::env::temp_dir().join(format!("kspan-lock-{}.bin", std::process::id()));
+    let file = std::fs::File::create(&path).expect("a file in the temporary directory");
+    let twin = file.try_clone().expect("dup");
+    let both_ready = Arc::new(Barrier::new(2));
+    let holder = {
+        let (tracer, ready) = (tracer.clone(), both_ready.clone());
+        std::thread::spawn(move || {
+            let cx = Context::current_with_span(tracer.start("holder"));
+            let _attached = cx.clone().attach();
+            let buffer = vec![1u8; bytes];
+            ready.wait();
+            // One system call for the whole buffer: the lock is held
+            // from its start to its end.
+            // SAFETY: `buffer` is valid for `bytes` bytes; `file` is open.
+            let n = unsafe { libc::write(file.as_raw_fd(), buffer.as_ptr().cast(), bytes) };
+            let wrote_to = Instant::now();
+            assert_eq!(n, bytes as isize, "the holder's write");
+            Held {
+                span: cx.span().span_context().span_id(),
+                tid: crate::gettid(),
+                wrote_to,
+            }
+        })
+    };
+    let waiter_cx = Context::current_with_span(tracer.start("waiter"));
+    let waiter_id = waiter_cx.span().span_context().span_id();
+    let (asked_at, wrote_at) = {
+        let _attached = waiter_cx.clone().attach();
+        both_ready.wait();
+        // Until the holder is in its write: the file grows as it writes,
+        // page by page.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while twin.metadata().map_or(0, |m| m.len()) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the holder never began its write"
+            );
+            std::thread::yield_now();
+        }
+        let asked_at = Instant::now();
+        let grown = twin.metadata().map_or(0, |m| m.len());
+        assert!(
+            grown < bytes as u64,
+            "the holder's write ended before the waiter's began: make it longer than {bytes} bytes"
+        );
+        (&twin).write_all(&[2u8; 4096]).expect("the waiter's write");
+        (asked_at, Instant::now())
+    };
+    drop(waiter_cx);
+    let held = holder.join().expect("the holder");
+    let stats = shutdown(kspan);
+    let _ = std::fs::remove_file(&path);
+    let spans = exporter.get_finished_spans().unwrap();
+    let find = |id: SpanId| {
+        spans
+            .iter()
+            .find(|s| s.span_context.span_id() == id)
+            .expect("the span is exported")
+    };
+    let (waiter, holder) = (find(waiter_id), find(held.span));
+    let waited = int(waiter, c::LOCK_MUTEX_NS);
+    let want = held.wrote_to.saturating_duration_since(asked_at).as_nanos() as i64;
+    let lock_waits: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == waiter_id && s.name == "kernel lock wait")
+        .collect();
+    eprintln!(
+        "waiter: mutex {waited} ns in {} contentions (the holder's write's rest {want} ns, \
+         the waiter's write {:?}), blocked on it {} ns, sleeping on it {} ns; holder: {} \
+         contentions; lock waits {:?}; {stats}",
+        int(waiter, c::LOCK_MUTEX_COUNT),
+        wrote_at - asked_at,
+        int(waiter, c::BLOCKED_LOCK_NS),
+        int(waiter, c::SLEEPING_LOCK_NS),
+        int(holder, c::LOCK_MUTEX_COUNT),
+        lock_waits
+            .iter()
+            .map(|s| (&s.attributes, &s.links))
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(int(waiter, c::LOCK_MUTEX_COUNT), 1, "{waiter:#?}");
+    assert_eq!(int(holder, c::LOCK_MUTEX_COUNT), 0, "{holder:#?}");
+    let slack = slack_ms * 1_000_000 + want * percent / 100;
+    assert!(
+        (waited - want).abs() <= slack,
+        "the mutex wait {waited} ns, the rest of the holder's write {want} ns (allowed {slack})"
+    );
+    // Its time off CPU is part of it, charged to the lock.
+    let off_on_lock = int(waiter, c::BLOCKED_LOCK_NS) + int(waiter, c::SLEEPING_LOCK_NS);
+    assert!(
+        off_on_lock <= waited,
+        "off CPU on the lock {off_on_lock} ns, more than the wait {waited} ns"
+    );
+    closed_split(
+        waiter,
+        int(waiter, a::BLOCKED_NS),
+        int(waiter, a::SLEEPING_NS),
+    );
+    let [wait] = lock_waits[..] else {
+        panic!("one kernel lock wait under the waiter: {lock_waits:#?}");
+    };
+    assert_eq!(string(wait, w::STATE).as_deref(), Some("lock"));
+    assert_eq!(string(wait, w::LOCK_KIND).as_deref(), Some("mutex"));
+    assert_eq!(
+        optional_int(wait, w::LOCK_OWNER_TID),
+        Some(held.tid),
+        "{wait:#?}"
+    );
+    assert_eq!(
+        optional_int(wait, w::LOCK_OWNER_PID),
+        Some(i64::from(std::process::id()))
+    );
+    assert!(
+        wait.links
+            .iter()
+            .any(|l| l.span_context.span_id() == held.span),
+        "the lock wait links to the owner's span: {wait:#?}"
+    );
+    assert!(
+        string(wait, w::LOCK_ADDRESS).is_some_and(|s| s.starts_with("0x")),
+        "{wait:#?}"
+    );
+    assert!(
+        string(wait, w::STACK).is_some_and(|s| s.contains("write")),
+        "the lock wait's stack is the write's: {wait:#?}"
+    );
+    // The span is the contention: its length is the total's.
+    assert!(
+        (duration_ns(wait) - waited).abs() <= 10_000,
+        "the lock wait lasts {} ns, the span's mutex total is {waited} ns",
+        duration_ns(wait)
+    );
+}
