@@ -24,7 +24,9 @@ const VM_PERCENT: i64 = 10;
 #[ignore = "needs root and a kernel with the sched tracepoints; run by `cargo xtask test` in the VM"]
 fn btf_tracepoints_figures_equal_the_kernel_s() {
     sched::a_span_s_figures_equal_the_kernel_s_own_accounting(
-        SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
         &sched::disk_dir(true),
         0,
         VM_SLACK_MS,
@@ -100,5 +102,34 @@ fn classic_a_timer_interrupt_taken_in_user_space_is_the_waker() {
     sched::a_timer_interrupt_taken_in_user_space_is_the_waker(
         SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
         true,
+    );
+}
+
+/// A 16 MiB write to the guest's tmpfs holds its file's `f_pos_lock` for
+/// tens of ms: the other writer's span says the contention and names the
+/// holder, on every kernel (lock:contention_* is 5.19+).
+#[test]
+#[ignore = "needs root and a kernel with the lock tracepoints; run by `cargo xtask test` in the VM"]
+fn btf_a_kernel_mutex_wait_names_its_owner() {
+    sched::a_kernel_mutex_wait_names_its_owner(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        16 << 20,
+        VM_SLACK_MS,
+        VM_PERCENT,
+    );
+}
+
+#[test]
+#[ignore = "needs root and a kernel with the lock tracepoints; run by `cargo xtask test` in the VM"]
+fn classic_a_kernel_mutex_wait_names_its_owner() {
+    sched::a_kernel_mutex_wait_names_its_owner(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::Tracepoints)
+            .with_causes(),
+        16 << 20,
+        VM_SLACK_MS,
+        VM_PERCENT,
     );
 }
