@@ -316,7 +316,11 @@ pub fn build_for_guest(toolchain: &Toolchain) -> Result<Vec<(PathBuf, PathBuf)>>
         "--bins",
         "--examples",
     ]))?;
-    let tests = crate::testbins::test_binaries(cargo_for(toolchain), &["--target", TARGET])?;
+    let tests = crate::testbins::test_binaries(
+        cargo_for(toolchain),
+        &["-p", crate::testbins::TESTS_PKG],
+        &["--target", TARGET],
+    )?;
     build_readme_app(toolchain)?;
     Ok(tests)
 }

@@ -13,14 +13,22 @@ use crate::util::{display, Metadata};
 pub const TESTS_PKG: &str = "kspan-tests";
 
 /// Builds the `kspan-tests` test targets with `cmd` (a cargo command, given
-/// `extra` arguments after the test run's, such as `--target`); returns
-/// `(executable, package dir)`.
-pub fn test_binaries(mut cmd: Command, extra: &[&str]) -> Result<Vec<(PathBuf, PathBuf)>> {
+/// `select`, the packages to build: `-p kspan-tests`, or `--workspace` to
+/// reuse a `cargo test --workspace` build, whose features are the whole
+/// workspace's; then `extra` arguments, such as `--target`); returns
+/// `(executable, package dir)` of `kspan-tests`' test targets.
+pub fn test_binaries(
+    mut cmd: Command,
+    select: &[&str],
+    extra: &[&str],
+) -> Result<Vec<(PathBuf, PathBuf)>> {
     let meta = Metadata::load()?;
     let Some((id, dir)) = meta.package(TESTS_PKG) else {
         bail!("the workspace has no {TESTS_PKG} package");
     };
-    cmd.args(["test", "-p", TESTS_PKG, "--no-run", "--message-format=json"])
+    cmd.arg("test")
+        .args(select)
+        .args(["--no-run", "--message-format=json"])
         .args(extra);
     eprintln!("+ {}", display(&cmd));
     let out = cmd
