@@ -20,7 +20,9 @@ use crate::in_memory_provider_with_sums as provider;
 mod causes;
 mod truth;
 use crate::switch_log;
-pub use causes::a_kernel_mutex_wait_names_its_owner;
+pub use causes::{
+    a_kernel_mutex_wait_names_its_owner, a_span_s_block_requests_are_its_reads, ReadTarget,
+};
 pub use truth::every_span_s_figures_equal_the_kernel_s_under_contention;
 
 fn int(span: &SpanData, key: &str) -> i64 {

@@ -133,3 +133,27 @@ fn classic_a_kernel_mutex_wait_names_its_owner() {
         VM_PERCENT,
     );
 }
+
+/// 12 O_DIRECT reads of the VM's slow disk (`KSPAN_SLOW_DISK`: each
+/// request completes 10 ms after it arrives): the span's block requests
+/// are exactly its reads, and every read's wait span names its sector.
+#[test]
+#[ignore = "needs root and the VM's slow disk; run by `cargo xtask test` in the VM"]
+fn a_span_s_block_requests_are_its_reads() {
+    let disk = std::env::var("KSPAN_SLOW_DISK")
+        .expect("KSPAN_SLOW_DISK names the VM's slow disk: run this under `cargo xtask vm`");
+    let disk = std::path::Path::new(&disk);
+    let name = disk
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a device node's name");
+    sched::a_span_s_block_requests_are_its_reads(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        sched::ReadTarget::Device(disk, name),
+        12,
+        VM_SLACK_MS,
+        VM_PERCENT,
+    );
+}

@@ -2401,6 +2401,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->voluntary = voluntary;
 	t->skip = skip;
 	t->wake_ns = 0;
+	t->request.complete_ns = 0;
 	t->run_delay_out = kspan_kernel_run_delay(task);
 	t->waker_kind = KSPAN_WAKER_NONE;
 	t->nframes = 0;
@@ -2508,6 +2509,8 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	w->cause = t->cause;
 	w->lock_addr = 0;
 	w->lock_flags = 0;
+	w->lock_pad = 0;
+	__builtin_memcpy(&w->request, &t->request, sizeof(w->request));
 	w->waker_kind = t->waker_kind;
 	w->waker_pid = t->waker_pid;
 	w->waker_tid = t->waker_tid;
@@ -2530,6 +2533,40 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 }
 
 /*
+ * Block requests (see kspan.h): those in flight by request, and on each
+ * CPU the last to complete, for the wake-up its completion makes next.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KSPAN_BLOCK_REQUESTS_MAX);
+	__type(key, __u64);
+	__type(value, struct kspan_block_request);
+} kspan_block_requests SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kspan_block_done);
+} kspan_block_done SEC(".maps");
+
+/*
+ * A blocked I/O wait of `t` woken now: the request whose completion on
+ * this CPU came just before, if one did.
+ */
+static __always_inline void kspan_block_woken(struct kspan_sched_task *t)
+{
+	__u32 zero = 0;
+	struct kspan_block_done *done = bpf_map_lookup_elem(&kspan_block_done, &zero);
+
+	if (t->request.complete_ns)
+		return;
+	if (done && done->complete_ns && t->wake_ns >= done->complete_ns &&
+	    t->wake_ns - done->complete_ns <= KSPAN_BLOCK_LINK_NS)
+		__builtin_memcpy(&t->request, done, sizeof(t->request));
+}
+
+/*
  * Thread `tid` of the process is being woken, by the current task or an
  * interrupt: the first wake-up of an interval is kept, with who made it.
  * `interrupt`: 1 when the program is known to run in an interrupt, 0 when
@@ -2547,6 +2584,8 @@ static __always_inline void kspan_sched_waking(void *ctx, __u32 tid, int interru
 	/* Until its sched_wakeup says when it was queued. */
 	t->wake_ns = bpf_ktime_get_ns();
 	t->waker_nframes = 0;
+	if (kspan_cfg.sched_causes && t->state == KSPAN_SCHED_BLOCKED && t->cause == KSPAN_BLOCK_IO)
+		kspan_block_woken(t);
 	if (interrupt > 0) {
 		t->waker_kind = KSPAN_WAKER_INTERRUPT;
 		return;
@@ -2985,6 +3024,7 @@ static __always_inline void kspan_lock_end(void *ctx, __u64 lock)
 	w->waker_span_id = t->lock_owner_span_id;
 	w->waker_nframes = 0;
 	__builtin_memset(w->waker_frames, 0, sizeof(w->waker_frames));
+	__builtin_memset(&w->request, 0, sizeof(w->request));
 	/* Where the lock is taken: the stack it was acquired on. */
 	{
 		long n = bpf_get_stack(ctx, w->frames, sizeof(w->frames), 0);
@@ -3033,5 +3073,179 @@ SEC("tracepoint/lock/contention_end")
 int kspan_lock_end_tp(struct kspan_lock_args *args)
 {
 	kspan_lock_end(args, args->lock_addr);
+	return 0;
+}
+
+/*
+ * Block requests, with the causes on (BTF tracepoints only: the classic
+ * ones give no request to follow). The request's fields, by CO-RE: the
+ * device of its partition (or of its queue's disk), its first sector, and
+ * its bytes left.
+ */
+struct request;
+
+struct block_device___kspan {
+	__u32 bd_dev;
+} __attribute__((preserve_access_index));
+
+struct gendisk___kspan {
+	int major;
+	int first_minor;
+} __attribute__((preserve_access_index));
+
+struct request_queue___kspan {
+	struct gendisk___kspan *disk;
+} __attribute__((preserve_access_index));
+
+struct request___kspan {
+	struct request_queue___kspan *q;
+	struct block_device___kspan *part;
+	unsigned int __data_len;
+	__u64 __sector;
+} __attribute__((preserve_access_index));
+
+/* The kernel's dev_t of `rq`'s device (MKDEV: major << 20 | minor). */
+static __always_inline __u64 kspan_request_dev(struct request___kspan *rq)
+{
+	struct block_device___kspan *part = rq->part;
+	struct gendisk___kspan *disk;
+
+	if (part)
+		return part->bd_dev;
+	if (!rq->q)
+		return 0;
+	disk = rq->q->disk;
+	if (!disk)
+		return 0;
+	return ((__u64)disk->major << 20) | (__u32)disk->first_minor;
+}
+
+/*
+ * The request `rq` enters the queue (`issue` 0) or goes to the driver
+ * (`issue` 1): kept from its first event on a thread of the process under
+ * a recorded span; its issue time stamped wherever it is issued.
+ */
+static __always_inline void kspan_block_queued(__u64 rq, int issue)
+{
+	struct kspan_block_request *r = bpf_map_lookup_elem(&kspan_block_requests, &rq);
+	struct kspan_block_request fresh = {};
+	struct kspan_thread_ctx c = {};
+	__u64 pid_tgid, now = bpf_ktime_get_ns();
+
+	if (r) {
+		if (issue)
+			r->issue_ns = now;
+		return;
+	}
+	pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid || !kspan_sched_enabled())
+		return;
+	if (!kspan_app_context(&c, pid_tgid))
+		return;
+	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
+		return;
+	if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
+		return;
+	fresh.span = __builtin_bswap64(*(__u64 *)c.span_id);
+	fresh.tid = (__u32)pid_tgid;
+	fresh.insert_ns = now;
+	fresh.issue_ns = issue ? now : 0;
+	bpf_map_update_elem(&kspan_block_requests, &rq, &fresh, BPF_ANY);
+}
+
+/* Which of a span's device rows `dev` is summed in (KSPAN_BLOCK_DEVICES: the rest). */
+static __always_inline __u32 kspan_block_row(struct kspan_sched_sum *s, __u64 dev)
+{
+	__u32 i;
+
+	for (i = 0; i < KSPAN_BLOCK_DEVICES; i++) {
+		__u64 held = *(volatile __u64 *)&s->block_dev[i];
+
+		if (held == dev)
+			return i;
+		if (!held && __sync_val_compare_and_swap(&s->block_dev[i], 0, dev) == 0)
+			return i;
+		if (*(volatile __u64 *)&s->block_dev[i] == dev)
+			return i;
+	}
+	return KSPAN_BLOCK_DEVICES;
+}
+
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(kspan_tp_block_insert, struct request *rq)
+{
+	kspan_block_queued((__u64)rq, 0);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(kspan_tp_block_issue, struct request *rq)
+{
+	kspan_block_queued((__u64)rq, 1);
+	return 0;
+}
+
+/*
+ * A request completes `nr_bytes` of its bytes left: the last of them
+ * complete it. Its totals go to its span; the CPU remembers it for the
+ * wake-up its completion makes next (the waiter's, in the same path).
+ */
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(kspan_tp_block_complete, struct request *req, int error, unsigned int nr_bytes)
+{
+	struct request___kspan *rq = (void *)req;
+	__u64 key = (__u64)req, now = bpf_ktime_get_ns(), issue, queue_ns, device_ns;
+	struct kspan_block_request *r = bpf_map_lookup_elem(&kspan_block_requests, &key);
+	struct kspan_block_done *done;
+	struct kspan_sched_sum *s;
+	__u32 zero = 0, row;
+	__u64 dev, bytes;
+
+	if (!r)
+		return 0;
+	bytes = rq->__data_len;
+	if (nr_bytes < bytes) {
+		/* A part of it: the rest completes later. */
+		return 0;
+	}
+	issue = r->issue_ns ? r->issue_ns : r->insert_ns;
+	queue_ns = issue > r->insert_ns ? issue - r->insert_ns : 0;
+	device_ns = now > issue ? now - issue : 0;
+	dev = kspan_request_dev(rq);
+	done = bpf_map_lookup_elem(&kspan_block_done, &zero);
+	if (done) {
+		done->complete_ns = now;
+		done->dev = dev;
+		done->sector = rq->__sector;
+		done->bytes = bytes;
+		done->queue_ns = queue_ns;
+		done->device_ns = device_ns;
+	}
+	/* Its thread waiting on I/O: this is what it waits for. */
+	{
+		__u32 tid = r->tid;
+		struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+
+		if (t && t->out_ns && t->state == KSPAN_SCHED_BLOCKED && t->cause == KSPAN_BLOCK_IO &&
+		    !t->request.complete_ns) {
+			t->request.complete_ns = now;
+			t->request.dev = dev;
+			t->request.sector = rq->__sector;
+			t->request.bytes = bytes;
+			t->request.queue_ns = queue_ns;
+			t->request.device_ns = device_ns;
+		}
+	}
+	s = kspan_sched_sum_of(r->span);
+	bpf_map_delete_elem(&kspan_block_requests, &key);
+	if (!s)
+		return 0;
+	row = kspan_block_row(s, dev);
+	if (row > KSPAN_BLOCK_DEVICES)
+		return 0;
+	__sync_fetch_and_add(&s->block_requests[row], 1);
+	__sync_fetch_and_add(&s->block_bytes[row], bytes);
+	__sync_fetch_and_add(&s->block_queue_ns[row], queue_ns);
+	__sync_fetch_and_add(&s->block_device_ns[row], device_ns);
 	return 0;
 }

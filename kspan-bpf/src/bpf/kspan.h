@@ -696,6 +696,51 @@ enum kspan_waker_kind {
 /* Threads of the process the account follows at once (an LRU, by tid). */
 #define KSPAN_SCHED_TASKS_MAX 16384
 
+/*
+ * Block requests (block:block_rq_insert, _issue and _complete, as BTF
+ * tracepoints), with the scheduler's causes on: each request a thread of
+ * the process issues under an application span is kept from its insert
+ * (or its issue, when issued at once) to its completion, by request.
+ */
+#define KSPAN_BLOCK_REQUESTS_MAX 4096
+/* Devices a span's block totals are kept for; the rest are summed as one. */
+#define KSPAN_BLOCK_DEVICES 2
+/*
+ * A blocked I/O wait names the request whose completion ended it: its own
+ * request's, found by the completion (the thread that issued it is off
+ * CPU, blocked on I/O), else one that completed on the waking CPU at most
+ * this long before the wake-up (another thread's read of a page it waits
+ * on: the waker runs in the completion's own path).
+ */
+#define KSPAN_BLOCK_LINK_NS 1000000
+
+/* One request in flight (kspan_block_requests). */
+struct kspan_block_request {
+	/* The application span it was issued under (its id as a number), and the thread. */
+	__u64 span;
+	__u32 tid;
+	__u32 pad;
+	/* Inserted into the queue, and issued to the driver (CLOCK_MONOTONIC ns). */
+	__u64 insert_ns;
+	__u64 issue_ns;
+};
+
+/*
+ * A request as it completed: on each CPU the last one (kspan_block_done,
+ * per CPU), and on a wait it woke.
+ */
+struct kspan_block_done {
+	/* When it completed; 0: none. */
+	__u64 complete_ns;
+	/* The device (the kernel's dev_t: major << 20 | minor), and the first sector. */
+	__u64 dev;
+	__u64 sector;
+	__u64 bytes;
+	/* Insert to issue, and issue to completion. */
+	__u64 queue_ns;
+	__u64 device_ns;
+};
+
 /* A thread of the process between its switch-out and its switch-in. */
 struct kspan_sched_task {
 	/* The application span current at the switch-out (trace id, span id as a number). */
@@ -748,6 +793,11 @@ struct kspan_sched_task {
 	__u8 lock_owner_comm[16];
 	__u8 lock_owner_trace_id[16];
 	__u64 lock_owner_span_id;
+	/*
+	 * A blocked I/O wait woken by a block request's completion (on the
+	 * waking CPU just before): the request (kspan_block_done).
+	 */
+	struct kspan_block_done request;
 };
 
 /* Per application span, what the scheduler did while it was current. */
@@ -792,6 +842,16 @@ struct kspan_sched_sum {
 	 */
 	__u64 lock_ns[KSPAN_LOCK_KINDS];
 	__u64 locks[KSPAN_LOCK_KINDS];
+	/*
+	 * Block requests issued under the span and completed: by device
+	 * (`block_dev`, 0 while free; index KSPAN_BLOCK_DEVICES: any other),
+	 * their count, bytes, time queued and time on the device.
+	 */
+	__u64 block_dev[KSPAN_BLOCK_DEVICES];
+	__u64 block_requests[KSPAN_BLOCK_DEVICES + 1];
+	__u64 block_bytes[KSPAN_BLOCK_DEVICES + 1];
+	__u64 block_queue_ns[KSPAN_BLOCK_DEVICES + 1];
+	__u64 block_device_ns[KSPAN_BLOCK_DEVICES + 1];
 };
 
 /*
@@ -852,6 +912,8 @@ struct kspan_wait_record {
 	__u64 lock_addr;
 	__u32 lock_flags;
 	__u32 lock_pad;
+	/* A blocked I/O wait's request, when its completion woke it (complete_ns 0: none). */
+	struct kspan_block_done request;
 };
 
 #endif /* KSPAN_H */

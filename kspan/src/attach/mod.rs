@@ -7,13 +7,15 @@
 //! probe may use here and in what order ([`choice`]); what the attach of
 //! many functions carries from one to the next and the steps every hook
 //! shares ([`attacher`]); each hook's module ([`trampoline`], [`kprobe`],
-//! [`tracepoint`]), and the scheduler's account ([`scheduler`]); the run
+//! [`tracepoint`]), and the scheduler's account ([`scheduler`], its
+//! causes' programs in [`causes`]); the run
 //! over every plan that drives them ([`sequence`]). The links that hold
 //! programs attached are in [`links`]. The exit program is attached before
 //! the entry program, so that no entry is recorded whose exit is not
 //! watched; a function whose attach fails keeps nothing.
 
 mod attacher;
+mod causes;
 mod choice;
 mod kprobe;
 mod links;

@@ -10,6 +10,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
+use super::causes::CauseChecks;
 use super::links::{Link, LinkKind, Links};
 use super::report::AttachError;
 use crate::annotation::Hook;
@@ -47,85 +48,13 @@ pub(crate) fn attach(
     links: &mut Links,
 ) -> Result<SchedAttached, AttachError> {
     let config = sched_config(runtime, account.wait_min_ns(), account.causes());
-    // Kernel lock contention: where the kernel has its tracepoints.
-    let locks = if account.causes() {
-        check_lock_formats()
-    } else {
-        Err(String::new())
-    };
-    let with_locks = locks.is_ok();
-    let attached = attach_mechanisms(&config, runtime, account, shared, links, with_locks)?;
-    let causes = if account.causes() {
-        cause_mechanisms(attached.mechanism, locks)
-    } else {
-        Vec::new()
-    };
+    let checks = CauseChecks::of(account);
+    let attached = attach_mechanisms(&config, runtime, account, shared, links, &checks)?;
     Ok(SchedAttached {
-        causes,
+        causes: checks.mechanisms(attached.mechanism),
         causes_on: account.causes(),
         ..attached
     })
-}
-
-/// How each cause is read, with `mechanism` attached and `locks` the lock
-/// tracepoints' check.
-fn cause_mechanisms(mechanism: SchedMechanism, locks: Result<(), String>) -> Vec<CauseMechanism> {
-    let tracepoints = match mechanism {
-        SchedMechanism::BtfTracepoints => "BTF tracepoints",
-        SchedMechanism::Tracepoints => "classic tracepoints",
-    };
-    vec![
-        CauseMechanism {
-            cause: "blocked: io, memory",
-            how: Ok(
-                "the leaving thread's in_iowait, in_memstall and in_thrashing flags, \
-                     read at each blocked switch-out"
-                    .to_owned(),
-            ),
-        },
-        CauseMechanism {
-            cause: "sleeping: futex, poll, timer, receive",
-            how: if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
-                Ok(
-                    "the system call the leaving thread sleeps in (its saved registers), \
-                    read at each sleeping switch-out"
-                        .to_owned(),
-                )
-            } else {
-                Err("kspan knows the system call numbers of x86-64 and arm64 only".to_owned())
-            },
-        },
-        CauseMechanism {
-            cause: "kernel locks (and blocked: lock, sleeping: lock)",
-            how: locks
-                .map(|()| format!("lock:contention_begin and contention_end as {tracepoints}")),
-        },
-    ]
-}
-
-/// The lock tracepoints, with their fields where the classic programs read
-/// them; `Err` says why not.
-fn check_lock_formats() -> Result<(), String> {
-    for (event, field, offset, size) in [
-        ("contention_begin", "lock_addr", 8, 8),
-        ("contention_begin", "flags", 16, 4),
-        ("contention_end", "lock_addr", 8, 8),
-        ("contention_end", "ret", 16, 4),
-    ] {
-        let format = tracefs::read_event_format("lock", event).map_err(|e| {
-            format!(
-                "this kernel has no lock:{event} tracepoint (Linux 5.19 and later have it): {e}"
-            )
-        })?;
-        let found = tracefs::field_layout(&format, field);
-        if found != Some((offset, size)) {
-            return Err(format!(
-                "lock:{event}'s `{field}` field is at {found:?} (offset, size) in this kernel's \
-                 format, where kspan's program reads ({offset}, {size})"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The account attached with the mechanism asked for, else the cheapest
@@ -136,10 +65,10 @@ fn attach_mechanisms(
     account: &SchedulerAccount,
     shared: Option<&SharedMaps>,
     links: &mut Links,
-    locks: bool,
+    causes: &CauseChecks,
 ) -> Result<SchedAttached, AttachError> {
     if let Some(only) = account.only_mechanism() {
-        return attach_with(config, runtime, shared, links, only, locks);
+        return attach_with(config, runtime, shared, links, only, causes);
     }
     let btf = attach_with(
         config,
@@ -147,7 +76,7 @@ fn attach_mechanisms(
         shared,
         links,
         SchedMechanism::BtfTracepoints,
-        locks,
+        causes,
     );
     let (attached, why) = match btf {
         Ok(attached) => (attached, None),
@@ -163,7 +92,7 @@ fn attach_mechanisms(
                 shared,
                 links,
                 SchedMechanism::Tracepoints,
-                locks,
+                causes,
             )?;
             (attached, Some(why))
         }
@@ -180,19 +109,18 @@ fn attach_with(
     shared: Option<&SharedMaps>,
     links: &mut Links,
     mechanism: SchedMechanism,
-    locks: bool,
+    causes: &CauseChecks,
 ) -> Result<SchedAttached, AttachError> {
-    let (sched, lock) = match mechanism {
-        SchedMechanism::BtfTracepoints => (Program::SCHED_BTF, Program::LOCK_BTF),
+    let sched = match mechanism {
+        SchedMechanism::BtfTracepoints => Program::SCHED_BTF,
         SchedMechanism::Tracepoints => {
             check_classic_formats()?;
-            (Program::SCHED_CLASSIC, Program::LOCK_CLASSIC)
+            Program::SCHED_CLASSIC
         }
     };
+    let cause_programs = causes.programs(mechanism);
     let mut programs = sched.to_vec();
-    if locks {
-        programs.extend(lock);
-    }
+    programs.extend(cause_programs.iter().map(|&(program, ..)| program));
     let mut loaded = object::load(&LoadRequest {
         function: "sched:sched_switch",
         hook: Hook::Syscall,
@@ -223,14 +151,12 @@ fn attach_with(
             .map_err(|e| refused(&format!("{category}:{event}"), e))
     };
     let link = |prog: &OwnedFd, event: &str| link_in(prog, "sched", event);
-    // The lock programs before the switch's, so that a switch-out inside a
-    // contention knows it from the first; the end before the begin.
-    if locks {
-        for (program, event) in lock.into_iter().zip(["contention_end", "contention_begin"]) {
-            let fd = loaded.take(program).ok_or_else(|| missing(program))?;
-            let lock_link = link_in(&fd, "lock", event)?;
-            links.keep(None, lock_link, [Some(fd)]);
-        }
+    // The causes' programs before the switch's, so that a switch-out
+    // inside a lock's contention knows it from the first.
+    for (program, category, event) in cause_programs {
+        let fd = loaded.take(program).ok_or_else(|| missing(program))?;
+        let cause_link = link_in(&fd, category, event)?;
+        links.keep(None, cause_link, [Some(fd)]);
     }
     // The wake-up programs first: a switch-out they would complete is
     // then never missing its wake-up.

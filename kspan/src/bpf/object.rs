@@ -239,6 +239,16 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             .kspan_sched_open
             .set_autocreate(false)
             .map_err(|e| fail(e, None))?;
+        // The causes' block requests, and the last completion the
+        // wake-up program reads.
+        open.maps
+            .kspan_block_requests
+            .set_autocreate(false)
+            .map_err(|e| fail(e, None))?;
+        open.maps
+            .kspan_block_done
+            .set_autocreate(false)
+            .map_err(|e| fail(e, None))?;
     }
     let mut logs: Vec<(Program, Vec<u8>)> = Vec::new();
     for program in Program::ALL {
@@ -407,6 +417,9 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             Program::BtfLockEnd => &loaded.progs.kspan_tp_lock_end,
             Program::LockBegin => &loaded.progs.kspan_lock_begin_tp,
             Program::LockEnd => &loaded.progs.kspan_lock_end_tp,
+            Program::BtfBlockInsert => &loaded.progs.kspan_tp_block_insert,
+            Program::BtfBlockIssue => &loaded.progs.kspan_tp_block_issue,
+            Program::BtfBlockComplete => &loaded.progs.kspan_tp_block_complete,
         };
         let fd = prog
             .as_fd()

@@ -46,6 +46,11 @@ pub(crate) enum Program {
     /// The same as classic tracepoints.
     LockBegin,
     LockEnd,
+    /// The account's causes: `block_rq_insert`, `_issue` and `_complete`
+    /// as BTF tracepoints (the classic ones give no request to follow).
+    BtfBlockInsert,
+    BtfBlockIssue,
+    BtfBlockComplete,
 }
 
 impl Program {
@@ -98,6 +103,13 @@ impl Program {
     /// first (attached first, so that no begin misses its end).
     pub(crate) const LOCK_BTF: [Program; 2] = [Program::BtfLockEnd, Program::BtfLockBegin];
     pub(crate) const LOCK_CLASSIC: [Program; 2] = [Program::LockEnd, Program::LockBegin];
+    /// The block request programs of the causes: the completion first
+    /// (attached first, so that no request kept misses its end).
+    pub(crate) const BLOCK_BTF: [Program; 3] = [
+        Program::BtfBlockComplete,
+        Program::BtfBlockIssue,
+        Program::BtfBlockInsert,
+    ];
 
     /// One of the scheduler's account programs.
     pub(super) fn is_sched(self) -> bool {
@@ -105,9 +117,10 @@ impl Program {
             || Self::SCHED_CLASSIC.contains(&self)
             || Self::LOCK_BTF.contains(&self)
             || Self::LOCK_CLASSIC.contains(&self)
+            || Self::BLOCK_BTF.contains(&self)
     }
 
-    pub(super) const ALL: [Program; 22] = [
+    pub(super) const ALL: [Program; 25] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -130,6 +143,9 @@ impl Program {
         Program::BtfLockEnd,
         Program::LockBegin,
         Program::LockEnd,
+        Program::BtfBlockInsert,
+        Program::BtfBlockIssue,
+        Program::BtfBlockComplete,
     ];
 
     pub(super) fn in_skeleton<'a, 'obj>(
@@ -159,6 +175,9 @@ impl Program {
             Program::BtfLockEnd => &mut progs.kspan_tp_lock_end,
             Program::LockBegin => &mut progs.kspan_lock_begin_tp,
             Program::LockEnd => &mut progs.kspan_lock_end_tp,
+            Program::BtfBlockInsert => &mut progs.kspan_tp_block_insert,
+            Program::BtfBlockIssue => &mut progs.kspan_tp_block_issue,
+            Program::BtfBlockComplete => &mut progs.kspan_tp_block_complete,
         }
     }
 }

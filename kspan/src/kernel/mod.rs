@@ -7,6 +7,7 @@
 // `btf`, `errno`, `ksyms`, `syscall`, `tracefs` and `read_btf` are public
 // for kspan's CLI (kspan-cli), its tests and benches only: hidden from the
 // documentation, with no stability promise.
+pub(crate) mod block;
 #[doc(hidden)]
 pub mod btf;
 #[doc(hidden)]

@@ -77,6 +77,25 @@ fn lock_attributes(w: &kspan_wait_record, symbols: &KernelSymbolTable) -> Vec<Ke
     attributes
 }
 
+/// A blocked wait's block request, when its completion woke it.
+fn request_attributes(w: &kspan_wait_record) -> Vec<KeyValue> {
+    let r = &w.request;
+    if r.complete_ns == 0 {
+        return Vec::new();
+    }
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    vec![
+        KeyValue::new(
+            attr::REQUEST_DEVICE,
+            crate::kernel::block::device_name(r.dev),
+        ),
+        KeyValue::new(attr::REQUEST_SECTOR, n(r.sector)),
+        KeyValue::new(attr::REQUEST_BYTES, n(r.bytes)),
+        KeyValue::new(attr::REQUEST_QUEUE_NS, n(r.queue_ns)),
+        KeyValue::new(attr::REQUEST_DEVICE_NS, n(r.device_ns)),
+    ]
+}
+
 /// A link to the application span of `trace_id`/`span_id` (none for 0).
 fn span_link(trace_id: [u8; 16], span_id: u64) -> Option<Link> {
     (span_id != 0).then(|| {
@@ -136,6 +155,7 @@ impl<T: Tracer> SpanFactory<T> {
         match u64::from(w.state) {
             c::KSPAN_SCHED_BLOCKED if causes => {
                 attributes.push(KeyValue::new(attr::BLOCK_CAUSE, block_cause_name(w.cause)));
+                attributes.extend(request_attributes(w));
             }
             c::KSPAN_SCHED_SLEEPING if causes => {
                 attributes.push(KeyValue::new(attr::SLEEP_CAUSE, sleep_cause_name(w.cause)));

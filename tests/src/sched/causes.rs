@@ -99,6 +99,23 @@ pub fn a_kernel_mutex_wait_names_its_owner(
     let sums = kspan::KernelSums::new();
     let (provider, exporter) = provider(&sums);
     let kspan = start(&provider, &sums, account);
+    let causes = kspan.scheduler_causes();
+    eprintln!("causes: {causes:#?}");
+    assert!(
+        causes
+            .iter()
+            .any(|c| c.cause.starts_with("kernel locks") && c.how.is_ok()),
+        "kernel locks are read on this kernel: {causes:#?}"
+    );
+    if kspan.scheduler_account() == Some(kspan::SchedMechanism::Tracepoints) {
+        assert!(
+            causes.iter().any(|c| c.cause.starts_with("block requests")
+                && c.how
+                    .as_ref()
+                    .is_err_and(|why| why.contains("BTF tracepoints"))),
+            "with classic tracepoints, block requests are said not read: {causes:#?}"
+        );
+    }
     let tracer = provider.tracer("sched-lock");
     let path = std::env::temp_dir().join(format!("kspan-lock-{}.bin", std::process::id()));
     let file = std::fs::File::create(&path).expect("a file in the temporary directory");
@@ -232,4 +249,179 @@ pub fn a_kernel_mutex_wait_names_its_owner(
         "the lock wait lasts {} ns, the span's mutex total is {waited} ns",
         duration_ns(wait)
     );
+}
+
+/// The calling thread's bytes read from storage (`/proc/thread-self/io`).
+fn thread_read_bytes() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io").expect("/proc/thread-self/io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("read_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("read_bytes in /proc/thread-self/io")
+}
+
+/// Where [`a_span_s_block_requests_are_its_reads`] reads: a raw block
+/// device (the VM's slow disk: its name, and each read's sector known), or
+/// a file it writes and syncs first (the host's /tmp: its device the file
+/// system's).
+pub enum ReadTarget<'a> {
+    /// A block device node, and its name.
+    Device(&'a std::path::Path, &'a str),
+    /// A directory on a disk-backed file system.
+    FileIn(&'a std::path::Path),
+}
+
+/// Inside one span, `reads` O_DIRECT reads of 4 KiB at offsets 64 KiB
+/// apart. The span's block requests are exactly its reads, in count and
+/// bytes, and the bytes are `/proc/thread-self/io`'s; their time queued
+/// and on the device is the reads' own (within `slack_ms` + `percent`);
+/// each blocked I/O wait span names its request, and on a raw device
+/// every read's sector is named by one.
+pub fn a_span_s_block_requests_are_its_reads(
+    account: kspan::SchedulerAccount,
+    target: ReadTarget<'_>,
+    reads: usize,
+    slack_ms: i64,
+    percent: i64,
+) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    const READ: usize = 4096;
+    const STRIDE: u64 = 64 * 1024;
+    assert!(account.causes(), "the case needs the account's causes on");
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (path, device, made) = match target {
+        ReadTarget::Device(path, name) => (path.to_owned(), Some(name), false),
+        ReadTarget::FileIn(dir) => {
+            let path = dir.join(format!("kspan-block-{}.bin", std::process::id()));
+            let file = std::fs::File::create(&path).expect("a file to read");
+            file.write_all_at(&vec![3u8; reads * STRIDE as usize], 0)
+                .expect("writing it");
+            // On the disk before the span: an O_DIRECT read of dirty
+            // pages would write them back from the reading thread.
+            file.sync_all().expect("syncing it");
+            (path, None, true)
+        }
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("opening {} with O_DIRECT: {e}", path.display()));
+    let layout = std::alloc::Layout::from_size_align(READ, 4096).unwrap();
+    // SAFETY: the layout is non-zero in size; the buffer is freed below.
+    let buf = unsafe { std::alloc::alloc(layout) };
+    // SAFETY: `buf` holds READ bytes, written by the reads only.
+    let slice = unsafe { std::slice::from_raw_parts_mut(buf, READ) };
+
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let causes = kspan.scheduler_causes();
+    assert!(
+        causes
+            .iter()
+            .any(|c| c.cause.starts_with("block requests") && c.how.is_ok()),
+        "block requests are read on this kernel: {causes:#?}"
+    );
+    let tracer = provider.tracer("sched-block");
+    let cx = Context::current_with_span(tracer.start("reads"));
+    let id = cx.span().span_context().span_id();
+    let (read_bytes, took) = {
+        let _attached = cx.clone().attach();
+        let before = thread_read_bytes();
+        let mut took = Duration::ZERO;
+        for i in 0..reads as u64 {
+            let at = Instant::now();
+            let n = file.read_at(slice, i * STRIDE).expect("an O_DIRECT read");
+            took += at.elapsed();
+            assert_eq!(n, READ, "a whole read");
+        }
+        (thread_read_bytes() - before, took)
+    };
+    drop(cx);
+    let stats = shutdown(kspan);
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(buf, layout) };
+    if made {
+        let _ = std::fs::remove_file(&path);
+    }
+    let spans = exporter.get_finished_spans().unwrap();
+    let span = spans
+        .iter()
+        .find(|s| s.span_context.span_id() == id)
+        .expect("the span is exported");
+    let requests = int(span, c::BLOCK_REQUESTS);
+    let bytes = int(span, c::BLOCK_BYTES);
+    let (queued, on_device) = (int(span, c::BLOCK_QUEUE_NS), int(span, c::BLOCK_DEVICE_NS));
+    let by_device = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == c::BLOCK_BY_DEVICE)
+        .map(|kv| kv.value.to_string());
+    let waits: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| {
+            s.parent_span_id == id
+                && s.name == "off-cpu blocked"
+                && string(s, w::BLOCK_CAUSE).as_deref() == Some("io")
+        })
+        .collect();
+    eprintln!(
+        "{requests} requests, {bytes} bytes (read_bytes {read_bytes}), queued {queued} ns, on \
+         the device {on_device} ns, the reads took {took:?}; by device {by_device:?}; blocked \
+         on I/O {} ns; {} I/O waits; {stats}",
+        int(span, c::BLOCKED_IO_NS),
+        waits.len()
+    );
+    assert_eq!(requests, reads as i64, "a request a read");
+    assert_eq!(bytes, (reads * READ) as i64, "the reads' bytes");
+    assert_eq!(
+        bytes as u64, read_bytes,
+        "/proc/thread-self/io's read_bytes"
+    );
+    let want = took.as_nanos() as i64;
+    let slack = slack_ms * 1_000_000 + want * percent / 100;
+    assert!(
+        queued + on_device <= want && want - (queued + on_device) <= slack,
+        "queued and on the device {} ns, the reads took {want} ns (allowed {slack} below)",
+        queued + on_device
+    );
+    let by_device = by_device.expect("the span says its requests by device");
+    match device {
+        Some(name) => assert!(
+            by_device.contains(&format!("{name}: {reads} requests, {bytes} bytes")),
+            "{by_device}"
+        ),
+        None => assert!(
+            by_device.contains(&format!("{reads} requests")),
+            "{by_device}"
+        ),
+    }
+    // Every I/O wait woken by a completion names its request: these reads'.
+    let named: Vec<(i64, i64)> = waits
+        .iter()
+        .filter_map(|s| {
+            Some((
+                optional_int(s, w::REQUEST_SECTOR)?,
+                optional_int(s, w::REQUEST_BYTES)?,
+            ))
+        })
+        .collect();
+    eprintln!("requests named by the I/O waits (sector, bytes): {named:?}");
+    assert!(
+        named.iter().all(|&(_, b)| b == READ as i64),
+        "each named request is one read's: {named:?}"
+    );
+    if let Some(name) = device {
+        assert!(
+            waits
+                .iter()
+                .all(|s| string(s, w::REQUEST_DEVICE).as_deref() == Some(name)),
+            "every I/O wait names its request on {name}: {waits:#?}"
+        );
+        let mut sectors: Vec<i64> = named.iter().map(|&(s, _)| s).collect();
+        sectors.sort_unstable();
+        let want: Vec<i64> = (0..reads as i64).map(|i| i * STRIDE as i64 / 512).collect();
+        assert_eq!(sectors, want, "each read's sector, named by its wait");
+    }
 }
