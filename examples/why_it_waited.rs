@@ -1,0 +1,736 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! Why it waited: a small service with one request per cause of waiting,
+//! whose spans say, from the scheduler's account with its causes on
+//! (`SchedulerAccount::new().with_causes()`), why their time off CPU went
+//! where it did.
+//!
+//! `why_it_waited [DIR]`
+//!
+//! The requests run one after the other on a worker thread, each inside its
+//! own span `request` (attributes `app.request.number` and
+//! `app.request.cause`), the first three each with a helper of its own:
+//!
+//! 1. `disk`: 8 `O_DIRECT` reads of 4 KiB, 64 KiB apart, of the raw disk
+//!    named by `KSPAN_SLOW_DISK` (the VM's slow disk, which completes each
+//!    request 10 ms after it gets it), or, without it, of a file written
+//!    and synced under DIR (the temporary directory by default: it must be
+//!    on a disk for the reads to reach one). The span says its block
+//!    requests (`kspan.block.*`), its blocked time is I/O, and each
+//!    `off-cpu blocked` wait span names the request whose completion woke
+//!    it (`kspan.block.request.*`). `app.read.bytes` is the kernel's own
+//!    count of the bytes the thread read from storage
+//!    (`/proc/thread-self/io`'s `read_bytes`), to compare.
+//! 2. `kernel-lock`: a helper thread, in its own request
+//!    `kernel-lock-holder`, writes 16 MiB in one `write` to a file under
+//!    DIR; once the file grows, the request writes 4 KiB to the same open
+//!    file through a duplicated descriptor. With two descriptors on it, a
+//!    `write` holds the open file's position lock (`f_pos_lock`, a kernel
+//!    mutex) for its whole length, so the request waits for the rest of
+//!    the helper's write: one mutex contention (`kspan.lock.mutex.*`), and
+//!    a `kernel lock wait` span naming the lock's owner, linked to the
+//!    holder's span.
+//! 3. `futex`: a helper thread, in its own request `futex-holder`, takes
+//!    a `std` mutex, and keeps it 30 ms once the request sleeps on it: the
+//!    request's time is futex time, and its wait span links to the holder's
+//!    span (the unlock woke it).
+//! 4. `timer`: a 40 ms sleep: timer time.
+//!
+//! Each request's line, at the end, says its figures as they reached the
+//! exporter: the parts of its blocked and sleeping time (only those that
+//! are not 0), its kernel lock contentions and block requests, and its
+//! wait spans; then kspan's settled figures. The spans go out over OTLP
+//! (the standard `OTEL_*` variables) through kspan's pipeline
+//! (`with_kspan`), with a wrapper of this example's own around the OTLP
+//! exporter that notes them (as `where_time_went` does).
+//!
+//! kspan needs no probe here: the account attaches the scheduler's, the
+//! lock and the block tracepoints itself (root, or `CAP_BPF` and
+//! `CAP_PERFMON` where they are BTF tracepoints); the guide's "Why it
+//! waited" says which kernels give which cause.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{mpsc, Arc, Barrier, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use kspan::sched::{attributes as a, cause_attributes as c, wait_attributes as w};
+use kspan_examples::{gettid, init_telemetry_with, otlp_exporter, BoxError};
+use opentelemetry::trace::{SpanId, SpanKind, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{Status, TracerProvider as _};
+use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracer, SpanData, SpanExporter};
+use opentelemetry_sdk::Resource;
+
+const USAGE: &str = "usage: why_it_waited [DIR]";
+/// The variable naming a raw disk to read (the VM runner's slow disk).
+const SLOW_DISK_ENV: &str = "KSPAN_SLOW_DISK";
+
+/// The disk request's reads: how many, each's size, how far apart.
+const READS: u64 = 8;
+const READ: usize = 4096;
+const STRIDE: u64 = 64 << 10;
+/// The kernel lock's holder's one write.
+const HOLDER_WRITE: usize = 16 << 20;
+/// How long the futex request's holder keeps the mutex once it waits.
+const HOLD: Duration = Duration::from_millis(30);
+/// The timer request's sleep.
+const SLEEP: Duration = Duration::from_millis(40);
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("why_it_waited: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<PathBuf, String> {
+    let args: Vec<String> = args.into_iter().collect();
+    match &args[..] {
+        [] => Ok(std::env::temp_dir()),
+        [flag, ..] if flag.starts_with('-') => Err(format!("unknown option `{flag}`; {USAGE}")),
+        [dir] => Ok(PathBuf::from(dir)),
+        _ => Err(format!(
+            "{} arguments given, 1 at most; {USAGE}",
+            args.len()
+        )),
+    }
+}
+
+async fn run() -> Result<(), BoxError> {
+    let dir = parse_args(std::env::args().skip(1))?;
+    if !dir.is_dir() {
+        return Err(format!("DIR {}: not a directory", dir.display()).into());
+    }
+    let disk = match std::env::var_os(SLOW_DISK_ENV).filter(|v| !v.is_empty()) {
+        Some(device) => Disk::Device(PathBuf::from(device)),
+        None => Disk::File(DataFile::write(&dir)?),
+    };
+
+    let figures = Figures::default();
+    let telemetry = init_telemetry_with(
+        "kspan-why-it-waited",
+        kspan::Pipeline::new(),
+        Noting {
+            inner: otlp_exporter()?,
+            figures: figures.clone(),
+        },
+    )?;
+    let kspan = kspan::Kspan::builder(&telemetry.provider)
+        .pipeline(&telemetry.pipeline)
+        // The account, and why each wait happened.
+        .scheduler_account(kspan::SchedulerAccount::new().with_causes())
+        .start()?;
+    let mechanism = kspan
+        .scheduler_account()
+        .map_or("none".to_owned(), |m| m.to_string());
+    println!(
+        "why_it_waited: 4 requests (disk: {READS} O_DIRECT reads of {}; kernel-lock; futex; \
+         timer); the account uses {mechanism}; its causes:",
+        disk.path().display()
+    );
+    for cause in kspan.scheduler_causes() {
+        println!("  {cause}");
+    }
+
+    // Blocking work, on a thread of its own rather than the runtime's
+    // workers, which also run the OTLP exporter's connection.
+    let tracer = telemetry.provider.tracer("why-it-waited");
+    let lock_file = dir.join(format!("why-it-waited-lock-{}.bin", std::process::id()));
+    let served = tokio::task::spawn_blocking({
+        let lock_file = lock_file.clone();
+        let disk = disk.path().to_owned();
+        move || serve(&tracer, &disk, &lock_file)
+    })
+    .await;
+    let _ = std::fs::remove_file(&lock_file);
+    drop(disk);
+
+    // Reached however the requests went, so that no span is left unflushed.
+    let settled = telemetry.shut_down(kspan).await?;
+    match served {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => return Err(format!("a request failed: {err}").into()),
+        Err(join) => return Err(format!("the request thread failed: {join}").into()),
+    }
+    for line in figures.summary() {
+        println!("{line}");
+    }
+    println!("why_it_waited: kspan: {}", settled.stats);
+    settled.result()
+}
+
+/// What the disk request reads.
+enum Disk {
+    /// A raw block device.
+    Device(PathBuf),
+    /// A file written for it.
+    File(DataFile),
+}
+
+impl Disk {
+    fn path(&self) -> &Path {
+        match self {
+            Disk::Device(path) => path,
+            Disk::File(file) => &file.path,
+        }
+    }
+}
+
+/// The file the disk request reads without a raw disk, removed at the end.
+struct DataFile {
+    path: PathBuf,
+}
+
+impl DataFile {
+    /// Writes it, and waits until it is on the device: an `O_DIRECT` read
+    /// of pages still dirty would write them out first, from the reader.
+    fn write(dir: &Path) -> std::io::Result<DataFile> {
+        let path = dir.join(format!("why-it-waited-{}.bin", std::process::id()));
+        let file = File::create(&path)?;
+        let data = DataFile { path };
+        file.write_all_at(&vec![7u8; (READS * STRIDE) as usize], 0)?;
+        file.sync_all()?;
+        Ok(data)
+    }
+}
+
+impl Drop for DataFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A request span, root of a trace of its own: `cause` says which.
+fn request(tracer: &SdkTracer, number: i64, cause: &'static str) -> Context {
+    let span = tracer
+        .span_builder("request")
+        .with_kind(SpanKind::Server)
+        .with_attributes([
+            KeyValue::new("app.request.number", number),
+            KeyValue::new("app.request.cause", cause),
+            KeyValue::new("app.thread.tid", gettid()),
+        ])
+        .start(tracer);
+    Context::current_with_span(span)
+}
+
+/// Runs `work` as request `number`, its span current on this thread
+/// meanwhile (what the account measures).
+fn handle(
+    tracer: &SdkTracer,
+    number: i64,
+    cause: &'static str,
+    work: impl FnOnce(&Context) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let cx = request(tracer, number, cause);
+    let _current = cx.clone().attach();
+    let done = work(&cx);
+    if let Err(err) = &done {
+        cx.span().set_status(Status::error(err.to_string()));
+    }
+    done
+}
+
+/// The four requests, one after the other. A helper starts before the
+/// request it holds up (and is numbered after it), and is joined after it:
+/// the request's span holds its wait and nothing else of the helper's.
+fn serve(tracer: &SdkTracer, disk: &Path, lock_file: &Path) -> std::io::Result<()> {
+    handle(tracer, 1, "disk", |cx| read_disk(cx, disk))?;
+    let writer = LockHolder::start(tracer, 3, lock_file)?;
+    handle(tracer, 2, "kernel-lock", |cx| writer.contend(cx))?;
+    writer.join()?;
+    let holder = MutexHolder::start(tracer, 5)?;
+    handle(tracer, 4, "futex", |cx| {
+        cx.span()
+            .set_attribute(KeyValue::new("app.plan.hold_ms", HOLD.as_millis() as i64));
+        holder.contend()
+    })?;
+    holder.join()?;
+    handle(tracer, 6, "timer", |cx| {
+        cx.span()
+            .set_attribute(KeyValue::new("app.plan.sleep_ms", SLEEP.as_millis() as i64));
+        std::thread::sleep(SLEEP);
+        Ok(())
+    })
+}
+
+/// The calling thread's bytes read from storage (`/proc/thread-self/io`).
+fn thread_read_bytes() -> std::io::Result<u64> {
+    let io = std::fs::read_to_string("/proc/thread-self/io")?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::other("no read_bytes in /proc/thread-self/io"))
+}
+
+/// [`READS`] `O_DIRECT` reads of `path`, [`STRIDE`] apart.
+fn read_disk(cx: &Context, path: &Path) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| std::io::Error::other(format!("{} with O_DIRECT: {e}", path.display())))?;
+    // O_DIRECT wants a buffer aligned to the device's block: a page.
+    let mut raw = vec![0u8; READ + 4096];
+    let start = raw.as_ptr().align_offset(4096);
+    let buf = &mut raw[start..start + READ];
+    let before = thread_read_bytes()?;
+    let began = Instant::now();
+    for i in 0..READS {
+        let n = file.read_at(buf, i * STRIDE)?;
+        if n != READ {
+            return Err(std::io::Error::other(format!(
+                "a short read of {}: {n} bytes",
+                path.display()
+            )));
+        }
+    }
+    let took = began.elapsed();
+    let read = thread_read_bytes()? - before;
+    cx.span().set_attributes([
+        KeyValue::new("app.read.path", path.display().to_string()),
+        KeyValue::new("app.read.count", READS as i64),
+        KeyValue::new("app.read.size", READ as i64),
+        KeyValue::new("app.read.stride", STRIDE as i64),
+        KeyValue::new("app.read.bytes", read as i64),
+        KeyValue::new("app.read.took_ns", took.as_nanos() as i64),
+    ]);
+    Ok(())
+}
+
+/// Two writers of one open file: a holder, in a request of its own on a
+/// thread of its own, in one long `write`, and a request that writes a
+/// little once the holder's write has begun. A dup of the descriptor makes
+/// the open file's count 2, so each `write` takes its `f_pos_lock`.
+struct LockHolder {
+    twin: File,
+    thread: std::thread::JoinHandle<std::io::Result<usize>>,
+}
+
+impl LockHolder {
+    /// Starts the holder (request `number`): it writes [`HOLDER_WRITE`]
+    /// bytes to `path` as soon as it is in its span.
+    fn start(tracer: &SdkTracer, number: i64, path: &Path) -> std::io::Result<Self> {
+        let file = File::create(path)?;
+        let twin = file.try_clone()?;
+        let ready = Arc::new(Barrier::new(2));
+        let thread = {
+            let (tracer, ready) = (tracer.clone(), ready.clone());
+            std::thread::Builder::new()
+                .name("lock-holder".into())
+                .spawn(move || {
+                    let buffer = vec![1u8; HOLDER_WRITE];
+                    let cx = request(&tracer, number, "kernel-lock-holder");
+                    let _current = cx.attach();
+                    ready.wait();
+                    // One system call: the lock is held from its start to
+                    // its end.
+                    (&file).write(&buffer)
+                })?
+        };
+        ready.wait();
+        Ok(LockHolder { twin, thread })
+    }
+
+    /// In the request `cx`: once the holder's write has begun (the file
+    /// grows as it writes), writes 4 KiB to the same open file.
+    fn contend(&self, cx: &Context) -> std::io::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.twin.metadata()?.len() == 0 {
+            if Instant::now() > deadline {
+                return Err(std::io::Error::other("the holder never began its write"));
+            }
+            std::thread::yield_now();
+        }
+        let grown = self.twin.metadata()?.len();
+        (&self.twin).write_all(&[2u8; 4096])?;
+        cx.span()
+            .set_attribute(KeyValue::new("app.holder.written_before", grown as i64));
+        Ok(())
+    }
+
+    fn join(self) -> std::io::Result<()> {
+        let written = self
+            .thread
+            .join()
+            .map_err(|_| std::io::Error::other("the lock holder panicked"))??;
+        if written != HOLDER_WRITE {
+            return Err(std::io::Error::other(format!(
+                "the holder wrote {written} bytes of {HOLDER_WRITE}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A holder, in a request of its own on a thread of its own, takes a `std`
+/// mutex and keeps it [`HOLD`] once the request sleeps on it.
+struct MutexHolder {
+    mutex: Arc<Mutex<u64>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl MutexHolder {
+    /// Starts the holder (request `number`); returns once it holds the
+    /// mutex.
+    fn start(tracer: &SdkTracer, number: i64) -> std::io::Result<Self> {
+        let mutex = Arc::new(Mutex::new(0u64));
+        let (held, is_held) = mpsc::channel();
+        let waiter = gettid();
+        let thread = {
+            let (tracer, mutex) = (tracer.clone(), mutex.clone());
+            std::thread::Builder::new()
+                .name("mutex-holder".into())
+                .spawn(move || {
+                    let cx = request(&tracer, number, "futex-holder");
+                    let _current = cx.attach();
+                    let mut guard = mutex.lock().unwrap_or_else(PoisonError::into_inner);
+                    let _ = held.send(());
+                    // The waiter's next sleep is its wait for the mutex.
+                    wait_until_asleep(waiter);
+                    std::thread::sleep(HOLD);
+                    *guard += 1;
+                    // The unlock, inside the span: what wakes the waiter.
+                })?
+        };
+        is_held
+            .recv()
+            .map_err(|_| std::io::Error::other("the mutex holder is gone"))?;
+        Ok(MutexHolder { mutex, thread })
+    }
+
+    /// In the request: takes the mutex.
+    fn contend(&self) -> std::io::Result<()> {
+        let version = *self.mutex.lock().unwrap_or_else(PoisonError::into_inner);
+        if version != 1 {
+            return Err(std::io::Error::other(
+                "the mutex was taken before its holder",
+            ));
+        }
+        Ok(())
+    }
+
+    fn join(self) -> std::io::Result<()> {
+        self.thread
+            .join()
+            .map_err(|_| std::io::Error::other("the mutex holder panicked"))
+    }
+}
+
+/// Waits (up to a second) until thread `tid` of this process is sleeping
+/// (`S` in its `stat`).
+fn wait_until_asleep(tid: i64) {
+    let stat = format!("/proc/self/task/{tid}/stat");
+    for _ in 0..5000 {
+        let mut text = String::new();
+        let state = File::open(&stat)
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .ok()
+            .and_then(|_| {
+                // `tid (comm) S ...`: the name may hold spaces and parentheses.
+                let (_, rest) = text.rsplit_once(')')?;
+                rest.split_whitespace().next().map(str::to_owned)
+            });
+        if state.as_deref() == Some("S") {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// A span as the exporter saw it: what the summary needs.
+#[derive(Debug, Clone)]
+struct Noted {
+    name: String,
+    id: SpanId,
+    parent: SpanId,
+    duration: Duration,
+    attributes: HashMap<String, Value>,
+    links: Vec<SpanId>,
+}
+
+impl Noted {
+    fn of(span: &SpanData) -> Noted {
+        Noted {
+            name: span.name.to_string(),
+            id: span.span_context.span_id(),
+            parent: span.parent_span_id,
+            duration: span
+                .end_time
+                .duration_since(span.start_time)
+                .unwrap_or_default(),
+            attributes: span
+                .attributes
+                .iter()
+                .map(|kv| (kv.key.as_str().to_owned(), kv.value.clone()))
+                .collect(),
+            links: span
+                .links
+                .iter()
+                .map(|l| l.span_context.span_id())
+                .collect(),
+        }
+    }
+
+    fn int(&self, key: &str) -> i64 {
+        match self.attributes.get(key) {
+            Some(Value::I64(v)) => *v,
+            _ => 0,
+        }
+    }
+
+    fn str(&self, key: &str) -> Option<String> {
+        self.attributes.get(key).map(|v| v.as_str().into_owned())
+    }
+}
+
+/// The spans that reached the example's exporter: requests and waits.
+#[derive(Debug, Default, Clone)]
+struct Figures(Arc<Mutex<Vec<Noted>>>);
+
+/// Milliseconds, one decimal.
+fn ms(ns: i64) -> String {
+    format!("{:.1}", ns as f64 / 1e6)
+}
+
+/// `name ms` for each part not 0, joined; `-` when all are.
+fn parts(span: &Noted, keys: &[(&str, &str)]) -> String {
+    let said: Vec<String> = keys
+        .iter()
+        .filter(|(_, key)| span.int(key) != 0)
+        .map(|(name, key)| format!("{name} {}", ms(span.int(key))))
+        .collect();
+    if said.is_empty() {
+        "-".to_owned()
+    } else {
+        said.join(", ")
+    }
+}
+
+impl Figures {
+    fn note(&self, span: &SpanData) {
+        let wanted = span.name == "request"
+            || span.name.starts_with("off-cpu ")
+            || span.name == "kernel lock wait";
+        if wanted {
+            let mut noted = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            noted.push(Noted::of(span));
+        }
+    }
+
+    /// One line per request, in request order.
+    fn summary(&self) -> Vec<String> {
+        let noted = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut requests: Vec<&Noted> = noted.iter().filter(|s| s.name == "request").collect();
+        requests.sort_by_key(|s| s.int("app.request.number"));
+        let cause_of = |id: SpanId| {
+            requests
+                .iter()
+                .find(|r| r.id == id)
+                .and_then(|r| r.str("app.request.cause"))
+        };
+        requests
+            .iter()
+            .map(|req| {
+                let waits: Vec<&Noted> = noted.iter().filter(|s| s.parent == req.id).collect();
+                describe(req, &waits, &cause_of)
+            })
+            .collect()
+    }
+}
+
+/// A request's line: its figures and its wait spans.
+fn describe(req: &Noted, waits: &[&Noted], cause_of: &dyn Fn(SpanId) -> Option<String>) -> String {
+    let mut line = format!(
+        "request {} {}: {} ms; on CPU {} ms, run queue {} ms; blocked {} ms ({}); \
+         sleeping {} ms ({})",
+        req.int("app.request.number"),
+        req.str("app.request.cause").unwrap_or_default(),
+        ms(req.duration.as_nanos() as i64),
+        ms(req.int(a::ON_CPU_NS)),
+        ms(req.int(a::RUN_QUEUE_NS)),
+        ms(req.int(a::BLOCKED_NS)),
+        parts(
+            req,
+            &[
+                ("io", c::BLOCKED_IO_NS),
+                ("memory", c::BLOCKED_MEMORY_NS),
+                ("lock", c::BLOCKED_LOCK_NS),
+                ("unattributed", c::BLOCKED_UNATTRIBUTED_NS),
+            ]
+        ),
+        ms(req.int(a::SLEEPING_NS)),
+        parts(
+            req,
+            &[
+                ("lock", c::SLEEPING_LOCK_NS),
+                ("futex", c::SLEEPING_FUTEX_NS),
+                ("poll", c::SLEEPING_POLL_NS),
+                ("timer", c::SLEEPING_TIMER_NS),
+                ("receive", c::SLEEPING_RECEIVE_NS),
+                ("unattributed", c::SLEEPING_UNATTRIBUTED_NS),
+            ]
+        ),
+    );
+    let locks: Vec<String> = [
+        ("mutex", c::LOCK_MUTEX_COUNT, c::LOCK_MUTEX_NS),
+        ("rwsem", c::LOCK_RWSEM_COUNT, c::LOCK_RWSEM_NS),
+        ("spin", c::LOCK_SPIN_COUNT, c::LOCK_SPIN_NS),
+        ("other", c::LOCK_OTHER_COUNT, c::LOCK_OTHER_NS),
+    ]
+    .iter()
+    .filter(|(_, count, _)| req.int(count) > 0)
+    .map(|(kind, count, ns)| format!("{kind} {} in {} ms", req.int(count), ms(req.int(ns))))
+    .collect();
+    if !locks.is_empty() {
+        line += &format!("; kernel locks: {}", locks.join(", "));
+    }
+    if req.int(c::BLOCK_REQUESTS) > 0 {
+        line += &format!(
+            "; block requests {}, {} bytes, queued {} ms, on the device {} ms",
+            req.int(c::BLOCK_REQUESTS),
+            req.int(c::BLOCK_BYTES),
+            ms(req.int(c::BLOCK_QUEUE_NS)),
+            ms(req.int(c::BLOCK_DEVICE_NS)),
+        );
+    }
+    if req.attributes.contains_key("app.read.bytes") {
+        line += &format!(" (read_bytes {})", req.int("app.read.bytes"));
+    }
+    // The waits, counted by kind and cause, with what names them.
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for wait in waits {
+        let cause = wait
+            .str(w::BLOCK_CAUSE)
+            .or_else(|| wait.str(w::SLEEP_CAUSE))
+            .or_else(|| wait.str(w::LOCK_KIND));
+        let mut kind = match cause {
+            Some(cause) => format!("{} ({cause})", wait.name),
+            None => wait.name.clone(),
+        };
+        if let Some(device) = wait.str(w::REQUEST_DEVICE) {
+            kind += &format!(" naming a request on {device}");
+        }
+        if wait.name == "kernel lock wait" {
+            kind += &format!(
+                " held by {} `{}`",
+                wait.int(w::LOCK_OWNER_TID),
+                wait.str(w::LOCK_OWNER_COMM).unwrap_or_default()
+            );
+        }
+        if let Some(linked) = wait.links.iter().find_map(|&id| cause_of(id)) {
+            kind += &format!(" linked to request {linked}");
+        }
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((kind, 1)),
+        }
+    }
+    let waits = if kinds.is_empty() {
+        "none".to_owned()
+    } else {
+        kinds
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    line + &format!("; wait spans: {waits}")
+}
+
+/// Notes each span of a batch, then hands the batch on to the exporter.
+#[derive(Debug)]
+struct Noting<E> {
+    inner: E,
+    figures: Figures,
+}
+
+impl<E: SpanExporter> SpanExporter for Noting<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        for span in &batch {
+            self.figures.note(span);
+        }
+        self.inner.export(batch).await
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &[&str]) -> Result<PathBuf, String> {
+        parse_args(s.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn arguments() {
+        assert_eq!(parse(&[]).unwrap(), std::env::temp_dir());
+        assert_eq!(parse(&["/srv"]).unwrap(), PathBuf::from("/srv"));
+        assert!(parse(&["--fast"]).unwrap_err().contains("unknown option"));
+        assert!(parse(&["a", "b"]).unwrap_err().contains("1 at most"));
+    }
+
+    #[test]
+    fn a_line_says_the_parts_that_are_not_zero() {
+        let mut attributes: HashMap<String, Value> = [
+            ("app.request.number", 1),
+            (a::BLOCKED_NS, 80_000_000),
+            (c::BLOCKED_IO_NS, 80_000_000),
+            (c::BLOCK_REQUESTS, 8),
+            (c::BLOCK_BYTES, 32768),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Value::I64(v)))
+        .collect();
+        attributes.insert("app.request.cause".into(), Value::from("disk"));
+        let req = Noted {
+            name: "request".into(),
+            id: SpanId::from(1),
+            parent: SpanId::INVALID,
+            duration: Duration::from_millis(81),
+            attributes,
+            links: Vec::new(),
+        };
+        let wait = Noted {
+            name: "off-cpu blocked".into(),
+            id: SpanId::from(2),
+            parent: SpanId::from(1),
+            duration: Duration::from_millis(10),
+            attributes: [
+                (w::BLOCK_CAUSE.to_owned(), Value::from("io")),
+                (w::REQUEST_DEVICE.to_owned(), Value::from("vda")),
+            ]
+            .into_iter()
+            .collect(),
+            links: Vec::new(),
+        };
+        let line = describe(&req, &[&wait, &wait], &|_| None);
+        assert_eq!(
+            line,
+            "request 1 disk: 81.0 ms; on CPU 0.0 ms, run queue 0.0 ms; blocked 80.0 ms \
+             (io 80.0); sleeping 0.0 ms (-); block requests 8, 32768 bytes, queued 0.0 ms, \
+             on the device 0.0 ms; wait spans: 2 off-cpu blocked (io) naming a request on vda"
+        );
+    }
+}
