@@ -143,7 +143,8 @@ mod tests {
         // waker's kind, pid and tid (12, then 4 of padding), comm (16),
         // trace id (16) and span id (8), then the stack and the waker's
         // stack, each with its count, then the lock's address (8) and
-        // flags (4, then 4 of padding), then the request (6 * 8).
+        // flags (4, then 4 of padding), then the request (6 * 8), then the
+        // waker's last wait (8 + 16 + 8 + 8 + 4 + 4).
         assert_eq!(
             std::mem::size_of::<types::kspan_wait_record>(),
             std::mem::size_of::<types::kspan_record>()
@@ -157,6 +158,7 @@ mod tests {
                 + 8 * (1 + consts::KSPAN_WAIT_FRAMES as usize)
                 + 8 * (1 + consts::KSPAN_WAKER_FRAMES as usize)
                 + 16
+                + 48
                 + 48
         );
         assert_eq!(

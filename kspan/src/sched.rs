@@ -378,6 +378,18 @@ pub mod wait_attributes {
     /// wait shorter than the wait-span threshold at its wake-up, which
     /// became a wait span by its time on the run queue).
     pub const WAKER_KIND: &str = "kspan.sched.waker";
+    /// On each link of a wait span, what the linked span is to the wait:
+    /// `waker` (the application span of the thread that woke it), `owner`
+    /// (a kernel lock wait's owner's application span) or `waker_wait`
+    /// (with the causes on, the waker's own last wait span, when the waker
+    /// waited until after this wait began: the next hop of the chain of
+    /// wake-ups, which links on to its own waker and its waker's wait, and
+    /// so on back to an interrupt, a timer, a device or another process).
+    /// A `waker_wait`
+    /// link carries that wait's `kspan.sched.state`, its cause and its
+    /// `kspan.sched.waiting_ns`, so a chain reads hop by hop from the links
+    /// alone. Only waits long enough to be wait spans are hops.
+    pub const LINK: &str = "kspan.link";
     /// The waking task's process id.
     pub const WAKER_PID: &str = "kspan.sched.waker.pid";
     /// The waking task's thread id.

@@ -21,7 +21,8 @@ mod causes;
 mod truth;
 use crate::switch_log;
 pub use causes::{
-    a_kernel_mutex_wait_names_its_owner, a_span_s_block_requests_are_its_reads, ReadTarget,
+    a_chain_of_wake_ups_names_each_hop, a_kernel_mutex_wait_names_its_owner,
+    a_span_s_block_requests_are_its_reads, ReadTarget,
 };
 pub use truth::every_span_s_figures_equal_the_kernel_s_under_contention;
 
@@ -66,14 +67,14 @@ fn string(span: &SpanData, key: &str) -> Option<String> {
 /// The thread's CPU clock is read first: it brings a running thread's
 /// schedstat up to date (otherwise up to a tick stale).
 #[derive(Debug, Clone, Copy)]
-struct KernelFigures {
+pub(crate) struct KernelFigures {
     on_cpu: i64,
     run_queue: i64,
     voluntary: i64,
     involuntary: i64,
 }
 
-fn kernel_figures() -> KernelFigures {
+pub(crate) fn kernel_figures() -> KernelFigures {
     // Reading the thread's CPU clock brings its runtime up to date
     // (`task_sched_runtime`), which schedstat below reads as it stands.
     thread_cpu_ns();

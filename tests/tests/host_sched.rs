@@ -158,3 +158,19 @@ fn a_span_s_block_requests_are_its_reads() {
         5,
     );
 }
+
+/// A futex wait on a thread that reads the host's disk while it holds the
+/// lock: the wait links to the reader's span and to its last read's wait,
+/// which names its request; the times are schedstat's and taskstats'.
+#[test]
+fn a_chain_of_wake_ups_names_each_hop() {
+    sched::a_chain_of_wake_ups_names_each_hop(
+        SchedulerAccount::new()
+            .wait_spans_from(std::time::Duration::from_micros(20))
+            .with_causes(),
+        sched::ReadTarget::FileIn(&sched::disk_dir(false)),
+        4,
+        1,
+        5,
+    );
+}

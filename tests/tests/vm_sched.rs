@@ -157,3 +157,27 @@ fn a_span_s_block_requests_are_its_reads() {
         VM_PERCENT,
     );
 }
+
+/// A futex wait on a thread that reads the slow disk while it holds the
+/// lock (three 10 ms reads): the wait links to the reader's span and to its
+/// last read's wait, which names the request's sector on the slow disk.
+#[test]
+#[ignore = "needs root and the VM's slow disk; run by `cargo xtask test` in the VM"]
+fn a_chain_of_wake_ups_names_each_hop() {
+    let disk = std::env::var("KSPAN_SLOW_DISK")
+        .expect("KSPAN_SLOW_DISK names the VM's slow disk: run this under `cargo xtask vm`");
+    let disk = std::path::Path::new(&disk);
+    let name = disk
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a device node's name");
+    sched::a_chain_of_wake_ups_names_each_hop(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        sched::ReadTarget::Device(disk, name),
+        3,
+        VM_SLACK_MS,
+        VM_PERCENT,
+    );
+}

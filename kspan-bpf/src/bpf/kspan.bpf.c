@@ -2402,6 +2402,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->skip = skip;
 	t->wake_ns = 0;
 	t->request.complete_ns = 0;
+	t->waker_wait.span_id = 0;
 	t->run_delay_out = kspan_kernel_run_delay(task);
 	t->waker_kind = KSPAN_WAKER_NONE;
 	t->nframes = 0;
@@ -2517,6 +2518,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	__builtin_memcpy(w->waker_comm, t->waker_comm, sizeof(w->waker_comm));
 	__builtin_memcpy(w->waker_trace_id, t->waker_trace_id, sizeof(w->waker_trace_id));
 	w->waker_span_id = t->waker_span_id;
+	__builtin_memcpy(&w->waker_wait, &t->waker_wait, sizeof(w->waker_wait));
 	w->waker_nframes = t->waker_nframes <= KSPAN_WAKER_FRAMES ? t->waker_nframes : 0;
 	__builtin_memcpy(w->waker_frames, t->waker_frames, sizeof(w->waker_frames));
 	if (next) {
@@ -2528,6 +2530,16 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 
 		w->nframes = n <= KSPAN_WAIT_FRAMES ? n : 0;
 		__builtin_memcpy(w->frames, t->frames, sizeof(w->frames));
+	}
+	/* A hop for the chains of the waits this thread ends next. */
+	if (kspan_cfg.sched_causes &&
+	    (t->state == KSPAN_SCHED_SLEEPING || t->state == KSPAN_SCHED_BLOCKED)) {
+		t->last_wait.span_id = w->rec.span_id;
+		__builtin_memcpy(t->last_wait.trace_id, t->trace_id, sizeof(t->trace_id));
+		t->last_wait.end_ns = now;
+		t->last_wait.waiting_ns = run_from - out;
+		t->last_wait.state = t->state;
+		t->last_wait.cause = t->cause;
 	}
 	kspan_submit_span(w);
 }
@@ -2615,6 +2627,14 @@ static __always_inline void kspan_sched_waking(void *ctx, __u32 tid, int interru
 	t->waker_tid = (__u32)pid_tgid;
 	bpf_get_current_comm(t->waker_comm, sizeof(t->waker_comm));
 	t->waker_span_id = 0;
+	/* The waker's own last wait, when it waited past this wait's start. */
+	if (kspan_cfg.sched_causes && (__u32)(pid_tgid >> 32) == kspan_cfg.target_tgid) {
+		__u32 waker = (__u32)pid_tgid;
+		struct kspan_sched_task *k = bpf_map_lookup_elem(&kspan_sched_tasks, &waker);
+
+		if (k && k->last_wait.span_id && k->last_wait.end_ns >= t->out_ns)
+			__builtin_memcpy(&t->waker_wait, &k->last_wait, sizeof(t->waker_wait));
+	}
 	if (kspan_app_context(&c, pid_tgid) && c.span_id[0] | c.span_id[1] | c.span_id[2] |
 	    c.span_id[3] | c.span_id[4] | c.span_id[5] | c.span_id[6] | c.span_id[7]) {
 		__builtin_memcpy(t->waker_trace_id, c.trace_id, sizeof(c.trace_id));
@@ -3025,6 +3045,7 @@ static __always_inline void kspan_lock_end(void *ctx, __u64 lock)
 	w->waker_nframes = 0;
 	__builtin_memset(w->waker_frames, 0, sizeof(w->waker_frames));
 	__builtin_memset(&w->request, 0, sizeof(w->request));
+	__builtin_memset(&w->waker_wait, 0, sizeof(w->waker_wait));
 	/* Where the lock is taken: the stack it was acquired on. */
 	{
 		long n = bpf_get_stack(ctx, w->frames, sizeof(w->frames), 0);

@@ -741,6 +741,22 @@ struct kspan_block_done {
 	__u64 device_ns;
 };
 
+/*
+ * A wait span as a hop of a chain of wake-ups: a thread's wait that ended,
+ * whose thread then woke another (which links to it, and so on back).
+ */
+struct kspan_wait_hop {
+	/* The wait span's id (0: none), and its trace. */
+	__u64 span_id;
+	__u8 trace_id[16];
+	/* When it ended (the switch-in), and its time waiting (to the wake-up). */
+	__u64 end_ns;
+	__u64 waiting_ns;
+	/* enum kspan_sched_state, and its cause. */
+	__u32 state;
+	__u32 cause;
+};
+
 /* A thread of the process between its switch-out and its switch-in. */
 struct kspan_sched_task {
 	/* The application span current at the switch-out (trace id, span id as a number). */
@@ -798,6 +814,14 @@ struct kspan_sched_task {
 	 * waking CPU just before): the request (kspan_block_done).
 	 */
 	struct kspan_block_done request;
+	/*
+	 * Its last wait span (a sleeping or blocked one, emitted; id 0:
+	 * none), when it ended, how long it waited and why: the hop a thread
+	 * it wakes next links to, as its waker's own wait.
+	 */
+	struct kspan_wait_hop last_wait;
+	/* The current interval's waker's own last wait, when it ended after this began. */
+	struct kspan_wait_hop waker_wait;
 };
 
 /* Per application span, what the scheduler did while it was current. */
@@ -914,6 +938,11 @@ struct kspan_wait_record {
 	__u32 lock_pad;
 	/* A blocked I/O wait's request, when its completion woke it (complete_ns 0: none). */
 	struct kspan_block_done request;
+	/*
+	 * The waker's own last wait, a thread of the process that waited
+	 * until after this wait began (span_id 0: none): the next hop back.
+	 */
+	struct kspan_wait_hop waker_wait;
 };
 
 #endif /* KSPAN_H */

@@ -96,17 +96,49 @@ fn request_attributes(w: &kspan_wait_record) -> Vec<KeyValue> {
     ]
 }
 
-/// A link to the application span of `trace_id`/`span_id` (none for 0).
-fn span_link(trace_id: [u8; 16], span_id: u64) -> Option<Link> {
+/// A link of kind `kind` ([`attr::LINK`]) to the span of
+/// `trace_id`/`span_id` (none for 0), with `more` attributes.
+fn span_link(
+    trace_id: [u8; 16],
+    span_id: u64,
+    kind: &'static str,
+    more: Vec<KeyValue>,
+) -> Option<Link> {
     (span_id != 0).then(|| {
-        Link::with_context(SpanContext::new(
-            TraceId::from_bytes(trace_id),
-            SpanId::from(span_id),
-            TraceFlags::SAMPLED,
-            false,
-            TraceState::NONE,
-        ))
+        let mut attributes = vec![KeyValue::new(attr::LINK, kind)];
+        attributes.extend(more);
+        Link::new(
+            SpanContext::new(
+                TraceId::from_bytes(trace_id),
+                SpanId::from(span_id),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::NONE,
+            ),
+            attributes,
+            0,
+        )
     })
+}
+
+/// The link to the waker's own last wait span: the next hop of the chain
+/// of wake-ups, with its state, cause and time waiting.
+fn waker_wait_link(w: &kspan_wait_record) -> Option<Link> {
+    let hop = &w.waker_wait;
+    let cause = match u64::from(hop.state) {
+        c::KSPAN_SCHED_BLOCKED => Some((attr::BLOCK_CAUSE, block_cause_name(hop.cause))),
+        c::KSPAN_SCHED_SLEEPING => Some((attr::SLEEP_CAUSE, sleep_cause_name(hop.cause))),
+        _ => None,
+    };
+    let mut more = vec![
+        KeyValue::new(attr::STATE, state_name(hop.state)),
+        KeyValue::new(
+            attr::WAITING_NS,
+            i64::try_from(hop.waiting_ns).unwrap_or(i64::MAX),
+        ),
+    ];
+    more.extend(cause.map(|(key, name)| KeyValue::new(key, name)));
+    span_link(hop.trace_id, hop.span_id, "waker_wait", more)
 }
 
 /// The kernel's symbols, read on first use or up front ([`WaitSymbols::loaded`]).
@@ -162,7 +194,12 @@ impl<T: Tracer> SpanFactory<T> {
             }
             c::KSPAN_SCHED_LOCK => {
                 attributes.extend(lock_attributes(w, symbols.table()));
-                links.extend(span_link(w.waker_trace_id, w.waker_span_id));
+                links.extend(span_link(
+                    w.waker_trace_id,
+                    w.waker_span_id,
+                    "owner",
+                    Vec::new(),
+                ));
             }
             _ => {}
         }
@@ -190,7 +227,13 @@ impl<T: Tracer> SpanFactory<T> {
                     KeyValue::new(attr::WAKER_TID, i64::from(w.waker_tid)),
                     KeyValue::new(attr::WAKER_COMM, c_str(&w.waker_comm)),
                 ]);
-                links.extend(span_link(w.waker_trace_id, w.waker_span_id));
+                links.extend(span_link(
+                    w.waker_trace_id,
+                    w.waker_span_id,
+                    "waker",
+                    Vec::new(),
+                ));
+                links.extend(waker_wait_link(w));
             }
             c::KSPAN_WAKER_UNKNOWN => {
                 attributes.push(KeyValue::new(attr::WAKER_KIND, "unknown"));

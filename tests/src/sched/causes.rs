@@ -425,3 +425,253 @@ pub fn a_span_s_block_requests_are_its_reads(
         assert_eq!(sectors, want, "each read's sector, named by its wait");
     }
 }
+
+/// A file to read with O_DIRECT at `target`, and whether it was made
+/// (then removed by the caller): a raw device as it is, or a file of
+/// `bytes` written and synced first (an O_DIRECT read of dirty pages
+/// would write them back from the reading thread).
+fn direct_file(target: &ReadTarget<'_>, bytes: usize) -> (std::fs::File, std::path::PathBuf, bool) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let (path, made) = match target {
+        ReadTarget::Device(path, _) => (path.to_path_buf(), false),
+        ReadTarget::FileIn(dir) => {
+            let path = dir.join(format!("kspan-chain-{}.bin", std::process::id()));
+            let file = std::fs::File::create(&path).expect("a file to read");
+            file.write_all_at(&vec![3u8; bytes], 0).expect("writing it");
+            file.sync_all().expect("syncing it");
+            (path, true)
+        }
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("opening {} with O_DIRECT: {e}", path.display()));
+    (file, path, made)
+}
+
+/// One O_DIRECT read of 4 KiB at `offset`.
+fn read_4k(file: &std::fs::File, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+    // SAFETY: the layout is non-zero in size; the buffer is freed below.
+    let buf = unsafe { std::alloc::alloc(layout) };
+    // SAFETY: `buf` holds 4096 bytes, written by the read only.
+    let slice = unsafe { std::slice::from_raw_parts_mut(buf, 4096) };
+    let n = file.read_at(slice, offset).expect("an O_DIRECT read");
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(buf, layout) };
+    assert_eq!(n, 4096, "a whole read");
+}
+
+/// A chain of two hops: thread B, in its span, holds a `std` mutex while
+/// it reads a disk (`reads` O_DIRECT reads of 4 KiB); thread A, in its
+/// own span, waits for the mutex (a futex) meanwhile. A's futex wait
+/// links to B's span (`waker`) and to B's last read's wait span
+/// (`waker_wait`, carrying that wait's state, cause and time), which names
+/// its disk request and was woken by the device's interrupt. A's futex
+/// time is its time off CPU by schedstat, B's I/O time its block-I/O
+/// delay by taskstats, each within `slack_ms` + `percent`.
+pub fn a_chain_of_wake_ups_names_each_hop(
+    account: kspan::SchedulerAccount,
+    target: ReadTarget<'_>,
+    reads: u64,
+    slack_ms: i64,
+    percent: i64,
+) {
+    use crate::taskstats::{DelayAccounting, Taskstats};
+    assert!(account.causes(), "the case needs the account's causes on");
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _delay_accounting =
+        DelayAccounting::on().expect("switching kernel.task_delayacct on (run as root)");
+    let taskstats = Taskstats::open().expect("a taskstats socket (run as root)");
+    let (file, path, made) = direct_file(&target, (reads as usize) * 65536);
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let tracer = provider.tracer("sched-chain");
+    let lock = Arc::new(std::sync::Mutex::new(()));
+    let held = Arc::new(Barrier::new(2));
+    let waiter_tid = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    // B: the holder that reads.
+    let holder = {
+        let (tracer, lock, held, waiter_tid) = (
+            tracer.clone(),
+            lock.clone(),
+            held.clone(),
+            waiter_tid.clone(),
+        );
+        std::thread::spawn(move || {
+            let cx = Context::current_with_span(tracer.start("reader"));
+            let tid = crate::gettid() as u32;
+            let (before, after) = {
+                let _attached = cx.clone().attach();
+                let guard = lock.lock().unwrap();
+                held.wait();
+                // Until the waiter sleeps on the lock (its state `S`).
+                loop {
+                    let tid = waiter_tid.load(std::sync::atomic::Ordering::Acquire);
+                    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"));
+                    if tid != 0
+                        && stat.is_ok_and(|s| {
+                            s.rsplit(") ").next().is_some_and(|r| r.starts_with('S'))
+                        })
+                    {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let before = taskstats.delays(tid).expect("the reader's delays");
+                for i in 0..reads {
+                    read_4k(&file, i * 65536);
+                }
+                let after = taskstats.delays(tid).expect("the reader's delays");
+                drop(guard);
+                (before, after)
+            };
+            (cx.span().span_context().span_id(), before, after)
+        })
+    };
+    // A: the waiter.
+    let waiter_cx = Context::current_with_span(tracer.start("waiter"));
+    let waiter_id = waiter_cx.span().span_context().span_id();
+    let (off_cpu_by_schedstat, elapsed) = {
+        let _attached = waiter_cx.clone().attach();
+        held.wait();
+        let before = super::kernel_figures();
+        let started = Instant::now();
+        waiter_tid.store(crate::gettid(), std::sync::atomic::Ordering::Release);
+        drop(lock.lock().unwrap());
+        let elapsed = started.elapsed();
+        let after = super::kernel_figures();
+        (
+            elapsed.as_nanos() as i64
+                - (after.on_cpu - before.on_cpu)
+                - (after.run_queue - before.run_queue),
+            elapsed,
+        )
+    };
+    drop(waiter_cx);
+    let (reader_id, before, after) = holder.join().expect("the reader");
+    let stats = shutdown(kspan);
+    if made {
+        let _ = std::fs::remove_file(&path);
+    }
+    let spans = exporter.get_finished_spans().unwrap();
+    let by_id = |id: SpanId| spans.iter().find(|s| s.span_context.span_id() == id);
+    let waiter = by_id(waiter_id).expect("the waiter's span");
+    let reader = by_id(reader_id).expect("the reader's span");
+    let futex_wait = spans
+        .iter()
+        .filter(|s| s.parent_span_id == waiter_id && s.name == "off-cpu sleeping")
+        .max_by_key(|s| duration_ns(s))
+        .unwrap_or_else(|| panic!("no sleeping wait under the waiter: {spans:#?}"));
+    let link_of = |kind: &str| {
+        futex_wait.links.iter().find(|l| {
+            l.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == w::LINK && kv.value.as_str() == kind)
+        })
+    };
+    let reader_waits: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == reader_id && s.name == "off-cpu blocked")
+        .collect();
+    eprintln!(
+        "futex wait {} ns ({:?}), links {:?}; the reader's blocked waits {:?}; the waiter's \
+         futex {} ns, off CPU by schedstat {off_cpu_by_schedstat} ns in {elapsed:?}; the \
+         reader's I/O {} ns, taskstats {} ns; {stats}",
+        duration_ns(futex_wait),
+        futex_wait.attributes,
+        futex_wait.links,
+        reader_waits
+            .iter()
+            .map(|s| (s.span_context.span_id(), &s.attributes))
+            .collect::<Vec<_>>(),
+        int(waiter, c::SLEEPING_FUTEX_NS),
+        int(reader, c::BLOCKED_IO_NS),
+        after.blkio_ns - before.blkio_ns,
+    );
+    // Hop 1: the reader's span woke the waiter.
+    assert_eq!(string(futex_wait, w::SLEEP_CAUSE).as_deref(), Some("futex"));
+    let waker = link_of("waker").expect("a `waker` link");
+    assert_eq!(
+        waker.span_context.span_id(),
+        reader_id,
+        "the waker is the reader's span"
+    );
+    // Hop 2: the reader's last wait before it woke the waiter, its last read's.
+    let hop = link_of("waker_wait").expect("a `waker_wait` link: the reader's own last wait");
+    let read_wait = by_id(hop.span_context.span_id())
+        .unwrap_or_else(|| panic!("the linked wait is exported: {hop:?}"));
+    assert_eq!(
+        read_wait.parent_span_id, reader_id,
+        "it is the reader's wait"
+    );
+    assert_eq!(string(read_wait, w::BLOCK_CAUSE).as_deref(), Some("io"));
+    let last_end = reader_waits
+        .iter()
+        .map(|s| s.end_time)
+        .max()
+        .expect("the reader's blocked waits");
+    assert_eq!(
+        read_wait.end_time, last_end,
+        "the reader's last wait before the wake-up"
+    );
+    let hop_attr = |key: &str| {
+        hop.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.clone())
+    };
+    assert_eq!(
+        hop_attr(w::STATE)
+            .map(|v| v.as_str().into_owned())
+            .as_deref(),
+        Some("blocked")
+    );
+    assert_eq!(
+        hop_attr(w::BLOCK_CAUSE)
+            .map(|v| v.as_str().into_owned())
+            .as_deref(),
+        Some("io")
+    );
+    assert_eq!(
+        hop_attr(w::WAITING_NS),
+        Some(opentelemetry::Value::I64(int(read_wait, w::WAITING_NS))),
+        "the link says the hop's time as its span does"
+    );
+    // The root: the read's request, its completion's interrupt.
+    assert!(
+        optional_int(read_wait, w::REQUEST_BYTES) == Some(4096),
+        "the read's wait names its request: {read_wait:#?}"
+    );
+    if let ReadTarget::Device(_, name) = target {
+        assert_eq!(string(read_wait, w::REQUEST_DEVICE).as_deref(), Some(name));
+        assert_eq!(
+            optional_int(read_wait, w::REQUEST_SECTOR),
+            Some(((reads - 1) * 65536 / 512) as i64),
+            "the last read's sector"
+        );
+    }
+    assert_eq!(
+        string(read_wait, w::WAKER_KIND).as_deref(),
+        Some("interrupt"),
+        "a device's completion woke the read"
+    );
+    // The times, against the kernel's own accounting of each thread.
+    let slack = |want: i64| slack_ms * 1_000_000 + want * percent / 100;
+    let futex = int(waiter, c::SLEEPING_FUTEX_NS);
+    assert!(
+        (futex - off_cpu_by_schedstat).abs() <= slack(off_cpu_by_schedstat),
+        "the waiter's futex time {futex} ns, off CPU by schedstat {off_cpu_by_schedstat} ns"
+    );
+    let (io, blkio) = (
+        int(reader, c::BLOCKED_IO_NS),
+        (after.blkio_ns - before.blkio_ns) as i64,
+    );
+    assert!(
+        (io - blkio).abs() <= slack(blkio),
+        "the reader's I/O time {io} ns, its block-I/O delay {blkio} ns"
+    );
+}
