@@ -319,6 +319,18 @@ pub mod cause_attributes {
     /// queued 0 ns, on the device 30412345 ns`): the first two devices the
     /// span used, then `other devices`. Only where it issued any.
     pub const BLOCK_BY_DEVICE: &str = "kspan.block.by_device";
+    /// Page faults the span's threads took while it was current that
+    /// needed no I/O (the kernel's own per-thread count, as
+    /// `getrusage(RUSAGE_THREAD)`'s `ru_minflt`).
+    pub const FAULTS_MINOR: &str = "kspan.fault.minor";
+    /// Those that needed I/O (`ru_majflt`): a page read from a file or
+    /// swap.
+    pub const FAULTS_MAJOR: &str = "kspan.fault.major";
+    /// Nanoseconds off CPU inside page faults taken in user space (blocked
+    /// or sleeping until the page came): the major faults' waits. Part of
+    /// `blocked_ns` and `sleeping_ns` (a fault's I/O wait is also in
+    /// `blocked.io_ns`).
+    pub const FAULT_WAIT_NS: &str = "kspan.fault.wait_ns";
 }
 
 /// The attribute keys of a wait span.
@@ -364,6 +376,9 @@ pub mod wait_attributes {
     pub const REQUEST_QUEUE_NS: &str = "kspan.block.request.queue_ns";
     /// Its time on the device (issue to completion).
     pub const REQUEST_DEVICE_NS: &str = "kspan.block.request.device_ns";
+    /// With the causes on, a `blocked` or `sleeping` wait inside a page
+    /// fault taken in user space: `true` (absent otherwise).
+    pub const IN_FAULT: &str = "kspan.sched.in_fault";
     /// Nanoseconds of the span waiting for the wake-up (0 for a preemption).
     pub const WAITING_NS: &str = "kspan.sched.waiting_ns";
     /// Nanoseconds from the wake-up (or preemption) to the switch-in.
@@ -457,6 +472,9 @@ pub struct SchedTotals {
     pub block_queue_ns: [u64; 3],
     /// See `block_devices`.
     pub block_device_ns: [u64; 3],
+    /// Off CPU inside page faults taken in user space
+    /// ([`cause_attributes::FAULT_WAIT_NS`]).
+    pub fault_ns: u64,
 }
 
 impl SchedTotals {
@@ -488,6 +506,7 @@ impl SchedTotals {
             block_bytes: [word(30), word(31), word(32)],
             block_queue_ns: [word(33), word(34), word(35)],
             block_device_ns: [word(36), word(37), word(38)],
+            fault_ns: word(39),
         }
     }
 
@@ -598,6 +617,17 @@ impl SchedTotals {
         }
         attrs
     }
+}
+
+/// The page fault attributes of a span: the kernel's counts of its time
+/// current, and its time off CPU in faults.
+pub(crate) fn fault_attributes(minor: u64, major: u64, wait_ns: u64) -> [KeyValue; 3] {
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    [
+        KeyValue::new(cause_attributes::FAULTS_MINOR, n(minor)),
+        KeyValue::new(cause_attributes::FAULTS_MAJOR, n(major)),
+        KeyValue::new(cause_attributes::FAULT_WAIT_NS, n(wait_ns)),
+    ]
 }
 
 /// The name of a blocked wait's cause (`enum kspan_block_cause`).
@@ -729,7 +759,7 @@ mod tests {
 
     #[test]
     fn totals_read_the_kernel_layout() {
-        let words: Vec<u64> = (1u64..=39).collect();
+        let words: Vec<u64> = (1u64..=40).collect();
         let t = SchedTotals::from_words(&words);
         assert_eq!((t.run_queue_ns, t.waits), (1, 7));
         assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));

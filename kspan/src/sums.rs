@@ -171,7 +171,7 @@ impl KernelSums {
         }
         let id = u64::from_be_bytes(span.span_context.span_id().to_bytes());
         if let Some(sched) = sched {
-            let current_ns = crate::context::current_time::take(id);
+            let current = crate::context::current_time::take(id);
             let mut totals = sched
                 .table
                 .take(id, SCHED_TAG)
@@ -181,12 +181,17 @@ impl KernelSums {
                 t.intervals_missed += 1;
                 t.missed_ns += missed_ns;
             }
-            if current_ns > 0 || totals.is_some() {
-                span.attributes.extend(
-                    totals
-                        .unwrap_or_default()
-                        .attributes(current_ns, sched.causes),
-                );
+            if current.ns > 0 || totals.is_some() {
+                let totals = totals.unwrap_or_default();
+                span.attributes
+                    .extend(totals.attributes(current.ns, sched.causes));
+                if sched.causes {
+                    span.attributes.extend(crate::sched::fault_attributes(
+                        current.minor_faults,
+                        current.major_faults,
+                        totals.fault_ns,
+                    ));
+                }
             }
         }
         let Some(table) = table else {

@@ -174,3 +174,18 @@ fn a_chain_of_wake_ups_names_each_hop() {
         5,
     );
 }
+
+/// Cold pages of a synced file on the host's disk, mapped and touched: the
+/// span's faults are getrusage's, its time in them taskstats'.
+#[test]
+fn a_span_s_page_faults_are_the_kernel_s() {
+    sched::a_span_s_page_faults_are_the_kernel_s(
+        SchedulerAccount::new()
+            .wait_spans_from(std::time::Duration::from_micros(20))
+            .with_causes(),
+        sched::ReadTarget::FileIn(&sched::disk_dir(false)),
+        16,
+        1,
+        5,
+    );
+}

@@ -181,3 +181,27 @@ fn a_chain_of_wake_ups_names_each_hop() {
         VM_PERCENT,
     );
 }
+
+/// Cold pages of the slow disk, mapped and touched (each fault reads its
+/// page, 10 ms): the span's faults are getrusage's, its time in them
+/// schedstat's (and taskstats' where the kernel keeps it).
+#[test]
+#[ignore = "needs root and the VM's slow disk; run by `cargo xtask test` in the VM"]
+fn a_span_s_page_faults_are_the_kernel_s() {
+    let disk = std::env::var("KSPAN_SLOW_DISK")
+        .expect("KSPAN_SLOW_DISK names the VM's slow disk: run this under `cargo xtask vm`");
+    let disk = std::path::Path::new(&disk);
+    let name = disk
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a device node's name");
+    sched::a_span_s_page_faults_are_the_kernel_s(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        sched::ReadTarget::Device(disk, name),
+        8,
+        VM_SLACK_MS,
+        VM_PERCENT,
+    );
+}

@@ -2124,6 +2124,7 @@ static __always_inline __u32 kspan_block_cause(struct kspan_sched_task *t, void 
 #if defined(__TARGET_ARCH_x86)
 struct pt_regs___kspan {
 	long orig_ax;
+	long ax;
 } __attribute__((preserve_access_index));
 #elif defined(__TARGET_ARCH_arm64)
 struct pt_regs___kspan {
@@ -2136,8 +2137,10 @@ static __always_inline long kspan_syscall_nr(void *task)
 	long nr = -1;
 #if defined(__TARGET_ARCH_x86)
 	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+	long ax = 0;
 
-	if (regs)
+	/* In a system call its entry keeps -ENOSYS in `ax` until it returns. */
+	if (regs && !bpf_core_read(&ax, sizeof(ax), &regs->ax) && ax == -38)
 		bpf_core_read(&nr, sizeof(nr), &regs->orig_ax);
 #elif defined(__TARGET_ARCH_arm64)
 	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
@@ -2148,6 +2151,36 @@ static __always_inline long kspan_syscall_nr(void *task)
 	nr = no;
 #endif
 	return nr;
+}
+
+/*
+ * Whether a task leaving the CPU to wait is inside a page fault it took in
+ * user space: its user registers are an exception's, not a system call's
+ * (x86-64: `orig_ax` -1, which the exception entry writes over the error
+ * code, where a system call keeps its number and an interrupt its vector's
+ * complement; arm64: no system call number), and an exception that waits
+ * is a fault (interrupts do not sleep). A fault inside a system call
+ * (copying to a user buffer) is the call's.
+ */
+static __always_inline int kspan_in_user_fault(void *task)
+{
+#if defined(__TARGET_ARCH_x86)
+	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+	long orig_ax = 0;
+
+	if (!regs || bpf_core_read(&orig_ax, sizeof(orig_ax), &regs->orig_ax))
+		return 0;
+	return orig_ax == -1;
+#elif defined(__TARGET_ARCH_arm64)
+	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+	int no = 0;
+
+	if (!regs || bpf_core_read(&no, sizeof(no), &regs->syscallno))
+		return 0;
+	return no == -1;
+#else
+	return 0;
+#endif
 }
 
 /*
@@ -2321,6 +2354,8 @@ static __always_inline void kspan_sched_add(struct kspan_sched_task *t, __u64 of
 			__sync_fetch_and_add(&s->blocked_lock_ns, off_ns);
 	} else if (t->state == KSPAN_SCHED_OTHER)
 		__sync_fetch_and_add(&s->other_ns, off_ns);
+	if (t->in_fault)
+		__sync_fetch_and_add(&s->fault_ns, off_ns);
 	if (t->voluntary)
 		__sync_fetch_and_add(&s->voluntary, 1);
 	else
@@ -2394,6 +2429,9 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->app_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
 	t->state = state;
 	t->cause = 0;
+	t->in_fault = kspan_cfg.sched_causes && !skip &&
+		      (state == KSPAN_SCHED_BLOCKED || state == KSPAN_SCHED_SLEEPING) &&
+		      kspan_in_user_fault(task);
 	if (kspan_cfg.sched_causes && state == KSPAN_SCHED_BLOCKED)
 		t->cause = kspan_block_cause(t, task);
 	else if (kspan_cfg.sched_causes && state == KSPAN_SCHED_SLEEPING && !skip)
@@ -2510,7 +2548,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	w->cause = t->cause;
 	w->lock_addr = 0;
 	w->lock_flags = 0;
-	w->lock_pad = 0;
+	w->in_fault = t->in_fault;
 	__builtin_memcpy(&w->request, &t->request, sizeof(w->request));
 	w->waker_kind = t->waker_kind;
 	w->waker_pid = t->waker_pid;
@@ -3035,7 +3073,7 @@ static __always_inline void kspan_lock_end(void *ctx, __u64 lock)
 	w->cause = kind;
 	w->lock_addr = lock;
 	w->lock_flags = t->lock_flags;
-	w->lock_pad = 0;
+	w->in_fault = 0;
 	w->waker_kind = t->lock_owner_tid ? KSPAN_WAKER_TASK : KSPAN_WAKER_NONE;
 	w->waker_pid = t->lock_owner_pid;
 	w->waker_tid = t->lock_owner_tid;

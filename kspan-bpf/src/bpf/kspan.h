@@ -805,7 +805,8 @@ struct kspan_sched_task {
 	__u32 lock_flags;
 	__u32 lock_owner_pid;
 	__u32 lock_owner_tid;
-	__u32 lock_pad;
+	/* 1: it left the CPU inside a page fault taken in user space (with the causes on). */
+	__u32 in_fault;
 	__u8 lock_owner_comm[16];
 	__u8 lock_owner_trace_id[16];
 	__u64 lock_owner_span_id;
@@ -876,6 +877,8 @@ struct kspan_sched_sum {
 	__u64 block_bytes[KSPAN_BLOCK_DEVICES + 1];
 	__u64 block_queue_ns[KSPAN_BLOCK_DEVICES + 1];
 	__u64 block_device_ns[KSPAN_BLOCK_DEVICES + 1];
+	/* Off CPU (blocked or sleeping) inside page faults taken in user space. */
+	__u64 fault_ns;
 };
 
 /*
@@ -935,7 +938,8 @@ struct kspan_wait_record {
 	 */
 	__u64 lock_addr;
 	__u32 lock_flags;
-	__u32 lock_pad;
+	/* 1: a wait inside a page fault taken in user space. */
+	__u32 in_fault;
 	/* A blocked I/O wait's request, when its completion woke it (complete_ns 0: none). */
 	struct kspan_block_done request;
 	/*

@@ -203,6 +203,9 @@ impl<T: Tracer> SpanFactory<T> {
             }
             _ => {}
         }
+        if causes && w.in_fault != 0 {
+            attributes.push(KeyValue::new(attr::IN_FAULT, true));
+        }
         let frames = &w.frames[..(w.nframes as usize).min(w.frames.len())];
         if !frames.is_empty() {
             let stack = render_stack(symbols.table(), frames, STACK_FRAMES_SHOWN);

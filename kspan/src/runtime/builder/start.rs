@@ -431,7 +431,7 @@ impl KspanBuilder {
                         setting: "KspanBuilder::kernel_sums",
                         reason: reason.to_owned(),
                     })?;
-                crate::context::current_time::start();
+                crate::context::current_time::start(sched.causes_on);
                 causes = sched.causes;
                 Some((sched.mechanism, sched.btf_passed_over))
             }
