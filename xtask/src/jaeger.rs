@@ -7,10 +7,13 @@
 //! host, and a client (busybox `wget`) asks it for a few files (its kernel
 //! spans need trampolines, which the host refuses). With `--example
 //! where_time_went` the host runs that example itself, natively: the
-//! scheduler's account needs only tracepoints, which the host runs. The
-//! traces then stay in the UI until Ctrl-C; with `--screenshot PNG`,
-//! headless Chromium takes a picture of one request's trace instead, and
-//! everything stops.
+//! scheduler's account needs only tracepoints, which the host runs. With
+//! `--example why_it_waited` the guest runs that example, whose disk
+//! request reads the guest's slow disk. The traces then stay in the UI
+//! until Ctrl-C; with `--screenshot PNG`, headless Chromium takes a picture
+//! of one request's trace instead (for `why_it_waited`, the disk request's,
+//! with its first I/O wait span's attributes open, driven through the
+//! DevTools protocol), and everything stops.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -43,6 +46,12 @@ const SCHED_REQUESTS: u32 = 5;
 /// The span each of its requests' traces has at its root.
 const SCHED_ROOT: &str = "request";
 
+/// The service name of `why_it_waited`'s traces.
+const CAUSES_SERVICE: &str = "kspan-why-it-waited";
+/// The wait span whose attributes its picture shows open: the first I/O
+/// wait of the disk request, naming its block request.
+const CAUSES_OPENED: &str = "off-cpu blocked";
+
 /// The examples `--example` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Example {
@@ -50,6 +59,8 @@ enum Example {
     FileService,
     /// `where_time_went` on the host.
     WhereTimeWent,
+    /// `why_it_waited` in the VM (its slow disk).
+    WhyItWaited,
 }
 
 impl Example {
@@ -57,9 +68,10 @@ impl Example {
         match name {
             "file_service" => Ok(Example::FileService),
             "where_time_went" => Ok(Example::WhereTimeWent),
+            "why_it_waited" => Ok(Example::WhyItWaited),
             other => bail!(
                 "--example {other}: the jaeger command runs `file_service` (in the VM, the \
-                 default) or `where_time_went` (on the host)"
+                 default), `where_time_went` (on the host) or `why_it_waited` (in the VM)"
             ),
         }
     }
@@ -68,6 +80,7 @@ impl Example {
         match self {
             Example::FileService => "file_service",
             Example::WhereTimeWent => "where_time_went",
+            Example::WhyItWaited => "why_it_waited",
         }
     }
 
@@ -75,6 +88,7 @@ impl Example {
         match self {
             Example::FileService => SERVICE,
             Example::WhereTimeWent => SCHED_SERVICE,
+            Example::WhyItWaited => CAUSES_SERVICE,
         }
     }
 
@@ -84,6 +98,7 @@ impl Example {
         match self {
             Example::FileService => "1400,445",
             Example::WhereTimeWent => "1600,560",
+            Example::WhyItWaited => "1600,1100",
         }
     }
 }
@@ -169,16 +184,33 @@ pub fn command(args: &[String]) -> Result<u8> {
             // picture shows the one whose trace has the fewest wait spans.
             Pick::Fewest(SCHED_ROOT)
         }
+        Example::WhyItWaited => {
+            opts.env = env;
+            let service = debug.join("examples/why_it_waited");
+            let cmd = [service.to_string_lossy().into_owned()];
+            let status = vm::run_vm(&opts, &cmd, &repo_root())?;
+            if status != 0 {
+                bail!("why_it_waited in the guest failed (exit status {status})");
+            }
+            Pick::Tagged(Tag::new("app.request.cause", "disk"))
+        }
     };
 
     match screenshot {
         Some(png) => {
             let trace = trace_of(&ui, example.service(), &shown)?;
-            take_screenshot(
-                &format!("http://{ui}/trace/{trace}"),
-                &png,
-                example.window(),
-            )?;
+            let url = format!("http://{ui}/trace/{trace}");
+            match example {
+                Example::WhyItWaited => {
+                    crate::devtools::screenshot_with_span_open(
+                        &url,
+                        &png,
+                        example.window(),
+                        CAUSES_OPENED,
+                    )?;
+                }
+                _ => take_screenshot(&url, &png, example.window())?,
+            }
             eprintln!("xtask: wrote {} (trace {trace})", png.display());
         }
         None => {
@@ -416,6 +448,10 @@ mod tests {
         assert_eq!(
             Example::parse("where_time_went").unwrap().service(),
             SCHED_SERVICE
+        );
+        assert_eq!(
+            Example::parse("why_it_waited").unwrap().service(),
+            CAUSES_SERVICE
         );
         assert!(Example::parse("quickstart").is_err());
         let traces: Vec<serde_json::Value> = serde_json::from_str(

@@ -35,7 +35,8 @@
 //! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
 //! * `jaeger [--example E] [--kernel K] [--ui ADDR] [--screenshot PNG]`: the
 //!   file service in the VM (or, with `--example where_time_went`, the
-//!   scheduler's account example on the host), exporting to the embedded
+//!   scheduler's account example on the host; with `--example
+//!   why_it_waited`, the causes' example in the VM), exporting to the embedded
 //!   Jaeger (`kspan-jaeger`) on the host; the UI stays up until Ctrl-C, or
 //!   Chromium takes a picture of one trace.
 //! * `bench [--kernel K] ...`: kspan against the bpftrace package of the
@@ -82,6 +83,7 @@ mod consumer;
 mod cpio;
 mod cross;
 mod deps;
+mod devtools;
 mod filters;
 mod hot;
 mod jaeger;
@@ -143,6 +145,9 @@ commands:
                         Ctrl-C, or a headless-Chromium picture of one trace
       --example where_time_went  the scheduler's account example instead, on
                         the host (root), no VM (`file_service` is the default)
+      --example why_it_waited  the causes' example instead, in the VM (its
+                        slow disk); the picture opens the disk request's
+                        first I/O wait span
   bench [--kernel K] [--rounds N] [--only PART] [--host]
         [--multi-threaded-tcg | --icount]
                         kspan vs bpftrace in the VM: attach+detach of every
