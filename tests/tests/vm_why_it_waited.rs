@@ -13,8 +13,10 @@
 //!   contention, and a `kernel lock wait` span naming the holder's thread
 //!   and linked to the holder's request span.
 //! * `futex` (a `std` mutex another request holds 30 ms): futex time is
-//!   most of the request, and its wait links to the holder's span.
-//! * `timer` (a 40 ms sleep): timer time is most of the request.
+//!   nearly all of the request's time off CPU, and its wait links to the
+//!   holder's span.
+//! * `timer` (a 40 ms sleep): timer time is nearly all of the request's
+//!   time off CPU.
 //!
 //! On every span the parts of the blocked and of the sleeping time add up
 //! to the whole.
@@ -97,22 +99,18 @@ fn parts(span: &ReceivedSpan) -> Vec<(&'static str, i64)> {
     all
 }
 
-/// Asserts that part `name` is the largest of `span`'s parts and at least
-/// half of its time current, and at least `min_ns`; returns it.
+/// Asserts that part `name` is at least `min_ns` and at least 90% of
+/// `span`'s time off CPU blocked or sleeping (the time on a CPU and on the
+/// run queue aside: an emulated guest's other vCPU takes turns with this
+/// one, and its turns read as this one's time on a CPU); returns it.
 fn dominates(span: &ReceivedSpan, name: &str, min_ns: i64) -> i64 {
     let parts = parts(span);
-    let (largest, ns) = *parts.iter().max_by_key(|p| p.1).unwrap();
-    let current = figure(span, a::CURRENT_NS);
+    let off = figure(span, a::BLOCKED_NS) + figure(span, a::SLEEPING_NS);
     let part = parts.iter().find(|p| p.0 == name).unwrap().1;
-    assert_eq!(
-        largest,
-        name,
-        "{:?}: {name} is the largest part: {parts:?}",
-        cause(span)
-    );
     assert!(
-        2 * ns >= current && ns >= min_ns,
-        "{:?}: {name} {ns} ns, at least {min_ns} ns and half of the {current} ns current",
+        part >= min_ns && 10 * part >= 9 * off,
+        "{:?}: {name} {part} ns, at least {min_ns} ns and 90% of the {off} ns blocked and \
+         sleeping: {parts:?}",
         cause(span)
     );
     part
