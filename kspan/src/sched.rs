@@ -331,6 +331,19 @@ pub mod cause_attributes {
     /// `blocked_ns` and `sleeping_ns` (a fault's I/O wait is also in
     /// `blocked.io_ns`).
     pub const FAULT_WAIT_NS: &str = "kspan.fault.wait_ns";
+    /// Nanoseconds the span's threads spent reclaiming memory themselves
+    /// (the page allocator's direct reclaim, a cgroup's reclaim at
+    /// `memory.high` or `memory.max`), from each reclaim's begin to its
+    /// end, on a CPU or off it: what delay accounting's `freepages` delay
+    /// counts for direct reclaim. Its time off CPU is also in
+    /// `blocked.memory_ns`, or elsewhere in `blocked_ns`/`sleeping_ns`.
+    pub const MEMORY_RECLAIM_NS: &str = "kspan.memory.reclaim_ns";
+    /// Those reclaims.
+    pub const MEMORY_RECLAIMS: &str = "kspan.memory.reclaims";
+    /// Nanoseconds in direct compaction, as reclaim.
+    pub const MEMORY_COMPACTION_NS: &str = "kspan.memory.compaction_ns";
+    /// Those compactions.
+    pub const MEMORY_COMPACTIONS: &str = "kspan.memory.compactions";
 }
 
 /// The attribute keys of a wait span.
@@ -475,6 +488,11 @@ pub struct SchedTotals {
     /// Off CPU inside page faults taken in user space
     /// ([`cause_attributes::FAULT_WAIT_NS`]).
     pub fault_ns: u64,
+    /// Memory stalls the span's threads spent in themselves: reclaim, then
+    /// compaction ([`cause_attributes::MEMORY_RECLAIM_NS`]), time and count.
+    pub memory_ns: [u64; 2],
+    /// See `memory_ns`.
+    pub memory_stalls: [u64; 2],
 }
 
 impl SchedTotals {
@@ -507,6 +525,8 @@ impl SchedTotals {
             block_queue_ns: [word(33), word(34), word(35)],
             block_device_ns: [word(36), word(37), word(38)],
             fault_ns: word(39),
+            memory_ns: [word(40), word(41)],
+            memory_stalls: [word(42), word(43)],
         }
     }
 
@@ -585,6 +605,12 @@ impl SchedTotals {
             attrs.push(KeyValue::new(ns, n(self.lock_ns[i])));
             attrs.push(KeyValue::new(count, n(self.locks[i])));
         }
+        attrs.extend([
+            KeyValue::new(a::MEMORY_RECLAIM_NS, n(self.memory_ns[0])),
+            KeyValue::new(a::MEMORY_RECLAIMS, n(self.memory_stalls[0])),
+            KeyValue::new(a::MEMORY_COMPACTION_NS, n(self.memory_ns[1])),
+            KeyValue::new(a::MEMORY_COMPACTIONS, n(self.memory_stalls[1])),
+        ]);
         let total = |rows: &[u64; 3]| n(rows.iter().sum());
         attrs.extend([
             KeyValue::new(a::BLOCK_REQUESTS, total(&self.block_requests)),
@@ -733,7 +759,7 @@ mod tests {
         );
         // No interval missed: no word of it; the causes off: none of them.
         // No block request: no line by device.
-        assert_eq!(attrs.len(), 9 + 10 + 8 + 4);
+        assert_eq!(attrs.len(), 9 + 10 + 8 + 4 + 4);
         assert_eq!(totals.attributes(100, false).len(), 9);
         let missed = SchedTotals {
             intervals_missed: 1,
@@ -759,7 +785,7 @@ mod tests {
 
     #[test]
     fn totals_read_the_kernel_layout() {
-        let words: Vec<u64> = (1u64..=40).collect();
+        let words: Vec<u64> = (1u64..=44).collect();
         let t = SchedTotals::from_words(&words);
         assert_eq!((t.run_queue_ns, t.waits), (1, 7));
         assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));

@@ -205,3 +205,20 @@ fn a_span_s_page_faults_are_the_kernel_s() {
         VM_PERCENT,
     );
 }
+
+/// The process in a cgroup v2 with `memory.high` at 4 MiB reads a file of
+/// tens of MiB through the page cache: the span says its reclaims, their
+/// time within the cgroup's PSI stall time. (The host's memory controller
+/// is bound to cgroup v1, where there is no `memory.high`: the VM's fresh
+/// kernel mounts cgroup v2 for the case.)
+#[test]
+#[ignore = "needs root and a cgroup v2 memory controller; run by `cargo xtask test` in the VM"]
+fn a_memory_high_squeeze_is_reclaim_on_the_span() {
+    sched::a_memory_high_squeeze_is_reclaim_on_the_span(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        VM_SLACK_MS,
+        VM_PERCENT,
+    );
+}

@@ -3308,3 +3308,74 @@ int BPF_PROG(kspan_tp_block_complete, struct request *req, int error, unsigned i
 	__sync_fetch_and_add(&s->block_device_ns[row], device_ns);
 	return 0;
 }
+
+/*
+ * Memory stalls, with the causes on: reclaim and compaction the thread
+ * does itself, from their begin to their end (kcompactd's and kswapd's
+ * own work is theirs). One at a time a thread: a begin while one is open
+ * is inside it.
+ */
+static __always_inline void kspan_memory_begin(__u32 kind)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct kspan_sched_task *t;
+
+	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid || !kspan_sched_enabled())
+		return;
+	t = kspan_sched_task_made((__u32)pid_tgid);
+	if (!t || t->memory_stall)
+		return;
+	t->memory_begin_ns = bpf_ktime_get_ns();
+	t->memory_stall = kind + 1;
+}
+
+static __always_inline void kspan_memory_end(__u32 kind)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), now;
+	__u32 tid = (__u32)pid_tgid;
+	struct kspan_thread_ctx c = {};
+	struct kspan_sched_task *t;
+	struct kspan_sched_sum *s;
+
+	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid)
+		return;
+	t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+	if (!t || t->memory_stall != kind + 1)
+		return;
+	t->memory_stall = 0;
+	now = bpf_ktime_get_ns();
+	if (now < t->memory_begin_ns || kind >= KSPAN_MEMORY_STALLS || !kspan_sched_enabled())
+		return;
+	if (!kspan_app_context(&c, pid_tgid))
+		return;
+	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
+		return;
+	if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
+		return;
+	s = kspan_sched_sum_of(__builtin_bswap64(*(__u64 *)c.span_id));
+	if (!s)
+		return;
+	__sync_fetch_and_add(&s->memory_ns[kind], now - t->memory_begin_ns);
+	__sync_fetch_and_add(&s->memory_stalls[kind], 1);
+}
+
+#define KSPAN_MEMORY_PROGRAMS(category, event, kind, what)                              \
+	SEC("tp_btf/" #event)                                                          \
+	int BPF_PROG(kspan_tp_##event)                                                 \
+	{                                                                              \
+		kspan_memory_##what(kind);                                             \
+		return 0;                                                              \
+	}                                                                              \
+	SEC("tracepoint/" #category "/" #event)                                        \
+	int kspan_##event##_tp(void *args)                                             \
+	{                                                                              \
+		kspan_memory_##what(kind);                                             \
+		return 0;                                                              \
+	}
+
+KSPAN_MEMORY_PROGRAMS(vmscan, mm_vmscan_direct_reclaim_begin, KSPAN_MEMORY_RECLAIM, begin)
+KSPAN_MEMORY_PROGRAMS(vmscan, mm_vmscan_direct_reclaim_end, KSPAN_MEMORY_RECLAIM, end)
+KSPAN_MEMORY_PROGRAMS(vmscan, mm_vmscan_memcg_reclaim_begin, KSPAN_MEMORY_RECLAIM, begin)
+KSPAN_MEMORY_PROGRAMS(vmscan, mm_vmscan_memcg_reclaim_end, KSPAN_MEMORY_RECLAIM, end)
+KSPAN_MEMORY_PROGRAMS(compaction, mm_compaction_begin, KSPAN_MEMORY_COMPACTION, begin)
+KSPAN_MEMORY_PROGRAMS(compaction, mm_compaction_end, KSPAN_MEMORY_COMPACTION, end)

@@ -757,6 +757,18 @@ struct kspan_wait_hop {
 	__u32 cause;
 };
 
+/*
+ * Memory stalls a thread spends in itself (vmscan:mm_vmscan_direct_reclaim_*,
+ * mm_vmscan_memcg_reclaim_*, compaction:mm_compaction_*), with the causes on.
+ */
+enum kspan_memory_stall {
+	/* Reclaim: the page allocator's direct reclaim, or a cgroup's (memory.high, memory.max). */
+	KSPAN_MEMORY_RECLAIM = 0,
+	/* Direct compaction. */
+	KSPAN_MEMORY_COMPACTION = 1,
+};
+#define KSPAN_MEMORY_STALLS 2
+
 /* A thread of the process between its switch-out and its switch-in. */
 struct kspan_sched_task {
 	/* The application span current at the switch-out (trace id, span id as a number). */
@@ -807,6 +819,10 @@ struct kspan_sched_task {
 	__u32 lock_owner_tid;
 	/* 1: it left the CPU inside a page fault taken in user space (with the causes on). */
 	__u32 in_fault;
+	/* The memory stall it is in now (enum kspan_memory_stall + 1; 0: none), since when. */
+	__u32 memory_stall;
+	__u32 memory_pad;
+	__u64 memory_begin_ns;
 	__u8 lock_owner_comm[16];
 	__u8 lock_owner_trace_id[16];
 	__u64 lock_owner_span_id;
@@ -879,6 +895,12 @@ struct kspan_sched_sum {
 	__u64 block_device_ns[KSPAN_BLOCK_DEVICES + 1];
 	/* Off CPU (blocked or sleeping) inside page faults taken in user space. */
 	__u64 fault_ns;
+	/*
+	 * Memory stalls the thread spent in itself, by enum kspan_memory_stall:
+	 * from each begin to its end (on a CPU reclaiming, or off it), and how many.
+	 */
+	__u64 memory_ns[KSPAN_MEMORY_STALLS];
+	__u64 memory_stalls[KSPAN_MEMORY_STALLS];
 };
 
 /*

@@ -22,6 +22,10 @@ pub(crate) struct CauseChecks {
     locks: Result<(), String>,
     /// `block:block_rq_insert`, `_issue` and `_complete`.
     block: Result<(), String>,
+    /// The memory stall tracepoints this kernel has (each pair whole), and
+    /// those it lacks with why.
+    memory: Vec<(&'static str, &'static str)>,
+    memory_missing: Vec<String>,
 }
 
 impl CauseChecks {
@@ -33,12 +37,17 @@ impl CauseChecks {
                 on: false,
                 locks: off(),
                 block: off(),
+                memory: Vec::new(),
+                memory_missing: Vec::new(),
             };
         }
+        let (memory, memory_missing) = check_memory_events();
         CauseChecks {
             on: true,
             locks: check_lock_formats(),
             block: check_block_events(),
+            memory,
+            memory_missing,
         }
     }
 
@@ -63,6 +72,15 @@ impl CauseChecks {
             programs.push((issue, "block", "block_rq_issue"));
             programs.push((insert, "block", "block_rq_insert"));
         }
+        let memory = match mechanism {
+            SchedMechanism::BtfTracepoints => Program::MEMORY_BTF,
+            SchedMechanism::Tracepoints => Program::MEMORY_CLASSIC,
+        };
+        programs.extend(
+            memory
+                .into_iter()
+                .filter(|(_, category, event)| self.memory.contains(&(category, event))),
+        );
         programs
     }
 
@@ -120,6 +138,31 @@ impl CauseChecks {
                 cause: "block requests (and a blocked wait's request)",
                 how: block,
             },
+            CauseMechanism {
+                cause: "memory stalls: reclaim, compaction",
+                how: if self.memory.is_empty() {
+                    Err(self.memory_missing.join("; "))
+                } else {
+                    let events: Vec<String> = self
+                        .memory
+                        .iter()
+                        .map(|(category, event)| format!("{category}:{event}"))
+                        .collect();
+                    let mut how = format!("{} as {tracepoints}", events.join(", "));
+                    if !self.memory_missing.is_empty() {
+                        how.push_str(&format!(" (not: {})", self.memory_missing.join("; ")));
+                    }
+                    Ok(how)
+                },
+            },
+            CauseMechanism {
+                cause: "page faults: minor, major, and the time waiting in them",
+                how: Ok(
+                    "the thread's own counts (getrusage) at each switch of its span, and \
+                         its user registers at each waiting switch-out"
+                        .to_owned(),
+                ),
+            },
         ]
     }
 }
@@ -147,6 +190,42 @@ fn check_lock_formats() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The memory stall tracepoints this kernel has, each begin/end pair whole,
+/// and why each missing pair is missing.
+fn check_memory_events() -> (Vec<(&'static str, &'static str)>, Vec<String>) {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for (category, begin, end, needs) in [
+        (
+            "vmscan",
+            "mm_vmscan_direct_reclaim_begin",
+            "mm_vmscan_direct_reclaim_end",
+            "direct reclaim",
+        ),
+        (
+            "vmscan",
+            "mm_vmscan_memcg_reclaim_begin",
+            "mm_vmscan_memcg_reclaim_end",
+            "a cgroup's reclaim (CONFIG_MEMCG)",
+        ),
+        (
+            "compaction",
+            "mm_compaction_begin",
+            "mm_compaction_end",
+            "compaction (CONFIG_COMPACTION)",
+        ),
+    ] {
+        let has = |event: &str| tracefs::read_event_format(category, event).is_ok();
+        if has(begin) && has(end) {
+            found.push((category, begin));
+            found.push((category, end));
+        } else {
+            missing.push(format!("{needs}: no {category}:{begin}/_end tracepoints"));
+        }
+    }
+    (found, missing)
 }
 
 /// The block request tracepoints; `Err` says why not.

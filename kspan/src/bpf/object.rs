@@ -420,6 +420,18 @@ pub(crate) fn load(request: &LoadRequest<'_>) -> Result<LoadedPrograms, LoadErro
             Program::BtfBlockInsert => &loaded.progs.kspan_tp_block_insert,
             Program::BtfBlockIssue => &loaded.progs.kspan_tp_block_issue,
             Program::BtfBlockComplete => &loaded.progs.kspan_tp_block_complete,
+            Program::BtfDirectReclaimBegin => &loaded.progs.kspan_tp_mm_vmscan_direct_reclaim_begin,
+            Program::BtfDirectReclaimEnd => &loaded.progs.kspan_tp_mm_vmscan_direct_reclaim_end,
+            Program::BtfMemcgReclaimBegin => &loaded.progs.kspan_tp_mm_vmscan_memcg_reclaim_begin,
+            Program::BtfMemcgReclaimEnd => &loaded.progs.kspan_tp_mm_vmscan_memcg_reclaim_end,
+            Program::BtfCompactionBegin => &loaded.progs.kspan_tp_mm_compaction_begin,
+            Program::BtfCompactionEnd => &loaded.progs.kspan_tp_mm_compaction_end,
+            Program::DirectReclaimBegin => &loaded.progs.kspan_mm_vmscan_direct_reclaim_begin_tp,
+            Program::DirectReclaimEnd => &loaded.progs.kspan_mm_vmscan_direct_reclaim_end_tp,
+            Program::MemcgReclaimBegin => &loaded.progs.kspan_mm_vmscan_memcg_reclaim_begin_tp,
+            Program::MemcgReclaimEnd => &loaded.progs.kspan_mm_vmscan_memcg_reclaim_end_tp,
+            Program::CompactionBegin => &loaded.progs.kspan_mm_compaction_begin_tp,
+            Program::CompactionEnd => &loaded.progs.kspan_mm_compaction_end_tp,
         };
         let fd = prog
             .as_fd()

@@ -51,6 +51,21 @@ pub(crate) enum Program {
     BtfBlockInsert,
     BtfBlockIssue,
     BtfBlockComplete,
+    /// The account's causes: memory stalls (`vmscan:mm_vmscan_direct_reclaim_*`,
+    /// `mm_vmscan_memcg_reclaim_*`, `compaction:mm_compaction_*`), as BTF
+    /// tracepoints and as classic ones.
+    BtfDirectReclaimBegin,
+    BtfDirectReclaimEnd,
+    BtfMemcgReclaimBegin,
+    BtfMemcgReclaimEnd,
+    BtfCompactionBegin,
+    BtfCompactionEnd,
+    DirectReclaimBegin,
+    DirectReclaimEnd,
+    MemcgReclaimBegin,
+    MemcgReclaimEnd,
+    CompactionBegin,
+    CompactionEnd,
 }
 
 impl Program {
@@ -110,6 +125,64 @@ impl Program {
         Program::BtfBlockIssue,
         Program::BtfBlockInsert,
     ];
+    /// The memory stall programs of the causes, each pair end first, with
+    /// their tracepoints' category and event.
+    pub(crate) const MEMORY_BTF: [(Program, &'static str, &'static str); 6] = [
+        (
+            Program::BtfDirectReclaimEnd,
+            "vmscan",
+            "mm_vmscan_direct_reclaim_end",
+        ),
+        (
+            Program::BtfDirectReclaimBegin,
+            "vmscan",
+            "mm_vmscan_direct_reclaim_begin",
+        ),
+        (
+            Program::BtfMemcgReclaimEnd,
+            "vmscan",
+            "mm_vmscan_memcg_reclaim_end",
+        ),
+        (
+            Program::BtfMemcgReclaimBegin,
+            "vmscan",
+            "mm_vmscan_memcg_reclaim_begin",
+        ),
+        (Program::BtfCompactionEnd, "compaction", "mm_compaction_end"),
+        (
+            Program::BtfCompactionBegin,
+            "compaction",
+            "mm_compaction_begin",
+        ),
+    ];
+    pub(crate) const MEMORY_CLASSIC: [(Program, &'static str, &'static str); 6] = [
+        (
+            Program::DirectReclaimEnd,
+            "vmscan",
+            "mm_vmscan_direct_reclaim_end",
+        ),
+        (
+            Program::DirectReclaimBegin,
+            "vmscan",
+            "mm_vmscan_direct_reclaim_begin",
+        ),
+        (
+            Program::MemcgReclaimEnd,
+            "vmscan",
+            "mm_vmscan_memcg_reclaim_end",
+        ),
+        (
+            Program::MemcgReclaimBegin,
+            "vmscan",
+            "mm_vmscan_memcg_reclaim_begin",
+        ),
+        (Program::CompactionEnd, "compaction", "mm_compaction_end"),
+        (
+            Program::CompactionBegin,
+            "compaction",
+            "mm_compaction_begin",
+        ),
+    ];
 
     /// One of the scheduler's account programs.
     pub(super) fn is_sched(self) -> bool {
@@ -118,9 +191,11 @@ impl Program {
             || Self::LOCK_BTF.contains(&self)
             || Self::LOCK_CLASSIC.contains(&self)
             || Self::BLOCK_BTF.contains(&self)
+            || Self::MEMORY_BTF.iter().any(|&(p, ..)| p == self)
+            || Self::MEMORY_CLASSIC.iter().any(|&(p, ..)| p == self)
     }
 
-    pub(super) const ALL: [Program; 25] = [
+    pub(super) const ALL: [Program; 37] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -146,6 +221,18 @@ impl Program {
         Program::BtfBlockInsert,
         Program::BtfBlockIssue,
         Program::BtfBlockComplete,
+        Program::BtfDirectReclaimBegin,
+        Program::BtfDirectReclaimEnd,
+        Program::BtfMemcgReclaimBegin,
+        Program::BtfMemcgReclaimEnd,
+        Program::BtfCompactionBegin,
+        Program::BtfCompactionEnd,
+        Program::DirectReclaimBegin,
+        Program::DirectReclaimEnd,
+        Program::MemcgReclaimBegin,
+        Program::MemcgReclaimEnd,
+        Program::CompactionBegin,
+        Program::CompactionEnd,
     ];
 
     pub(super) fn in_skeleton<'a, 'obj>(
@@ -178,6 +265,18 @@ impl Program {
             Program::BtfBlockInsert => &mut progs.kspan_tp_block_insert,
             Program::BtfBlockIssue => &mut progs.kspan_tp_block_issue,
             Program::BtfBlockComplete => &mut progs.kspan_tp_block_complete,
+            Program::BtfDirectReclaimBegin => &mut progs.kspan_tp_mm_vmscan_direct_reclaim_begin,
+            Program::BtfDirectReclaimEnd => &mut progs.kspan_tp_mm_vmscan_direct_reclaim_end,
+            Program::BtfMemcgReclaimBegin => &mut progs.kspan_tp_mm_vmscan_memcg_reclaim_begin,
+            Program::BtfMemcgReclaimEnd => &mut progs.kspan_tp_mm_vmscan_memcg_reclaim_end,
+            Program::BtfCompactionBegin => &mut progs.kspan_tp_mm_compaction_begin,
+            Program::BtfCompactionEnd => &mut progs.kspan_tp_mm_compaction_end,
+            Program::DirectReclaimBegin => &mut progs.kspan_mm_vmscan_direct_reclaim_begin_tp,
+            Program::DirectReclaimEnd => &mut progs.kspan_mm_vmscan_direct_reclaim_end_tp,
+            Program::MemcgReclaimBegin => &mut progs.kspan_mm_vmscan_memcg_reclaim_begin_tp,
+            Program::MemcgReclaimEnd => &mut progs.kspan_mm_vmscan_memcg_reclaim_end_tp,
+            Program::CompactionBegin => &mut progs.kspan_mm_compaction_begin_tp,
+            Program::CompactionEnd => &mut progs.kspan_mm_compaction_end_tp,
         }
     }
 }

@@ -834,3 +834,172 @@ pub fn a_span_s_page_faults_are_the_kernel_s(
         "every blocked wait of the span is in a fault: {waits:#?}"
     );
 }
+
+/// A cgroup v2 hierarchy with the memory controller: the machine's, or one
+/// mounted for the case (a VM's fresh kernel); `Err` says why none can be
+/// had (a host whose memory controller is bound to cgroup v1).
+struct MemoryCgroup {
+    root: std::path::PathBuf,
+    group: std::path::PathBuf,
+    mounted: bool,
+}
+
+impl MemoryCgroup {
+    fn new(high_bytes: u64) -> Result<Self, String> {
+        let system = std::path::Path::new("/sys/fs/cgroup");
+        let (root, mounted) = if system.join("cgroup.controllers").exists() {
+            (system.to_path_buf(), false)
+        } else {
+            let root = std::env::temp_dir().join(format!("kspan-cg-{}", std::process::id()));
+            std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+            let target = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: NUL-terminated strings, no data.
+            let rc = unsafe {
+                libc::mount(
+                    c"none".as_ptr(),
+                    target.as_ptr(),
+                    c"cgroup2".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            if rc != 0 {
+                return Err(format!(
+                    "mounting cgroup2 at {}: {}",
+                    root.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+            (root, true)
+        };
+        let controllers =
+            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+        if !controllers.split_whitespace().any(|c| c == "memory") {
+            return Err(format!(
+                "cgroup v2 at {} has no memory controller (it is bound to cgroup v1 here: {controllers:?})",
+                root.display()
+            ));
+        }
+        let write = |path: std::path::PathBuf, text: &str| {
+            std::fs::write(&path, text)
+                .map_err(|e| format!("writing {text:?} to {}: {e}", path.display()))
+        };
+        write(root.join("cgroup.subtree_control"), "+memory")?;
+        let group = root.join(format!("kspan-squeeze-{}", std::process::id()));
+        std::fs::create_dir_all(&group).map_err(|e| e.to_string())?;
+        write(group.join("memory.high"), &high_bytes.to_string())?;
+        write(group.join("cgroup.procs"), &std::process::id().to_string())?;
+        Ok(MemoryCgroup {
+            root,
+            group,
+            mounted,
+        })
+    }
+
+    /// The group's PSI memory stall time, `some` (ns).
+    fn pressure_ns(&self) -> i64 {
+        let text =
+            std::fs::read_to_string(self.group.join("memory.pressure")).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (the kernel's PSI, the case's measure of the stall)",
+                    self.group.join("memory.pressure").display()
+                )
+            });
+        text.lines()
+            .find(|l| l.starts_with("some"))
+            .and_then(|l| l.split("total=").nth(1))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .expect("memory.pressure's `some` total")
+            * 1000
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(
+            self.root.join("cgroup.procs"),
+            std::process::id().to_string(),
+        );
+        let _ = std::fs::remove_dir(&self.group);
+        if self.mounted {
+            let target = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a NUL-terminated path.
+            unsafe { libc::umount(target.as_ptr()) };
+            let _ = std::fs::remove_dir(&self.root);
+        }
+    }
+}
+
+/// Inside one span, the process in a cgroup whose `memory.high` is 4 MiB
+/// reads a file of tens of MiB through the page cache: each charge past
+/// the limit makes the reading thread reclaim. The span says the
+/// reclaims, and their time is within the cgroup's own PSI stall time
+/// (`memory.pressure`, which counts the reclaims and the throttle after
+/// them), which is within the reclaims plus the span's memory-blocked time,
+/// each within `slack_ms` + `percent`.
+pub fn a_memory_high_squeeze_is_reclaim_on_the_span(
+    account: kspan::SchedulerAccount,
+    slack_ms: i64,
+    percent: i64,
+) {
+    use std::io::Read as _;
+    assert!(account.causes(), "the case needs the account's causes on");
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let tracer = provider.tracer("sched-memory");
+    // The test's own executable: tens of MiB on a file system with a page
+    // cache, out of it after the drop.
+    let file = std::env::current_exe().expect("the test's executable");
+    let cgroup = MemoryCgroup::new(4 << 20).unwrap_or_else(|why| panic!("no memory cgroup: {why}"));
+    std::fs::write("/proc/sys/vm/drop_caches", "1").expect("dropping the page cache");
+    let cx = Context::current_with_span(tracer.start("squeezed"));
+    let id = cx.span().span_context().span_id();
+    let (read, pressure) = {
+        let _attached = cx.clone().attach();
+        let before = cgroup.pressure_ns();
+        let mut f = std::fs::File::open(&file).expect("the executable");
+        let mut buf = vec![0u8; 1 << 20];
+        let mut read = 0usize;
+        loop {
+            let n = f.read(&mut buf).expect("reading it");
+            if n == 0 {
+                break;
+            }
+            read += n;
+        }
+        (read, cgroup.pressure_ns() - before)
+    };
+    drop(cx);
+    drop(cgroup);
+    let stats = shutdown(kspan);
+    let spans = exporter.get_finished_spans().unwrap();
+    let span = spans
+        .iter()
+        .find(|s| s.span_context.span_id() == id)
+        .expect("the span is exported");
+    let (reclaim, reclaims, blocked_memory) = (
+        int(span, c::MEMORY_RECLAIM_NS),
+        int(span, c::MEMORY_RECLAIMS),
+        int(span, c::BLOCKED_MEMORY_NS),
+    );
+    eprintln!(
+        "read {read} bytes in a 4 MiB cgroup: {reclaims} reclaims, {reclaim} ns; blocked on \
+         memory {blocked_memory} ns; the cgroup's PSI stall {pressure} ns; {stats}"
+    );
+    assert!(
+        reclaims >= 1,
+        "a squeeze makes the reader reclaim: {span:#?}"
+    );
+    let slack = |want: i64| slack_ms * 1_000_000 + want * percent / 100;
+    assert!(
+        reclaim <= pressure + slack(pressure),
+        "the reclaims {reclaim} ns, the cgroup's stall {pressure} ns"
+    );
+    assert!(
+        pressure <= reclaim + blocked_memory + slack(pressure),
+        "the cgroup's stall {pressure} ns, the reclaims {reclaim} ns and the memory-blocked \
+         time {blocked_memory} ns"
+    );
+}
