@@ -306,14 +306,29 @@ fn doctor() -> Outcome {
         }
     ));
     if verdict.syscalls.is_ok() {
+        let event = |category: &str, event: &str| {
+            kspan::kernel::tracefs::read_event_format(category, event).is_ok()
+        };
+        let btf = matches!(caps.btf_tracepoints, Feature::Available);
         text.push_str(&format!(
-            "  scheduler account's causes (`SchedulerAccount::with_causes`): blocked by the \
-             thread's flags (io, memory), sleeping by its system call; kernel locks {}\n",
-            match kspan::kernel::tracefs::read_event_format("lock", "contention_begin") {
-                Ok(_) => "through lock:contention_begin/end".to_owned(),
-                Err(e) =>
-                    format!("not read (no lock:contention_begin tracepoint, Linux 5.19+: {e})"),
-            }
+            "  scheduler account's causes (`SchedulerAccount::with_causes`): blocked time by the \
+             thread's flags (io, memory), sleeping time by its system call, page faults; \
+             kernel locks {}; block requests {}; memory stalls {}\n",
+            if event("lock", "contention_begin") {
+                "yes (lock:contention_begin/end)"
+            } else {
+                "no (no lock:contention_begin tracepoint: Linux 5.19+)"
+            },
+            if btf && event("block", "block_rq_complete") {
+                "yes (block:block_rq_*, BTF tracepoints)"
+            } else {
+                "no (they need BTF tracepoints and block:block_rq_*)"
+            },
+            if event("vmscan", "mm_vmscan_direct_reclaim_begin") {
+                "yes (vmscan and compaction begin/end)"
+            } else {
+                "no (no vmscan:mm_vmscan_direct_reclaim_begin tracepoint)"
+            },
         ));
     }
     text.push_str(&format!("  {}\n", verdict.auto_line()));

@@ -158,3 +158,38 @@ async fn the_documented_file_capabilities_get_syscall_spans_as_nobody() {
     assert_eq!(opens, 2, "{:#?}", run.spans);
     kspan_tests::assert_all_acknowledged(&run.stdout());
 }
+
+/// With CAP_BPF and CAP_PERFMON alone (no tracefs: BTF tracepoints need
+/// none), the scheduler account's causes that need programs of their own
+/// (kernel locks, block requests) are read: their tracepoints are found in
+/// the kernel's BTF, not in tracefs, which this process cannot read.
+#[test]
+fn the_causes_need_no_tracefs_with_btf_tracepoints() {
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg("--inh-caps=-all,+bpf,+perfmon")
+        .arg("--ambient-caps=+bpf,+perfmon")
+        .arg("--")
+        .arg(example("why_it_waited"))
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env("KSPAN_LOG", "off")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for cause in ["kernel locks", "block requests"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(cause))
+            .unwrap_or_else(|| panic!("no `{cause}` line: {stdout}\n{stderr}"));
+        assert!(
+            line.contains("as BTF tracepoints"),
+            "{line}\n{stdout}\n{stderr}"
+        );
+    }
+    assert!(
+        stdout.contains("kernel locks: mutex 1"),
+        "the lock request's contention is read: {stdout}"
+    );
+}

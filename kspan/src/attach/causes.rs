@@ -9,45 +9,103 @@
 //! its end).
 
 use crate::bpf::program::Program;
+use crate::kernel::btf::Btf;
 use crate::kernel::tracefs;
 use crate::sched::{CauseMechanism, SchedMechanism, SchedulerAccount};
 
-/// What this kernel offers each cause that needs programs of its own.
+/// What this kernel offers each cause that needs programs of its own, for
+/// each mechanism: BTF tracepoints by the kernel's BTF (`btf_trace_<event>`,
+/// no tracefs needed: a process with CAP_BPF and CAP_PERFMON alone reads
+/// them), classic ones by their tracefs format.
 #[derive(Debug, Clone)]
 pub(crate) struct CauseChecks {
     /// The causes are on.
     on: bool,
-    /// `lock:contention_begin` and `_end`, with the layout the classic
-    /// programs read.
-    locks: Result<(), String>,
-    /// `block:block_rq_insert`, `_issue` and `_complete`.
-    block: Result<(), String>,
-    /// The memory stall tracepoints this kernel has (each pair whole), and
-    /// those it lacks with why.
-    memory: Vec<(&'static str, &'static str)>,
+    /// `lock:contention_begin` and `_end`, by BTF; by tracefs, with the
+    /// layout the classic programs read.
+    locks_btf: Result<(), String>,
+    locks_classic: Result<(), String>,
+    /// `block:block_rq_insert`, `_issue` and `_complete`, by BTF.
+    block_btf: Result<(), String>,
+    /// The memory stall tracepoints the kernel has (each begin/end pair
+    /// whole), by BTF and by tracefs, and those it lacks with why.
+    memory_btf: Vec<&'static str>,
+    memory_classic: Vec<&'static str>,
     memory_missing: Vec<String>,
 }
 
+/// Whether `btf` has the BTF tracepoint `event` (its `btf_trace_` typedef).
+fn btf_has(btf: &Btf, event: &str) -> bool {
+    btf.type_named(&format!("btf_trace_{event}")).is_some()
+}
+
 impl CauseChecks {
-    /// Checks this kernel's tracepoints for `account`'s causes.
-    pub(crate) fn of(account: &SchedulerAccount) -> Self {
-        if !account.causes() {
+    /// Checks this kernel (`btf`, and tracefs) for `account`'s causes
+    /// (none without an account).
+    pub(crate) fn of(account: Option<&SchedulerAccount>, btf: &Btf) -> Self {
+        if !account.is_some_and(SchedulerAccount::causes) {
             let off = || Err("the causes are off".to_owned());
             return CauseChecks {
                 on: false,
-                locks: off(),
-                block: off(),
-                memory: Vec::new(),
+                locks_btf: off(),
+                locks_classic: off(),
+                block_btf: off(),
+                memory_btf: Vec::new(),
+                memory_classic: Vec::new(),
                 memory_missing: Vec::new(),
             };
         }
-        let (memory, memory_missing) = check_memory_events();
+        let btf_events = |category: &str, events: &[&str]| match events
+            .iter()
+            .find(|event| !btf_has(btf, event))
+        {
+            Some(event) => Err(format!(
+                "this kernel's BTF has no {category}:{event} tracepoint (btf_trace_{event})"
+            )),
+            None => Ok(()),
+        };
+        let mut memory_btf = Vec::new();
+        let mut memory_classic = Vec::new();
+        let mut memory_missing = Vec::new();
+        for (category, begin, end, what) in MEMORY_EVENTS {
+            let in_btf = btf_has(btf, begin) && btf_has(btf, end);
+            let has = |event: &str| tracefs::read_event_format(category, event).is_ok();
+            let in_tracefs = has(begin) && has(end);
+            if in_btf {
+                memory_btf.extend([begin, end]);
+            }
+            if in_tracefs {
+                memory_classic.extend([begin, end]);
+            }
+            if !in_btf && !in_tracefs {
+                memory_missing.push(format!("{what}: no {category}:{begin}/_end tracepoints"));
+            }
+        }
         CauseChecks {
             on: true,
-            locks: check_lock_formats(),
-            block: check_block_events(),
-            memory,
+            locks_btf: btf_events("lock", &["contention_begin", "contention_end"]),
+            locks_classic: check_lock_formats(),
+            block_btf: btf_events(
+                "block",
+                &["block_rq_insert", "block_rq_issue", "block_rq_complete"],
+            ),
+            memory_btf,
+            memory_classic,
             memory_missing,
+        }
+    }
+
+    fn locks(&self, mechanism: SchedMechanism) -> &Result<(), String> {
+        match mechanism {
+            SchedMechanism::BtfTracepoints => &self.locks_btf,
+            SchedMechanism::Tracepoints => &self.locks_classic,
+        }
+    }
+
+    fn memory(&self, mechanism: SchedMechanism) -> &[&'static str] {
+        match mechanism {
+            SchedMechanism::BtfTracepoints => &self.memory_btf,
+            SchedMechanism::Tracepoints => &self.memory_classic,
         }
     }
 
@@ -58,7 +116,7 @@ impl CauseChecks {
         mechanism: SchedMechanism,
     ) -> Vec<(Program, &'static str, &'static str)> {
         let mut programs = Vec::new();
-        if self.locks.is_ok() {
+        if self.locks(mechanism).is_ok() {
             let [end, begin] = match mechanism {
                 SchedMechanism::BtfTracepoints => Program::LOCK_BTF,
                 SchedMechanism::Tracepoints => Program::LOCK_CLASSIC,
@@ -66,7 +124,7 @@ impl CauseChecks {
             programs.push((end, "lock", "contention_end"));
             programs.push((begin, "lock", "contention_begin"));
         }
-        if self.block.is_ok() && mechanism == SchedMechanism::BtfTracepoints {
+        if self.block_btf.is_ok() && mechanism == SchedMechanism::BtfTracepoints {
             let [complete, issue, insert] = Program::BLOCK_BTF;
             programs.push((complete, "block", "block_rq_complete"));
             programs.push((issue, "block", "block_rq_issue"));
@@ -76,10 +134,11 @@ impl CauseChecks {
             SchedMechanism::BtfTracepoints => Program::MEMORY_BTF,
             SchedMechanism::Tracepoints => Program::MEMORY_CLASSIC,
         };
+        let have = self.memory(mechanism);
         programs.extend(
             memory
                 .into_iter()
-                .filter(|(_, category, event)| self.memory.contains(&(category, event))),
+                .filter(|(_, _, event)| have.contains(event)),
         );
         programs
     }
@@ -94,12 +153,12 @@ impl CauseChecks {
             SchedMechanism::BtfTracepoints => "BTF tracepoints",
             SchedMechanism::Tracepoints => "classic tracepoints",
         };
-        let block = match (&self.block, mechanism) {
+        let block = match (&self.block_btf, mechanism) {
             (Ok(()), SchedMechanism::BtfTracepoints) => Ok(
                 "block:block_rq_insert, block_rq_issue and block_rq_complete as BTF tracepoints"
                     .to_owned(),
             ),
-            (Ok(()), SchedMechanism::Tracepoints) => Err(
+            (_, SchedMechanism::Tracepoints) => Err(
                 "the account uses classic tracepoints, whose block events name no request to \
                  follow (block requests need BTF tracepoints)"
                     .to_owned(),
@@ -130,7 +189,7 @@ impl CauseChecks {
             CauseMechanism {
                 cause: "kernel locks (and blocked: lock, sleeping: lock)",
                 how: self
-                    .locks
+                    .locks(mechanism)
                     .clone()
                     .map(|()| format!("lock:contention_begin and contention_end as {tracepoints}")),
             },
@@ -140,19 +199,22 @@ impl CauseChecks {
             },
             CauseMechanism {
                 cause: "memory stalls: reclaim, compaction",
-                how: if self.memory.is_empty() {
-                    Err(self.memory_missing.join("; "))
-                } else {
-                    let events: Vec<String> = self
-                        .memory
-                        .iter()
-                        .map(|(category, event)| format!("{category}:{event}"))
-                        .collect();
-                    let mut how = format!("{} as {tracepoints}", events.join(", "));
-                    if !self.memory_missing.is_empty() {
-                        how.push_str(&format!(" (not: {})", self.memory_missing.join("; ")));
+                how: {
+                    let have = self.memory(mechanism);
+                    if have.is_empty() {
+                        Err(if self.memory_missing.is_empty() {
+                            format!("none of their tracepoints is readable as {tracepoints}")
+                        } else {
+                            self.memory_missing.join("; ")
+                        })
+                    } else {
+                        let events: Vec<&str> = have.to_vec();
+                        let mut how = format!("{} as {tracepoints}", events.join(", "));
+                        if !self.memory_missing.is_empty() {
+                            how.push_str(&format!(" (not: {})", self.memory_missing.join("; ")));
+                        }
+                        Ok(how)
                     }
-                    Ok(how)
                 },
             },
             CauseMechanism {
@@ -192,47 +254,25 @@ fn check_lock_formats() -> Result<(), String> {
     Ok(())
 }
 
-/// The memory stall tracepoints this kernel has, each begin/end pair whole,
-/// and why each missing pair is missing.
-fn check_memory_events() -> (Vec<(&'static str, &'static str)>, Vec<String>) {
-    let mut found = Vec::new();
-    let mut missing = Vec::new();
-    for (category, begin, end, needs) in [
-        (
-            "vmscan",
-            "mm_vmscan_direct_reclaim_begin",
-            "mm_vmscan_direct_reclaim_end",
-            "direct reclaim",
-        ),
-        (
-            "vmscan",
-            "mm_vmscan_memcg_reclaim_begin",
-            "mm_vmscan_memcg_reclaim_end",
-            "a cgroup's reclaim (CONFIG_MEMCG)",
-        ),
-        (
-            "compaction",
-            "mm_compaction_begin",
-            "mm_compaction_end",
-            "compaction (CONFIG_COMPACTION)",
-        ),
-    ] {
-        let has = |event: &str| tracefs::read_event_format(category, event).is_ok();
-        if has(begin) && has(end) {
-            found.push((category, begin));
-            found.push((category, end));
-        } else {
-            missing.push(format!("{needs}: no {category}:{begin}/_end tracepoints"));
-        }
-    }
-    (found, missing)
-}
-
-/// The block request tracepoints; `Err` says why not.
-fn check_block_events() -> Result<(), String> {
-    for event in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
-        tracefs::read_event_format("block", event)
-            .map_err(|e| format!("this kernel has no block:{event} tracepoint: {e}"))?;
-    }
-    Ok(())
-}
+/// The memory stall tracepoints, by pair: category, begin, end, and what
+/// the pair tells.
+const MEMORY_EVENTS: [(&str, &str, &str, &str); 3] = [
+    (
+        "vmscan",
+        "mm_vmscan_direct_reclaim_begin",
+        "mm_vmscan_direct_reclaim_end",
+        "direct reclaim",
+    ),
+    (
+        "vmscan",
+        "mm_vmscan_memcg_reclaim_begin",
+        "mm_vmscan_memcg_reclaim_end",
+        "a cgroup's reclaim (CONFIG_MEMCG)",
+    ),
+    (
+        "compaction",
+        "mm_compaction_begin",
+        "mm_compaction_end",
+        "compaction (CONFIG_COMPACTION)",
+    ),
+];

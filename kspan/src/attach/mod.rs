@@ -26,6 +26,7 @@ mod tracepoint;
 mod trampoline;
 
 pub(crate) use attacher::Attacher;
+pub(crate) use causes::CauseChecks;
 pub(crate) use choice::{multi_links_take_all, registration_skips};
 pub(crate) use links::{Links, Programs};
 pub use report::{AttachDecision, AttachError};

@@ -39,17 +39,18 @@ pub(crate) struct SchedAttached {
     pub causes_on: bool,
 }
 
-/// Loads and attaches the account's programs into `links`, sharing `shared`
-/// (the probes' maps) where there are.
+/// Loads and attaches the account's programs (with its causes' that
+/// `checks` found on this kernel) into `links`, sharing `shared` (the
+/// probes' maps) where there are.
 pub(crate) fn attach(
     runtime: &RuntimeSettings,
     account: &SchedulerAccount,
+    checks: &CauseChecks,
     shared: Option<&SharedMaps>,
     links: &mut Links,
 ) -> Result<SchedAttached, AttachError> {
     let config = sched_config(runtime, account.wait_min_ns(), account.causes());
-    let checks = CauseChecks::of(account);
-    let attached = attach_mechanisms(&config, runtime, account, shared, links, &checks)?;
+    let attached = attach_mechanisms(&config, runtime, account, shared, links, checks)?;
     Ok(SchedAttached {
         causes: checks.mechanisms(attached.mechanism),
         causes_on: account.causes(),

@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::annotation::Mode;
 use crate::attach::{
     attach_scheduler, multi_links_take_all, registration_skips, AttachDecision, Attached, Attacher,
-    Links,
+    CauseChecks, Links,
 };
 use crate::bpf::config::{
     ring_buffer_size_problem, HistogramSizes, RuntimeSettings, ThreadContextSettings,
@@ -261,6 +261,8 @@ impl KspanBuilder {
         }
         tracing::debug!(functions = plans.len(), elapsed = ?started.elapsed(), "kspan planned");
 
+        // The account's causes: which of their tracepoints this kernel has.
+        let cause_checks = CauseChecks::of(self.scheduler.as_ref(), &btf);
         drop(btf);
 
         // 2. Attach.
@@ -305,6 +307,7 @@ impl KspanBuilder {
                 let sched = attach_scheduler(
                     &settings,
                     &account,
+                    &cause_checks,
                     Some(&attached.maps),
                     &mut attached.links,
                 )?;
@@ -312,7 +315,8 @@ impl KspanBuilder {
             }
             (None, Some(account)) => {
                 let mut links = Links::default();
-                let mut sched = attach_scheduler(&settings, &account, None, &mut links)?;
+                let mut sched =
+                    attach_scheduler(&settings, &account, &cause_checks, None, &mut links)?;
                 let maps = sched.maps.take().ok_or_else(|| {
                     Error::Consumer("the scheduler's load made no ring buffer".to_owned())
                 })?;
