@@ -34,6 +34,16 @@
 //!    request's time is futex time, and its wait span links to the holder's
 //!    span (the unlock woke it).
 //! 4. `timer`: a 40 ms sleep: timer time.
+//! 5. `chain`: a chain of wake-ups, two hops from the request to the disk.
+//!    A helper, in its own request `chain-reader` (a child of this one's
+//!    span, so that one trace, and one Jaeger page, holds both hops), takes
+//!    a `std` mutex and, holding it, makes 3 reads as the disk request does
+//!    (of the next sectors); then it lets go. The request's futex wait
+//!    links to the reader's span (`kspan.link` `waker`) and to the reader's
+//!    last wait before the unlock (`waker_wait`, with that wait's state,
+//!    cause and time waiting): the last read's I/O wait, which names its
+//!    block request (device, sector) and was woken by the disk's interrupt.
+//!    Its line says the chain: each hop's span, kind and figures.
 //!
 //! Each request's line, at the end, says its figures as they reached the
 //! exporter: the parts of its blocked and sleeping time (only those that
@@ -74,6 +84,8 @@ const SLOW_DISK_ENV: &str = "KSPAN_SLOW_DISK";
 const READS: u64 = 8;
 const READ: usize = 4096;
 const STRIDE: u64 = 64 << 10;
+/// The chain's reader's reads, after the disk request's.
+const CHAIN_READS: u64 = 3;
 /// The kernel lock's holder's one write.
 const HOLDER_WRITE: usize = 16 << 20;
 /// How long the futex request's holder keeps the mutex once it waits.
@@ -133,8 +145,9 @@ async fn run() -> Result<(), BoxError> {
         .scheduler_account()
         .map_or("none".to_owned(), |m| m.to_string());
     println!(
-        "why_it_waited: 4 requests (disk: {READS} O_DIRECT reads of {}; kernel-lock; futex; \
-         timer); the account uses {mechanism}; its causes:",
+        "why_it_waited: 5 requests (disk: {READS} O_DIRECT reads of {}; kernel-lock; futex; \
+         timer; chain: a futex held over {CHAIN_READS} reads); the account uses {mechanism}; \
+         its causes:",
         disk.path().display()
     );
     for cause in kspan.scheduler_causes() {
@@ -197,7 +210,7 @@ impl DataFile {
         let path = dir.join(format!("why-it-waited-{}.bin", std::process::id()));
         let file = File::create(&path)?;
         let data = DataFile { path };
-        file.write_all_at(&vec![7u8; (READS * STRIDE) as usize], 0)?;
+        file.write_all_at(&vec![7u8; ((READS + CHAIN_READS) * STRIDE) as usize], 0)?;
         file.sync_all()?;
         Ok(data)
     }
@@ -211,6 +224,11 @@ impl Drop for DataFile {
 
 /// A request span, root of a trace of its own: `cause` says which.
 fn request(tracer: &SdkTracer, number: i64, cause: &'static str) -> Context {
+    request_in(tracer, number, cause, &Context::new())
+}
+
+/// A request span, a child of `parent`'s span if it has one.
+fn request_in(tracer: &SdkTracer, number: i64, cause: &'static str, parent: &Context) -> Context {
     let span = tracer
         .span_builder("request")
         .with_kind(SpanKind::Server)
@@ -219,7 +237,7 @@ fn request(tracer: &SdkTracer, number: i64, cause: &'static str) -> Context {
             KeyValue::new("app.request.cause", cause),
             KeyValue::new("app.thread.tid", gettid()),
         ])
-        .start(tracer);
+        .start_with_context(tracer, parent);
     Context::current_with_span(span)
 }
 
@@ -240,15 +258,18 @@ fn handle(
     done
 }
 
-/// The four requests, one after the other. A helper starts before the
+/// The five requests, one after the other. A helper starts before the
 /// request it holds up (and is numbered after it), and is joined after it:
 /// the request's span holds its wait and nothing else of the helper's.
 fn serve(tracer: &SdkTracer, disk: &Path, lock_file: &Path) -> std::io::Result<()> {
-    handle(tracer, 1, "disk", |cx| read_disk(cx, disk))?;
+    handle(tracer, 1, "disk", |cx| read_disk(cx, disk, 0, READS))?;
     let writer = LockHolder::start(tracer, 3, lock_file)?;
     handle(tracer, 2, "kernel-lock", |cx| writer.contend(cx))?;
     writer.join()?;
-    let holder = MutexHolder::start(tracer, 5)?;
+    let holder = MutexHolder::start(tracer, 5, "futex-holder", &Context::new(), |_| {
+        std::thread::sleep(HOLD);
+        Ok(())
+    })?;
     handle(tracer, 4, "futex", |cx| {
         cx.span()
             .set_attribute(KeyValue::new("app.plan.hold_ms", HOLD.as_millis() as i64));
@@ -260,7 +281,20 @@ fn serve(tracer: &SdkTracer, disk: &Path, lock_file: &Path) -> std::io::Result<(
             .set_attribute(KeyValue::new("app.plan.sleep_ms", SLEEP.as_millis() as i64));
         std::thread::sleep(SLEEP);
         Ok(())
-    })
+    })?;
+    // The reader is in the request's trace: it starts inside the request,
+    // and is joined after it.
+    let mut reader = None;
+    handle(tracer, 7, "chain", |cx| {
+        let disk = disk.to_owned();
+        let holder = MutexHolder::start(tracer, 8, "chain-reader", cx, move |cx| {
+            read_disk(cx, &disk, READS * STRIDE, CHAIN_READS)
+        })?;
+        let waited = holder.contend();
+        reader = Some(holder);
+        waited
+    })?;
+    reader.map_or(Ok(()), MutexHolder::join)
 }
 
 /// The calling thread's bytes read from storage (`/proc/thread-self/io`).
@@ -272,8 +306,8 @@ fn thread_read_bytes() -> std::io::Result<u64> {
         .ok_or_else(|| std::io::Error::other("no read_bytes in /proc/thread-self/io"))
 }
 
-/// [`READS`] `O_DIRECT` reads of `path`, [`STRIDE`] apart.
-fn read_disk(cx: &Context, path: &Path) -> std::io::Result<()> {
+/// `count` `O_DIRECT` reads of `path`, [`STRIDE`] apart from byte `first`.
+fn read_disk(cx: &Context, path: &Path, first: u64, count: u64) -> std::io::Result<()> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
@@ -285,8 +319,8 @@ fn read_disk(cx: &Context, path: &Path) -> std::io::Result<()> {
     let buf = &mut raw[start..start + READ];
     let before = thread_read_bytes()?;
     let began = Instant::now();
-    for i in 0..READS {
-        let n = file.read_at(buf, i * STRIDE)?;
+    for i in 0..count {
+        let n = file.read_at(buf, first + i * STRIDE)?;
         if n != READ {
             return Err(std::io::Error::other(format!(
                 "a short read of {}: {n} bytes",
@@ -298,7 +332,8 @@ fn read_disk(cx: &Context, path: &Path) -> std::io::Result<()> {
     let read = thread_read_bytes()? - before;
     cx.span().set_attributes([
         KeyValue::new("app.read.path", path.display().to_string()),
-        KeyValue::new("app.read.count", READS as i64),
+        KeyValue::new("app.read.first", first as i64),
+        KeyValue::new("app.read.count", count as i64),
         KeyValue::new("app.read.size", READ as i64),
         KeyValue::new("app.read.stride", STRIDE as i64),
         KeyValue::new("app.read.bytes", read as i64),
@@ -373,33 +408,47 @@ impl LockHolder {
 }
 
 /// A holder, in a request of its own on a thread of its own, takes a `std`
-/// mutex and keeps it [`HOLD`] once the request sleeps on it.
+/// mutex and keeps it, once the request sleeps on it, for its work: for
+/// `futex`, a [`HOLD`] sleep; for `chain`, reads of the disk.
 struct MutexHolder {
     mutex: Arc<Mutex<u64>>,
-    thread: std::thread::JoinHandle<()>,
+    thread: std::thread::JoinHandle<std::io::Result<()>>,
 }
 
 impl MutexHolder {
-    /// Starts the holder (request `number`); returns once it holds the
+    /// Starts the holder (request `number`, `cause`, under `parent`'s span
+    /// if it has one), which does `work` in its span once the calling
+    /// thread sleeps on the mutex, then lets go; returns once it holds the
     /// mutex.
-    fn start(tracer: &SdkTracer, number: i64) -> std::io::Result<Self> {
+    fn start(
+        tracer: &SdkTracer,
+        number: i64,
+        cause: &'static str,
+        parent: &Context,
+        work: impl FnOnce(&Context) -> std::io::Result<()> + Send + 'static,
+    ) -> std::io::Result<Self> {
         let mutex = Arc::new(Mutex::new(0u64));
         let (held, is_held) = mpsc::channel();
         let waiter = gettid();
         let thread = {
-            let (tracer, mutex) = (tracer.clone(), mutex.clone());
+            let (tracer, mutex, parent) = (tracer.clone(), mutex.clone(), parent.clone());
             std::thread::Builder::new()
-                .name("mutex-holder".into())
+                .name(cause.into())
                 .spawn(move || {
-                    let cx = request(&tracer, number, "futex-holder");
-                    let _current = cx.attach();
+                    let cx = request_in(&tracer, number, cause, &parent);
+                    let _current = cx.clone().attach();
                     let mut guard = mutex.lock().unwrap_or_else(PoisonError::into_inner);
                     let _ = held.send(());
                     // The waiter's next sleep is its wait for the mutex.
                     wait_until_asleep(waiter);
-                    std::thread::sleep(HOLD);
+                    let done = work(&cx);
+                    if let Err(err) = &done {
+                        cx.span().set_status(Status::error(err.to_string()));
+                    }
                     *guard += 1;
                     // The unlock, inside the span: what wakes the waiter.
+                    drop(guard);
+                    done
                 })?
         };
         is_held
@@ -422,7 +471,7 @@ impl MutexHolder {
     fn join(self) -> std::io::Result<()> {
         self.thread
             .join()
-            .map_err(|_| std::io::Error::other("the mutex holder panicked"))
+            .map_err(|_| std::io::Error::other("the mutex holder panicked"))?
     }
 }
 
@@ -455,7 +504,24 @@ struct Noted {
     parent: SpanId,
     duration: Duration,
     attributes: HashMap<String, Value>,
-    links: Vec<SpanId>,
+    links: Vec<NotedLink>,
+}
+
+/// A span's link: the span it links to, and the link's attributes.
+#[derive(Debug, Clone)]
+struct NotedLink {
+    id: SpanId,
+    attributes: HashMap<String, Value>,
+}
+
+impl NotedLink {
+    /// Its kind (`kspan.link`: `waker`, `owner`, `waker_wait`).
+    fn kind(&self) -> String {
+        self.attributes
+            .get(w::LINK)
+            .map(|v| v.as_str().into_owned())
+            .unwrap_or_default()
+    }
 }
 
 impl Noted {
@@ -476,20 +542,43 @@ impl Noted {
             links: span
                 .links
                 .iter()
-                .map(|l| l.span_context.span_id())
+                .map(|l| NotedLink {
+                    id: l.span_context.span_id(),
+                    attributes: l
+                        .attributes
+                        .iter()
+                        .map(|kv| (kv.key.as_str().to_owned(), kv.value.clone()))
+                        .collect(),
+                })
                 .collect(),
         }
     }
 
     fn int(&self, key: &str) -> i64 {
-        match self.attributes.get(key) {
-            Some(Value::I64(v)) => *v,
-            _ => 0,
-        }
+        int_of(&self.attributes, key)
     }
 
     fn str(&self, key: &str) -> Option<String> {
         self.attributes.get(key).map(|v| v.as_str().into_owned())
+    }
+
+    /// Its cause, for a wait: blocked's, sleeping's or the lock's kind.
+    fn cause(&self) -> Option<String> {
+        self.str(w::BLOCK_CAUSE)
+            .or_else(|| self.str(w::SLEEP_CAUSE))
+            .or_else(|| self.str(w::LOCK_KIND))
+    }
+
+    /// Its link of `kind`.
+    fn link(&self, kind: &str) -> Option<&NotedLink> {
+        self.links.iter().find(|l| l.kind() == kind)
+    }
+}
+
+fn int_of(attributes: &HashMap<String, Value>, key: &str) -> i64 {
+    match attributes.get(key) {
+        Some(Value::I64(v)) => *v,
+        _ => 0,
     }
 }
 
@@ -532,24 +621,28 @@ impl Figures {
         let noted = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let mut requests: Vec<&Noted> = noted.iter().filter(|s| s.name == "request").collect();
         requests.sort_by_key(|s| s.int("app.request.number"));
-        let cause_of = |id: SpanId| {
-            requests
-                .iter()
-                .find(|r| r.id == id)
-                .and_then(|r| r.str("app.request.cause"))
-        };
         requests
             .iter()
             .map(|req| {
-                let waits: Vec<&Noted> = noted.iter().filter(|s| s.parent == req.id).collect();
-                describe(req, &waits, &cause_of)
+                let waits: Vec<&Noted> = noted
+                    .iter()
+                    .filter(|s| s.parent == req.id && s.name != "request")
+                    .collect();
+                describe(req, &waits, &noted)
             })
             .collect()
     }
 }
 
-/// A request's line: its figures and its wait spans.
-fn describe(req: &Noted, waits: &[&Noted], cause_of: &dyn Fn(SpanId) -> Option<String>) -> String {
+/// A request's line: its figures and its wait spans (`all`: every span
+/// noted, for the spans they link to).
+fn describe(req: &Noted, waits: &[&Noted], all: &[Noted]) -> String {
+    let span_of = |id: SpanId| all.iter().find(|s| s.id == id);
+    let cause_of = |id: SpanId| {
+        span_of(id)
+            .filter(|s| s.name == "request")
+            .and_then(|s| s.str("app.request.cause"))
+    };
     let mut line = format!(
         "request {} {}: {} ms; on CPU {} ms, run queue {} ms; blocked {} ms ({}); \
          sleeping {} ms ({})",
@@ -609,11 +702,7 @@ fn describe(req: &Noted, waits: &[&Noted], cause_of: &dyn Fn(SpanId) -> Option<S
     // The waits, counted by kind and cause, with what names them.
     let mut kinds: Vec<(String, usize)> = Vec::new();
     for wait in waits {
-        let cause = wait
-            .str(w::BLOCK_CAUSE)
-            .or_else(|| wait.str(w::SLEEP_CAUSE))
-            .or_else(|| wait.str(w::LOCK_KIND));
-        let mut kind = match cause {
+        let mut kind = match wait.cause() {
             Some(cause) => format!("{} ({cause})", wait.name),
             None => wait.name.clone(),
         };
@@ -627,7 +716,7 @@ fn describe(req: &Noted, waits: &[&Noted], cause_of: &dyn Fn(SpanId) -> Option<S
                 wait.str(w::LOCK_OWNER_COMM).unwrap_or_default()
             );
         }
-        if let Some(linked) = wait.links.iter().find_map(|&id| cause_of(id)) {
+        if let Some(linked) = wait.links.iter().find_map(|l| cause_of(l.id)) {
             kind += &format!(" linked to request {linked}");
         }
         match kinds.iter_mut().find(|(k, _)| *k == kind) {
@@ -635,7 +724,7 @@ fn describe(req: &Noted, waits: &[&Noted], cause_of: &dyn Fn(SpanId) -> Option<S
             None => kinds.push((kind, 1)),
         }
     }
-    let waits = if kinds.is_empty() {
+    let counted = if kinds.is_empty() {
         "none".to_owned()
     } else {
         kinds
@@ -644,7 +733,68 @@ fn describe(req: &Noted, waits: &[&Noted], cause_of: &dyn Fn(SpanId) -> Option<S
             .collect::<Vec<_>>()
             .join(", ")
     };
-    line + &format!("; wait spans: {waits}")
+    line += &format!("; wait spans: {counted}");
+    // The longest wait whose waker had waited too: its chain, hop by hop.
+    let chained = waits
+        .iter()
+        .filter(|s| s.link("waker_wait").is_some())
+        .max_by_key(|s| s.duration);
+    if let Some(wait) = chained {
+        line += &chain(wait, &span_of, &cause_of);
+    }
+    line
+}
+
+/// `wait`'s chain of wake-ups: the wait, its waker's span, and the
+/// waker's own last wait, as its link and its span say it; each hop's span
+/// id after `=`.
+fn chain<'a>(
+    wait: &Noted,
+    span_of: &dyn Fn(SpanId) -> Option<&'a Noted>,
+    cause_of: &dyn Fn(SpanId) -> Option<String>,
+) -> String {
+    let mut text = format!(
+        "; chain: {} ({}) {} ms wait={}",
+        wait.name,
+        wait.cause().unwrap_or_default(),
+        ms(wait.duration.as_nanos() as i64),
+        wait.id
+    );
+    if let Some(waker) = wait.link("waker") {
+        text += &format!(" <- waker={}", waker.id);
+        if let Some(cause) = cause_of(waker.id) {
+            text += &format!(" (request {cause})");
+        }
+    }
+    if let Some(hop) = wait.link("waker_wait") {
+        let hop_cause = [w::BLOCK_CAUSE, w::SLEEP_CAUSE]
+            .iter()
+            .find_map(|key| hop.attributes.get(*key))
+            .map(|v| v.as_str().into_owned())
+            .unwrap_or_default();
+        text += &format!(
+            " <- waker_wait={} ({} {hop_cause}, waiting_ns={}",
+            hop.id,
+            hop.attributes
+                .get(w::STATE)
+                .map(|v| v.as_str().into_owned())
+                .unwrap_or_default(),
+            int_of(&hop.attributes, w::WAITING_NS)
+        );
+        if let Some(span) = span_of(hop.id) {
+            if let Some(device) = span.str(w::REQUEST_DEVICE) {
+                text += &format!(
+                    ", its request on {device} sector {}",
+                    span.int(w::REQUEST_SECTOR)
+                );
+            }
+            if let Some(waker) = span.str(w::WAKER_KIND) {
+                text += &format!(", woken by {waker}");
+            }
+        }
+        text += ")";
+    }
+    text
 }
 
 /// Notes each span of a batch, then hands the batch on to the exporter.
@@ -725,7 +875,7 @@ mod tests {
             .collect(),
             links: Vec::new(),
         };
-        let line = describe(&req, &[&wait, &wait], &|_| None);
+        let line = describe(&req, &[&wait, &wait], &[]);
         assert_eq!(
             line,
             "request 1 disk: 81.0 ms; on CPU 0.0 ms, run queue 0.0 ms; blocked 80.0 ms \

@@ -17,6 +17,14 @@
 //!   holder's span.
 //! * `timer` (a 40 ms sleep): timer time is nearly all of the request's
 //!   time off CPU.
+//! * `chain` (a `std` mutex held by another request, `chain-reader`, over
+//!   3 reads of the slow disk): the request's futex wait has a `waker` link
+//!   to the reader's span and a `waker_wait` link to a wait span of the
+//!   reader's that is `off-cpu blocked` on I/O, names the slow disk and the
+//!   sector of one of the reader's reads, was woken by an interrupt, and
+//!   waited what the link says (`kspan.sched.waiting_ns`): two hops, the
+//!   disk at the root. The links' kinds and attributes are read from the
+//!   example's line (the receiver keeps a link's span id only).
 //!
 //! On every span the parts of the blocked and of the sleeping time add up
 //! to the whole.
@@ -182,6 +190,8 @@ async fn every_request_says_why_it_waited() {
         "futex",
         "futex-holder",
         "timer",
+        "chain",
+        "chain-reader",
     ];
     for (number, name) in causes.iter().enumerate() {
         let line = format!("request {} {name}: ", number + 1);
@@ -355,7 +365,7 @@ async fn every_request_says_why_it_waited() {
         .max_by_key(|s| duration_ns(s))
         .unwrap_or_else(|| panic!("a futex wait linked to the holder's span: {spans:#?}"));
     assert_eq!(wait.str(w::SLEEP_CAUSE), Some("futex"), "{wait:?}");
-    assert_eq!(wait.str(w::WAKER_COMM), Some("mutex-holder"), "{wait:?}");
+    assert_eq!(wait.str(w::WAKER_COMM), Some("futex-holder"), "{wait:?}");
     assert!(duration_ns(wait) >= hold - MS, "{wait:?}");
     assert!(
         figure(holder, c::SLEEPING_TIMER_NS) >= hold - MS,
@@ -373,4 +383,83 @@ async fn every_request_says_why_it_waited() {
             && s.links.is_empty()),
         "a timer wait of the sleep, woken by no span: {waits:#?}"
     );
+
+    // The chain: a futex wait behind a reader of the disk, two hops.
+    let (req, reader) = (requests["chain"], requests["chain-reader"]);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("request 7 chain: "))
+        .unwrap();
+    let said = |key: &str| -> &str {
+        let (_, rest) = line
+            .split_once(&format!(" {key}="))
+            .unwrap_or_else(|| panic!("`{key}=` in the chain request's line: {line}"));
+        rest.split(|c: char| !c.is_ascii_alphanumeric())
+            .next()
+            .unwrap()
+    };
+    let (wait_id, waker_id, hop_id) = (said("wait"), said("waker"), said("waker_wait"));
+    let hop_waiting: i64 = said("waiting_ns").parse().unwrap();
+    let by_id = |id: &str| spans.iter().find(|s| hex(&s.span_id) == id);
+    let wait = by_id(wait_id).unwrap_or_else(|| panic!("the chain's wait {wait_id}: {line}"));
+    eprintln!("chain: {line}\n  the wait {wait:?}\n  the reader {reader:?}");
+    assert_eq!(wait.parent_span_id, req.span_id, "the request's wait");
+    assert_eq!(wait.name, "off-cpu sleeping", "{wait:?}");
+    assert_eq!(wait.str(w::SLEEP_CAUSE), Some("futex"), "{wait:?}");
+    dominates(req, "sleeping futex", 0);
+    // Hop 1: the reader's span woke it.
+    assert_eq!(
+        waker_id,
+        hex(&reader.span_id),
+        "the `waker` link is to the reader's span: {line}"
+    );
+    assert_eq!(wait.str(w::WAKER_COMM), Some("chain-reader"), "{wait:?}");
+    // Hop 2: the reader's own last wait, a read's.
+    let hop = by_id(hop_id).unwrap_or_else(|| panic!("the linked wait {hop_id}: {line}"));
+    for id in [&reader.span_id, &hop.span_id] {
+        assert!(
+            wait.links.contains(id),
+            "the wait links to {}: {wait:?}",
+            hex(id)
+        );
+    }
+    assert_eq!(hop.parent_span_id, reader.span_id, "a wait of the reader's");
+    assert_eq!(hop.name, "off-cpu blocked", "{hop:?}");
+    assert_eq!(hop.str(w::BLOCK_CAUSE), Some("io"), "{hop:?}");
+    assert!(
+        line.contains(&format!("waker_wait={hop_id} (blocked io, ")),
+        "the link says the wait's state and cause: {line}"
+    );
+    assert_eq!(
+        hop.int(w::WAITING_NS),
+        Some(hop_waiting),
+        "the link says the wait's time waiting as its span does"
+    );
+    assert!(hop_waiting >= (DISK_MS - DISK_MARGIN_MS) * MS, "{hop:?}");
+    // The root: the disk's request, completed by its interrupt.
+    assert_eq!(
+        hop.str(w::REQUEST_DEVICE),
+        Some(disk_name.as_str()),
+        "{hop:?}"
+    );
+    let (first, reads, stride) = (
+        figure(reader, "app.read.first"),
+        figure(reader, "app.read.count"),
+        figure(reader, "app.read.stride"),
+    );
+    let sectors: Vec<i64> = (0..reads).map(|i| (first + i * stride) / 512).collect();
+    assert!(
+        hop.int(w::REQUEST_SECTOR)
+            .is_some_and(|s| sectors.contains(&s)),
+        "the wait names one of the reader's sectors {sectors:?}: {hop:?}"
+    );
+    assert_eq!(hop.str(w::WAKER_KIND), Some("interrupt"), "{hop:?}");
+    assert!(
+        line.contains(&format!(
+            "its request on {disk_name} sector {}",
+            hop.int(w::REQUEST_SECTOR).unwrap()
+        )),
+        "{line}"
+    );
+    assert_eq!(figure(reader, c::BLOCK_REQUESTS), reads, "{reader:?}");
 }
