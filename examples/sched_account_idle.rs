@@ -7,8 +7,13 @@
 //! another process's return at the first check, and what that costs the
 //! other process is the figure.
 //!
-//! `sched_account_idle tp_btf|tracepoint [SECONDS]`: the account attached
-//! with BTF tracepoints or classic ones (`SchedulerAccount::mechanism`).
+//! `sched_account_idle tp_btf|tp_btf_causes|tracepoint [SECONDS]`: the
+//! account attached with BTF tracepoints or classic ones
+//! (`SchedulerAccount::mechanism`); `tp_btf_causes`: on BTF tracepoints
+//! with its causes (`SchedulerAccount::with_causes`: the lock, block and
+//! memory programs then run for every process's events too), each of
+//! which must be read on this kernel (`Kspan::scheduler_causes`, printed as
+//! `SCHED-IDLE cause <how>` lines before the ready line).
 //!
 //! Once attached it proves the account live: a 2 ms sleep inside an
 //! application span must come back as sleeping time on that span (the
@@ -56,13 +61,14 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mechanism = match args.first().map(String::as_str) {
-        Some("tp_btf") => kspan::SchedMechanism::BtfTracepoints,
-        Some("tracepoint") => kspan::SchedMechanism::Tracepoints,
+    let (mechanism, causes) = match args.first().map(String::as_str) {
+        Some("tp_btf") => (kspan::SchedMechanism::BtfTracepoints, false),
+        Some("tp_btf_causes") => (kspan::SchedMechanism::BtfTracepoints, true),
+        Some("tracepoint") => (kspan::SchedMechanism::Tracepoints, false),
         other => {
             return Err(format!(
-                "mechanism {other:?}: expected `tp_btf` or `tracepoint` \
-                 (usage: sched_account_idle tp_btf|tracepoint [SECONDS])"
+                "mechanism {other:?}: expected `tp_btf`, `tp_btf_causes` or `tracepoint` \
+                 (usage: sched_account_idle tp_btf|tp_btf_causes|tracepoint [SECONDS])"
             )
             .into())
         }
@@ -85,10 +91,20 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let provider = SdkTracerProvider::builder()
         .with_kspan(&pipeline, kept.clone())
         .build();
+    let mut account = kspan::SchedulerAccount::new().mechanism(mechanism);
+    if causes {
+        account = account.with_causes();
+    }
     let kspan = kspan::Kspan::builder(&provider)
         .pipeline(&pipeline)
-        .scheduler_account(kspan::SchedulerAccount::new().mechanism(mechanism))
+        .scheduler_account(account)
         .start()?;
+    for cause in kspan.scheduler_causes() {
+        println!("SCHED-IDLE cause {cause}");
+        if let Err(why) = &cause.how {
+            return Err(format!("the cause `{}` is not read: {why}", cause.cause).into());
+        }
+    }
 
     // The proof that the programs run: a sleep inside a span is summed.
     provider

@@ -3,7 +3,7 @@
 //! --only sched`): requests per second with kspan's scheduler account on,
 //! against the same service with it off.
 //!
-//! `sched_service off|tp_btf|tracepoint|tp_btf_totals SECONDS WORK_ROUNDS`: two client
+//! `sched_service off|tp_btf|tracepoint|tp_btf_totals|tp_btf_causes SECONDS WORK_ROUNDS`: two client
 //! threads send requests, one at a time each, over a channel to a pool of
 //! two worker threads, and wait for the reply. A client's call is an
 //! application span (`call`), and the worker's handling of it a child span
@@ -14,7 +14,9 @@
 //! and the SDK's batch processor) into an exporter that discards, in every
 //! mode; `tp_btf` and `tracepoint` turn
 //! the account on with that mechanism, `tp_btf_totals` with BTF tracepoints
-//! and no wait spans (the totals on each span only), `off` leaves it off
+//! and no wait spans (the totals on each span only), `tp_btf_causes` with
+//! BTF tracepoints and its causes (`SchedulerAccount::with_causes`, each of
+//! which must be read on this kernel), `off` leaves it off
 //! (kspan is not started; the context observer is registered all the same).
 //!
 //! After half a second of warm-up (not counted) and SECONDS, it prints `SCHED-SERVICE <mode> secs <s> requests <n>
@@ -110,7 +112,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let usage_text = "usage: sched_service off|tp_btf|tracepoint|tp_btf_totals SECONDS WORK_ROUNDS";
+    let usage_text =
+        "usage: sched_service off|tp_btf|tracepoint|tp_btf_totals|tp_btf_causes SECONDS WORK_ROUNDS";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or_default();
     let account = kspan::SchedulerAccount::new();
@@ -122,6 +125,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             account
                 .mechanism(kspan::SchedMechanism::BtfTracepoints)
                 .without_wait_spans(),
+        ),
+        "tp_btf_causes" => Some(
+            account
+                .mechanism(kspan::SchedMechanism::BtfTracepoints)
+                .with_causes(),
         ),
         other => return Err(format!("mode `{other}`\n{usage_text}").into()),
     };
@@ -158,6 +166,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         ),
         None => None,
     };
+    if let Some(kspan) = &kspan {
+        for cause in kspan.scheduler_causes() {
+            if let Err(why) = &cause.how {
+                return Err(format!("the cause `{}` is not read: {why}", cause.cause).into());
+            }
+        }
+    }
     let tracer = provider.tracer("sched_service");
 
     let (queue_tx, queue_rx) = sync_channel::<Request>(CLIENTS);
