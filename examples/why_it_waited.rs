@@ -29,16 +29,16 @@
 //!    the helper's write: one mutex contention (`kspan.lock.mutex.*`), and
 //!    a `kernel lock wait` span naming the lock's owner, linked to the
 //!    holder's span.
-//! 3. `futex`: a helper thread, in its own request `futex-holder`, takes
-//!    a `std` mutex, and keeps it 30 ms once the request sleeps on it: the
+//! 3. `futex`: a helper thread takes a `std` mutex and, once the request
+//!    sleeps on it, keeps it 30 ms in its own request `futex-holder`: the
 //!    request's time is futex time, and its wait span links to the holder's
 //!    span (the unlock woke it).
 //! 4. `timer`: a 40 ms sleep: timer time.
 //! 5. `chain`: a chain of wake-ups, two hops from the request to the disk.
-//!    A helper, in its own request `chain-reader` (a child of this one's
-//!    span, so that one trace, and one Jaeger page, holds both hops), takes
-//!    a `std` mutex and, holding it, makes 3 reads as the disk request does
-//!    (of the next sectors); then it lets go. The request's futex wait
+//!    A helper takes a `std` mutex and, once the request sleeps on it,
+//!    makes 3 reads as the disk request does (of the next sectors) in its
+//!    own request `chain-reader` (a child of this one's span, so that one
+//!    trace, and one Jaeger page, holds both hops); then it lets go. The request's futex wait
 //!    links to the reader's span (`kspan.link` `waker`) and to the reader's
 //!    last wait before the unlock (`waker_wait`, with that wait's state,
 //!    cause and time waiting): the last read's I/O wait, which names its
@@ -407,9 +407,10 @@ impl LockHolder {
     }
 }
 
-/// A holder, in a request of its own on a thread of its own, takes a `std`
-/// mutex and keeps it, once the request sleeps on it, for its work: for
-/// `futex`, a [`HOLD`] sleep; for `chain`, reads of the disk.
+/// A holder, on a thread of its own, takes a `std` mutex and, once the
+/// request sleeps on it, begins a request of its own, in which it does its
+/// work (for `futex`, a [`HOLD`] sleep; for `chain`, reads of the disk) and
+/// lets go.
 struct MutexHolder {
     mutex: Arc<Mutex<u64>>,
     thread: std::thread::JoinHandle<std::io::Result<()>>,
@@ -417,8 +418,8 @@ struct MutexHolder {
 
 impl MutexHolder {
     /// Starts the holder (request `number`, `cause`, under `parent`'s span
-    /// if it has one), which does `work` in its span once the calling
-    /// thread sleeps on the mutex, then lets go; returns once it holds the
+    /// if it has one), which, once the calling thread sleeps on the mutex,
+    /// does `work` in its span, then lets go; returns once it holds the
     /// mutex.
     fn start(
         tracer: &SdkTracer,
@@ -435,12 +436,14 @@ impl MutexHolder {
             std::thread::Builder::new()
                 .name(cause.into())
                 .spawn(move || {
-                    let cx = request_in(&tracer, number, cause, &parent);
-                    let _current = cx.clone().attach();
                     let mut guard = mutex.lock().unwrap_or_else(PoisonError::into_inner);
                     let _ = held.send(());
                     // The waiter's next sleep is its wait for the mutex.
+                    // Polled outside the request: its span holds the work
+                    // and the unlock, not the polling's sleeps.
                     wait_until_asleep(waiter);
+                    let cx = request_in(&tracer, number, cause, &parent);
+                    let _current = cx.clone().attach();
                     let done = work(&cx);
                     if let Err(err) = &done {
                         cx.span().set_status(Status::error(err.to_string()));

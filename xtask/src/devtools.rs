@@ -139,6 +139,76 @@ impl Browser {
 /// Opens `url` (a Jaeger trace page) in a `window` (`W,H`), opens the
 /// details of the first span named `span`, and writes the picture to `png`.
 pub fn screenshot_with_span_open(url: &str, png: &Path, window: &str, span: &str) -> Result<()> {
+    capture(url, png, window, |browser| {
+        // The timeline's rows, then the wanted span's name, clicked: its
+        // details open under it.
+        let named = serde_json::to_string(span)?;
+        let rows = format!(
+            "Array.from(document.querySelectorAll('a.span-name')).filter(a => \
+             a.textContent.includes({named}))"
+        );
+        browser.wait_for(&format!("{rows}.length > 0"), LOAD_TIMEOUT)?;
+        browser.eval(&format!("{rows}[0].click(), true"))?;
+        open_sections(browser, 1)
+    })
+}
+
+/// Opens `url` (a Jaeger trace page) in a `window` (`W,H`) with the spans
+/// whose ids are `ids` found (the UI's `uiFind`, which marks their rows),
+/// opens each's details with its tags and references, and writes the
+/// picture to `png`.
+pub fn screenshot_with_spans_found(
+    url: &str,
+    png: &Path,
+    window: &str,
+    ids: &[String],
+) -> Result<()> {
+    let found = format!("{url}?uiFind={}", ids.join("%20"));
+    capture(&found, png, window, |browser| {
+        let rows = "document.querySelectorAll('.span-row.is-matching-filter')";
+        browser.wait_for(&format!("{rows}.length >= {}", ids.len()), LOAD_TIMEOUT)?;
+        // The UI opens the details of the spans it finds; those it has not
+        // opened, clicked.
+        browser.eval(
+            "document.querySelectorAll('.span-row.is-matching-filter:not(.is-expanded) \
+             a.span-name').forEach(a => a.click()), true",
+        )?;
+        open_sections(browser, ids.len())
+    })
+}
+
+/// In the `open` span details on the page, opens the tags' table and the
+/// references' list (where a span has one) where they are closed.
+fn open_sections(browser: &mut Browser, open: usize) -> Result<()> {
+    browser.wait_for(
+        &format!("document.querySelectorAll('.detail-row').length >= {open}"),
+        Duration::from_secs(10),
+    )?;
+    let headers = "Array.from(document.querySelectorAll('.detail-row \
+                   .AccordianKeyValues--header, .detail-row .AccordianReferences--header')).filter(h \
+                   => h.textContent.startsWith('Tags') || h.textContent.startsWith('References'))";
+    browser.wait_for(
+        &format!("{headers}.length >= {open}"),
+        Duration::from_secs(10),
+    )?;
+    browser.eval(&format!(
+        "{headers}.filter(h => h.getAttribute('aria-checked') !== 'true' && \
+         !h.classList.contains('is-open')).forEach(h => h.click()), true"
+    ))?;
+    browser.wait_for(
+        &format!("document.querySelectorAll('.detail-row .KeyValueTable').length >= {open}"),
+        Duration::from_secs(10),
+    )
+}
+
+/// Opens `url` in a `window` (`W,H`), lets `act` click through the page,
+/// and writes the picture to `png`.
+fn capture(
+    url: &str,
+    png: &Path,
+    window: &str,
+    act: impl FnOnce(&mut Browser) -> Result<()>,
+) -> Result<()> {
     let (width, height) = window
         .split_once(',')
         .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
@@ -170,28 +240,7 @@ pub fn screenshot_with_span_open(url: &str, png: &Path, window: &str, span: &str
             json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false }),
         )?;
         browser.call("Page.navigate", json!({ "url": url }))?;
-        // The timeline's rows, then the wanted span's name, clicked: its
-        // details open under it.
-        let named = serde_json::to_string(span)?;
-        let rows = format!(
-            "Array.from(document.querySelectorAll('a.span-name')).filter(a => \
-             a.textContent.includes({named}))"
-        );
-        browser.wait_for(&format!("{rows}.length > 0"), LOAD_TIMEOUT)?;
-        browser.eval(&format!("{rows}[0].click(), true"))?;
-        browser.wait_for(
-            "document.querySelector('.detail-row') !== null",
-            Duration::from_secs(10),
-        )?;
-        // Its attributes' table, closed at first: opened.
-        let tags = "Array.from(document.querySelectorAll('.detail-row \
-                    .AccordianKeyValues--header')).filter(h => h.textContent.startsWith('Tags'))";
-        browser.wait_for(&format!("{tags}.length > 0"), Duration::from_secs(10))?;
-        browser.eval(&format!("{tags}[0].click(), true"))?;
-        browser.wait_for(
-            "document.querySelector('.detail-row .KeyValueTable') !== null",
-            Duration::from_secs(10),
-        )?;
+        act(&mut browser)?;
         // The UI's fonts and layout settle.
         std::thread::sleep(Duration::from_secs(1));
         let picture = browser.call("Page.captureScreenshot", json!({ "format": "png" }))?;

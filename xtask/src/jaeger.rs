@@ -13,7 +13,10 @@
 //! until Ctrl-C; with `--screenshot PNG`, headless Chromium takes a picture
 //! of one request's trace instead (for `why_it_waited`, the disk request's,
 //! with its first I/O wait span's attributes open, driven through the
-//! DevTools protocol), and everything stops.
+//! DevTools protocol), and everything stops. `--request chain` pictures
+//! `why_it_waited`'s chain request instead: its futex wait, found and
+//! opened with its tags and references (its waker's span and the waker's
+//! own last wait), and that last wait opened, naming its disk request.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -51,6 +54,9 @@ const CAUSES_SERVICE: &str = "kspan-why-it-waited";
 /// The wait span whose attributes its picture shows open: the first I/O
 /// wait of the disk request, naming its block request.
 const CAUSES_OPENED: &str = "off-cpu blocked";
+/// The requests of `why_it_waited` whose trace `--request` pictures: the
+/// disk request (the default) and the chain of wake-ups.
+const CAUSES_REQUESTS: &[&str] = &["disk", "chain"];
 
 /// The examples `--example` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +107,15 @@ impl Example {
             Example::WhyItWaited => "1600,1100",
         }
     }
+
+    /// The window for `why_it_waited`'s request `cause`: the chain's two
+    /// open spans need more height.
+    fn window_for(self, cause: &str) -> &'static str {
+        match (self, cause) {
+            (Example::WhyItWaited, "chain") => "1600,1500",
+            _ => self.window(),
+        }
+    }
 }
 
 /// Kills the child when dropped.
@@ -113,13 +128,15 @@ impl Drop for Running {
     }
 }
 
-/// `cargo xtask jaeger [--example E] [--kernel K] [--ui ADDR] [--screenshot PNG]`.
+/// `cargo xtask jaeger [--example E] [--kernel K] [--ui ADDR] [--screenshot PNG]
+/// [--request CAUSE]`.
 pub fn command(args: &[String]) -> Result<u8> {
     let mut opts = VmOptions::default();
     let mut kernel_given = false;
     let mut example = Example::FileService;
     let mut ui = "127.0.0.1:16686".to_string();
     let mut screenshot: Option<PathBuf> = None;
+    let mut request: Option<String> = None;
     let mut i = 0;
     while i < args.len() {
         if let Some(v) = opt_value(args, &mut i, "--kernel")? {
@@ -131,12 +148,21 @@ pub fn command(args: &[String]) -> Result<u8> {
             ui = v;
         } else if let Some(v) = opt_value(args, &mut i, "--screenshot")? {
             screenshot = Some(std::env::current_dir()?.join(v));
+        } else if let Some(v) = opt_value(args, &mut i, "--request")? {
+            request = Some(v);
         } else {
             bail!("unknown jaeger option {}", args[i]);
         }
     }
     if kernel_given && example == Example::WhereTimeWent {
         bail!("--kernel picks the VM's kernel; `where_time_went` runs on the host's");
+    }
+    let cause = request.unwrap_or_else(|| CAUSES_REQUESTS[0].to_owned());
+    if example != Example::WhyItWaited && cause != CAUSES_REQUESTS[0] {
+        bail!("--request picks a request of `why_it_waited`");
+    }
+    if !CAUSES_REQUESTS.contains(&cause.as_str()) {
+        bail!("--request {cause}: `why_it_waited`'s pictured requests are {CAUSES_REQUESTS:?}");
     }
     crate::deps::ensure()?;
     if screenshot.is_some() {
@@ -192,7 +218,7 @@ pub fn command(args: &[String]) -> Result<u8> {
             if status != 0 {
                 bail!("why_it_waited in the guest failed (exit status {status})");
             }
-            Pick::Tagged(Tag::new("app.request.cause", "disk"))
+            Pick::Tagged(Tag::new("app.request.cause", cause.clone()))
         }
     };
 
@@ -201,6 +227,19 @@ pub fn command(args: &[String]) -> Result<u8> {
             let trace = trace_of(&ui, example.service(), &shown)?;
             let url = format!("http://{ui}/trace/{trace}");
             match example {
+                Example::WhyItWaited if cause == "chain" => {
+                    let ids = chain_spans(&get_json(&format!("http://{ui}/api/traces/{trace}"))?)
+                        .ok_or_else(|| {
+                        anyhow!("trace {trace}: no wait with a chain of wake-ups")
+                    })?;
+                    eprintln!("xtask: the chain's spans {ids:?}");
+                    crate::devtools::screenshot_with_spans_found(
+                        &url,
+                        &png,
+                        example.window_for(&cause),
+                        &ids,
+                    )?;
+                }
                 Example::WhyItWaited => {
                     crate::devtools::screenshot_with_span_open(
                         &url,
@@ -338,19 +377,24 @@ impl Tag {
     }
 }
 
-/// The id of the trace of `service` that `pick` picks, from the UI's API.
-fn trace_of(ui: &str, service: &str, pick: &Pick) -> Result<String> {
-    let url = format!("http://{ui}/api/traces?service={service}&limit=100");
+/// `GET url`, JSON.
+fn get_json(url: &str) -> Result<serde_json::Value> {
     let curl = which("curl").ok_or_else(|| anyhow!("curl not found: run `cargo xtask deps`"))?;
     let out = Command::new(curl)
-        .args(["-sf", &url])
+        .args(["-sf", url])
         .output()
         .context("running curl")?;
     if !out.status.success() {
         bail!("GET {url} failed ({})", out.status);
     }
-    let json: serde_json::Value =
-        serde_json::from_slice(&out.stdout).with_context(|| format!("GET {url}: not JSON"))?;
+    serde_json::from_slice(&out.stdout).with_context(|| format!("GET {url}: not JSON"))
+}
+
+/// The id of the trace of `service` that `pick` picks, from the UI's API.
+fn trace_of(ui: &str, service: &str, pick: &Pick) -> Result<String> {
+    let json = get_json(&format!(
+        "http://{ui}/api/traces?service={service}&limit=100"
+    ))?;
     let traces = json["data"].as_array().cloned().unwrap_or_default();
     find_trace(&traces, pick)
         .ok_or_else(|| anyhow!("no trace {pick} among the {} received", traces.len()))
@@ -375,6 +419,52 @@ fn find_trace(traces: &[serde_json::Value], pick: &Pick) -> Option<String> {
             .min_by_key(|t| spans(t).len()),
     };
     found.and_then(|t| t["traceID"].as_str().map(str::to_string))
+}
+
+/// In a trace (the API's answer for one), the spans of the chain of
+/// wake-ups: the `chain` request's longest wait among those with the most
+/// links, then the waits in the trace it links to (its waker's own last
+/// wait); their span ids.
+fn chain_spans(answer: &serde_json::Value) -> Option<Vec<String>> {
+    let spans = answer["data"][0]["spans"].as_array()?;
+    let id = |s: &serde_json::Value| s["spanID"].as_str().map(str::to_owned);
+    let refs = |s: &serde_json::Value, kind: &str| -> Vec<String> {
+        s["references"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter(|r| r["refType"] == kind)
+                    .filter_map(|r| r["spanID"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let tagged = |s: &serde_json::Value| {
+        s["tags"].as_array().is_some_and(|tags| {
+            tags.iter()
+                .any(|t| t["key"] == "app.request.cause" && t["value"] == "chain")
+        })
+    };
+    let request = id(spans.iter().find(|s| tagged(s))?)?;
+    let wait = spans
+        .iter()
+        .filter(|s| s["operationName"] == "off-cpu sleeping")
+        .filter(|s| refs(s, "CHILD_OF").contains(&request))
+        .filter(|s| !refs(s, "FOLLOWS_FROM").is_empty())
+        .max_by_key(|s| (refs(s, "FOLLOWS_FROM").len(), s["duration"].as_u64()))?;
+    let mut ids = vec![id(wait)?];
+    for linked in refs(wait, "FOLLOWS_FROM") {
+        let is_wait = spans.iter().any(|s| {
+            id(s).as_deref() == Some(linked.as_str())
+                && s["operationName"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("off-cpu "))
+        });
+        if is_wait {
+            ids.push(linked);
+        }
+    }
+    (ids.len() > 1).then_some(ids)
 }
 
 /// Headless Chromium's picture of `url` in a `window` (`W,H`), after the
@@ -481,5 +571,34 @@ mod tests {
             Some("b")
         );
         assert_eq!(find_trace(&requests, &Pick::Fewest("none")), None);
+    }
+
+    #[test]
+    fn the_chains_spans() {
+        let answer: serde_json::Value = serde_json::from_str(
+            r#"{"data": [{"spans": [
+                {"spanID": "r", "operationName": "request",
+                 "tags": [{"key": "app.request.cause", "value": "chain"}]},
+                {"spanID": "b", "operationName": "request", "references": [
+                    {"refType": "CHILD_OF", "spanID": "r"}]},
+                {"spanID": "bw", "operationName": "off-cpu blocked", "references": [
+                    {"refType": "CHILD_OF", "spanID": "b"}]},
+                {"spanID": "short", "operationName": "off-cpu sleeping", "duration": 9,
+                 "references": [{"refType": "CHILD_OF", "spanID": "r"},
+                                {"refType": "FOLLOWS_FROM", "spanID": "b"}]},
+                {"spanID": "w", "operationName": "off-cpu sleeping", "duration": 5,
+                 "references": [{"refType": "CHILD_OF", "spanID": "r"},
+                                {"refType": "FOLLOWS_FROM", "spanID": "b"},
+                                {"refType": "FOLLOWS_FROM", "spanID": "bw"}]}
+            ]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            chain_spans(&answer),
+            Some(vec!["w".to_owned(), "bw".to_owned()])
+        );
+        let mut none = answer.clone();
+        none["data"][0]["spans"][0]["tags"][0]["value"] = "disk".into();
+        assert_eq!(chain_spans(&none), None);
     }
 }
