@@ -23,8 +23,9 @@
 //! cpu_ns <n> switches <n> spans <n> waits <n> accounted <n> lost <n>`:
 //! requests done, the process's CPU time (every thread's), its context
 //! switches (`getrusage`), the application spans the exporter got and the
-//! account's wait spans (off-CPU intervals of 1 ms or more, the account's
-//! default), the application spans with switches summed by the account,
+//! account's wait spans (kspan's spans: off-CPU intervals of 1 ms or more,
+//! the account's default, and with the causes kernel lock waits as long),
+//! the application spans with switches summed by the account,
 //! and the spans kspan lost (its settled figures, once the tracer provider
 //! is shut down); with the account on, a line `sched_service: kspan:
 //! <figures>` follows.
@@ -47,13 +48,19 @@ const WORKERS: usize = 2;
 /// Requests before the measured SECONDS.
 const WARM_UP: Duration = Duration::from_millis(500);
 
+/// This program's tracer's name: the spans not of it are kspan's (its wait
+/// spans).
+const SCOPE: &str = "sched_service";
+
 /// Counts the spans it is given, those the account put switches on, and
-/// the account's wait spans (off-CPU intervals of 1 ms or more).
+/// kspan's spans (the account's wait spans: off-CPU intervals of 1 ms or
+/// more, and with the causes kernel lock waits), by name.
 #[derive(Debug, Clone, Default)]
 struct Count {
     spans: Arc<AtomicU64>,
     accounted: Arc<AtomicU64>,
     waits: Arc<AtomicU64>,
+    waits_by_name: Arc<Mutex<std::collections::BTreeMap<String, u64>>>,
 }
 
 impl SpanExporter for Count {
@@ -67,12 +74,19 @@ impl SpanExporter for Count {
                 })
             })
             .count();
-        let waits = batch
-            .iter()
-            .filter(|s| s.name.starts_with("off-cpu"))
-            .count();
+        let mut waits = 0;
+        {
+            let mut by_name = self.waits_by_name.lock().unwrap_or_else(|e| e.into_inner());
+            for s in batch
+                .iter()
+                .filter(|s| s.instrumentation_scope.name() != SCOPE)
+            {
+                waits += 1;
+                *by_name.entry(s.name.to_string()).or_default() += 1;
+            }
+        }
         self.spans.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        self.waits.fetch_add(waits as u64, Ordering::Relaxed);
+        self.waits.fetch_add(waits, Ordering::Relaxed);
         self.accounted
             .fetch_add(accounted as u64, Ordering::Relaxed);
         Ok(())
@@ -173,7 +187,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    let tracer = provider.tracer("sched_service");
+    let tracer = provider.tracer(SCOPE);
 
     let (queue_tx, queue_rx) = sync_channel::<Request>(CLIENTS);
     let queue_rx = Arc::new(Mutex::new(queue_rx));
@@ -254,6 +268,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
     if let Some(stats) = settled {
         println!("sched_service: kspan: {stats}");
+    }
+    let by_name = count
+        .waits_by_name
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if !by_name.is_empty() {
+        let names: Vec<String> = by_name.iter().map(|(n, c)| format!("{n} {c}")).collect();
+        println!("sched_service: kspan's spans: {}", names.join(", "));
     }
     Ok(())
 }

@@ -57,7 +57,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -204,20 +204,23 @@ pub fn bench(programs: &Programs, rounds: u32, part: Part, prog_stats: bool) -> 
     let mut lines = Vec::new();
     if part.has(Part::Others) {
         let figures = measure_others(programs, rounds, &pins)?;
-        lines.extend(report_others(&figures, rounds, &pins));
+        println!("{}", report_others(&figures, rounds, &pins).join("\n"));
     }
     if part.has(Part::Own) {
         let figures = measure_own(programs, rounds, &pins)?;
-        lines.extend(report_own(&figures, rounds, &pins));
+        println!("{}", report_own(&figures, rounds, &pins).join("\n"));
     }
     if part.has(Part::Service) {
         let (work, switches) = calibrate_service(programs)?;
         let figures = measure_service(programs, rounds, work)?;
-        lines.extend(report_service(&figures, rounds, work, switches)?);
+        println!(
+            "{}",
+            report_service(&figures, rounds, work, switches)?.join("\n")
+        );
     }
     if part.has(Part::Causes) {
         let figures = measure_causes(programs, rounds)?;
-        lines.extend(report_causes(&figures, rounds));
+        println!("{}", report_causes(&figures, rounds).join("\n"));
     }
     if prog_stats && part != Part::Service {
         let _stats = BpfStats::enable()?;
@@ -272,7 +275,9 @@ pub fn bench(programs: &Programs, rounds: u32, part: Part, prog_stats: bool) -> 
             }
         }
     }
-    println!("{}", lines.join("\n"));
+    if !lines.is_empty() {
+        println!("{}", lines.join("\n"));
+    }
     Ok(0)
 }
 
@@ -337,6 +342,8 @@ struct Holder {
     name: String,
     child: Child,
     lines: mpsc::Receiver<String>,
+    /// Its last lines on stderr.
+    said: Arc<Mutex<Vec<String>>>,
 }
 
 impl Holder {
@@ -373,10 +380,23 @@ impl Holder {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("cannot start holder {name}"))?;
         let stdout = child.stdout.take().context("holder without stdout")?;
+        // Its last lines on stderr, kept to say why it failed.
+        let stderr = child.stderr.take().context("holder without stderr")?;
+        let said: Arc<Mutex<Vec<String>>> = Arc::default();
+        let kept = said.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() == 20 {
+                    kept.remove(0);
+                }
+                kept.push(line);
+            }
+        });
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
@@ -389,6 +409,7 @@ impl Holder {
             name: name.to_owned(),
             child,
             lines,
+            said,
         };
         loop {
             match holder.lines.recv_timeout(Duration::from_secs(60)) {
@@ -398,11 +419,20 @@ impl Holder {
                 Ok(_) => {}
                 Err(_) => {
                     let _ = holder.child.kill();
-                    let _ = holder.child.wait();
-                    bail!("holder {name} did not come up (run it by hand to see why)");
+                    let status = holder.child.wait();
+                    // The reader's last lines, once it has read them.
+                    std::thread::sleep(Duration::from_millis(100));
+                    bail!(
+                        "holder {name} did not come up ({status:?}); its stderr: {:?}",
+                        holder.said()
+                    );
                 }
             }
         }
+    }
+
+    fn said(&self) -> Vec<String> {
+        self.said.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Signals the holder to stop and checks that it ended cleanly.
@@ -440,7 +470,11 @@ impl Holder {
         };
         let rest: Vec<String> = self.lines.iter().collect();
         if !status.success() {
-            bail!("holder {} ended with {status}", self.name);
+            bail!(
+                "holder {} ended with {status}; its stderr: {:?}",
+                self.name,
+                self.said()
+            );
         }
         if self.name.starts_with("kspan") && !rest.iter().any(|l| l.starts_with("SCHED-IDLE done"))
         {
