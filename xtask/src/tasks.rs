@@ -196,6 +196,10 @@ pub fn test(args: &[String]) -> Result<u8> {
             // the tests, the examples and the CLI (54 s, 2026-12-06).
             run(cargo().args(["test", "--workspace", "--no-run"]))?;
             run(cargo().args(["build", "--workspace", "--benches"]))?;
+            // The examples as programs: host tests run some (an example
+            // with unit tests, `test = true`, is built by `cargo test` as
+            // its test harness only); the VM's build finds them built.
+            build_examples()?;
             Ok(String::new())
         });
         ok &= built;
