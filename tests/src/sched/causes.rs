@@ -538,12 +538,14 @@ pub fn a_chain_of_wake_ups_names_each_hop(
     let (off_cpu_by_schedstat, elapsed) = {
         let _attached = waiter_cx.clone().attach();
         held.wait();
-        let before = super::kernel_figures();
+        // The wall clock around the kernel's reads, so that their window is
+        // inside it (an emulated guest takes ms over a read of /proc).
         let started = Instant::now();
+        let before = super::kernel_figures();
         waiter_tid.store(crate::gettid(), std::sync::atomic::Ordering::Release);
         drop(lock.lock().unwrap());
-        let elapsed = started.elapsed();
         let after = super::kernel_figures();
+        let elapsed = started.elapsed();
         (
             elapsed.as_nanos() as i64
                 - (after.on_cpu - before.on_cpu)
@@ -745,16 +747,17 @@ pub fn a_span_s_page_faults_are_the_kernel_s(
         ids.push(cx.span().span_context().span_id());
         let _attached = cx.clone().attach();
         let delays = taskstats.delays(tid).expect("the thread's delays");
-        let figures = super::kernel_figures();
+        // The wall clock around the kernel's reads (as in the chain case).
         let started = Instant::now();
+        let figures = super::kernel_figures();
         let before = thread_faults();
         let mut sum = 0u64;
         for page in round * pages..(round + 1) * pages {
             sum += u64::from(touch(page));
         }
         let after = thread_faults();
-        let elapsed = started.elapsed().as_nanos() as i64;
         let figures_after = super::kernel_figures();
+        let elapsed = started.elapsed().as_nanos() as i64;
         let delays_after = taskstats.delays(tid).expect("the thread's delays");
         std::hint::black_box(sum);
         measured = Some((
