@@ -149,6 +149,14 @@ pub fn test(args: &[String]) -> Result<u8> {
         names.iter().map(|k| KernelSpec::parse(k)).collect()
     };
 
+    // A guest runs every test binary in one boot: the emulated arm64
+    // guest took 591 s on 2026-12-06 before the causes' cases, and a
+    // loaded host stretches it past `vm`'s 900 s default, which is meant
+    // for one command. The timeout is a guard against a hung guest, not
+    // the time it should take.
+    if !args.iter().any(|a| a == "--timeout") {
+        opts.timeout = Duration::from_secs(2400);
+    }
     crate::util::build_once();
     let mut stages = Vec::new();
     let mut ok = stage(&mut stages, "deps", || {
