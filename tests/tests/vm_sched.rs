@@ -140,18 +140,12 @@ fn classic_a_kernel_mutex_wait_names_its_owner() {
 #[test]
 #[ignore = "needs root and the VM's slow disk; run by `cargo xtask test` in the VM"]
 fn a_span_s_block_requests_are_its_reads() {
-    let disk = std::env::var("KSPAN_SLOW_DISK")
-        .expect("KSPAN_SLOW_DISK names the VM's slow disk: run this under `cargo xtask vm`");
-    let disk = std::path::Path::new(&disk);
-    let name = disk
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("a device node's name");
+    let (disk, name) = slow_disk();
     sched::a_span_s_block_requests_are_its_reads(
         SchedulerAccount::new()
             .mechanism(SchedMechanism::BtfTracepoints)
             .with_causes(),
-        sched::ReadTarget::Device(disk, name),
+        sched::ReadTarget::Device(&disk, &name),
         12,
         VM_SLACK_MS,
         VM_PERCENT,
@@ -164,18 +158,12 @@ fn a_span_s_block_requests_are_its_reads() {
 #[test]
 #[ignore = "needs root and the VM's slow disk; run by `cargo xtask test` in the VM"]
 fn a_chain_of_wake_ups_names_each_hop() {
-    let disk = std::env::var("KSPAN_SLOW_DISK")
-        .expect("KSPAN_SLOW_DISK names the VM's slow disk: run this under `cargo xtask vm`");
-    let disk = std::path::Path::new(&disk);
-    let name = disk
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("a device node's name");
+    let (disk, name) = slow_disk();
     sched::a_chain_of_wake_ups_names_each_hop(
         SchedulerAccount::new()
             .mechanism(SchedMechanism::BtfTracepoints)
             .with_causes(),
-        sched::ReadTarget::Device(disk, name),
+        sched::ReadTarget::Device(&disk, &name),
         3,
         VM_SLACK_MS,
         VM_PERCENT,
@@ -188,18 +176,12 @@ fn a_chain_of_wake_ups_names_each_hop() {
 #[test]
 #[ignore = "needs root and the VM's slow disk; run by `cargo xtask test` in the VM"]
 fn a_span_s_page_faults_are_the_kernel_s() {
-    let disk = std::env::var("KSPAN_SLOW_DISK")
-        .expect("KSPAN_SLOW_DISK names the VM's slow disk: run this under `cargo xtask vm`");
-    let disk = std::path::Path::new(&disk);
-    let name = disk
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("a device node's name");
+    let (disk, name) = slow_disk();
     sched::a_span_s_page_faults_are_the_kernel_s(
         SchedulerAccount::new()
             .mechanism(SchedMechanism::BtfTracepoints)
             .with_causes(),
-        sched::ReadTarget::Device(disk, name),
+        sched::ReadTarget::Device(&disk, &name),
         8,
         VM_SLACK_MS,
         VM_PERCENT,
@@ -221,4 +203,18 @@ fn a_memory_high_squeeze_is_reclaim_on_the_span() {
         VM_SLACK_MS,
         VM_PERCENT,
     );
+}
+
+/// The VM's slow disk (`KSPAN_SLOW_DISK`, set by `cargo xtask vm`) and its
+/// device name.
+fn slow_disk() -> (std::path::PathBuf, String) {
+    let disk = std::env::var("KSPAN_SLOW_DISK")
+        .expect("KSPAN_SLOW_DISK names the VM's slow disk: run this under `cargo xtask vm`");
+    let disk = std::path::PathBuf::from(disk);
+    let name = disk
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a device node's name")
+        .to_owned();
+    (disk, name)
 }

@@ -2041,6 +2041,25 @@ static __always_inline struct kspan_sched_task *kspan_sched_task_made(__u32 tid)
 	return bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 }
 
+/*
+ * The application span the current thread of the process records under
+ * now (its id as a number, into `span`, and its context into `c`): 0 when
+ * it has none, or one that suppresses telemetry or is not sampled (unless
+ * unsampled spans are kept).
+ */
+static __always_inline int kspan_recorded_span(struct kspan_thread_ctx *c, __u64 pid_tgid,
+					       __u64 *span)
+{
+	if (!kspan_app_context(c, pid_tgid))
+		return 0;
+	if (!*(__u64 *)c->trace_id && !*(__u64 *)&c->trace_id[8])
+		return 0;
+	if (!(c->trace_flags & 1) && !kspan_cfg.keep_unsampled)
+		return 0;
+	*span = __builtin_bswap64(*(__u64 *)c->span_id);
+	return 1;
+}
+
 /* Keeps the wait record's layout in the object's BTF for the Rust skeleton. */
 struct kspan_wait_record kspan_wait_record_layout SEC(".bss.layout");
 
@@ -3034,13 +3053,8 @@ static __always_inline void kspan_lock_end(void *ctx, __u64 lock)
 		return;
 	took = now - t->lock_begin_ns;
 	kind = kspan_lock_kind(t->lock_flags);
-	if (!kspan_app_context(&c, pid_tgid))
+	if (!kspan_recorded_span(&c, pid_tgid, &span))
 		return;
-	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
-		return;
-	if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
-		return;
-	span = __builtin_bswap64(*(__u64 *)c.span_id);
 	s = kspan_sched_sum_of(span);
 	if (s && kind < KSPAN_LOCK_KINDS) {
 		__sync_fetch_and_add(&s->lock_ns[kind], took);
@@ -3199,13 +3213,8 @@ static __always_inline void kspan_block_queued(__u64 rq, int issue)
 	pid_tgid = bpf_get_current_pid_tgid();
 	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid || !kspan_sched_enabled())
 		return;
-	if (!kspan_app_context(&c, pid_tgid))
+	if (!kspan_recorded_span(&c, pid_tgid, &fresh.span))
 		return;
-	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
-		return;
-	if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
-		return;
-	fresh.span = __builtin_bswap64(*(__u64 *)c.span_id);
 	fresh.tid = (__u32)pid_tgid;
 	fresh.insert_ns = now;
 	fresh.issue_ns = issue ? now : 0;
@@ -3336,6 +3345,7 @@ static __always_inline void kspan_memory_end(__u32 kind)
 	struct kspan_thread_ctx c = {};
 	struct kspan_sched_task *t;
 	struct kspan_sched_sum *s;
+	__u64 span;
 
 	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid)
 		return;
@@ -3346,13 +3356,9 @@ static __always_inline void kspan_memory_end(__u32 kind)
 	now = bpf_ktime_get_ns();
 	if (now < t->memory_begin_ns || kind >= KSPAN_MEMORY_STALLS || !kspan_sched_enabled())
 		return;
-	if (!kspan_app_context(&c, pid_tgid))
+	if (!kspan_recorded_span(&c, pid_tgid, &span))
 		return;
-	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
-		return;
-	if (!(c.trace_flags & 1) && !kspan_cfg.keep_unsampled)
-		return;
-	s = kspan_sched_sum_of(__builtin_bswap64(*(__u64 *)c.span_id));
+	s = kspan_sched_sum_of(span);
 	if (!s)
 		return;
 	__sync_fetch_and_add(&s->memory_ns[kind], now - t->memory_begin_ns);
