@@ -436,6 +436,19 @@ impl KspanBuilder {
                         reason: reason.to_owned(),
                     })?;
                 crate::context::current_time::start(sched.causes_on);
+                // A cause asked for that this kernel does not give: said
+                // once, where the user sees it, not only in
+                // `Kspan::scheduler_causes()`.
+                for cause in &sched.causes {
+                    if let Err(why) = &cause.how {
+                        crate::diagnostics::warn_user!(
+                            cause = cause.cause,
+                            reason = why.as_str(),
+                            "kspan's scheduler account does not read one of the causes asked for \
+                             on this kernel: its figures stay 0 and its time is in the remainders"
+                        );
+                    }
+                }
                 causes = sched.causes;
                 Some((sched.mechanism, sched.btf_passed_over))
             }
