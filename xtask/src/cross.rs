@@ -64,6 +64,9 @@ pub struct Toolchain {
     /// `libc.so` (a linker script of absolute paths) would stand in for the
     /// cross compiler's.
     pub link_dir: PathBuf,
+    /// Build at a lower priority (`nice`), beside a guest that should keep
+    /// its core ([`Toolchain::in_background`]).
+    pub background: bool,
 }
 
 /// The libraries libbpf-sys links by name, and where Debian 12's arm64
@@ -74,6 +77,11 @@ const LINKED: &[(&str, &str)] = &[
 ];
 
 impl Toolchain {
+    /// The same toolchain, its builds at a lower priority when `background`.
+    pub fn in_background(self, background: bool) -> Self {
+        Toolchain { background, ..self }
+    }
+
     /// The environment cargo needs to build for [`TARGET`].
     pub fn cargo_env(&self) -> Vec<(String, String)> {
         // Debian 12's packages put libraries in both (before its /usr merge).
@@ -155,6 +163,7 @@ pub fn prepare() -> Result<Toolchain> {
         rustc,
         arm64_root,
         link_dir,
+        background: false,
     };
     check(&toolchain)?;
     Ok(toolchain)
@@ -282,6 +291,9 @@ pub fn command(args: &[String]) -> Result<u8> {
 /// A cargo command with the cross toolchain's environment.
 pub fn cargo_for(toolchain: &Toolchain) -> Command {
     let mut cmd = cargo();
+    if toolchain.background {
+        cmd = crate::util::niced(cmd, 10);
+    }
     cmd.envs(toolchain.cargo_env());
     // The embedded Jaeger's UI files are read from its crate's source
     // directory in debug builds (rust-embed), which the arm64 guest cannot
@@ -396,6 +408,7 @@ mod tests {
             rustc: PathBuf::from("/c/rustc"),
             arm64_root: PathBuf::from("/r"),
             link_dir: PathBuf::from("/l"),
+            background: false,
         };
         let env = t.cargo_env();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());

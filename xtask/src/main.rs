@@ -30,8 +30,9 @@
 //! * `test [--host-only|--vm-only] [--arch A] [--kernel K]... [--kernels K1,K2]`: the one
 //!   test command: host build and tests, then the `#[ignore]`d tests of the
 //!   `kspan-tests` package inside one VM per kernel (by default Debian 12's,
-//!   13's and sid's), then, cross-built, in an arm64 VM per arm64 kernel
-//!   (Debian 13's and sid's).
+//!   13's and sid's; two guests at a time, the arm64 build beside the
+//!   first), then, cross-built, in an arm64 VM per arm64 kernel (sid's by
+//!   default, Debian 13's too with `--arch arm64`), alone.
 //! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
 //! * `jaeger [--example E] [--kernel K] [--ui ADDR] [--screenshot PNG]`: the
 //!   file service in the VM (or, with `--example where_time_went`, the
@@ -171,8 +172,10 @@ commands:
       --host --only sched     the scheduler account: an untraced process's
                               context switches while another holds it, the
                               traced process's own (both against bpftrace),
-                              a service's requests/s on against off; one part
-                              alone: sched-others, sched-own, sched-service
+                              a service's requests/s on against off, the
+                              causes' workloads; one part alone:
+                              sched-others, sched-own, sched-service,
+                              sched-causes
       --prog-stats            (with --only sched...) one more pass with
                               kernel.bpf_stats_enabled=1: ns a program run
   bpftrace [--kernel K] fetch the bpftrace bench compares against on kernel K

@@ -64,6 +64,17 @@ fn print_summary(stages: &[Stage]) {
     }
 }
 
+impl Stage {
+    fn failed(name: &str, why: &str) -> Self {
+        Stage {
+            name: name.to_string(),
+            result: Err(why.to_string()),
+            took: Duration::ZERO,
+            disk: None,
+        }
+    }
+}
+
 /// Runs a stage, recording its outcome; returns whether it succeeded.
 fn stage(stages: &mut Vec<Stage>, name: &str, f: impl FnOnce() -> Result<String>) -> bool {
     eprintln!("\n==== {name} ====");
@@ -222,41 +233,41 @@ pub fn test(args: &[String]) -> Result<u8> {
     let build_ok = stages
         .iter()
         .all(|s| s.name == "host tests" || s.name == "lint" || s.result.is_ok());
-    if in_vm && build_ok && arches.contains(&GuestArch::X86_64) {
-        let mut binaries = Vec::new();
-        let built = stage(&mut stages, "vm build", || {
-            binaries = vm_test_binaries(host)?;
-            build_examples()?;
-            Ok(format!("{} test binaries", binaries.len()))
-        });
-        ok &= built;
-        if built {
-            let script = guest_test_script(&binaries);
-            for k in matrix(GuestArch::X86_64)? {
-                let opts = VmOptions {
-                    kernel: k.clone(),
-                    ..opts.clone()
-                };
-                ok &= vm_tests(
-                    &mut stages,
-                    &format!("vm tests {}", k.name()),
-                    &opts,
-                    &script,
-                    binaries.len(),
-                );
+    if in_vm && build_ok {
+        let x86 = if arches.contains(&GuestArch::X86_64) {
+            matrix(GuestArch::X86_64)?
+        } else {
+            Vec::new()
+        };
+        let arm64 = if arches.contains(&GuestArch::Arm64) {
+            matrix(GuestArch::Arm64)?
+        } else {
+            Vec::new()
+        };
+        let mut x86_script = None;
+        if !x86.is_empty() {
+            let mut binaries = Vec::new();
+            let built = stage(&mut stages, "vm build", || {
+                binaries = vm_test_binaries(host)?;
+                build_examples()?;
+                Ok(format!("{} test binaries", binaries.len()))
+            });
+            ok &= built;
+            if built {
+                x86_script = Some(GuestScript::new(&binaries));
             }
         }
-    }
-    if in_vm && build_ok && arches.contains(&GuestArch::Arm64) {
-        let mut binaries = Vec::new();
-        let built = stage(&mut stages, "arm64 build", || {
-            binaries = crate::cross::build_for_guest(&crate::cross::prepare()?)?;
-            Ok(format!("{} test binaries", binaries.len()))
-        });
-        ok &= built;
-        if built {
-            let script = guest_test_script(&binaries);
-            for k in matrix(GuestArch::Arm64)? {
+        let x86 = if x86_script.is_some() {
+            x86
+        } else {
+            Vec::new()
+        };
+        let (lanes, arm64_script) =
+            x86_guests_beside_the_arm64_build(&opts, &x86, x86_script.as_ref(), !arm64.is_empty());
+        ok &= lanes.iter().all(|s| s.result.is_ok());
+        stages.extend(lanes);
+        if let Some(script) = arm64_script {
+            for k in arm64 {
                 let opts = VmOptions {
                     kernel: k.clone(),
                     arch: GuestArch::Arm64,
@@ -264,7 +275,7 @@ pub fn test(args: &[String]) -> Result<u8> {
                     ..opts.clone()
                 };
                 let name = format!("vm tests arm64 {}", k.name());
-                ok &= vm_tests(&mut stages, &name, &opts, &script, binaries.len());
+                ok &= vm_tests(&mut stages, &name, &opts, &script);
             }
         }
     }
@@ -272,12 +283,104 @@ pub fn test(args: &[String]) -> Result<u8> {
     Ok(if ok { 0 } else { 1 })
 }
 
+/// The guest script of one build's test binaries.
+struct GuestScript {
+    text: String,
+    binaries: usize,
+}
+
+impl GuestScript {
+    fn new(binaries: &[(PathBuf, PathBuf)]) -> Self {
+        GuestScript {
+            text: guest_test_script(binaries),
+            binaries: binaries.len(),
+        }
+    }
+}
+
+/// The x86-64 guests, two at a time, the arm64 build beside the first:
+/// an x86-64 guest runs on one host thread (see `vm::run_vm`), and alone
+/// it leaves the second of CI's two cores idle for its whole run. Lane
+/// one boots the kernels in even places of `kernels`; lane two builds for
+/// arm64 first, at a lower priority (the guest beside it keeps its core),
+/// then boots the kernels in odd places. Each guest's console is printed
+/// whole when it ends. The arm64 guests run after both lanes, alone: a
+/// thread per guest CPU, their timing wants both cores. Returns the
+/// lanes' stages, in the order a sequential run has them, and the arm64
+/// script when it was asked for and built.
+fn x86_guests_beside_the_arm64_build(
+    opts: &VmOptions,
+    kernels: &[KernelSpec],
+    script: Option<&GuestScript>,
+    build_arm64: bool,
+) -> (Vec<Stage>, Option<GuestScript>) {
+    let beside = kernels.len() + usize::from(build_arm64) > 1;
+    let guests = |lane: usize| -> Vec<Stage> {
+        let mut stages = Vec::new();
+        let Some(script) = script else {
+            return stages;
+        };
+        for k in kernels.iter().skip(lane).step_by(2) {
+            let opts = VmOptions {
+                kernel: k.clone(),
+                hold_console: beside,
+                ..opts.clone()
+            };
+            vm_tests(
+                &mut stages,
+                &format!("vm tests {}", k.name()),
+                &opts,
+                script,
+            );
+        }
+        stages
+    };
+    let (first, (built, second)) = std::thread::scope(|s| {
+        let lane_two = s.spawn(|| {
+            let mut stages = Vec::new();
+            let mut arm64 = None;
+            if build_arm64 {
+                stage(&mut stages, "arm64 build", || {
+                    let toolchain = crate::cross::prepare()?.in_background(beside);
+                    let binaries = crate::cross::build_for_guest(&toolchain)?;
+                    let n = binaries.len();
+                    arm64 = Some(GuestScript::new(&binaries));
+                    Ok(format!("{n} test binaries"))
+                });
+            }
+            ((stages, arm64), guests(1))
+        });
+        let first = guests(0);
+        let second = lane_two.join().unwrap_or_else(|_| {
+            (
+                (
+                    vec![Stage::failed("arm64 build", "its lane panicked")],
+                    None,
+                ),
+                Vec::new(),
+            )
+        });
+        (first, second)
+    });
+    let (built, arm64) = built;
+    let mut stages: Vec<Stage> = first.into_iter().chain(second).collect();
+    // Kernels in `kernels`' order, then the arm64 build.
+    stages.sort_by_key(|s| {
+        kernels
+            .iter()
+            .position(|k| s.name == format!("vm tests {}", k.name()))
+            .unwrap_or(kernels.len())
+    });
+    stages.extend(built);
+    (stages, arm64)
+}
+
 /// One guest run of the test script, as a stage.
-fn vm_tests(stages: &mut Vec<Stage>, name: &str, opts: &VmOptions, script: &str, n: usize) -> bool {
+fn vm_tests(stages: &mut Vec<Stage>, name: &str, opts: &VmOptions, script: &GuestScript) -> bool {
     stage(stages, name, || {
-        let cmd = ["sh".to_string(), "-c".to_string(), script.to_string()];
+        let cmd = ["sh".to_string(), "-c".to_string(), script.text.clone()];
         match vm::run_vm(opts, &cmd, &repo_root())? {
-            0 => Ok(format!("{n} test binaries passed")),
+            0 => Ok(format!("{} test binaries passed", script.binaries)),
             status => bail!("guest test script exited with status {status}"),
         }
     })
@@ -311,13 +414,19 @@ fn build_examples() -> Result<()> {
 
 /// A guest script running each test binary's ignored tests, one at a time.
 fn guest_test_script(binaries: &[(PathBuf, PathBuf)]) -> String {
+    // Each binary's seconds, from the guest's uptime, and the slowest at
+    // the end: where a guest's time goes, in CI's log.
     let mut s = String::from(
         "fail=0\n\
+         took=''\n\
          run() {\n  \
            d=$1; shift\n  \
+           read t0 _ < /proc/uptime\n  \
            echo \"==> kspan-vm: running ${1##*/} --ignored\"\n  \
            ( cd \"$d\" && CARGO_MANIFEST_DIR=\"$d\" \"$@\" --ignored --test-threads=1 ) \
-           || { echo \"==> kspan-vm: FAILED: ${1##*/}\"; fail=$((fail+1)); }\n\
+           || { echo \"==> kspan-vm: FAILED: ${1##*/}\"; fail=$((fail+1)); }\n  \
+           read t1 _ < /proc/uptime\n  \
+           took=\"$took$((${t1%%.*} - ${t0%%.*})) s ${1##*/}\n\"\n\
          }\n",
     );
     for (exe, dir) in binaries {
@@ -327,6 +436,8 @@ fn guest_test_script(binaries: &[(PathBuf, PathBuf)]) -> String {
             sh_quote(&exe.to_string_lossy())
         );
     }
+    s += "echo \"==> kspan-vm: the slowest test binaries:\"\n\
+          printf \"$took\" | sort -rn | head -n 12 | sed 's/^/==> kspan-vm:   /'\n";
     s += &format!(
         "echo \"==> kspan-vm: {} test binaries, $fail failed\"\n[ \"$fail\" -eq 0 ]\n",
         binaries.len()
@@ -415,7 +526,7 @@ pub fn bench(args: &[String]) -> Result<u8> {
                 bail!(
                     "--only: `{v}`: the parts that run alone are `others`, `attach` (with the \
                      per-call part), `percall`, `hot`, `consumer`, `filters`, and `sched` \
-                     (`sched-others`, `sched-own`, `sched-service`)"
+                     (`sched-others`, `sched-own`, `sched-service`, `sched-causes`)"
                 );
             }
             only = Some(v);
@@ -1097,6 +1208,41 @@ mod tests {
         assert!(run(&[bin("true"), bin("true")]));
         assert!(!run(&[bin("true"), bin("false"), bin("true")]));
         assert!(run(&[]));
+    }
+
+    #[test]
+    fn guest_script_says_each_binary_s_seconds_and_the_slowest() {
+        let dir = std::env::temp_dir();
+        let bins = [
+            (PathBuf::from("/bin/true"), dir.clone()),
+            (PathBuf::from("/bin/false"), dir.clone()),
+        ];
+        // /proc/uptime is the host's here, as it is the guest's there.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(guest_test_script(&bins))
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout);
+        let slowest = out
+            .split("==> kspan-vm: the slowest test binaries:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no slowest list in {out}"));
+        let listed: Vec<&str> = slowest
+            .lines()
+            .filter_map(|l| l.strip_prefix("==> kspan-vm:   "))
+            .collect();
+        assert_eq!(listed.len(), 2, "{out}");
+        for name in ["true", "false"] {
+            assert!(
+                listed.iter().any(|l| l.ends_with(&format!(" s {name}"))
+                    && l.split(' ')
+                        .next()
+                        .is_some_and(|n| n.parse::<u64>().is_ok())),
+                "{name}'s seconds in {out}"
+            );
+        }
+        assert!(out.contains("2 test binaries, 1 failed"), "{out}");
     }
 
     #[test]

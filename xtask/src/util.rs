@@ -37,6 +37,27 @@ pub fn build_once() {
 }
 
 /// A `cargo` command, the same cargo that runs us when there is one.
+/// `cmd` run through `nice -n <n>`: its program, arguments, environment
+/// and directory, at a lower priority.
+pub fn niced(cmd: Command, n: u8) -> Command {
+    let mut niced = Command::new("nice");
+    niced
+        .arg("-n")
+        .arg(n.to_string())
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => niced.env(k, v),
+            None => niced.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        niced.current_dir(dir);
+    }
+    niced
+}
+
 pub fn cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
@@ -237,6 +258,27 @@ pub fn min_max(v: &[f64]) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_niced_command_keeps_its_program_arguments_environment_and_directory() {
+        let mut cmd = Command::new("/bin/cargo");
+        cmd.args(["build", "--target", "t"])
+            .env("A", "1")
+            .env_remove("B")
+            .current_dir("/d");
+        let wrapped = niced(cmd, 10);
+        assert_eq!(wrapped.get_program(), "nice");
+        let args: Vec<&OsStr> = wrapped.get_args().collect();
+        assert_eq!(args, ["-n", "10", "/bin/cargo", "build", "--target", "t"]);
+        let envs: Vec<(&OsStr, Option<&OsStr>)> = wrapped.get_envs().collect();
+        assert!(envs.contains(&(OsStr::new("A"), Some(OsStr::new("1")))));
+        assert!(envs.contains(&(OsStr::new("B"), None)));
+        assert_eq!(wrapped.get_current_dir(), Some(Path::new("/d")));
+        // And it runs: `nice` passes the exit status through.
+        let status = |program: &str| niced(Command::new(program), 10).status().unwrap();
+        assert!(status("true").success());
+        assert!(!status("false").success());
+    }
 
     #[test]
     fn quoting() {

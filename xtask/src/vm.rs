@@ -73,6 +73,10 @@ pub struct VmOptions {
     /// Variables set for the command besides the caller's `OTEL_*`,
     /// `KSPAN_*`, `RUST_LOG` (these win over the caller's).
     pub env: Vec<(String, String)>,
+    /// Print the command's console output in one block when the guest
+    /// ends, not line by line: for a guest that runs beside another,
+    /// whose lines would interleave with it.
+    pub hold_console: bool,
 }
 
 impl VmOptions {
@@ -126,6 +130,7 @@ impl Default for VmOptions {
             verbose: false,
             append: Vec::new(),
             env: Vec::new(),
+            hold_console: false,
         }
     }
 }
@@ -774,7 +779,7 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
     let mut timed_out = false;
     // An empty line is held back: the one just before the exit marker is ours.
     let mut held_empty = false;
-    let out = std::io::stdout();
+    let mut out = ConsoleOut::new(opts.hold_console);
     loop {
         let limit = match status {
             // After the marker, give `poweroff -f` a little time.
@@ -793,9 +798,7 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
                 }
                 if let Some((before, code)) = markers.parse_exit(&line) {
                     if started.is_some() && !before.is_empty() {
-                        let mut o = out.lock();
-                        let _ = writeln!(o, "{before}");
-                        let _ = o.flush();
+                        out.line(before);
                     }
                     status = Some(code);
                     continue;
@@ -820,17 +823,15 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
                         println!("{}", printable(&line));
                     }
                 } else {
-                    let mut o = out.lock();
                     if held_empty {
-                        let _ = writeln!(o);
+                        out.line("");
                         held_empty = false;
                     }
                     if line.is_empty() {
                         held_empty = true;
                     } else {
-                        let _ = writeln!(o, "{line}");
+                        out.line(&line);
                     }
-                    let _ = o.flush();
                 }
             }
             Ok(Event::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -842,6 +843,7 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
             }
         }
     }
+    out.release(&opts.kernel.name());
     if timed_out || status.is_some() {
         // Our own child; no-op if it already exited.
         let _ = child.kill();
@@ -871,6 +873,49 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
         format!("QEMU exited ({qemu_status}) without the guest's exit marker")
     };
     Ok(Outcome::Failed { why, tail })
+}
+
+/// Where the command's console lines go: to stdout as they come, or held
+/// and printed in one block ([`VmOptions::hold_console`]).
+struct ConsoleOut {
+    held: Option<Vec<String>>,
+}
+
+impl ConsoleOut {
+    fn new(hold: bool) -> Self {
+        ConsoleOut {
+            held: hold.then(Vec::new),
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        match &mut self.held {
+            Some(held) => held.push(line.to_string()),
+            None => {
+                let mut o = std::io::stdout().lock();
+                let _ = writeln!(o, "{line}");
+                let _ = o.flush();
+            }
+        }
+    }
+
+    /// Prints what was held, in one block under stdout's lock.
+    fn release(&mut self, guest: &str) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(
+            o,
+            "==> kspan-vm: {guest}'s console ({} lines, held while it ran beside another guest)",
+            held.len()
+        );
+        for l in &held {
+            let _ = writeln!(o, "{l}");
+        }
+        let _ = writeln!(o, "==> kspan-vm: end of {guest}'s console");
+        let _ = o.flush();
+    }
 }
 
 /// `line` without terminal escape sequences and control characters (the
