@@ -915,6 +915,7 @@ pub mod otep_reader;
 pub mod sched;
 pub mod switch_log;
 pub mod taskstats;
+pub mod warnings;
 
 /// Helpers of the latency histogram tests (`host_latency`, `vm_latency`).
 pub mod latency {

@@ -4,11 +4,9 @@
 //! runtime, naming the fix, and not when a kernel span was exported.
 //! Checked on the host with a syscall source and kspan's context observer.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use opentelemetry::trace::{Tracer as _, TracerProvider as _};
-use tracing_subscriber::layer::SubscriberExt as _;
 
 #[kspan::kernel_span(syscall = "getppid")]
 fn getppid(ret: i64) {}
@@ -25,38 +23,9 @@ fn calls(n: usize) {
     }
 }
 
-/// The messages of every warning logged in this process.
-static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Warnings;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        struct Message(String);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" {
-                    self.0 = format!("{value:?}");
-                }
-            }
-        }
-        if *event.metadata().level() == tracing::Level::WARN {
-            let mut message = Message(String::new());
-            event.record(&mut message);
-            WARNINGS.lock().unwrap().push(message.0);
-        }
-    }
-}
-
 /// The warnings about orphans so far.
 fn orphan_warnings() -> Vec<String> {
-    WARNINGS
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|m| m.contains("no application span"))
-        .cloned()
-        .collect()
+    kspan_tests::warnings::said("no application span")
 }
 
 /// Longer than the consumer's tick (a second).
@@ -64,8 +33,7 @@ const PAST_A_TICK: Duration = Duration::from_millis(1500);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn orphans_dropped_with_no_span_exported_are_said_once_per_runtime_with_the_fix() {
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Warnings))
-        .expect("the first subscriber of this process");
+    kspan_tests::warnings::capture();
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let builder = || kspan::Kspan::builder(&provider).probe(&getppid);
 

@@ -71,6 +71,46 @@ pub(super) fn no_cause_said(span: &SpanData) {
     );
 }
 
+/// A cause asked for that the kernel does not give is said once at start,
+/// as a warning naming the cause and why (the reason `scheduler_causes()`
+/// gives); a cause it reads is not. With classic tracepoints, block
+/// requests are one not given (their events name no request), so
+/// `must_miss_one` says at least one is warned of. The process's
+/// subscriber must keep warnings ([`crate::warnings::capture`]).
+pub fn a_cause_not_read_is_said_at_start(account: kspan::SchedulerAccount, must_miss_one: bool) {
+    assert!(account.causes(), "the case needs the account's causes on");
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const SAID: &str = "does not read one of the causes asked for";
+    let before = crate::warnings::said(SAID).len();
+    let sums = kspan::KernelSums::new();
+    let (provider, _exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let causes = kspan.scheduler_causes().to_vec();
+    let said = crate::warnings::said(SAID)[before..].to_vec();
+    shutdown(kspan);
+    eprintln!("causes: {causes:#?}\nsaid: {said:#?}");
+    let missed: Vec<_> = causes.iter().filter(|c| c.how.is_err()).collect();
+    assert!(
+        !must_miss_one || !missed.is_empty(),
+        "a cause this account cannot read: {causes:#?}"
+    );
+    assert_eq!(
+        said.len(),
+        missed.len(),
+        "one warning per cause not read: {said:#?} for {causes:#?}"
+    );
+    for cause in &missed {
+        let why = cause.how.as_ref().unwrap_err();
+        assert!(
+            said.iter()
+                .any(|w| w.contains(&format!("cause={}", cause.cause))
+                    && w.contains(&format!("reason={why}"))),
+            "the warning names {:?} and why ({why}): {said:#?}",
+            cause.cause
+        );
+    }
+}
+
 /// What the holder's thread saw: its span, its tid, and when its write
 /// began and returned.
 struct Held {
