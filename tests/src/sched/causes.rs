@@ -998,6 +998,51 @@ impl Drop for MemoryCgroup {
     }
 }
 
+/// Every thread of this process on one CPU while it lives; each thread's
+/// own CPUs again after.
+struct ThreadsOnOneCpu {
+    before: Vec<(libc::pid_t, libc::cpu_set_t)>,
+}
+
+impl ThreadsOnOneCpu {
+    fn pin(cpu: usize) -> Self {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        let mut before = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+            let Some(tid) = task
+                .ok()
+                .and_then(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok())
+            else {
+                continue;
+            };
+            // SAFETY: a zeroed cpu_set_t is the empty set; the calls get
+            // valid pointers and sizes; a thread that has exited fails
+            // them (ESRCH) and is left out.
+            unsafe {
+                let mut had: libc::cpu_set_t = std::mem::zeroed();
+                if libc::sched_getaffinity(tid, size, &mut had) != 0 {
+                    continue;
+                }
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut one);
+                if libc::sched_setaffinity(tid, size, &one) == 0 {
+                    before.push((tid, had));
+                }
+            }
+        }
+        ThreadsOnOneCpu { before }
+    }
+}
+
+impl Drop for ThreadsOnOneCpu {
+    fn drop(&mut self) {
+        for (tid, had) in &self.before {
+            // SAFETY: a set read by sched_getaffinity, its size.
+            unsafe { libc::sched_setaffinity(*tid, std::mem::size_of::<libc::cpu_set_t>(), had) };
+        }
+    }
+}
+
 /// Inside one span, the process in a cgroup whose `memory.high` is 4 MiB
 /// reads a file of tens of MiB through the page cache: each charge past
 /// the limit makes the reading thread reclaim. The span says the
@@ -1005,6 +1050,13 @@ impl Drop for MemoryCgroup {
 /// (`memory.pressure`, which counts the reclaims and the throttle after
 /// them), which is within the reclaims plus the span's memory-blocked time,
 /// each within `slack_ms` + `percent`.
+///
+/// The process's threads share one CPU meanwhile: a cgroup's PSI total is
+/// the mean of its CPUs' stall times weighted by the time its tasks kept
+/// each CPU busy, so kspan's other threads busy on another CPU would
+/// shrink it (arm64 7.2, emulated, CI of 8c1733d: 114.6 ms of reclaims
+/// read as a 58.6 ms stall, about half). On one CPU it is that CPU's
+/// stall time, the reader's.
 pub fn a_memory_high_squeeze_is_reclaim_on_the_span(
     account: kspan::SchedulerAccount,
     slack_ms: i64,
@@ -1020,6 +1072,7 @@ pub fn a_memory_high_squeeze_is_reclaim_on_the_span(
     // The test's own executable: tens of MiB on a file system with a page
     // cache, out of it after the drop.
     let file = std::env::current_exe().expect("the test's executable");
+    let one_cpu = ThreadsOnOneCpu::pin(0);
     let cgroup = MemoryCgroup::new(4 << 20).unwrap_or_else(|why| panic!("no memory cgroup: {why}"));
     std::fs::write("/proc/sys/vm/drop_caches", "1").expect("dropping the page cache");
     let cx = Context::current_with_span(tracer.start("squeezed"));
@@ -1041,6 +1094,8 @@ pub fn a_memory_high_squeeze_is_reclaim_on_the_span(
     };
     drop(cx);
     drop(cgroup);
+    let pinned = one_cpu.before.len();
+    drop(one_cpu);
     let stats = shutdown(kspan);
     let spans = exporter.get_finished_spans().unwrap();
     let span = spans
@@ -1053,8 +1108,9 @@ pub fn a_memory_high_squeeze_is_reclaim_on_the_span(
         int(span, c::BLOCKED_MEMORY_NS),
     );
     eprintln!(
-        "read {read} bytes in a 4 MiB cgroup: {reclaims} reclaims, {reclaim} ns; blocked on \
-         memory {blocked_memory} ns; the cgroup's PSI stall {pressure} ns; {stats}"
+        "read {read} bytes in a 4 MiB cgroup, the process's {pinned} threads on CPU 0: \
+         {reclaims} reclaims, {reclaim} ns; blocked on memory {blocked_memory} ns; the \
+         cgroup's PSI stall {pressure} ns; {stats}"
     );
     assert!(
         reclaims >= 1,
