@@ -59,7 +59,7 @@ fn tokio_tasks_each_get_their_own_figures() {
 /// `cargo xtask` runs the arm64 guest with a host thread per vCPU, the
 /// x86-64 guests on one thread for all (see its `vm` module).
 #[cfg(target_arch = "aarch64")]
-const GUEST_CLOCKS: sched::SwitchClocks = sched::SwitchClocks::RUNNING;
+const GUEST_CLOCKS: sched::SwitchClocks = sched::SwitchClocks::EMULATED_RUNNING;
 #[cfg(not(target_arch = "aarch64"))]
 const GUEST_CLOCKS: sched::SwitchClocks = sched::SwitchClocks::TAKING_TURNS;
 
