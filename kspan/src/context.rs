@@ -108,7 +108,6 @@ const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, valid) == 24);
 const _: () = assert!(std::mem::offset_of!(ThreadContextRecord, attrs_data_size) == 26);
 
 mod arena;
-pub(crate) mod current_time;
 #[cfg(feature = "tracing")]
 mod layers;
 pub mod obi;
@@ -266,8 +265,22 @@ pub fn publish(span: &SpanContext) {
 fn publish_record(prepared: &ThreadContextRecord, attrs: &AttrBytes) {
     // `try_with`: during thread teardown the record may be gone already.
     let _ = RECORD.try_with(|r| r.publish(prepared, attrs));
-    current_time::switched(prepared.span_key());
+    if let Some(switched) = SWITCHED.get() {
+        switched(prepared.span_key());
+    }
     obi::published(prepared, attrs);
+}
+
+/// Told of every publication: the calling thread's current span is now
+/// the one given (its id as a number; 0 for none, or for a thread that
+/// suppresses telemetry). The scheduler's account hands its time base
+/// here ([`on_switch`]); this module knows nothing of it.
+static SWITCHED: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new();
+
+/// Hands `hook` every publication from now on, for the life of the
+/// process (a hook that is off costs it one load). The first hook stays.
+pub(crate) fn on_switch(hook: fn(u64)) {
+    let _ = SWITCHED.set(hook);
 }
 
 impl ThreadContextRecord {

@@ -29,6 +29,9 @@ pub enum Error {
     /// A BPF map operation failed (the ring buffer, the counters).
     #[error(transparent)]
     Map(#[from] MapError),
+    /// The scheduler's account could not be loaded or attached.
+    #[error(transparent)]
+    Account(#[from] crate::sched::AccountError),
     /// The tracer provider given to kspan does not take span ids from
     /// [`KernelSpanIds`](crate::KernelSpanIds), so kernel spans could not
     /// keep the ids their children name.

@@ -20,12 +20,13 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::attach::{AttachDecision, Links};
+use crate::attach::AttachDecision;
+use crate::bpf::links::Links;
 use crate::consume::Consumer;
 use crate::context::obi::ObiTracesWriter;
 use crate::error::{Error, Result};
 use crate::latency::Latency;
-use crate::sched::{CauseMechanism, SchedMechanism};
+use crate::sched::{AccountAttached, CauseMechanism, SchedMechanism};
 use crate::stats::{ProbeStats, Stats};
 
 mod builder;
@@ -68,11 +69,9 @@ pub struct Kspan {
     registrar: Option<Registrar>,
     /// Where contexts are read from when there is no registrar.
     context_reads: ThreadContextReads,
-    /// The scheduler's account, when on: its mechanism, and why BTF
-    /// tracepoints are not it.
-    scheduler: Option<(SchedMechanism, Option<String>)>,
-    /// With the account's causes on, how each is read.
-    causes: Vec<CauseMechanism>,
+    /// The scheduler's account, when on: its mechanism, why BTF
+    /// tracepoints are not it, and with its causes how each is read.
+    account: Option<AccountAttached>,
     /// What the set-up left out, said at start.
     setup: Vec<SetupGap>,
     /// Writes each thread's span to OBI's traces map, when asked to; its
@@ -112,7 +111,7 @@ impl Kspan {
     /// The scheduler's account's mechanism, when it is on
     /// ([`KspanBuilder::scheduler_account`]).
     pub fn scheduler_account(&self) -> Option<SchedMechanism> {
-        self.scheduler.as_ref().map(|(mechanism, _)| *mechanism)
+        self.account.as_ref().map(|account| account.mechanism)
     }
 
     /// With the account's causes on
@@ -121,13 +120,17 @@ impl Kspan {
     /// account's own plan, as [`Self::attach_plan`] is the probes'. Empty
     /// with the causes off.
     pub fn scheduler_causes(&self) -> &[CauseMechanism] {
-        &self.causes
+        self.account
+            .as_ref()
+            .map_or(&[], |account| account.causes.as_slice())
     }
 
     /// Why the scheduler's account does not use BTF tracepoints, when it
     /// is on and does not.
     pub fn scheduler_btf_passed_over(&self) -> Option<&str> {
-        self.scheduler.as_ref().and_then(|(_, why)| why.as_deref())
+        self.account
+            .as_ref()
+            .and_then(|account| account.btf_passed_over.as_deref())
     }
 
     /// What the set-up leaves out, and what each omission costs (said once,
@@ -194,8 +197,8 @@ impl Kspan {
             let _quiet = crate::context::suppress();
             lock(&self.links).detach_all();
         }
-        if self.scheduler.is_some() {
-            crate::context::current_time::stop();
+        if self.account.is_some() {
+            crate::sched::time::stop();
         }
         // The calls counted since the last collection, for the meter
         // provider's next export.
@@ -250,8 +253,8 @@ impl Drop for Kspan {
     fn drop(&mut self) {
         let _quiet = crate::context::suppress();
         lock(&self.links).detach_all();
-        if self.scheduler.is_some() {
-            crate::context::current_time::stop();
+        if self.account.is_some() {
+            crate::sched::time::stop();
         }
         // Dropped without `shutdown`: the last histogram counts still
         // reach the meter provider (again a no-op after `shutdown`).

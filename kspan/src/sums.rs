@@ -25,15 +25,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kspan_bpf::consts as c;
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
-use crate::bpf::counters::MappedCounters;
 use crate::bpf::span_table::SpanTable;
-use crate::sched::SchedTotals;
 use crate::span::SCOPE_NAME;
 
 /// The link between the runtime and [`KernelSumsProcessor`]: clone it into
@@ -42,8 +39,8 @@ use crate::span::SCOPE_NAME;
 #[derive(Clone, Default)]
 pub struct KernelSums {
     table: Arc<OnceLock<SumTable>>,
-    /// The scheduler's totals per application span (see [`crate::sched`]).
-    sched: Arc<OnceLock<SchedTable>>,
+    /// The scheduler's figures per application span.
+    sched: Arc<OnceLock<Box<dyn SpanEndFigures>>>,
     /// Whether a processor was made of it (else nothing takes the totals).
     processor_made: Arc<AtomicBool>,
 }
@@ -63,37 +60,13 @@ struct SumTable {
     probes: Vec<SummedProbe>,
 }
 
-/// The scheduler's totals, and each thread's open off-CPU interval.
-struct SchedTable {
-    table: SpanTable,
-    open: MappedCounters,
-    /// The account's causes are on: their attributes go on the spans.
-    causes: bool,
-}
-
-impl SchedTable {
-    /// An off-CPU interval of `span` on the calling thread whose switch-in
-    /// the kernel did not report (the thread runs, yet its interval is
-    /// open), claimed so that the kernel counts it in `Stats` only: the
-    /// time from its switch-out to now.
-    fn missed_here(&self, span: u64) -> Option<u64> {
-        const WORDS: usize = std::mem::size_of::<kspan_bpf::types::kspan_sched_open>() / 8;
-        let tid = u64::from(crate::context::current_tid());
-        let at = (tid as usize & (c::KSPAN_SCHED_OPEN_SLOTS as usize - 1)) * WORDS;
-        let out = self.open.word(at + 1);
-        if self.open.word(at) != tid
-            || self.open.word(at + 2) != span
-            || out == 0
-            || out & c::KSPAN_SCHED_OPEN_CLAIMED != 0
-        {
-            return None;
-        }
-        // Claimed only if it is still that interval (a switch-out since
-        // would have written another).
-        self.open
-            .compare_exchange(at + 1, out, out | c::KSPAN_SCHED_OPEN_CLAIMED)
-            .then(|| crate::context::current_time::monotonic_ns().saturating_sub(out))
-    }
+/// What another source puts on each application span as it ends: the
+/// scheduler account's figures, handed to
+/// [`KernelSums`] at start.
+pub(crate) trait SpanEndFigures: Send + Sync {
+    /// Adds `span`'s figures to `attributes`, taking them out of the
+    /// kernel.
+    fn take(&self, span: u64, attributes: &mut Vec<KeyValue>);
 }
 
 /// A probe with `sum`: its id and its attribute keys, made once.
@@ -145,22 +118,14 @@ impl KernelSums {
             .map_err(|_| "this KernelSums is connected to another kspan runtime already")
     }
 
-    /// Connects the handle to the scheduler's totals (at start; once).
+    /// Connects the handle to the scheduler's figures (at start; once).
     pub(crate) fn connect_scheduler(
         &self,
-        table: SpanTable,
-        open: MappedCounters,
-        causes: bool,
+        figures: Box<dyn SpanEndFigures>,
     ) -> Result<(), &'static str> {
-        self.sched
-            .set(SchedTable {
-                table,
-                open,
-                causes,
-            })
-            .map_err(|_| {
-                "this KernelSums is connected to another kspan runtime's scheduler account already"
-            })
+        self.sched.set(figures).map_err(|_| {
+            "this KernelSums is connected to another kspan runtime's scheduler account already"
+        })
     }
 
     /// Moves the kernel's totals for `span` onto it.
@@ -171,28 +136,7 @@ impl KernelSums {
         }
         let id = u64::from_be_bytes(span.span_context.span_id().to_bytes());
         if let Some(sched) = sched {
-            let current = crate::context::current_time::take(id);
-            let mut totals = sched
-                .table
-                .take(id, SCHED_TAG)
-                .map(|words| SchedTotals::from_words(&words));
-            if let Some(missed_ns) = sched.missed_here(id) {
-                let t = totals.get_or_insert_with(SchedTotals::default);
-                t.intervals_missed += 1;
-                t.missed_ns += missed_ns;
-            }
-            if current.ns > 0 || totals.is_some() {
-                let totals = totals.unwrap_or_default();
-                span.attributes
-                    .extend(totals.attributes(current.ns, sched.causes));
-                if sched.causes {
-                    span.attributes.extend(crate::sched::fault_attributes(
-                        current.minor_faults,
-                        current.major_faults,
-                        totals.fault_ns,
-                    ));
-                }
-            }
+            sched.take(id, &mut span.attributes);
         }
         let Some(table) = table else {
             return;
@@ -210,9 +154,6 @@ impl KernelSums {
         }
     }
 }
-
-/// The scheduler's tag in its table (`kspan_sched_sum_of`).
-const SCHED_TAG: u64 = 1;
 
 fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! What the attach of many functions carries from one to the next
-//! ([`Attacher`]): the maps and program templates the first load made, the
+//! ([`Attacher`]): the shared maps it is handed, the program templates
+//! the first load made, the
 //! kprobe programs shared by settings, the copies loaded ahead, the links
 //! so far; and the steps every hook's module takes through it: its
 //! programs ([`Attacher::programs`]: a copy of a program already loaded
@@ -20,11 +21,11 @@ use std::os::fd::OwnedFd;
 use kspan_bpf::types::kspan_config;
 
 use super::choice::{candidates, unusable};
-use super::links::{self, Links};
 use super::report::AttachError;
 use crate::annotation::{Attachment, Hook, Mechanism};
 use crate::bpf::config::RuntimeSettings;
 use crate::bpf::copies::{self, ProgramTemplate};
+use crate::bpf::links::{self, Links};
 use crate::bpf::maps::SharedMaps;
 use crate::bpf::object::{self, LoadRequest};
 use crate::bpf::program::Program;
@@ -46,8 +47,8 @@ pub(crate) struct Attacher<'a> {
     pub(super) runtime: &'a RuntimeSettings,
     pub(super) capabilities: &'a KernelCapabilities,
     pub(super) disabled: &'a [Mechanism],
-    /// Made by the first load.
-    pub(super) maps: Option<SharedMaps>,
+    /// The maps every program shares, made up front.
+    pub(super) maps: &'a SharedMaps,
     /// What copies are made from, by program.
     pub(super) templates: HashMap<Program, ProgramTemplate>,
     /// Kprobe programs serving many functions, by settings and program.
@@ -73,12 +74,13 @@ impl<'a> Attacher<'a> {
         runtime: &'a RuntimeSettings,
         capabilities: &'a KernelCapabilities,
         disabled: &'a [Mechanism],
+        maps: &'a SharedMaps,
     ) -> Self {
         Attacher {
             runtime,
             capabilities,
             disabled,
-            maps: None,
+            maps,
             templates: HashMap::new(),
             shared: HashMap::new(),
             prepared: HashMap::new(),
@@ -174,20 +176,12 @@ impl<'a> Attacher<'a> {
         }
         let wanted: Vec<Program> = std::iter::once(entry).chain(exit).collect();
         let mut loaded = object::load(&LoadRequest {
-            function: plan.function(),
-            hook,
+            attach_target: hook.is_trampoline().then(|| plan.function()),
             config,
             programs: &wanted,
-            shared: self.maps.as_ref(),
-            ring_buffer_bytes: self.runtime.ring_buffer_bytes,
-            entry_values: self.runtime.entry_values,
-            probes: self.runtime.probes,
-            sums: self.runtime.sums,
-            histograms: self.runtime.histograms,
-        })?;
-        if self.maps.is_none() {
-            self.maps = loaded.maps.take();
-        }
+            shared: self.maps,
+        })
+        .map_err(|f| LoadError::new(plan.function(), hook, f.source, f.verifier_log))?;
         for (program, template) in loaded.templates.drain(..) {
             self.templates.entry(program).or_insert(template);
         }

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::attacher::Attacher;
-use super::links::{Link, LinkKind};
 use super::report::{AttachDecision, AttachError, Batches};
 use crate::annotation::{Attachment, Hook, Mechanism};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
+use crate::bpf::links::{Link, LinkKind};
 use crate::bpf::program::Program;
 use crate::bpf::sys::{self, KprobeMultiKind};
 use crate::plan::ProbePlan;

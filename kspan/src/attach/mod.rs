@@ -7,28 +7,22 @@
 //! probe may use here and in what order ([`choice`]); what the attach of
 //! many functions carries from one to the next and the steps every hook
 //! shares ([`attacher`]); each hook's module ([`trampoline`], [`kprobe`],
-//! [`tracepoint`]), and the scheduler's account ([`scheduler`], its
-//! causes' programs in [`causes`]); the run
+//! [`tracepoint`]); the run
 //! over every plan that drives them ([`sequence`]). The links that hold
-//! programs attached are in [`links`]. The exit program is attached before
+//! programs attached are the core's ([`crate::bpf::links`]). The exit program is attached before
 //! the entry program, so that no entry is recorded whose exit is not
 //! watched; a function whose attach fails keeps nothing.
 
 mod attacher;
-mod causes;
 mod choice;
 mod kprobe;
-mod links;
 mod report;
-mod scheduler;
 mod sequence;
 mod tracepoint;
 mod trampoline;
 
 pub(crate) use attacher::Attacher;
-pub(crate) use causes::CauseChecks;
 pub(crate) use choice::{multi_links_take_all, registration_skips};
-pub(crate) use links::{Links, Programs};
+
 pub use report::{AttachDecision, AttachError};
-pub(crate) use scheduler::attach as attach_scheduler;
 pub(crate) use sequence::Attached;

@@ -11,22 +11,19 @@
 
 use super::attacher::Attacher;
 use super::choice::{candidates, kprobes_first, passed_over, preemptible_trampolines};
-use super::links::Links;
 use super::report::{AttachDecision, AttachError};
 use super::{kprobe, tracepoint, trampoline};
 use crate::annotation::{Attachment, Hook, Mechanism, Mode};
-use crate::bpf::maps::SharedMaps;
+use crate::bpf::links::Links;
 use crate::plan::{denylist, ProbePlan};
 
 /// What attaching leaves running.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Attached {
     /// How each probe was attached, in plan order.
     pub decisions: Vec<AttachDecision>,
     /// The links: dropping them detaches.
     pub links: Links,
-    /// The maps every program shares (ring buffer, counters, switch).
-    pub maps: SharedMaps,
     /// `(function, why)` for each match of a pattern found untraceable
     /// while attaching (the planner had no traceable list), not attached.
     pub skipped: Vec<(String, String)>,
@@ -103,16 +100,9 @@ impl Attacher<'_> {
             );
             decisions.push(decision);
         }
-        // The planner refuses an empty set, so the first attach made them.
-        let maps = self.maps.take().ok_or_else(|| AttachError::NoMechanism {
-            function: "(no function planned)".to_owned(),
-            tried: Vec::new(),
-            hint: String::new(),
-        })?;
         Ok(Attached {
             decisions,
             links: std::mem::take(&mut self.links),
-            maps,
             skipped,
         })
     }

@@ -5,10 +5,10 @@
 use std::os::fd::AsFd;
 
 use super::attacher::Attacher;
-use super::links::{Link, LinkKind};
 use super::report::AttachError;
 use crate::annotation::{Attachment, Hook};
 use crate::bpf::config::{probe_config, ProbeId};
+use crate::bpf::links::{Link, LinkKind};
 use crate::bpf::program::Program;
 use crate::bpf::sys;
 use crate::plan::ProbePlan;

@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use libbpf_rs::libbpf_sys;
 
 use super::attacher::{Attacher, Prepared};
-use super::links::{Link, LinkKind};
 use super::report::{AttachDecision, AttachError, Batches};
 use crate::annotation::{Attachment, Hook, Mechanism, Mode};
 use crate::bpf::config::{config_key, probe_config, ProbeId};
 use crate::bpf::copies;
+use crate::bpf::links::{Link, LinkKind};
 use crate::bpf::program::Program;
 use crate::bpf::sys;
 use crate::plan::{denylist, NotTraced, ProbePlan};

@@ -276,35 +276,6 @@ pub(crate) fn probe_config(
     }
 }
 
-/// The settings of the scheduler's account programs: this process's
-/// threads (whatever other processes the probes trace), the thread
-/// context, the ring buffer, and the shortest off-CPU interval that is a
-/// wait span (0: none is).
-pub(crate) fn sched_config(
-    runtime: &RuntimeSettings,
-    wait_min_ns: u64,
-    causes: bool,
-) -> kspan_config {
-    let context = &runtime.thread_context;
-    kspan_config {
-        target_tgid: std::process::id(),
-        probe_id: c::KSPAN_WAIT_PROBE_ID as u32,
-        mode: c::KSPAN_MODE_SYSCALL as u32,
-        record_size: std::mem::size_of::<kspan_bpf::types::kspan_wait_record>() as u32,
-        task_tp_offset: context.task_tp_offset,
-        ctx_tgid: context.tgid,
-        orphans: context.orphans,
-        keep_unsampled: u32::from(context.keep_unsampled),
-        ctx_parent: 1,
-        ctx_records: u32::from(context.registered_records),
-        ring_bytes: runtime.ring_buffer_bytes,
-        thread_ctx_offset: context.slot_offset,
-        wait_min_ns,
-        sched_causes: u32::from(causes),
-        ..kspan_config::default()
-    }
-}
-
 /// Whether a plain program serves `config`: one built without captures,
 /// refusals at exit, sums and histograms (`KSPAN_SETTING` in
 /// `kspan.bpf.c`), which reads each of those settings as 0. Every one of

@@ -175,7 +175,7 @@ fn kprobe_refusal_reason(errno: Option<i32>, hook: Hook, kernel_has_kprobes: boo
 /// A perf event (a kprobe's, a tracepoint's) refused with EACCES: the
 /// process may not open perf events (the privilege check at start names
 /// this first; this is for `auto`'s fallback to kprobes).
-fn perf_event_refused(what: &str) -> String {
+pub(crate) fn perf_event_refused(what: &str) -> String {
     format!(
         "the kernel refused to open the {what}'s perf event: this process may not open perf \
          events (they need CAP_PERFMON, and CAP_SYS_ADMIN where kernel.perf_event_paranoid is \

@@ -1,18 +1,193 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! The maps every loaded program shares ([`SharedMaps`]): made by the first
-//! load, reused by every later one, and read by user space: the kernel's
-//! counters, each probe's counters and histograms, the sums by application
-//! span, the switch that turns recording on and off.
+//! The maps every loaded program shares ([`SharedMaps`]): made once, up
+//! front, from a [`MapSpec`] the runtime's settings give
+//! ([`MapSpec::create`]), reused by every load, and read by user
+//! space: the kernel's counters, each probe's counters and histograms, the
+//! sums by application span, the switch that turns recording on and off,
+//! and the scheduler account's tables when it is on.
 
 use kspan_bpf::names;
-use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use std::mem::MaybeUninit;
 
+use libbpf_rs::skel::OpenSkel;
+use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject};
+
+use super::config::{HistogramSizes, RuntimeSettings};
 use super::context_records::ContextRecordMaps;
 use super::counters::MappedCounters;
 use super::error::MapError;
+use super::program::Program;
+use super::skeleton::{open_object, LoadFailure};
 use super::span_table::SpanTable;
 
-/// The maps every loaded program uses, made by the first object.
+/// What the shared maps are made for: their sizes, and which optional ones
+/// are made at all.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MapSpec {
+    /// Bytes of the ring buffer.
+    pub ring_buffer_bytes: u32,
+    /// Some probe reads captures at entry (else the map carrying them has
+    /// one entry).
+    pub entry_values: bool,
+    /// How many probes the runtime has: the per-probe maps get one slot
+    /// each.
+    pub probes: u32,
+    /// Some probe sums its calls onto application spans: the sums map gets
+    /// its full size.
+    pub sums: bool,
+    /// The histogram maps' sizes.
+    pub histograms: HistogramSizes,
+    /// The map of registered thread-context records (task-storage uptrs).
+    pub context_records: bool,
+    /// The scheduler account's tables.
+    pub account: bool,
+}
+
+impl MapSpec {
+    /// The maps `settings` need, with the account's when `account`.
+    pub(crate) fn of(settings: &RuntimeSettings, account: bool) -> Self {
+        MapSpec {
+            ring_buffer_bytes: settings.ring_buffer_bytes,
+            entry_values: settings.entry_values,
+            probes: settings.probes,
+            sums: settings.sums,
+            histograms: settings.histograms,
+            context_records: settings.thread_context.registered_records,
+            account,
+        }
+    }
+
+    /// Makes them ([`create_maps`]).
+    pub(crate) fn create(&self) -> Result<SharedMaps, MapError> {
+        create_maps(self).map_err(|failure| MapError {
+            map: "kspan's shared maps",
+            source: failure.source,
+        })
+    }
+}
+
+/// Makes the maps every program shares, sized by `spec`, by loading kspan's
+/// object with no program: every later load reuses them
+/// ([`super::object::LoadRequest::shared`]).
+fn create_maps(spec: &MapSpec) -> Result<SharedMaps, LoadFailure> {
+    let mut storage = MaybeUninit::<OpenObject>::uninit();
+    let mut open = open_object(&mut storage)?;
+    let maps = &mut open.maps;
+    maps.kspan_events.set_max_entries(spec.ring_buffer_bytes)?;
+    if !spec.entry_values {
+        maps.kspan_entry_caps.set_max_entries(1)?;
+    }
+    let probes = spec.probes.max(1);
+    let cpus = libbpf_rs::num_possible_cpus()? as u32;
+    maps.kspan_counters
+        .set_max_entries(cpus * kspan_bpf::consts::KSPAN_CTR_STRIDE as u32)?;
+    maps.kspan_probe_counters
+        .set_max_entries(cpus * super::config::probe_counters_stride(probes))?;
+    maps.kspan_rates.set_max_entries(probes)?;
+    if !spec.sums {
+        maps.kspan_sums.set_max_entries(1)?;
+    }
+    maps.kspan_hist
+        .set_max_entries(cpus * spec.histograms.rows())?;
+    maps.kspan_hist_errno
+        .set_max_entries(spec.histograms.errno_rows.max(1))?;
+    // On kernels without task-storage uptrs the map of registered records
+    // could not be made as declared: made only where asked for.
+    maps.kspan_ctx_records
+        .set_autocreate(spec.context_records)?;
+    maps.kspan_ctx_pending
+        .set_autocreate(spec.context_records)?;
+    // The account's maps: its programs alone use them.
+    for map in [
+        &mut maps.kspan_sched_tasks,
+        &mut maps.kspan_sched_spans,
+        &mut maps.kspan_sched_open,
+        &mut maps.kspan_block_requests,
+        &mut maps.kspan_block_done,
+    ] {
+        map.set_autocreate(spec.account)?;
+    }
+    for program in Program::ALL {
+        program.in_skeleton(&mut open.progs).set_autoload(false);
+    }
+    let loaded = open.load()?;
+    let handle = |map: &libbpf_rs::MapMut<'_>| MapHandle::try_from(map);
+    let maps = &loaded.maps;
+    let shared = SharedMaps {
+        events: handle(&maps.kspan_events)?,
+        stacks: handle(&maps.kspan_stacks)?,
+        counters: handle(&maps.kspan_counters)?,
+        counter_values: MappedCounters::new(
+            &handle(&maps.kspan_counters)?,
+            kspan_bpf::names::COUNTERS_MAP,
+        )
+        .map_err(|e| LoadFailure::new(e.source))?,
+        probe_counter_values: MappedCounters::new(
+            &handle(&maps.kspan_probe_counters)?,
+            kspan_bpf::names::PROBE_COUNTERS_MAP,
+        )
+        .map_err(|e| LoadFailure::new(e.source))?,
+        probe_counters_stride: super::config::probe_counters_stride(spec.probes),
+        hist_values: MappedCounters::new(&handle(&maps.kspan_hist)?, "kspan_hist")
+            .map_err(|e| LoadFailure::new(e.source))?,
+        hist_errno_values: MappedCounters::new(
+            &handle(&maps.kspan_hist_errno)?,
+            "kspan_hist_errno",
+        )
+        .map_err(|e| LoadFailure::new(e.source))?,
+        hist_rows: spec.histograms.rows(),
+        control: handle(&maps.kspan_control)?,
+        entry_values: handle(&maps.kspan_entry_caps)?,
+        zero: handle(&maps.kspan_zero)?,
+        probe_counters: handle(&maps.kspan_probe_counters)?,
+        rates: handle(&maps.kspan_rates)?,
+        sums: handle(&maps.kspan_sums)?,
+        hist: handle(&maps.kspan_hist)?,
+        hist_errno: handle(&maps.kspan_hist_errno)?,
+        id_state: handle(&maps.kspan_id_state)?,
+        ctx_records: if spec.context_records {
+            Some((
+                handle(&maps.kspan_ctx_records)?,
+                handle(&maps.kspan_ctx_pending)?,
+            ))
+        } else {
+            None
+        },
+        account: if spec.account {
+            Some(AccountMaps {
+                tasks: handle(&maps.kspan_sched_tasks)?,
+                spans: handle(&maps.kspan_sched_spans)?,
+                open: handle(&maps.kspan_sched_open)?,
+                block_requests: handle(&maps.kspan_block_requests)?,
+                block_done: handle(&maps.kspan_block_done)?,
+            })
+        } else {
+            None
+        },
+    };
+    seed_ids(&shared.id_state)?;
+    // In doubt until the runtime has registered the records made before
+    // it (see `ContextRecordMaps`).
+    if let Some((_, pending)) = &shared.ctx_records {
+        pending.update(&0u32.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)?;
+    }
+    Ok(shared)
+}
+
+/// The scheduler account's tables: made with the shared maps when the
+/// account is on, used by its programs alone.
+#[derive(Debug)]
+pub(crate) struct AccountMaps {
+    pub(super) tasks: MapHandle,
+    /// The totals per application span (`kspan_sched_spans`).
+    pub spans: MapHandle,
+    /// Each thread's open off-CPU interval (`kspan_sched_open`).
+    pub open: MapHandle,
+    pub(super) block_requests: MapHandle,
+    pub(super) block_done: MapHandle,
+}
+
+/// The maps every loaded program uses, made up front.
 #[derive(Debug)]
 pub(crate) struct SharedMaps {
     /// Finished spans.
@@ -41,12 +216,14 @@ pub(crate) struct SharedMaps {
     /// that every record is there, where the kernel has task-storage uptrs
     /// and the runtime asked for them.
     pub(super) ctx_records: Option<(MapHandle, MapHandle)>,
+    /// The scheduler account's tables, when it is on.
+    pub(super) account: Option<AccountMaps>,
 }
 
 /// Seeds every CPU's id state (`kspan_id_state`, SplitMix64 in
 /// `kspan_new_id`) with random bits: unseeded, every CPU would hand out the
 /// same ids.
-pub(super) fn seed_ids(map: &MapHandle) -> Result<(), libbpf_rs::Error> {
+fn seed_ids(map: &MapHandle) -> Result<(), libbpf_rs::Error> {
     let cpus = libbpf_rs::num_possible_cpus()?;
     let mut seeds = vec![0u8; cpus * 8];
     let mut filled = 0;
@@ -219,6 +396,17 @@ impl SharedMaps {
     }
 
     /// The maps of registered thread-context records, when the programs
+    /// The scheduler account's tables, when they were made.
+    pub(crate) fn account(&self) -> Option<&AccountMaps> {
+        self.account.as_ref()
+    }
+
+    /// Lets go of the map of registered records: programs loaded from now
+    /// on read thread contexts from user memory.
+    pub(crate) fn without_context_records(&mut self) {
+        self.ctx_records = None;
+    }
+
     /// have them.
     pub(crate) fn context_records(&self) -> Option<Result<ContextRecordMaps, MapError>> {
         let (records, pending) = self.ctx_records.as_ref()?;

@@ -3,8 +3,8 @@
 //! where each is in the object's skeleton.
 
 use kspan_bpf::types::kspan_config;
-use kspan_bpf::OpenKspanProgs;
-use libbpf_rs::OpenProgramMut;
+use kspan_bpf::{KspanSkel, OpenKspanProgs};
+use libbpf_rs::{OpenProgramMut, ProgramMut};
 
 use crate::annotation::Hook;
 
@@ -277,6 +277,50 @@ impl Program {
             Program::MemcgReclaimEnd => &mut progs.kspan_mm_vmscan_memcg_reclaim_end_tp,
             Program::CompactionBegin => &mut progs.kspan_mm_compaction_begin_tp,
             Program::CompactionEnd => &mut progs.kspan_mm_compaction_end_tp,
+        }
+    }
+
+    /// The program in a loaded skeleton.
+    pub(super) fn in_loaded<'a, 'obj>(self, skel: &'a KspanSkel<'obj>) -> &'a ProgramMut<'obj> {
+        let progs = &skel.progs;
+        match self {
+            Program::Fentry => &progs.kspan_fentry,
+            Program::Fexit => &progs.kspan_fexit,
+            Program::Kprobe => &progs.kspan_kprobe,
+            Program::Kretprobe => &progs.kspan_kretprobe,
+            Program::KprobeMulti => &progs.kspan_kprobe_multi,
+            Program::KretprobeMulti => &progs.kspan_kretprobe_multi,
+            Program::Fsession => &progs.kspan_fsession,
+            Program::FsessionMulti => &progs.kspan_fsession_multi,
+            Program::PlainFsessionMulti => &progs.kspan_plain_fsession_multi,
+            Program::KprobeSession => &progs.kspan_kprobe_session,
+            Program::SysEnter => &progs.kspan_sys_enter,
+            Program::SysExit => &progs.kspan_sys_exit,
+            Program::BtfSchedSwitch => &progs.kspan_tp_sched_switch,
+            Program::BtfSchedWaking => &progs.kspan_tp_sched_waking,
+            Program::SchedSwitch => &progs.kspan_sched_switch,
+            Program::SchedWaking => &progs.kspan_sched_waking_tp,
+            Program::BtfSchedWakeup => &progs.kspan_tp_sched_wakeup,
+            Program::SchedWakeup => &progs.kspan_sched_wakeup_tp,
+            Program::BtfLockBegin => &progs.kspan_tp_lock_begin,
+            Program::BtfLockEnd => &progs.kspan_tp_lock_end,
+            Program::LockBegin => &progs.kspan_lock_begin_tp,
+            Program::LockEnd => &progs.kspan_lock_end_tp,
+            Program::BtfBlockInsert => &progs.kspan_tp_block_insert,
+            Program::BtfBlockIssue => &progs.kspan_tp_block_issue,
+            Program::BtfBlockComplete => &progs.kspan_tp_block_complete,
+            Program::BtfDirectReclaimBegin => &progs.kspan_tp_mm_vmscan_direct_reclaim_begin,
+            Program::BtfDirectReclaimEnd => &progs.kspan_tp_mm_vmscan_direct_reclaim_end,
+            Program::BtfMemcgReclaimBegin => &progs.kspan_tp_mm_vmscan_memcg_reclaim_begin,
+            Program::BtfMemcgReclaimEnd => &progs.kspan_tp_mm_vmscan_memcg_reclaim_end,
+            Program::BtfCompactionBegin => &progs.kspan_tp_mm_compaction_begin,
+            Program::BtfCompactionEnd => &progs.kspan_tp_mm_compaction_end,
+            Program::DirectReclaimBegin => &progs.kspan_mm_vmscan_direct_reclaim_begin_tp,
+            Program::DirectReclaimEnd => &progs.kspan_mm_vmscan_direct_reclaim_end_tp,
+            Program::MemcgReclaimBegin => &progs.kspan_mm_vmscan_memcg_reclaim_begin_tp,
+            Program::MemcgReclaimEnd => &progs.kspan_mm_vmscan_memcg_reclaim_end_tp,
+            Program::CompactionBegin => &progs.kspan_mm_compaction_begin_tp,
+            Program::CompactionEnd => &progs.kspan_mm_compaction_end_tp,
         }
     }
 }

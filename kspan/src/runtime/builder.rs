@@ -20,7 +20,10 @@ use crate::span::SCOPE_NAME;
 use crate::sums::KernelSums;
 
 mod checks;
+mod kernel;
+mod load;
 mod orphans;
+mod record;
 mod start;
 
 /// Configures and starts kspan.

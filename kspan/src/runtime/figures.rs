@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::attach::Programs;
+use crate::bpf::links::Programs;
 use crate::bpf::maps::SharedMaps;
 use crate::error::Result;
 use crate::export::ExportLedger;

@@ -8,7 +8,8 @@ use opentelemetry_sdk::trace::SdkTracer;
 
 use crate::consume::parse_record;
 use crate::plan::ProbePlan;
-use crate::span::{is_wait, parse_wait, Outcome, SpanFactory, WaitSymbols};
+use crate::sched::{is_wait, WaitSpans};
+use crate::span::{Outcome, SpanFactory};
 
 use super::figures::Counters;
 
@@ -17,8 +18,8 @@ pub(super) struct Processor {
     pub(super) plans: Vec<ProbePlan>,
     pub(super) factory: SpanFactory<SdkTracer>,
     pub(super) stats: Arc<Counters>,
-    /// Kernel symbols for wait spans' stacks, read on first use.
-    pub(super) symbols: WaitSymbols,
+    /// The scheduler account's records: its wait spans.
+    pub(super) waits: WaitSpans,
 }
 
 impl Processor {
@@ -31,15 +32,11 @@ impl Processor {
             }
         };
         if is_wait(view.header.probe_id, view.header.flags) {
-            match parse_wait(bytes) {
-                Some(wait) => {
-                    let handed = self.factory.handed();
-                    self.factory.process_wait(&wait, &self.symbols);
-                    self.count_handed(handed);
-                }
-                None => {
-                    self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-                }
+            let handed = self.factory.handed();
+            if self.waits.process(&self.factory, bytes) {
+                self.count_handed(handed);
+            } else {
+                self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);
             }
             return;
         }

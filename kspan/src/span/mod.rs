@@ -9,12 +9,10 @@ mod clock;
 mod held;
 mod ids;
 mod panics;
-mod wait;
 
 pub use clock::ClockOffset;
 pub(crate) use ids::provider_has_kernel_ids;
 pub use ids::KernelSpanIds;
-pub(crate) use wait::{is_wait, parse_wait, WaitSymbols};
 
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
@@ -60,8 +58,6 @@ pub struct SpanFactory<T> {
     tracer: T,
     clock: ClockOffset,
     process_pid: bool,
-    /// The scheduler's account reads causes: wait spans say theirs.
-    sched_causes: bool,
     parents: RefCell<ParentContexts>,
     panics: RefCell<panics::HandlerPanics>,
     /// The next span's number, when spans are numbered for an export
@@ -135,7 +131,6 @@ impl<T: Tracer> SpanFactory<T> {
             tracer,
             clock,
             process_pid: false,
-            sched_causes: false,
             parents: RefCell::default(),
             panics: RefCell::default(),
             next_number: None,
@@ -214,14 +209,6 @@ impl<T: Tracer> SpanFactory<T> {
     /// told apart by the application's resource.
     pub fn with_process_pid(mut self, on: bool) -> Self {
         self.process_pid = on;
-        self
-    }
-
-    /// Whether the scheduler's account reads causes
-    /// ([`crate::SchedulerAccount::with_causes`]): its wait spans then say
-    /// the cause of each blocked and sleeping wait.
-    pub fn with_sched_causes(mut self, on: bool) -> Self {
-        self.sched_causes = on;
         self
     }
 
@@ -342,6 +329,38 @@ impl<T: Tracer> SpanFactory<T> {
             self.export_all(ready);
         }
         outcome
+    }
+
+    /// Exports a span the kernel recorded whole, with no probe and no
+    /// handler (a wait span of the scheduler's account): named `name`,
+    /// with `rec`'s ids and times, `attributes` and `links` (and the
+    /// process's pid where spans carry it).
+    pub(crate) fn export_recorded(
+        &self,
+        rec: &kspan_bpf::types::kspan_record,
+        name: &'static str,
+        mut attributes: Vec<KeyValue>,
+        links: Vec<opentelemetry::trace::Link>,
+    ) {
+        let end = rec.end_ns.max(rec.start_ns);
+        if self.process_pid {
+            attributes.push(KeyValue::new(keys::PROCESS_PID, i64::from(rec.pid)));
+        }
+        let mut builder = SpanBuilder::from_name(name);
+        builder.span_kind = Some(SpanKind::Internal);
+        builder.start_time = Some(self.clock.to_system_time(rec.start_ns));
+        builder.attributes = Some(attributes);
+        if !links.is_empty() {
+            builder.links = Some(links);
+        }
+        self.export(KernelSpan::new(KernelSpanParts {
+            builder,
+            trace_id: TraceId::from_bytes(rec.trace_id),
+            span_id: SpanId::from(rec.span_id),
+            parent_span_id: Some(SpanId::from(rec.parent_span_id)),
+            end_time: self.clock.to_system_time(end),
+            status: Status::Unset,
+        }));
     }
 
     /// Builds and ends `span` through the tracer with the kernel's ids

@@ -8,10 +8,10 @@
 //! with the account's (their ends first, so that nothing they keep misses
 //! its end).
 
+use super::{CauseMechanism, SchedMechanism, SchedulerAccount};
 use crate::bpf::program::Program;
 use crate::kernel::btf::Btf;
 use crate::kernel::tracefs;
-use crate::sched::{CauseMechanism, SchedMechanism, SchedulerAccount};
 
 /// What this kernel offers each cause that needs programs of its own, for
 /// each mechanism: BTF tracepoints by the kernel's BTF (`btf_trace_<event>`,

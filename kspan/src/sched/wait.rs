@@ -1,25 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! Wait spans of the scheduler's account (see [`crate::sched`]): a
+//! Wait spans of the scheduler's account ([`WaitSpans`]): a
 //! `struct kspan_wait_record` made into a child span of the application
 //! span the thread waited in, with its state, the run-queue part, the
-//! kernel stack and who woke it.
+//! kernel stack and who woke it, exported through the core's
+//! [`SpanFactory`] like any kernel span.
 
 use std::cell::OnceCell;
 
 use kspan_bpf::consts as c;
 use kspan_bpf::types::kspan_wait_record;
-use opentelemetry::trace::{
-    Link, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
-    Tracer,
-};
+use opentelemetry::trace::{Link, SpanContext, SpanId, TraceFlags, TraceId, TraceState, Tracer};
 use opentelemetry::KeyValue;
 
-use super::{keys, SpanFactory};
-use crate::annotation::{KernelSpan, KernelSpanParts};
+use super::keys::wait_attributes as attr;
+use crate::annotation::attributes as keys;
 use crate::kernel::ksyms::{in_interrupt, render_stack, KernelSymbolTable};
-use crate::sched::{
-    block_cause_name, lock_kind_name, sleep_cause_name, state_name, wait_attributes as attr,
-};
+use crate::span::SpanFactory;
 
 /// Frames of a wait span's stack kept in its attribute.
 const STACK_FRAMES_SHOWN: usize = 8;
@@ -30,7 +26,7 @@ pub(crate) fn is_wait(probe_id: u32, flags: u32) -> bool {
 }
 
 /// The wait record in `bytes`, if they hold one whole.
-pub(crate) fn parse_wait(bytes: &[u8]) -> Option<kspan_wait_record> {
+fn parse_wait(bytes: &[u8]) -> Option<kspan_wait_record> {
     if bytes.len() < std::mem::size_of::<kspan_wait_record>() {
         return None;
     }
@@ -141,19 +137,11 @@ fn waker_wait_link(w: &kspan_wait_record) -> Option<Link> {
     span_link(hop.trace_id, hop.span_id, "waker_wait", more)
 }
 
-/// The kernel's symbols, read on first use or up front ([`WaitSymbols::loaded`]).
+/// The kernel's symbols, read on first use or up front ([`WaitSpans::new`]).
 #[derive(Debug, Default)]
-pub(crate) struct WaitSymbols(OnceCell<KernelSymbolTable>);
+struct WaitSymbols(OnceCell<KernelSymbolTable>);
 
 impl WaitSymbols {
-    /// The symbols read now: a runtime with wait spans reads them before
-    /// its recording starts, not when the first wait of a request ends.
-    pub(crate) fn loaded() -> Self {
-        let symbols = Self::default();
-        symbols.table();
-        symbols
-    }
-
     fn table(&self) -> &KernelSymbolTable {
         self.0.get_or_init(|| {
             KernelSymbolTable::load().unwrap_or_else(|e| {
@@ -170,9 +158,45 @@ fn c_str(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-impl<T: Tracer> SpanFactory<T> {
+/// The account's half of turning records into spans: its wait records,
+/// and what making them needs (the kernel's symbols, whether the causes
+/// are read).
+#[derive(Debug, Default)]
+pub(crate) struct WaitSpans {
+    symbols: WaitSymbols,
+    /// The causes are read: blocked and sleeping waits say theirs.
+    causes: bool,
+}
+
+impl WaitSpans {
+    /// For `account`: with wait spans, the kernel's symbols are read now,
+    /// before recording starts, not when the first wait of a request ends.
+    pub(crate) fn new(account: &super::SchedulerAccount) -> Self {
+        let spans = WaitSpans {
+            symbols: WaitSymbols::default(),
+            causes: account.causes(),
+        };
+        if account.wait_min_ns() > 0 {
+            spans.symbols.table();
+        }
+        spans
+    }
+
+    /// Makes the wait record in `bytes` a span under its application span
+    /// through `factory`; `false` when they hold no whole wait record.
+    pub(crate) fn process<T: Tracer>(&self, factory: &SpanFactory<T>, bytes: &[u8]) -> bool {
+        match parse_wait(bytes) {
+            Some(wait) => {
+                self.process_wait(factory, &wait);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Makes wait record `w` a span under its application span.
-    pub(crate) fn process_wait(&self, w: &kspan_wait_record, symbols: &WaitSymbols) {
+    fn process_wait<T: Tracer>(&self, factory: &SpanFactory<T>, w: &kspan_wait_record) {
+        let symbols = &self.symbols;
         let rec = &w.rec;
         let end = rec.end_ns.max(rec.start_ns);
         let run_from = w.wake_ns.clamp(rec.start_ns, end);
@@ -182,7 +206,7 @@ impl<T: Tracer> SpanFactory<T> {
             KeyValue::new(attr::RUN_QUEUE_NS, (end - run_from) as i64),
             KeyValue::new(keys::TID, i64::from(rec.tid)),
         ];
-        let causes = self.sched_causes;
+        let causes = self.causes;
         let mut links = Vec::new();
         match u64::from(w.state) {
             c::KSPAN_SCHED_BLOCKED if causes => {
@@ -212,7 +236,7 @@ impl<T: Tracer> SpanFactory<T> {
             attributes.push(KeyValue::new(attr::STACK, stack));
         }
         if u64::from(w.state) == c::KSPAN_SCHED_LOCK {
-            self.export_wait(w, attributes, links);
+            factory.export_recorded(&w.rec, span_name(w.state), attributes, links);
             return;
         }
         let waker_frames = &w.waker_frames[..(w.waker_nframes as usize).min(w.waker_frames.len())];
@@ -243,30 +267,53 @@ impl<T: Tracer> SpanFactory<T> {
             }
             _ => attributes.push(KeyValue::new(attr::WAKER_KIND, "none")),
         }
-        self.export_wait(w, attributes, links);
+        factory.export_recorded(&w.rec, span_name(w.state), attributes, links);
     }
+}
 
-    /// Exports wait record `w` as a span with `attributes` and `links`.
-    fn export_wait(&self, w: &kspan_wait_record, mut attributes: Vec<KeyValue>, links: Vec<Link>) {
-        let rec = &w.rec;
-        let end = rec.end_ns.max(rec.start_ns);
-        if self.process_pid {
-            attributes.push(KeyValue::new(keys::PROCESS_PID, i64::from(rec.pid)));
-        }
-        let mut builder = SpanBuilder::from_name(span_name(w.state));
-        builder.span_kind = Some(SpanKind::Internal);
-        builder.start_time = Some(self.clock.to_system_time(rec.start_ns));
-        builder.attributes = Some(attributes);
-        if !links.is_empty() {
-            builder.links = Some(links);
-        }
-        self.export(KernelSpan::new(KernelSpanParts {
-            builder,
-            trace_id: TraceId::from_bytes(rec.trace_id),
-            span_id: SpanId::from(rec.span_id),
-            parent_span_id: Some(SpanId::from(rec.parent_span_id)),
-            end_time: self.clock.to_system_time(end),
-            status: Status::Unset,
-        }));
+/// The name of a blocked wait's cause (`enum kspan_block_cause`).
+pub(crate) fn block_cause_name(cause: u32) -> &'static str {
+    use kspan_bpf::consts as c;
+    match u64::from(cause) {
+        c::KSPAN_BLOCK_IO => "io",
+        c::KSPAN_BLOCK_MEMORY => "memory",
+        c::KSPAN_BLOCK_LOCK => "lock",
+        _ => "unattributed",
+    }
+}
+
+/// The name of a sleeping wait's cause (`enum kspan_sleep_cause`).
+pub(crate) fn sleep_cause_name(cause: u32) -> &'static str {
+    use kspan_bpf::consts as c;
+    match u64::from(cause) {
+        c::KSPAN_SLEEP_LOCK => "lock",
+        c::KSPAN_SLEEP_FUTEX => "futex",
+        c::KSPAN_SLEEP_POLL => "poll",
+        c::KSPAN_SLEEP_TIMER => "timer",
+        c::KSPAN_SLEEP_RECEIVE => "receive",
+        _ => "unattributed",
+    }
+}
+
+/// The name of a kernel lock's kind (`enum kspan_lock_kind`).
+pub(crate) fn lock_kind_name(kind: u32) -> &'static str {
+    use kspan_bpf::consts as c;
+    match u64::from(kind) {
+        c::KSPAN_LOCK_MUTEX => "mutex",
+        c::KSPAN_LOCK_RWSEM => "rwsem",
+        c::KSPAN_LOCK_SPIN => "spin",
+        _ => "other",
+    }
+}
+
+/// The name of a wait state (`enum kspan_sched_state`).
+pub(crate) fn state_name(state: u32) -> &'static str {
+    use kspan_bpf::consts as c;
+    match u64::from(state) {
+        c::KSPAN_SCHED_PREEMPTED => "preempted",
+        c::KSPAN_SCHED_SLEEPING => "sleeping",
+        c::KSPAN_SCHED_BLOCKED => "blocked",
+        c::KSPAN_SCHED_LOCK => "lock",
+        _ => "other",
     }
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! How long each application span has been a thread's current context:
-//! the scheduler's account's time base (see [`crate::sched`]).
+//! the scheduler's account's time base.
 //!
 //! The kernel measures what a span's threads spent off CPU, since a
 //! thread's current span cannot change while it is off CPU; it cannot see
@@ -136,8 +136,10 @@ pub(crate) fn monotonic_ns() -> u64 {
 }
 
 /// Starts timing publications (a runtime with the account starts), and
-/// with `faults` counting page faults.
+/// with `faults` counting page faults: the thread context hands each
+/// publication to [`switched`].
 pub(crate) fn start(faults: bool) {
+    crate::context::on_switch(switched);
     FAULTS.store(faults, Ordering::Relaxed);
     ON.store(true, Ordering::Relaxed);
 }
@@ -150,8 +152,7 @@ pub(crate) fn stop() {
 
 /// The calling thread's current span is now `span` (its id as a number;
 /// 0 for none, or for a thread that suppresses telemetry).
-#[inline]
-pub(super) fn switched(span: u64) {
+fn switched(span: u64) {
     if !ON.load(Ordering::Relaxed) {
         return;
     }
@@ -217,8 +218,26 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         switched(0);
         switched(span);
-        // Faults of its own: fresh pages touched while it is current.
-        let pages = vec![1u8; 64 << 12];
+        // Faults of its own: fresh pages touched while it is current,
+        // mapped here (the heap may hand back pages faulted in before).
+        let len = 64 << 12;
+        // SAFETY: a new private anonymous mapping, unmapped below; no
+        // memory of the process is touched.
+        let pages = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(pages, libc::MAP_FAILED);
+        for page in (0..len).step_by(4096) {
+            // SAFETY: inside the mapping just made, writable.
+            unsafe { pages.cast::<u8>().add(page).write_volatile(1) };
+        }
         std::thread::sleep(std::time::Duration::from_millis(10));
         // Ended while current: the open interval counts.
         let total = take(span);
@@ -227,7 +246,8 @@ mod tests {
             "total {total:?}"
         );
         assert!(total.minor_faults >= 1, "{total:?}");
-        drop(pages);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(pages, len) };
         // Leaving it afterwards adds nothing, and creates no entry.
         switched(0);
         assert!(!shard(span).totals.contains_key(&span));

@@ -1,0 +1,445 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! What the kernel summed for one application span, read through the
+//! generated `struct kspan_sched_sum`, and the attributes it makes.
+
+use kspan_bpf::consts as c;
+use kspan_bpf::types::kspan_sched_sum;
+use opentelemetry::KeyValue;
+
+use super::keys::{attributes, cause_attributes};
+use crate::bpf::counters::MappedCounters;
+use crate::bpf::maps::AccountMaps;
+use crate::bpf::span_table::SpanTable;
+use crate::bpf::MapError;
+use crate::sums::SpanEndFigures;
+
+/// What the kernel summed for one application span (`struct kspan_sched_sum`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SchedTotals {
+    /// Runnable, waiting for a CPU.
+    pub run_queue_ns: u64,
+    /// Off CPU, sleeping (`S`).
+    pub sleeping_ns: u64,
+    /// Off CPU, blocked (`D`).
+    pub blocked_ns: u64,
+    /// Off CPU otherwise.
+    pub other_ns: u64,
+    /// Voluntary context switches.
+    pub voluntary: u64,
+    /// Involuntary context switches.
+    pub involuntary: u64,
+    /// Off-CPU intervals at least the wait-span threshold long.
+    pub waits: u64,
+    /// Off-CPU intervals whose switch-in was not seen
+    /// ([`attributes::INTERVALS_MISSED`]).
+    pub intervals_missed: u64,
+    /// The most the figures can be off by for those
+    /// ([`attributes::MISSED_NS`]).
+    pub missed_ns: u64,
+    /// Of `blocked_ns`, waiting on I/O ([`cause_attributes::BLOCKED_IO_NS`]).
+    pub blocked_io_ns: u64,
+    /// Of `blocked_ns`, stalled on memory
+    /// ([`cause_attributes::BLOCKED_MEMORY_NS`]).
+    pub blocked_memory_ns: u64,
+    /// Of `blocked_ns`, in a kernel lock's contention.
+    pub blocked_lock_ns: u64,
+    /// Of `sleeping_ns`, by cause: kernel locks, futexes, polling,
+    /// timers, receiving ([`cause_attributes::SLEEPING_LOCK_NS`] and those
+    /// after it).
+    pub sleeping_lock_ns: u64,
+    /// See `sleeping_lock_ns`.
+    pub sleeping_futex_ns: u64,
+    /// See `sleeping_lock_ns`.
+    pub sleeping_poll_ns: u64,
+    /// See `sleeping_lock_ns`.
+    pub sleeping_timer_ns: u64,
+    /// See `sleeping_lock_ns`.
+    pub sleeping_receive_ns: u64,
+    /// Kernel lock contention time by kind: mutex, rwsem, spin, other.
+    pub lock_ns: [u64; 4],
+    /// Kernel lock contentions by kind, as `lock_ns`.
+    pub locks: [u64; 4],
+    /// Block requests issued under the span, by device: the devices (the
+    /// kernel's `dev_t`, 0 for none), the first two the span used; then
+    /// per row (those two, and the rest together) the requests completed,
+    /// their bytes, time queued and time on the device.
+    pub block_devices: [u64; 2],
+    /// See `block_devices`.
+    pub block_requests: [u64; 3],
+    /// See `block_devices`.
+    pub block_bytes: [u64; 3],
+    /// See `block_devices`.
+    pub block_queue_ns: [u64; 3],
+    /// See `block_devices`.
+    pub block_device_ns: [u64; 3],
+    /// Off CPU inside page faults taken in user space
+    /// ([`cause_attributes::FAULT_WAIT_NS`]).
+    pub fault_ns: u64,
+    /// Memory stalls the span's threads spent in themselves: reclaim, then
+    /// compaction ([`cause_attributes::MEMORY_RECLAIM_NS`]), time and count.
+    pub memory_ns: [u64; 2],
+    /// See `memory_ns`.
+    pub memory_stalls: [u64; 2],
+}
+
+impl SchedTotals {
+    /// From the kernel's words: the table's value (`struct kspan_sched_sum`),
+    /// read as the generated type, short words as 0.
+    pub(crate) fn from_words(words: &[u64]) -> Self {
+        let mut sum = kspan_sched_sum::default();
+        let n = words.len().min(std::mem::size_of::<kspan_sched_sum>() / 8);
+        // SAFETY: the generated type is `repr(C)` and made of u64s and
+        // arrays of u64 only (every bit pattern valid, no padding); at most
+        // its size in whole words is copied into it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                words.as_ptr(),
+                std::ptr::addr_of_mut!(sum).cast::<u64>(),
+                n,
+            );
+        }
+        Self::from_kernel(&sum)
+    }
+
+    /// The kernel's totals, field by field.
+    fn from_kernel(k: &kspan_sched_sum) -> Self {
+        SchedTotals {
+            run_queue_ns: k.run_queue_ns,
+            sleeping_ns: k.sleeping_ns,
+            blocked_ns: k.blocked_ns,
+            other_ns: k.other_ns,
+            voluntary: k.voluntary,
+            involuntary: k.involuntary,
+            waits: k.waits,
+            intervals_missed: k.intervals_missed,
+            missed_ns: k.missed_ns,
+            blocked_io_ns: k.blocked_io_ns,
+            blocked_memory_ns: k.blocked_memory_ns,
+            blocked_lock_ns: k.blocked_lock_ns,
+            sleeping_lock_ns: k.sleeping_lock_ns,
+            sleeping_futex_ns: k.sleeping_futex_ns,
+            sleeping_poll_ns: k.sleeping_poll_ns,
+            sleeping_timer_ns: k.sleeping_timer_ns,
+            sleeping_receive_ns: k.sleeping_receive_ns,
+            lock_ns: k.lock_ns,
+            locks: k.locks,
+            block_devices: k.block_dev,
+            block_requests: k.block_requests,
+            block_bytes: k.block_bytes,
+            block_queue_ns: k.block_queue_ns,
+            block_device_ns: k.block_device_ns,
+            fault_ns: k.fault_ns,
+            memory_ns: k.memory_ns,
+            memory_stalls: k.memory_stalls,
+        }
+    }
+
+    /// Off CPU in total, run queue included.
+    pub(crate) fn off_cpu_ns(&self) -> u64 {
+        self.run_queue_ns + self.sleeping_ns + self.blocked_ns + self.other_ns
+    }
+
+    /// The span's attributes, given how long it was current (`current_ns`):
+    /// on a CPU is that less the time off CPU (never below 0: the two
+    /// clocks are read a few hundred ns apart at each switch), and, when
+    /// intervals were missed, how many and by how much the figures may be
+    /// off; with `causes`, the splits by cause ([`cause_attributes`]).
+    pub(crate) fn attributes(&self, current_ns: u64, causes: bool) -> Vec<KeyValue> {
+        let current = current_ns.max(self.off_cpu_ns());
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let mut attrs = vec![
+            KeyValue::new(attributes::ON_CPU_NS, n(current - self.off_cpu_ns())),
+            KeyValue::new(attributes::RUN_QUEUE_NS, n(self.run_queue_ns)),
+            KeyValue::new(attributes::BLOCKED_NS, n(self.blocked_ns)),
+            KeyValue::new(attributes::SLEEPING_NS, n(self.sleeping_ns)),
+            KeyValue::new(attributes::OTHER_OFF_CPU_NS, n(self.other_ns)),
+            KeyValue::new(attributes::CURRENT_NS, n(current)),
+            KeyValue::new(attributes::VOLUNTARY_SWITCHES, n(self.voluntary)),
+            KeyValue::new(attributes::INVOLUNTARY_SWITCHES, n(self.involuntary)),
+            KeyValue::new(attributes::WAITS, n(self.waits)),
+        ];
+        if self.intervals_missed > 0 {
+            attrs.push(KeyValue::new(
+                attributes::INTERVALS_MISSED,
+                n(self.intervals_missed),
+            ));
+            attrs.push(KeyValue::new(attributes::MISSED_NS, n(self.missed_ns)));
+        }
+        if causes {
+            attrs.extend(self.cause_attributes());
+        }
+        attrs
+    }
+
+    /// The splits by cause, each with its remainder.
+    fn cause_attributes(&self) -> Vec<KeyValue> {
+        use cause_attributes as a;
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let blocked_parts = self.blocked_io_ns + self.blocked_memory_ns + self.blocked_lock_ns;
+        let sleeping_parts = self.sleeping_lock_ns
+            + self.sleeping_futex_ns
+            + self.sleeping_poll_ns
+            + self.sleeping_timer_ns
+            + self.sleeping_receive_ns;
+        let mut attrs = vec![
+            KeyValue::new(a::BLOCKED_IO_NS, n(self.blocked_io_ns)),
+            KeyValue::new(a::BLOCKED_MEMORY_NS, n(self.blocked_memory_ns)),
+            KeyValue::new(a::BLOCKED_LOCK_NS, n(self.blocked_lock_ns)),
+            KeyValue::new(
+                a::BLOCKED_UNATTRIBUTED_NS,
+                n(self.blocked_ns.saturating_sub(blocked_parts)),
+            ),
+            KeyValue::new(a::SLEEPING_LOCK_NS, n(self.sleeping_lock_ns)),
+            KeyValue::new(a::SLEEPING_FUTEX_NS, n(self.sleeping_futex_ns)),
+            KeyValue::new(a::SLEEPING_POLL_NS, n(self.sleeping_poll_ns)),
+            KeyValue::new(a::SLEEPING_TIMER_NS, n(self.sleeping_timer_ns)),
+            KeyValue::new(a::SLEEPING_RECEIVE_NS, n(self.sleeping_receive_ns)),
+            KeyValue::new(
+                a::SLEEPING_UNATTRIBUTED_NS,
+                n(self.sleeping_ns.saturating_sub(sleeping_parts)),
+            ),
+        ];
+        let kinds = [
+            (a::LOCK_MUTEX_NS, a::LOCK_MUTEX_COUNT),
+            (a::LOCK_RWSEM_NS, a::LOCK_RWSEM_COUNT),
+            (a::LOCK_SPIN_NS, a::LOCK_SPIN_COUNT),
+            (a::LOCK_OTHER_NS, a::LOCK_OTHER_COUNT),
+        ];
+        for (i, (ns, count)) in kinds.into_iter().enumerate() {
+            attrs.push(KeyValue::new(ns, n(self.lock_ns[i])));
+            attrs.push(KeyValue::new(count, n(self.locks[i])));
+        }
+        attrs.extend([
+            KeyValue::new(a::MEMORY_RECLAIM_NS, n(self.memory_ns[0])),
+            KeyValue::new(a::MEMORY_RECLAIMS, n(self.memory_stalls[0])),
+            KeyValue::new(a::MEMORY_COMPACTION_NS, n(self.memory_ns[1])),
+            KeyValue::new(a::MEMORY_COMPACTIONS, n(self.memory_stalls[1])),
+        ]);
+        let total = |rows: &[u64; 3]| n(rows.iter().sum());
+        attrs.extend([
+            KeyValue::new(a::BLOCK_REQUESTS, total(&self.block_requests)),
+            KeyValue::new(a::BLOCK_BYTES, total(&self.block_bytes)),
+            KeyValue::new(a::BLOCK_QUEUE_NS, total(&self.block_queue_ns)),
+            KeyValue::new(a::BLOCK_DEVICE_NS, total(&self.block_device_ns)),
+        ]);
+        let rows: Vec<String> = (0..3)
+            .filter(|&row| self.block_requests[row] > 0)
+            .map(|row| {
+                let device = match self.block_devices.get(row) {
+                    Some(&dev) => crate::kernel::block::device_name(dev),
+                    None => "other devices".to_owned(),
+                };
+                format!(
+                    "{device}: {} requests, {} bytes, queued {} ns, on the device {} ns",
+                    self.block_requests[row],
+                    self.block_bytes[row],
+                    self.block_queue_ns[row],
+                    self.block_device_ns[row]
+                )
+            })
+            .collect();
+        if !rows.is_empty() {
+            let rows: Vec<opentelemetry::StringValue> = rows.into_iter().map(Into::into).collect();
+            attrs.push(KeyValue::new(
+                a::BLOCK_BY_DEVICE,
+                opentelemetry::Value::Array(rows.into()),
+            ));
+        }
+        attrs
+    }
+}
+
+/// The account's figures of each application span as it ends: the
+/// kernel's totals (its table by span id), the time the span was current
+/// ([`super::time`]), an interval the kernel has not closed yet, and with
+/// the causes the page faults. Handed to [`KernelSums`](crate::KernelSums)
+/// at start.
+pub(crate) struct SpanFigures {
+    table: SpanTable,
+    /// Each thread's open off-CPU interval (`kspan_sched_open`).
+    open: MappedCounters,
+    /// The causes are read: their attributes go on the spans.
+    causes: bool,
+}
+
+impl SpanFigures {
+    /// Over the account's tables in `maps`.
+    pub(crate) fn new(maps: &AccountMaps, causes: bool) -> Result<Self, MapError> {
+        Ok(SpanFigures {
+            table: SpanTable::new(&maps.spans, kspan_bpf::names::SCHED_SPANS_MAP)?,
+            open: MappedCounters::new(&maps.open, kspan_bpf::names::SCHED_OPEN_MAP)?,
+            causes,
+        })
+    }
+
+    /// An off-CPU interval of `span` on the calling thread whose switch-in
+    /// the kernel did not report (the thread runs, yet its interval is
+    /// open), claimed so that the kernel counts it in `Stats` only: the
+    /// time from its switch-out to now.
+    fn missed_here(&self, span: u64) -> Option<u64> {
+        const WORDS: usize = std::mem::size_of::<kspan_bpf::types::kspan_sched_open>() / 8;
+        let tid = u64::from(crate::context::current_tid());
+        let at = (tid as usize & (c::KSPAN_SCHED_OPEN_SLOTS as usize - 1)) * WORDS;
+        let out = self.open.word(at + 1);
+        if self.open.word(at) != tid
+            || self.open.word(at + 2) != span
+            || out == 0
+            || out & c::KSPAN_SCHED_OPEN_CLAIMED != 0
+        {
+            return None;
+        }
+        // Claimed only if it is still that interval (a switch-out since
+        // would have written another).
+        self.open
+            .compare_exchange(at + 1, out, out | c::KSPAN_SCHED_OPEN_CLAIMED)
+            .then(|| super::time::monotonic_ns().saturating_sub(out))
+    }
+}
+
+/// The account's tag in its table (`kspan_sched_sum_of`).
+const SCHED_TAG: u64 = 1;
+
+impl SpanEndFigures for SpanFigures {
+    fn take(&self, span: u64, attributes: &mut Vec<KeyValue>) {
+        let current = super::time::take(span);
+        let mut totals = self
+            .table
+            .take(span, SCHED_TAG)
+            .map(|words| SchedTotals::from_words(&words));
+        if let Some(missed_ns) = self.missed_here(span) {
+            let t = totals.get_or_insert_with(SchedTotals::default);
+            t.intervals_missed += 1;
+            t.missed_ns += missed_ns;
+        }
+        if current.ns == 0 && totals.is_none() {
+            return;
+        }
+        let totals = totals.unwrap_or_default();
+        attributes.extend(totals.attributes(current.ns, self.causes));
+        if self.causes {
+            attributes.extend(fault_attributes(
+                current.minor_faults,
+                current.major_faults,
+                totals.fault_ns,
+            ));
+        }
+    }
+}
+
+/// The page fault attributes of a span: the kernel's counts of its time
+/// current, and its time off CPU in faults.
+fn fault_attributes(minor: u64, major: u64, wait_ns: u64) -> [KeyValue; 3] {
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    [
+        KeyValue::new(cause_attributes::FAULTS_MINOR, n(minor)),
+        KeyValue::new(cause_attributes::FAULTS_MAJOR, n(major)),
+        KeyValue::new(cause_attributes::FAULT_WAIT_NS, n(wait_ns)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_cpu_is_the_current_time_less_the_off_cpu_time() {
+        let totals = SchedTotals {
+            run_queue_ns: 5,
+            sleeping_ns: 50,
+            blocked_ns: 20,
+            other_ns: 0,
+            voluntary: 3,
+            involuntary: 1,
+            waits: 2,
+            blocked_io_ns: 12,
+            blocked_memory_ns: 3,
+            blocked_lock_ns: 1,
+            sleeping_futex_ns: 30,
+            sleeping_timer_ns: 15,
+            lock_ns: [7, 0, 0, 0],
+            locks: [1, 2, 0, 0],
+            ..SchedTotals::default()
+        };
+        let attrs = totals.attributes(100, true);
+        let value = |attrs: &[KeyValue], key: &str| {
+            attrs
+                .iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| kv.value.clone())
+        };
+        let int = |v: i64| Some(opentelemetry::Value::I64(v));
+        assert_eq!(value(&attrs, attributes::ON_CPU_NS), int(25));
+        assert_eq!(value(&attrs, attributes::CURRENT_NS), int(100));
+        // Blocked and sleeping by cause: the rest of each unattributed.
+        assert_eq!(value(&attrs, cause_attributes::BLOCKED_IO_NS), int(12));
+        assert_eq!(value(&attrs, cause_attributes::BLOCKED_MEMORY_NS), int(3));
+        assert_eq!(value(&attrs, cause_attributes::BLOCKED_LOCK_NS), int(1));
+        assert_eq!(
+            value(&attrs, cause_attributes::BLOCKED_UNATTRIBUTED_NS),
+            int(4)
+        );
+        assert_eq!(value(&attrs, cause_attributes::SLEEPING_FUTEX_NS), int(30));
+        assert_eq!(value(&attrs, cause_attributes::SLEEPING_TIMER_NS), int(15));
+        assert_eq!(
+            value(&attrs, cause_attributes::SLEEPING_UNATTRIBUTED_NS),
+            int(5)
+        );
+        assert_eq!(value(&attrs, cause_attributes::LOCK_MUTEX_NS), int(7));
+        assert_eq!(value(&attrs, cause_attributes::LOCK_RWSEM_COUNT), int(2));
+        // A current time below the off-CPU time (clock skew) is raised to it.
+        assert_eq!(
+            value(&totals.attributes(60, true), attributes::ON_CPU_NS),
+            int(0)
+        );
+        // No interval missed: no word of it; the causes off: none of them.
+        // No block request: no line by device.
+        assert_eq!(attrs.len(), 9 + 10 + 8 + 4 + 4);
+        assert_eq!(totals.attributes(100, false).len(), 9);
+        let missed = SchedTotals {
+            intervals_missed: 1,
+            missed_ns: 30,
+            ..totals
+        };
+        let attrs = missed.attributes(100, false);
+        let get = |k: &str| {
+            attrs
+                .iter()
+                .find(|kv| kv.key.as_str() == k)
+                .map(|kv| kv.value.clone())
+        };
+        assert_eq!(
+            get(attributes::INTERVALS_MISSED),
+            Some(opentelemetry::Value::I64(1))
+        );
+        assert_eq!(
+            get(attributes::MISSED_NS),
+            Some(opentelemetry::Value::I64(30))
+        );
+    }
+
+    #[test]
+    fn totals_read_the_kernel_layout() {
+        let words: Vec<u64> = (1u64..=44).collect();
+        let t = SchedTotals::from_words(&words);
+        assert_eq!((t.run_queue_ns, t.waits), (1, 7));
+        assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));
+        assert_eq!((t.blocked_io_ns, t.blocked_memory_ns), (10, 11));
+        assert_eq!((t.blocked_lock_ns, t.sleeping_lock_ns), (12, 13));
+        assert_eq!((t.sleeping_futex_ns, t.sleeping_receive_ns), (14, 17));
+        assert_eq!((t.lock_ns, t.locks), ([18, 19, 20, 21], [22, 23, 24, 25]));
+        assert_eq!(t.block_devices, [26, 27]);
+        assert_eq!(
+            (t.block_requests, t.block_device_ns),
+            ([28, 29, 30], [37, 38, 39])
+        );
+        assert_eq!(
+            std::mem::size_of::<kspan_bpf::types::kspan_sched_sum>(),
+            words.len() * 8
+        );
+        // The slot: the span id and the tag, then the totals.
+        assert_eq!(
+            std::mem::size_of::<kspan_bpf::types::kspan_sched_slot>(),
+            16 + words.len() * 8
+        );
+    }
+}
