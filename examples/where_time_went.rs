@@ -57,13 +57,12 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kspan::sched::{attributes as a, wait_attributes as w};
+use kspan_examples::noting::{NoteSpans, Noting};
 use kspan_examples::{gettid, init_telemetry_with, otlp_exporter, BoxError};
 use opentelemetry::trace::{SpanId, SpanKind, TraceContextExt as _, Tracer as _};
 use opentelemetry::trace::{Status, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracer, SpanData, SpanExporter};
-use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{SdkTracer, SpanData};
 
 const USAGE: &str = "usage: where_time_went REQUESTS DIR [--busy MS] [--sleep MS] [--hold MS]";
 
@@ -163,7 +162,7 @@ async fn run() -> Result<(), BoxError> {
         kspan::Pipeline::new(),
         Noting {
             inner: otlp_exporter()?,
-            figures: figures.clone(),
+            notes: figures.clone(),
         },
     )?;
     let kspan = kspan::Kspan::builder(&telemetry.provider)
@@ -459,7 +458,7 @@ struct Noted {
     waits: HashMap<SpanId, Vec<String>>,
 }
 
-impl Figures {
+impl NoteSpans for Figures {
     fn note(&self, span: &SpanData) {
         let mut noted = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if span.name.starts_with("off-cpu ") {
@@ -492,7 +491,9 @@ impl Figures {
                 .push((number, span.span_context.span_id(), duration, attributes));
         }
     }
+}
 
+impl Figures {
     /// One line per request, in request order.
     fn summary(&self) -> Vec<String> {
         let mut noted = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -545,35 +546,6 @@ impl Figures {
                 )
             })
             .collect()
-    }
-}
-
-/// Notes the figures of each span of a batch, then hands the batch on to
-/// the exporter.
-#[derive(Debug)]
-struct Noting<E> {
-    inner: E,
-    figures: Figures,
-}
-
-impl<E: SpanExporter> SpanExporter for Noting<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        for span in &batch {
-            self.figures.note(span);
-        }
-        self.inner.export(batch).await
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
     }
 }
 

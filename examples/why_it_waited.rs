@@ -68,13 +68,12 @@ use std::sync::{mpsc, Arc, Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kspan::sched::{attributes as a, cause_attributes as c, wait_attributes as w};
+use kspan_examples::noting::{NoteSpans, Noting};
 use kspan_examples::{gettid, init_telemetry_with, otlp_exporter, BoxError};
 use opentelemetry::trace::{SpanId, SpanKind, TraceContextExt as _, Tracer as _};
 use opentelemetry::trace::{Status, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracer, SpanData, SpanExporter};
-use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{SdkTracer, SpanData};
 
 const USAGE: &str = "usage: why_it_waited [DIR]";
 /// The variable naming a raw disk to read (the VM runner's slow disk).
@@ -133,7 +132,7 @@ async fn run() -> Result<(), BoxError> {
         kspan::Pipeline::new(),
         Noting {
             inner: otlp_exporter()?,
-            figures: figures.clone(),
+            notes: figures.clone(),
         },
     )?;
     let kspan = kspan::Kspan::builder(&telemetry.provider)
@@ -608,7 +607,7 @@ fn parts(span: &Noted, keys: &[(&str, &str)]) -> String {
     }
 }
 
-impl Figures {
+impl NoteSpans for Figures {
     fn note(&self, span: &SpanData) {
         let wanted = span.name == "request"
             || span.name.starts_with("off-cpu ")
@@ -618,7 +617,9 @@ impl Figures {
             noted.push(Noted::of(span));
         }
     }
+}
 
+impl Figures {
     /// One line per request, in request order.
     fn summary(&self) -> Vec<String> {
         let noted = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -798,34 +799,6 @@ fn chain<'a>(
         text += ")";
     }
     text
-}
-
-/// Notes each span of a batch, then hands the batch on to the exporter.
-#[derive(Debug)]
-struct Noting<E> {
-    inner: E,
-    figures: Figures,
-}
-
-impl<E: SpanExporter> SpanExporter for Noting<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        for span in &batch {
-            self.figures.note(span);
-        }
-        self.inner.export(batch).await
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
-    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,12 @@
 //! standard `OTEL_*` variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 //! `OTEL_SERVICE_NAME`, ...), with `tracing` spans bridged into it; the
 //! settled figures at the end ([`shut_down`]); and a small argument reader.
+//! What only some examples share has a module of its own: [`noting`], the
+//! exporter of those that print what reached it, and [`hot`], for the
+//! hot-function benchmarks.
 
 pub mod hot;
+pub mod noting;
 
 use std::error::Error;
 use std::path::PathBuf;

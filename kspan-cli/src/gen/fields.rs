@@ -2,7 +2,7 @@
 //! Which members of a parameter's struct `kspan gen` suggests as field-path
 //! captures (`#[capture(path = "file->f_flags")] f_flags: u32`).
 //!
-//! Pure like [`render`](crate::render): the questions are asked of a
+//! Pure like [`handler`](super::handler): the questions are asked of a
 //! [`Types`], which the kernel's [`Btf`] answers and tests answer from
 //! hand-made type data.
 //!
@@ -30,7 +30,19 @@ use std::collections::HashSet;
 
 use kspan::kernel::btf::{Btf, Composite, KernelType, TypeClass};
 
-use crate::render::{field_type, FieldCapture};
+use super::capture::field_type;
+
+/// A member of a parameter's struct suggested as a field-path capture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldCapture {
+    /// The path from the parameter, as the DSL spells it
+    /// (`file->f_path.dentry->d_name.name`).
+    pub path: String,
+    /// The last member's name, which names the capture unless taken.
+    pub member: String,
+    /// The member's type.
+    pub ty: KernelType,
+}
 
 /// Suggestions per parameter, at most.
 pub const MAX_SUGGESTIONS: usize = 3;
