@@ -234,16 +234,16 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
             let max = option_tokens(p.capture.max.as_ref().map(|l| quote!(#l)));
             let len = option_tokens(p.capture.len.as_ref().map(|l| {
                 if l.value() == "ret" {
-                    quote!(::kspan::LenSource::Ret)
+                    quote!(::kspan::__private::LenSource::Ret)
                 } else {
-                    quote!(::kspan::LenSource::Param(#l))
+                    quote!(::kspan::__private::LenSource::Param(#l))
                 }
             }));
             let at_entry = matches!(p.capture.at, Some((true, _)));
             quote_spanned! {ty.span()=>
-                ::kspan::ParamSpec {
+                ::kspan::__private::ParamSpec {
                     name: #name,
-                    ty: <#ty as ::kspan::FromCapture<'static>>::TYPE,
+                    ty: <#ty as ::kspan::__private::FromCapture<'static>>::TYPE,
                     path: #path,
                     user: #user,
                     max: #max,
@@ -262,7 +262,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
     let ret_spec = match params.iter().find(|p| matches!(p.role, Role::Ret)) {
         Some(p) => {
             let ty = &p.ty;
-            quote_spanned! {ty.span()=> ::core::option::Option::Some(<#ty as ::kspan::KernelValue>::TYPE) }
+            quote_spanned! {ty.span()=> ::core::option::Option::Some(<#ty as ::kspan::__private::KernelValue>::TYPE) }
         }
         None => quote! { ::core::option::Option::None },
     };
@@ -291,11 +291,11 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
             #[allow(unused_variables, clippy::unused_unit, clippy::too_many_arguments)]
             #handler_fn
             #[allow(unused_variables)]
-            fn __kspan_call(captured: &::kspan::Captured<'_>, __kspan_span: &mut ::kspan::KernelSpan) {
+            fn __kspan_call(captured: &::kspan::__private::Captured<'_>, __kspan_span: &mut ::kspan::KernelSpan) {
                 #handler(#(#call_args),*)
             }
             ::kspan::Probe {
-                spec: ::kspan::ProbeSpec {
+                spec: ::kspan::__private::ProbeSpec {
                     function: #function,
                     alternatives: &[#(#alternatives),*],
                     optional: #optional,
@@ -303,7 +303,7 @@ fn expand(args: &KernelSpanArgs, mut func: ItemFn) -> syn::Result<TokenStream> {
                     params: &[#(#param_specs),*],
                     ret: #ret_spec,
                     errno: #errno,
-                    filter: ::kspan::FilterSpec {
+                    filter: ::kspan::__private::FilterSpec {
                         min_duration_ns: #min_duration_ns,
                         errors_only: #errors_only,
                         predicate: #predicate,

@@ -135,23 +135,30 @@
 //!
 //! # Where things are
 //!
-//! One module per stage, in the order data flows; each imports only from the
-//! stages before it, and each has an error type of its own, composed in
-//! [`Error`]. The stages not linked are internal; what a service uses of
-//! them is re-exported here.
+//! Two sources of records over one core. The probes (per-call kernel
+//! spans: `plan`, `attach`) and the scheduler's account ([`sched`]: per-span
+//! totals, wait spans, causes) each plug into the core the other uses too:
+//! the maps made once up front (`bpf`), the ring buffer and its consumer
+//! (`consume`), span building (`span`), the pipeline (`sums`, `export`)
+//! and the figures. One module per stage, in the order data flows; each
+//! imports only from the stages before it (a stage that must tell a later
+//! one something calls a hook it was handed), and each has an error type
+//! of its own, composed in [`Error`]. The stages not linked are internal;
+//! what a service uses of them is re-exported here. `docs/guide/internals.md`
+//! draws the map.
 //!
 //! | stage | what it holds |
 //! | --- | --- |
-//! | `annotation` | what `#[kernel_span]` generates ([`Probe`], [`Mode`]), the values a handler gets ([`Captured`]) and the span it may change ([`KernelSpan`]); re-exported here |
+//! | `annotation` | what `#[kernel_span]` generates ([`Probe`], [`Mode`]) and the span a handler may change ([`KernelSpan`]); the macro's contract with the runtime is in the hidden `__private`, never named by users |
 //! | [`kernel`] | facts about the running kernel, no BPF: its BTF, tracefs, syscall formats, privileges, preemption model, errno names |
 //! | `plan` | pure: each probe checked against BTF into captures and settings; field paths, the deny list ([`PlanError`], [`FieldPathError`]) |
-//! | `bpf` | kspan's BPF object through its skeleton, program copies, the raw attach system calls, what the kernel offers ([`KernelCapabilities`], [`LoadError`]) |
-//! | `attach` | the order, `auto`'s fallback from one [`Hook`] to the next, one module per hook, the links ([`AttachDecision`], [`AttachError`]) |
+//! | `bpf` | the core's kernel side: the shared maps made up front, kspan's BPF object through its skeleton, program copies, the links, the raw attach system calls, what the kernel offers ([`KernelCapabilities`], [`LoadError`]) |
+//! | `attach` | the probes' source: the order, `auto`'s fallback from one [`Hook`] to the next, one module per hook ([`AttachDecision`], [`AttachError`]) |
 //! | `consume` | the ring buffer and the records in it |
 //! | `span` | records to spans through the application's tracer ([`KernelSpanIds`]) |
 //! | `export` | after kspan: what the application's exporter made of kernel spans ([`AccountedExporter`], [`ExportLedger`]) |
-//! | [`sched`] | the scheduler's account: its settings ([`SchedulerAccount`]), the attribute keys, the kernel's totals per application span; first in the data flow (the attach, consume and span stages use it) |
-//! | `sums` | the kernel's totals onto application spans as they end: of calls not made into spans, and the scheduler's account ([`KernelSums`], [`KernelSumsProcessor`]) |
+//! | `sums` | the kernel's totals onto application spans as they end: of calls not made into spans, and whatever figures a source hands it (the account's) ([`KernelSums`], [`KernelSumsProcessor`]) |
+//! | [`sched`] | the scheduler account's room: its settings ([`SchedulerAccount`]), what the kernel gives its causes, its attach ([`sched::AccountError`]), its totals, attribute keys, wait spans and time base; it plugs into `bpf`, `span`, `sums` and the thread context by hooks, and only `runtime` (and [`Error`]) import it |
 //! | [`telemetry`] | kspan's figures ([`Stats`]) as OpenTelemetry metrics |
 //! | [`latency`] | the kernel's latency histograms as OpenTelemetry histograms |
 //! | [`context`] | beside the stages: the application's span per thread, published for the BPF programs |
@@ -244,9 +251,7 @@ pub mod telemetry;
 mod test_rng;
 
 pub use annotation::{
-    attributes, Attachment, Capture, Captured, FilterSpec, FromCapture, Hook, KernelSpan,
-    KernelValue, LenSource, Mechanism, Mode, ParamSpec, Probe, ProbeSpec, UnknownMode, Value,
-    ValueKind, ValueType,
+    attributes, Attachment, Capture, Hook, KernelSpan, Mechanism, Mode, Probe, UnknownMode, Value,
 };
 pub use attach::{AttachDecision, AttachError};
 pub use bpf::{
@@ -270,10 +275,16 @@ pub use span::{Outcome, SpanFactory};
 pub use stats::{ProbeStats, Stats};
 pub use sums::{KernelSums, KernelSumsProcessor};
 
-/// What the `kernel_span` macro's expansion uses; not a public API.
+/// What the `kernel_span` macro's expansion uses; not a public API: the
+/// contract between the macro and the runtime (what a probe asks for, and
+/// how captured values reach a handler's typed parameters), which users
+/// never name and which changes with the macro.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::annotation::PROBES;
+    pub use crate::annotation::{
+        Captured, FilterSpec, FromCapture, KernelValue, LenSource, ParamSpec, ProbeSpec,
+        ValueKind, ValueType, PROBES,
+    };
     pub use linkme;
 }
 

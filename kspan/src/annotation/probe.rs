@@ -13,6 +13,7 @@ use super::Mode;
 
 /// Where a byte buffer's length comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LenSource {
     /// Another parameter of the kernel function, by name.
     Param(&'static str),

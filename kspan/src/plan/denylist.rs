@@ -121,6 +121,7 @@ pub fn denied(function: &str) -> Option<&'static str> {
 
 /// Why kspan will not trace a kernel function that BTF describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NotTraced {
     /// It is on kspan's deny list, for this reason.
     Denied(&'static str),
@@ -186,6 +187,7 @@ pub fn not_traced(
 /// What kspan knows, before attaching, of which functions the kernel can
 /// trace.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub enum Traceable {
     /// Nothing: every function BTF describes is tried, and the attach says
     /// what the kernel refuses.

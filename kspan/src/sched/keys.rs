@@ -47,7 +47,7 @@ pub mod attributes {
 }
 
 /// The attribute keys of the causes, on each application span, with
-/// [`SchedulerAccount::with_causes`]. Each split closes: its parts plus its
+/// [`SchedulerAccount::with_causes`](crate::SchedulerAccount::with_causes). Each split closes: its parts plus its
 /// `unattributed_ns` equal the whole.
 pub mod cause_attributes {
     /// Of [`super::attributes::BLOCKED_NS`], waiting on I/O: the thread

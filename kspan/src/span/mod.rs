@@ -36,6 +36,7 @@ pub(crate) const SCOPE_NAME: &str = "kspan";
 
 /// What became of one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The span was exported.
     Exported,

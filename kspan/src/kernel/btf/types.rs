@@ -42,6 +42,7 @@ pub struct KernelType {
 
 /// The shape of a kernel type underneath typedefs and qualifiers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TypeClass {
     /// `void` (only as a return type).
     Void,
