@@ -4,7 +4,8 @@
 //! skeleton (`kspan.<arch>.skel.rs`: the record types and the program and
 //! map handles), and generates the constants from `kspan.h`.
 //! Nothing here runs clang or libbpf-cargo: `cargo xtask bpf` compiles the
-//! object from `kspan.bpf.c`, stamps it with its sources' hash and
+//! object from `kspan.bpf.c` (one compilation unit, which includes the
+//! other files of `src/bpf`), stamps it with the hash of all those sources and
 //! generates the skeleton, stamped with the object's hash; this script
 //! refuses an object whose stamp does not match the sources and a skeleton
 //! whose stamp does not match the object, and `cargo xtask test` compiles
@@ -13,8 +14,6 @@
 
 use std::fmt::Write as _;
 use std::{env, fs, path::PathBuf};
-
-const SOURCE: &str = "src/bpf/kspan.bpf.c";
 
 /// The object for Rust's target architecture `target_arch`, by libbpf's
 /// `__TARGET_ARCH_` name: the one place the crate maps the two.
@@ -27,6 +26,8 @@ fn bpf_arch(target_arch: &str) -> Option<&'static str> {
 }
 
 include!("sources_hash.rs");
+/// The header the constants are generated from: the records and numbers
+/// the BPF programs share with Rust.
 const HEADER: &str = "src/bpf/kspan.h";
 
 /// Rust constants for every `#define KSPAN_X <number>` and every enumerator
@@ -76,11 +77,12 @@ fn constants(header: &str) -> String {
 /// the two must agree.
 fn check_stamp(object: &str, stamp_file: &str) {
     let read = |path: &str| fs::read(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    let now = sources_stamp(&read(SOURCE), &read(HEADER));
+    let sources: Vec<(&str, Vec<u8>)> = BPF_SOURCES.map(|path| (path, read(path))).into();
+    let now = sources_stamp(&sources);
     let stamp = String::from_utf8_lossy(&read(stamp_file)).into_owned();
     if stamp.lines().next() != Some(now.as_str()) {
         panic!(
-            "{object} is stale: {SOURCE} or {HEADER} changed since it was compiled \
+            "{object} is stale: a BPF source under src/bpf changed since it was compiled \
              ({stamp_file} says `{}`, the sources give `{now}`); run `cargo xtask bpf` \
              (it needs clang) and commit the object and its stamp",
             stamp.lines().next().unwrap_or("")
@@ -130,13 +132,10 @@ fn main() {
         manifest.join(&skeleton).display()
     );
     println!("cargo:rustc-env=KSPAN_BPF_ARCH={arch}");
-    for path in [
-        object.as_str(),
-        stamp_file.as_str(),
-        skeleton.as_str(),
-        SOURCE,
-        HEADER,
-    ] {
+    for path in [object.as_str(), stamp_file.as_str(), skeleton.as_str()]
+        .into_iter()
+        .chain(BPF_SOURCES)
+    {
         println!("cargo:rerun-if-changed={path}");
     }
 }

@@ -14,10 +14,34 @@ fn fnv1a64<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     hash
 }
 
-/// The stamp of `kspan.bpf.c` and `kspan.h`: FNV-1a (64 bits) over both,
-/// as it is written in `src/bpf/kspan.<arch>.bpf.o.sources`.
-fn sources_stamp(bpf_c: &[u8], header: &[u8]) -> String {
-    let hash = fnv1a64([bpf_c, b"\0kspan.h\0".as_slice(), header]);
+/// The BPF C sources under `kspan-bpf/`, in the order they are hashed:
+/// the one compilation unit (`kspan.bpf.c`) and the files it includes:
+/// `kspan.h` (the records and numbers shared with Rust, the one header the
+/// constants are generated from), the core both sources share, the
+/// probes' source, the scheduler's account and its causes.
+const BPF_SOURCES: [&str; 8] = [
+    "src/bpf/kspan.bpf.c",
+    "src/bpf/kspan.h",
+    "src/bpf/core.bpf.h",
+    "src/bpf/probes.bpf.h",
+    "src/bpf/probes.bpf.c",
+    "src/bpf/sched.bpf.h",
+    "src/bpf/account.bpf.c",
+    "src/bpf/causes.bpf.c",
+];
+
+/// The stamp of the BPF sources, given as (path, contents) in the order of
+/// [`BPF_SOURCES`]: FNV-1a (64 bits) over each path and its contents, as it
+/// is written in `src/bpf/kspan.<arch>.bpf.o.sources`.
+fn sources_stamp(sources: &[(&str, Vec<u8>)]) -> String {
+    let hash = fnv1a64(sources.iter().flat_map(|(path, bytes)| {
+        [
+            b"\0".as_slice(),
+            path.as_bytes(),
+            b"\0".as_slice(),
+            bytes.as_slice(),
+        ]
+    }));
     format!("sources fnv1a64 {hash:016x}")
 }
 

@@ -1,17 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! The kernel half of kspan.
 //!
-//! `src/bpf/kspan.bpf.c` holds one generic program per hook and direction
+//! `src/bpf/probes.bpf.c` holds one generic program per hook and direction
 //! (fentry/fexit, kprobe/kretprobe and their kprobe.multi forms, the syscall
 //! enter/exit tracepoints). None is specialised per traced function in
 //! source: the runtime writes a function's [`types::kspan_config`] into
 //! `.rodata` before loading, so the verifier sees the settings as constants,
 //! and every loaded copy shares the ring buffer, stacks, counters and switch
-//! of the first. The record layout (`src/bpf/kspan.h`) exists once: the
-//! types and the skeleton ([`KspanSkelBuilder`]) below are generated from the
-//! object's BTF by libbpf-cargo, when `cargo xtask bpf` compiles the object,
-//! and shipped beside it (`src/bpf/kspan.<arch>.skel.rs`), so that a build
-//! needs neither clang nor libbpf-cargo.
+//! of the first. `src/bpf/account.bpf.c` and `src/bpf/causes.bpf.c` hold
+//! the scheduler's account and its causes, over the core both sources
+//! share (`src/bpf/core.bpf.h`): files of one compilation unit,
+//! `src/bpf/kspan.bpf.c`, which includes them. The record layout
+//! (`src/bpf/kspan.h`) exists once: the types and the skeleton
+//! ([`KspanSkelBuilder`]) below are generated from the object's BTF by
+//! libbpf-cargo, when `cargo xtask bpf` compiles the object, and shipped
+//! beside it (`src/bpf/kspan.<arch>.skel.rs`), so that a build needs
+//! neither clang nor libbpf-cargo.
 //!
 //! The objects are compiled by `cargo xtask bpf`, one per target
 //! architecture (`-D__TARGET_ARCH_x86`, `-D__TARGET_ARCH_arm64`: the
@@ -34,7 +38,8 @@ mod skel {
 pub use skel::{types, KspanSkel, KspanSkelBuilder, OpenKspanProgs, OpenKspanSkel};
 
 /// The compiled BPF object (ELF) for the target architecture, built from
-/// `bpf/kspan.bpf.c` by `cargo xtask bpf` and shipped with the crate.
+/// `bpf/kspan.bpf.c` (and the files it includes) by `cargo xtask bpf` and
+/// shipped with the crate.
 pub const OBJECT: &[u8] = include_bytes!(env!("KSPAN_BPF_OBJECT"));
 
 /// The architecture [`OBJECT`] was compiled for, by libbpf's

@@ -2,7 +2,8 @@
 //! target architecture.
 //!
 //! `kspan-bpf/src/bpf/kspan.<arch>.bpf.o` (`x86`, `arm64`) is compiled from
-//! `kspan.bpf.c` by the `kspan-bpf-object` tool (clang through libbpf-cargo,
+//! `kspan.bpf.c` (one compilation unit, which includes the other C files of
+//! `src/bpf`) by the `kspan-bpf-object` tool (clang through libbpf-cargo,
 //! with `-D__TARGET_ARCH_<arch>`) and committed with its stamp
 //! (`kspan.<arch>.bpf.o.sources`: the sources' hash, which kspan-bpf's
 //! build script checks, and the clang version) and its Rust skeleton
@@ -109,7 +110,7 @@ fn check_one(arch: &str) -> Result<String> {
     let line = |text: &str, n: usize| text.lines().nth(n).unwrap_or("").to_owned();
     if line(&stamp, 0) != line(&new_stamp, 0) {
         bail!(
-            "{object} is stale: kspan.bpf.c or kspan.h changed since it was compiled \
+            "{object} is stale: a BPF source of kspan-bpf/src/bpf changed since it was compiled \
              ({stamp_path}: `{}`, the sources: `{}`); run `cargo xtask bpf` and commit the object \
              and its stamp",
             line(&stamp, 0),

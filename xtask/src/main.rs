@@ -107,7 +107,8 @@ usage: cargo xtask <command> [options]
 
 commands:
   deps                  install missing system packages (apt-get, as root)
-  bpf [--check]         compile kspan-bpf/src/bpf/kspan.bpf.c into the object
+  bpf [--check]         compile kspan-bpf/src/bpf/kspan.bpf.c (and the files it
+                        includes) into the object
                         kspan-bpf ships (--check: fail if the committed one is stale)
   vm [opts] -- CMD...   run CMD inside a QEMU VM booting a stock Debian kernel
       --arch A          x86_64 (default, the host's root) or arm64 (Debian's

@@ -277,8 +277,8 @@ pub(crate) fn probe_config(
 }
 
 /// Whether a plain program serves `config`: one built without captures,
-/// refusals at exit, sums and histograms (`KSPAN_SETTING` in
-/// `kspan.bpf.c`), which reads each of those settings as 0. Every one of
+/// refusals at exit, sums and histograms (`KSPAN_SETTING` of kspan-bpf's
+/// `probes.bpf.h`), which reads each of those settings as 0. Every one of
 /// them is 0 in `config`, those read only under another included.
 pub(crate) fn is_plain(config: &kspan_config) -> bool {
     config.nr_caps == 0
@@ -411,7 +411,11 @@ mod tests {
         assert!(!is_plain(&config(&histogram_of_reads)), "a histogram");
         // Each setting the C source reads through KSPAN_SETTING, set on its
         // own, rules the plain program out.
-        let source = include_str!("../../../kspan-bpf/src/bpf/kspan.bpf.c");
+        let source = [
+            include_str!("../../../kspan-bpf/src/bpf/probes.bpf.h"),
+            include_str!("../../../kspan-bpf/src/bpf/probes.bpf.c"),
+        ]
+        .concat();
         let mut fields: Vec<&str> = source
             .split("KSPAN_SETTING(plain, ")
             .skip(1)
@@ -430,7 +434,9 @@ mod tests {
                 "histogram" => with.histogram = 1,
                 "sum" => with.sum = 1,
                 other => {
-                    panic!("`KSPAN_SETTING(plain, {other})` in kspan.bpf.c: make is_plain check it")
+                    panic!(
+                        "`KSPAN_SETTING(plain, {other})` in probes.bpf.c: make is_plain check it"
+                    )
                 }
             }
             assert!(!is_plain(&with), "{field}");

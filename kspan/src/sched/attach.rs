@@ -167,8 +167,8 @@ fn attach_with(
 
 /// The fields the classic programs read, where they read them
 /// (`struct kspan_sched_switch_args` and `kspan_sched_waking_args` of
-/// kspan's BPF C): every kernel since 4.x lays them out so; another layout
-/// is refused with what differs.
+/// kspan-bpf's account.bpf.c): every kernel since 4.x lays them out so;
+/// another layout is refused with what differs.
 const CLASSIC_FIELDS: [(&str, &str, usize, usize); 4] = [
     ("sched_switch", "prev_state", 32, 8),
     ("sched_switch", "next_pid", 56, 4),

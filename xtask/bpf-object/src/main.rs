@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! Compiles `kspan-bpf/src/bpf/kspan.bpf.c` for one target architecture
-//! (`x86` or `arm64`, libbpf's `__TARGET_ARCH_` names: the kprobe register
-//! layout and the UAPI `asm/` headers differ) into a BPF object at the path
-//! given, and writes its stamp beside it (`<path>.sources`: the sources'
-//! hash and the clang that compiled them), and the Rust skeleton generated
+//! Compiles `kspan-bpf/src/bpf/kspan.bpf.c` (the one compilation unit: it
+//! includes the other files of `src/bpf`, `BPF_SOURCES` of
+//! `sources_hash.rs`) for one target architecture (`x86` or `arm64`,
+//! libbpf's `__TARGET_ARCH_` names: the kprobe register layout and the UAPI
+//! `asm/` headers differ) into a BPF object at the path given, and writes
+//! its stamp beside it (`<path>.sources`: the hash of all those sources and
+//! the clang that compiled them), and the Rust skeleton generated
 //! from it (`kspan.<arch>.skel.rs` for `kspan.<arch>.bpf.o`): what
 //! `kspan-bpf` ships, so that crates depending on kspan build without clang
 //! and without libbpf-cargo (and its command-line and logging crates).
@@ -111,6 +113,25 @@ fn skeleton(object: &Path, arch: &str) -> Result<(), String> {
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Fails when a C file of `src/bpf` is missing from `BPF_SOURCES`: the
+/// stamp would not cover it, and a change to it would not make the object
+/// stale.
+fn all_sources_stamped() -> Result<(), String> {
+    let dir = std::fs::read_dir("src/bpf").map_err(|e| format!("src/bpf: {e}"))?;
+    for entry in dir {
+        let name = entry.map_err(|e| format!("src/bpf: {e}"))?.file_name();
+        let name = name.to_string_lossy();
+        let path = format!("src/bpf/{name}");
+        if (name.ends_with(".c") || name.ends_with(".h")) && !BPF_SOURCES.contains(&path.as_str()) {
+            return Err(format!(
+                "{path} is not in BPF_SOURCES (kspan-bpf/sources_hash.rs): add it, so that \
+                 the object's stamp covers it, and to kspan-bpf's `include` if it is not there"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let (Some(out), Some(arch)) = (args.first(), args.get(1).and_then(|a| a.to_str())) else {
@@ -141,6 +162,10 @@ fn main() -> ExitCode {
         eprintln!("kspan-bpf-object: {}: {e}", crate_dir.display());
         return ExitCode::FAILURE;
     }
+    if let Err(e) = all_sources_stamped() {
+        eprintln!("kspan-bpf-object: {e}");
+        return ExitCode::FAILURE;
+    }
     let asm = format!("-I{headers}");
     let target = format!("-D__TARGET_ARCH_{arch}");
     // The BTF line info names the source file by its absolute path: make it
@@ -166,10 +191,11 @@ fn main() -> ExitCode {
         ])
         .build();
     let stamp = |out: &std::path::Path| -> std::io::Result<()> {
-        let stamp = sources_stamp(
-            &std::fs::read("src/bpf/kspan.bpf.c")?,
-            &std::fs::read("src/bpf/kspan.h")?,
-        );
+        let sources = BPF_SOURCES
+            .map(|path| Ok((path, std::fs::read(path)?)))
+            .into_iter()
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let stamp = sources_stamp(&sources);
         let mut path = out.as_os_str().to_owned();
         path.push(".sources");
         std::fs::write(path, format!("{stamp}\nclang {}\n", clang_version()))

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * What the scheduler's account (account.bpf.c) and its causes
+ * (causes.bpf.c) share: the threads' entries, the per-span totals, the
+ * last block request completed on each CPU, and the helpers that find or
+ * make them. Part of the one compilation unit, kspan.bpf.c.
+ */
+#ifndef KSPAN_SCHED_BPF_H
+#define KSPAN_SCHED_BPF_H
+
+#include "core.bpf.h"
+
+/*
+ * Each thread's entry, by tid (kspan.h): what its switch-in, its wake-up
+ * and its causes need of its switch-out.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KSPAN_SCHED_TASKS_MAX);
+	__type(key, __u32);
+	__type(value, struct kspan_sched_task);
+} kspan_sched_tasks SEC(".maps");
+
+/*
+ * Per application span: taken by user space when the span ends (a table
+ * it maps: see kspan.h).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, KSPAN_SUMS_MAX);
+	__type(key, __u32);
+	__type(value, struct kspan_sched_slot);
+} kspan_sched_spans SEC(".maps");
+
+/*
+ * On each CPU, the last block request to complete (see kspan.h), for the
+ * wake-up its completion makes next: written by the causes' block
+ * programs, read by the account's sched_waking.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kspan_block_done);
+} kspan_block_done SEC(".maps");
+
+/*
+ * Thread `tid`'s entry, made all zero if it has none (from kspan_zero,
+ * which is larger: the entry is too big for the stack); NULL: no room.
+ */
+static __always_inline struct kspan_sched_task *kspan_sched_task_made(__u32 tid)
+{
+	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+	__u32 zero = 0;
+	void *fresh;
+
+	if (t)
+		return t;
+	fresh = bpf_map_lookup_elem(&kspan_zero, &zero);
+	if (!fresh)
+		return NULL;
+	bpf_map_update_elem(&kspan_sched_tasks, &tid, fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
+}
+
+/*
+ * The application span the current thread of the process records under
+ * now (its id as a number, into `span`, and its context into `c`): 0 when
+ * it has none, or one that suppresses telemetry or is not sampled (unless
+ * unsampled spans are kept).
+ */
+static __always_inline int kspan_recorded_span(struct kspan_thread_ctx *c, __u64 pid_tgid,
+					       __u64 *span)
+{
+	if (!kspan_app_context(c, pid_tgid))
+		return 0;
+	if (!*(__u64 *)c->trace_id && !*(__u64 *)&c->trace_id[8])
+		return 0;
+	if (!(c->trace_flags & 1) && !kspan_cfg.keep_unsampled)
+		return 0;
+	*span = __builtin_bswap64(*(__u64 *)c->span_id);
+	return 1;
+}
+
+/* The totals of application span `key`, made on first use; NULL: no room. */
+static __always_inline struct kspan_sched_sum *kspan_sched_sum_of(__u64 key)
+{
+	__u32 first = kspan_table_hash(key, 1), i;
+
+	for (i = 0; i < KSPAN_TABLE_PROBES; i++) {
+		__u32 at = (first + i) & (KSPAN_SUMS_MAX - 1);
+		struct kspan_sched_slot *slot = bpf_map_lookup_elem(&kspan_sched_spans, &at);
+
+		if (!slot)
+			break;
+		if (*(volatile __u64 *)&slot->span == key && *(volatile __u64 *)&slot->tag == 1)
+			return &slot->sum;
+		if (kspan_table_claim(&slot->span, key)) {
+			__builtin_memset(&slot->sum, 0, sizeof(slot->sum));
+			/* Last, and a barrier: only now may others add here. */
+			__sync_lock_test_and_set(&slot->tag, (__u64)1);
+			return &slot->sum;
+		}
+	}
+	kspan_count(KSPAN_CTR_SUM_FAILED);
+	return NULL;
+}
+
+/* Whether the process's recording is on (the switch user space turns on). */
+static __always_inline int kspan_sched_enabled(void)
+{
+	__u32 zero = 0, *enabled = bpf_map_lookup_elem(&kspan_control, &zero);
+
+	return enabled && *enabled;
+}
+
+#endif /* KSPAN_SCHED_BPF_H */
