@@ -130,6 +130,10 @@ pub(super) fn capture_source(
     })
 }
 
+/// Plans how `param` is read from `source`: checks that the Rust type fits
+/// what the source reaches, places the value in the record's data area after
+/// `data_used` bytes (and counts it in), and raises `nr_args` to the
+/// arguments the BPF program must save for it.
 pub(super) fn plan_capture(
     btf: &Btf,
     spec: &ProbeSpec,
@@ -139,239 +143,373 @@ pub(super) fn plan_capture(
     data_used: &mut usize,
     nr_args: &mut usize,
 ) -> Result<CapturePlan> {
-    let function = signature.name.as_str();
-    let fail = |reason: String| PlanError::Capture {
-        function: function.to_owned(),
-        parameter: param.name.to_owned(),
-        reason,
+    let capture = Capture {
+        btf,
+        spec,
+        signature,
+        param,
     };
-    let target = source.target.clone();
-    if target.is_user_pointer && !param.user && !param.ty.kind.is_scalar() {
-        return Err(fail(format!(
-            "`{}` is a user-space pointer: add `user` to read the memory behind it",
-            target.c_name
-        )));
-    }
-    if param.user && !matches!(target.class, TypeClass::Pointer) {
-        return Err(fail(format!(
-            "`user` reads memory behind a pointer, but the value is `{}`",
-            target.c_name
-        )));
-    }
-    let mut bpf = kspan_capture::default();
-    if param.at_entry {
-        if !spec.mode.has_return() {
-            return Err(fail(
-                "`at = \"entry\"` applies to spans (fexit, kretprobe, syscall); an instant reads \
-                 everything at entry"
-                    .to_owned(),
-            ));
-        }
-        if param.len == Some(LenSource::Ret) {
-            return Err(fail(
-                "`len = \"ret\"` is known at exit only: it cannot be read `at = \"entry\"`"
-                    .to_owned(),
-            ));
-        }
-        bpf.at_entry = 1;
-    }
-    let mut bound = 0usize;
-    let mut data_len = 0usize;
-    match param.ty.kind {
+    capture.check_user(&source.target)?;
+    let at_entry = capture.at_entry()?;
+    let read = match param.ty.kind {
         ValueKind::Int { .. } | ValueKind::Bool | ValueKind::Pointer => {
-            if param.user {
-                return Err(fail(
-                    "`user` applies to `&str`, `&[u8]` and `[u8; N]` captures, not to scalars"
-                        .to_owned(),
-                ));
-            }
-            if source.in_memory && target.class == TypeClass::Aggregate {
-                if let Some(members) = btf.composite(target.id).map(|c| c.members) {
-                    let named: Vec<String> = members
-                        .iter()
-                        .filter(|m| !m.name.is_empty())
-                        .take(8)
-                        .map(|m| format!("`.{}`", m.name))
-                        .collect();
-                    return Err(PlanError::TypeMismatch {
-                        function: function.to_owned(),
-                        parameter: param.name.to_owned(),
-                        kernel_type: target.c_name.clone(),
-                        rust_type: param.ty.to_string(),
-                        hint: format!(
-                            "`{}` is a struct or union, not a scalar: capture one of its \
-                             members by adding it to the path ({})",
-                            target.c_name,
-                            named.join(", ")
-                        ),
-                    });
-                }
-            }
-            check_compatible(function, param.name, &target, param.ty)?;
-            if source.in_memory {
-                bpf.kind = KIND_MEM;
-                bpf.size = scalar_width(&target) as u8;
-            } else {
-                bpf.kind = KIND_REG;
-            }
+            capture.read_scalar(&source)?
         }
-        ValueKind::Str => {
-            let max = param.max.unwrap_or(DEFAULT_STR_MAX);
-            match target.class {
-                TypeClass::Pointer if target.points_to_char => {
-                    if source.in_memory {
-                        // The member holds the string's address.
-                        source.steps.push(Step {
-                            load: true,
-                            offset: 0,
-                        });
-                    }
-                }
-                TypeClass::Array {
-                    elem_is_char: true, ..
-                } if source.in_memory && !param.user => {}
-                _ => {
-                    return Err(fail(format!(
-                        "`&str` captures a `char *` or a `char` array, but the value is `{}`",
-                        target.c_name
-                    )))
-                }
-            }
-            bpf.kind = if param.user { KIND_USTR } else { KIND_KSTR };
-            bound = usize::from(max);
-            // One more character than the bound tells a string that only
-            // fits from one that was cut, plus the NUL.
-            data_len = bound + 2;
-        }
-        ValueKind::Bytes | ValueKind::ByteArray { .. } => {
-            let fixed = match param.ty.kind {
-                ValueKind::ByteArray { len } => Some(usize::from(len)),
-                _ => None,
-            };
-            match target.class {
-                TypeClass::Pointer => {
-                    if source.in_memory {
-                        source.steps.push(Step {
-                            load: true,
-                            offset: 0,
-                        });
-                    }
-                }
-                TypeClass::Array {
-                    elem_bytes, len, ..
-                } if source.in_memory && !param.user => {
-                    let have = (elem_bytes * len) as usize;
-                    if let Some(n) = fixed {
-                        // A flexible array member (`len` 0) is as long as
-                        // its object: the capture says how much to read.
-                        if n > have && len != 0 {
-                            return Err(fail(format!(
-                                "`[u8; {n}]` is longer than `{}` ({have} bytes)",
-                                target.c_name
-                            )));
-                        }
-                    }
-                }
-                _ => {
-                    return Err(fail(format!(
-                    "byte captures read behind a pointer or from an array, but the value is `{}`",
-                    target.c_name
-                )))
-                }
-            }
-            bpf.kind = if param.user { KIND_UBYTES } else { KIND_KBYTES };
-            match (fixed, param.len) {
-                (Some(n), None) => {
-                    bpf.len_src = LEN_FIXED;
-                    bound = n;
-                }
-                (Some(_), Some(_)) => {
-                    return Err(fail("`[u8; N]` has its length already: remove `len`".to_owned()))
-                }
-                (None, Some(LenSource::Ret)) => {
-                    if !spec.mode.has_return() {
-                        return Err(fail(
-                            "`len = \"ret\"` needs mode = \"fexit\" or \"kretprobe\"".to_owned(),
-                        ));
-                    }
-                    bpf.len_src = LEN_RET;
-                    bound = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));
-                }
-                (None, Some(LenSource::Param(name))) => {
-                    let Some(pos) = signature.params.iter().position(|(n, _)| n == name) else {
-                        return Err(fail(format!(
-                            "`len = \"{name}\"` names no parameter of `{function}`; its parameters are: {}",
-                            signature.params.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-                        )));
-                    };
-                    if pos >= kspan_bpf::MAX_ARGS || !matches!(signature.params[pos].1.class, TypeClass::Int { .. }) {
-                        return Err(fail(format!(
-                            "`len = \"{name}\"` must name an integer among the first {} parameters",
-                            kspan_bpf::MAX_ARGS
-                        )));
-                    }
-                    bpf.len_src = LEN_ARG;
-                    bpf.len_arg = pos as u8;
-                    *nr_args = (*nr_args).max(pos + 1);
-                    bound = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));
-                }
-                (None, None) => match target.class {
-                    TypeClass::Array { len: 0, .. } => {
-                        return Err(fail(format!(
-                            "`{}` is a flexible array member: its length is not in the type. \
-                             Capture the bytes behind it with `len = \"<parameter>\"` naming the \
-                             parameter that holds the length (e.g. `addrlen`), or as `[u8; N]` \
-                             for the first N bytes",
-                            target.c_name
-                        )))
-                    }
-                    TypeClass::Array { elem_bytes, len, .. } => {
-                        bpf.len_src = LEN_FIXED;
-                        bound = ((elem_bytes * len) as usize).min(usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX)));
-                    }
-                    _ => {
-                        return Err(fail(
-                            "a `&[u8]` buffer needs its length: `len = \"<parameter>\"` or `len = \"ret\"`"
-                                .to_owned(),
-                        ))
-                    }
-                },
-            }
-            data_len = bound;
-        }
+        ValueKind::Str => capture.read_str(&source)?,
+        ValueKind::Bytes | ValueKind::ByteArray { .. } => capture.read_bytes(&source)?,
+    };
+    if read.load_pointer {
+        // The member holds the address of the string or buffer.
+        source.steps.push(Step {
+            load: true,
+            offset: 0,
+        });
     }
-    if source.steps.len() > kspan_bpf::MAX_STEPS {
-        return Err(fail(format!(
-            "the path needs {} pointer hops and offsets; the limit is {}",
-            source.steps.len(),
-            kspan_bpf::MAX_STEPS
-        )));
+    let bpf = capture.bpf(&source, at_entry, &read, *data_used)?;
+    *data_used += read.data_len;
+    if let Some(BufferLength { arg: Some(pos), .. }) = read.length {
+        *nr_args = (*nr_args).max(pos + 1);
     }
-    bpf.arg = source.arg as u8;
-    bpf.nsteps = source.steps.len() as u8;
-    for (slot, step) in bpf.steps.iter_mut().zip(&source.steps) {
-        slot.offset = step.offset;
-        slot.load = u32::from(step.load);
-    }
-    bpf.data_off = u16::try_from(*data_used).unwrap_or(u16::MAX);
-    bpf.data_len = u16::try_from(data_len).unwrap_or(u16::MAX);
-    *data_used += data_len;
     *nr_args = (*nr_args).max(source.arg + 1);
     Ok(CapturePlan {
         spec: *param,
-        enum_names: btf.enumerators(target.id).map(|names| {
+        enum_names: btf.enumerators(source.target.id).map(|names| {
             names
                 .into_iter()
                 .map(|(name, value)| (value, StringValue::from(intern(&name))))
                 .collect()
         }),
-        kernel_type: target,
+        kernel_type: source.target,
         bpf,
         attribute: arg_attribute(param.name, ""),
         truncated_attribute: arg_attribute(param.name, ".truncated"),
         fault_attribute: arg_attribute(param.name, ".fault"),
-        bound,
+        bound: read.bound,
     })
+}
+
+/// One handler parameter to capture from one kernel function: what its
+/// checks need, and the error they fail with.
+struct Capture<'a> {
+    btf: &'a Btf,
+    spec: &'a ProbeSpec,
+    signature: &'a FuncSignature,
+    param: &'a ParamSpec,
+}
+
+/// How the BPF program reads the value a [`Source`] reaches.
+struct Read {
+    /// `KIND_*`.
+    kind: u8,
+    /// Bytes of a scalar read from memory; 0 otherwise.
+    size: u8,
+    /// Whether the source reaches a pointer in memory that the string or
+    /// buffer is behind, so one more load is needed.
+    load_pointer: bool,
+    /// Where a buffer's length comes from; `None` for scalars and strings.
+    length: Option<BufferLength>,
+    /// Bound of a string or buffer, in bytes; 0 for a scalar.
+    bound: usize,
+    /// Bytes the value takes in the record's data area.
+    data_len: usize,
+}
+
+/// Where a buffer's length comes from, and the most bytes read.
+struct BufferLength {
+    /// `LEN_*`.
+    src: u8,
+    /// The parameter that holds the length (`LEN_ARG`).
+    arg: Option<usize>,
+    bound: usize,
+}
+
+impl Capture<'_> {
+    fn function(&self) -> &str {
+        self.signature.name.as_str()
+    }
+
+    fn fail(&self, reason: String) -> PlanError {
+        PlanError::Capture {
+            function: self.function().to_owned(),
+            parameter: self.param.name.to_owned(),
+            reason,
+        }
+    }
+
+    /// Checks `user` against the value: memory behind a user-space pointer
+    /// needs it, and it needs a pointer.
+    fn check_user(&self, target: &KernelType) -> Result<()> {
+        let param = self.param;
+        if target.is_user_pointer && !param.user && !param.ty.kind.is_scalar() {
+            return Err(self.fail(format!(
+                "`{}` is a user-space pointer: add `user` to read the memory behind it",
+                target.c_name
+            )));
+        }
+        if param.user && !matches!(target.class, TypeClass::Pointer) {
+            return Err(self.fail(format!(
+                "`user` reads memory behind a pointer, but the value is `{}`",
+                target.c_name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the value is read at entry (`at = "entry"`), checked against
+    /// the mode and the length source.
+    fn at_entry(&self) -> Result<bool> {
+        if !self.param.at_entry {
+            return Ok(false);
+        }
+        if !self.spec.mode.has_return() {
+            return Err(self.fail(
+                "`at = \"entry\"` applies to spans (fexit, kretprobe, syscall); an instant reads \
+                 everything at entry"
+                    .to_owned(),
+            ));
+        }
+        if self.param.len == Some(LenSource::Ret) {
+            return Err(self.fail(
+                "`len = \"ret\"` is known at exit only: it cannot be read `at = \"entry\"`"
+                    .to_owned(),
+            ));
+        }
+        Ok(true)
+    }
+
+    /// An integer, `bool` or pointer, from the register or from memory.
+    fn read_scalar(&self, source: &Source) -> Result<Read> {
+        let (param, target) = (self.param, &source.target);
+        if param.user {
+            return Err(self.fail(
+                "`user` applies to `&str`, `&[u8]` and `[u8; N]` captures, not to scalars"
+                    .to_owned(),
+            ));
+        }
+        if source.in_memory && target.class == TypeClass::Aggregate {
+            if let Some(members) = self.btf.composite(target.id).map(|c| c.members) {
+                let named: Vec<String> = members
+                    .iter()
+                    .filter(|m| !m.name.is_empty())
+                    .take(8)
+                    .map(|m| format!("`.{}`", m.name))
+                    .collect();
+                return Err(PlanError::TypeMismatch {
+                    function: self.function().to_owned(),
+                    parameter: param.name.to_owned(),
+                    kernel_type: target.c_name.clone(),
+                    rust_type: param.ty.to_string(),
+                    hint: format!(
+                        "`{}` is a struct or union, not a scalar: capture one of its members by \
+                         adding it to the path ({})",
+                        target.c_name,
+                        named.join(", ")
+                    ),
+                });
+            }
+        }
+        check_compatible(self.function(), param.name, target, param.ty)?;
+        let (kind, size) = if source.in_memory {
+            (KIND_MEM, scalar_width(target) as u8)
+        } else {
+            (KIND_REG, 0)
+        };
+        Ok(Read {
+            kind,
+            size,
+            load_pointer: false,
+            length: None,
+            bound: 0,
+            data_len: 0,
+        })
+    }
+
+    /// A `&str`: behind a `char *`, or a `char` array in kernel memory.
+    fn read_str(&self, source: &Source) -> Result<Read> {
+        let (param, target) = (self.param, &source.target);
+        let max = param.max.unwrap_or(DEFAULT_STR_MAX);
+        let load_pointer = match target.class {
+            TypeClass::Pointer if target.points_to_char => source.in_memory,
+            TypeClass::Array {
+                elem_is_char: true, ..
+            } if source.in_memory && !param.user => false,
+            _ => {
+                return Err(self.fail(format!(
+                    "`&str` captures a `char *` or a `char` array, but the value is `{}`",
+                    target.c_name
+                )))
+            }
+        };
+        let bound = usize::from(max);
+        Ok(Read {
+            kind: if param.user { KIND_USTR } else { KIND_KSTR },
+            size: 0,
+            load_pointer,
+            length: None,
+            bound,
+            // One more character than the bound tells a string that only
+            // fits from one that was cut, plus the NUL.
+            data_len: bound + 2,
+        })
+    }
+
+    /// A `&[u8]` or `[u8; N]`: behind a pointer, or an array in kernel
+    /// memory.
+    fn read_bytes(&self, source: &Source) -> Result<Read> {
+        let (param, target) = (self.param, &source.target);
+        let fixed = match param.ty.kind {
+            ValueKind::ByteArray { len } => Some(usize::from(len)),
+            _ => None,
+        };
+        let load_pointer = match target.class {
+            TypeClass::Pointer => source.in_memory,
+            TypeClass::Array {
+                elem_bytes, len, ..
+            } if source.in_memory && !param.user => {
+                let have = (elem_bytes * len) as usize;
+                if let Some(n) = fixed {
+                    // A flexible array member (`len` 0) is as long as
+                    // its object: the capture says how much to read.
+                    if n > have && len != 0 {
+                        return Err(self.fail(format!(
+                            "`[u8; {n}]` is longer than `{}` ({have} bytes)",
+                            target.c_name
+                        )));
+                    }
+                }
+                false
+            }
+            _ => {
+                return Err(self.fail(format!(
+                    "byte captures read behind a pointer or from an array, but the value is `{}`",
+                    target.c_name
+                )))
+            }
+        };
+        let length = self.buffer_length(target, fixed)?;
+        Ok(Read {
+            kind: if param.user { KIND_UBYTES } else { KIND_KBYTES },
+            size: 0,
+            load_pointer,
+            bound: length.bound,
+            data_len: length.bound,
+            length: Some(length),
+        })
+    }
+
+    /// Where a buffer's length comes from: the `[u8; N]` type, `len`, or
+    /// the array it is.
+    fn buffer_length(&self, target: &KernelType, fixed: Option<usize>) -> Result<BufferLength> {
+        let (param, signature) = (self.param, self.signature);
+        let max = usize::from(param.max.unwrap_or(DEFAULT_BYTES_MAX));
+        match (fixed, param.len) {
+            (Some(n), None) => Ok(BufferLength {
+                src: LEN_FIXED,
+                arg: None,
+                bound: n,
+            }),
+            (Some(_), Some(_)) => {
+                Err(self.fail("`[u8; N]` has its length already: remove `len`".to_owned()))
+            }
+            (None, Some(LenSource::Ret)) => {
+                if !self.spec.mode.has_return() {
+                    return Err(self.fail(
+                        "`len = \"ret\"` needs mode = \"fexit\" or \"kretprobe\"".to_owned(),
+                    ));
+                }
+                Ok(BufferLength {
+                    src: LEN_RET,
+                    arg: None,
+                    bound: max,
+                })
+            }
+            (None, Some(LenSource::Param(name))) => {
+                let Some(pos) = signature.params.iter().position(|(n, _)| n == name) else {
+                    let function = self.function();
+                    return Err(self.fail(format!(
+                        "`len = \"{name}\"` names no parameter of `{function}`; its parameters are: {}",
+                        signature
+                            .params
+                            .iter()
+                            .map(|(n, _)| format!("`{n}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                };
+                if pos >= kspan_bpf::MAX_ARGS
+                    || !matches!(signature.params[pos].1.class, TypeClass::Int { .. })
+                {
+                    return Err(self.fail(format!(
+                        "`len = \"{name}\"` must name an integer among the first {} parameters",
+                        kspan_bpf::MAX_ARGS
+                    )));
+                }
+                Ok(BufferLength {
+                    src: LEN_ARG,
+                    arg: Some(pos),
+                    bound: max,
+                })
+            }
+            (None, None) => match target.class {
+                TypeClass::Array { len: 0, .. } => Err(self.fail(format!(
+                    "`{}` is a flexible array member: its length is not in the type. Capture the \
+                     bytes behind it with `len = \"<parameter>\"` naming the parameter that \
+                     holds the length (e.g. `addrlen`), or as `[u8; N]` for the first N bytes",
+                    target.c_name
+                ))),
+                TypeClass::Array {
+                    elem_bytes, len, ..
+                } => Ok(BufferLength {
+                    src: LEN_FIXED,
+                    arg: None,
+                    bound: ((elem_bytes * len) as usize).min(max),
+                }),
+                _ => Err(self.fail(
+                    "a `&[u8]` buffer needs its length: `len = \"<parameter>\"` or `len = \"ret\"`"
+                        .to_owned(),
+                )),
+            },
+        }
+    }
+
+    /// What the BPF program is told: the walk from the register, the read,
+    /// and where in the data area the value goes (at `data_off`).
+    fn bpf(
+        &self,
+        source: &Source,
+        at_entry: bool,
+        read: &Read,
+        data_off: usize,
+    ) -> Result<kspan_capture> {
+        if source.steps.len() > kspan_bpf::MAX_STEPS {
+            return Err(self.fail(format!(
+                "the path needs {} pointer hops and offsets; the limit is {}",
+                source.steps.len(),
+                kspan_bpf::MAX_STEPS
+            )));
+        }
+        let mut bpf = kspan_capture {
+            at_entry: u8::from(at_entry),
+            kind: read.kind,
+            size: read.size,
+            arg: source.arg as u8,
+            nsteps: source.steps.len() as u8,
+            data_off: u16::try_from(data_off).unwrap_or(u16::MAX),
+            data_len: u16::try_from(read.data_len).unwrap_or(u16::MAX),
+            ..kspan_capture::default()
+        };
+        if let Some(length) = &read.length {
+            bpf.len_src = length.src;
+            if let Some(pos) = length.arg {
+                bpf.len_arg = pos as u8;
+            }
+        }
+        for (slot, step) in bpf.steps.iter_mut().zip(&source.steps) {
+            slot.offset = step.offset;
+            slot.load = u32::from(step.load);
+        }
+        Ok(bpf)
+    }
 }
 
 /// Reads a raw register or memory value at the kernel type's width: bits

@@ -323,12 +323,37 @@ pub fn resolve(
     if let Some(extra) = path.segments().get(MAX_SEGMENTS) {
         return Err(PathSyntaxError::TooDeep { at: extra.at }.into());
     }
+    let parameter = path.parameter();
+    let (arg_index, parameter_type) = start_parameter(btf, function, parameter)?;
+    let mut walk = Walk::from_register(btf, parameter_type);
+    for (i, segment) in path.segments().iter().enumerate() {
+        walk.follow(segment, path.before(i))
+            .map_err(|problem| FieldPathError::Segment {
+                function: function.to_owned(),
+                parameter: parameter.to_owned(),
+                at: path.prefix(i).to_owned(),
+                problem: Box::new(problem),
+            })?;
+    }
+    Ok(ResolvedPath {
+        arg_index,
+        steps: walk.steps,
+        target: btf.kernel_type(walk.ty),
+    })
+}
+
+/// The parameter a path starts from: its index, which is an argument
+/// register kspan captures, and its type id.
+fn start_parameter(
+    btf: &Btf,
+    function: &str,
+    parameter: &str,
+) -> Result<(usize, u32), FieldPathError> {
     let Some(signature) = btf.function(function) else {
         return Err(FieldPathError::UnknownFunction {
             function: function.to_owned(),
         });
     };
-    let parameter = path.parameter();
     let Some(arg_index) = signature.params.iter().position(|(n, _)| n == parameter) else {
         let parameters: Vec<String> = signature.params.iter().map(|(n, _)| n.clone()).collect();
         return Err(FieldPathError::UnknownParameter {
@@ -345,146 +370,186 @@ pub fn resolve(
             index: arg_index,
         });
     }
+    Ok((arg_index, signature.params[arg_index].1.id))
+}
 
-    let mut ty = signature.params[arg_index].1.id;
-    // Whether `cur` is the address of a value of type `ty` (true after the
-    // first segment) or the value itself (the register, before it).
-    let mut in_memory = false;
-    let mut steps: Vec<Step> = Vec::new();
-    for (i, segment) in path.segments().iter().enumerate() {
+/// A path walked up to some segment: the steps so far and what they reach.
+struct Walk<'b> {
+    btf: &'b Btf,
+    /// The type of what the walk has reached.
+    ty: u32,
+    /// Whether `cur` is the address of a value of type `ty` (true after the
+    /// first segment) or the value itself (the register, before it).
+    in_memory: bool,
+    steps: Vec<Step>,
+}
+
+impl<'b> Walk<'b> {
+    /// A walk that has not left the register, which holds a `ty`.
+    fn from_register(btf: &'b Btf, ty: u32) -> Self {
+        Walk {
+            btf,
+            ty,
+            in_memory: false,
+            steps: Vec::new(),
+        }
+    }
+
+    /// Follows one segment; `base` is the path before it.
+    fn follow(&mut self, segment: &Segment, base: &str) -> Result<(), SegmentProblem> {
         let member = segment.member.as_str();
-        let fail = |problem: SegmentProblem| FieldPathError::Segment {
-            function: function.to_owned(),
-            parameter: parameter.to_owned(),
-            at: path.prefix(i).to_owned(),
-            problem: Box::new(problem),
-        };
-        let base = || path.before(i).to_owned();
-        let base_type = || btf.kernel_type(ty).c_name;
         let container_id = match segment.access {
-            Access::Arrow => {
-                let Some(pointee) = btf.pointee(ty) else {
-                    let is_struct = btf.composite(ty).is_some() || btf.is_declaration_only(ty);
-                    if is_struct && !in_memory {
-                        return Err(fail(SegmentProblem::ByValueParameter {
-                            member: member.to_owned(),
-                            base: base(),
-                            base_type: base_type(),
-                        }));
-                    }
-                    return Err(fail(SegmentProblem::ArrowOnNonPointer {
-                        member: member.to_owned(),
-                        base: base(),
-                        base_type: base_type(),
-                        use_dot: is_struct,
-                    }));
-                };
-                if btf.composite(pointee).is_none() && !btf.is_declaration_only(pointee) {
-                    return Err(fail(SegmentProblem::NotStructPointer {
-                        member: member.to_owned(),
-                        base: base(),
-                        base_type: base_type(),
-                    }));
-                }
-                if btf.kernel_type(ty).is_user_pointer {
-                    return Err(fail(SegmentProblem::UserPointer {
-                        member: member.to_owned(),
-                        base: base(),
-                        base_type: base_type(),
-                    }));
-                }
-                // From the register the pointer is already in `cur`; from
-                // memory it is loaded from `cur`.
-                steps.push(Step {
-                    load: in_memory,
-                    offset: 0,
-                });
-                pointee
-            }
-            Access::Dot => {
-                if btf.pointee(ty).is_some() {
-                    return Err(fail(SegmentProblem::DotOnPointer {
-                        member: member.to_owned(),
-                        base: base(),
-                        base_type: base_type(),
-                    }));
-                }
-                let is_struct = btf.composite(ty).is_some() || btf.is_declaration_only(ty);
-                if !is_struct {
-                    return Err(fail(SegmentProblem::DotOnNonStruct {
-                        member: member.to_owned(),
-                        base: base(),
-                        base_type: base_type(),
-                    }));
-                }
-                if !in_memory {
-                    return Err(fail(SegmentProblem::ByValueParameter {
-                        member: member.to_owned(),
-                        base: base(),
-                        base_type: base_type(),
-                    }));
-                }
-                ty
-            }
+            Access::Arrow => self.arrow(member, base)?,
+            Access::Dot => self.dot(member, base)?,
         };
+        let (bit_offset, found) = self.find(container_id, member)?;
+        self.add_offset(member, byte_offset(member, &found, bit_offset)?)?;
+        self.ty = found.type_id;
+        self.in_memory = true;
+        Ok(())
+    }
+
+    /// `->member`: checks that `ty` is a kernel pointer to a struct or union
+    /// and adds the step that follows it; returns the struct or union.
+    fn arrow(&mut self, member: &str, base: &str) -> Result<u32, SegmentProblem> {
+        let btf = self.btf;
+        let Some(pointee) = btf.pointee(self.ty) else {
+            let is_struct = btf.composite(self.ty).is_some() || btf.is_declaration_only(self.ty);
+            if is_struct && !self.in_memory {
+                return Err(SegmentProblem::ByValueParameter {
+                    member: member.to_owned(),
+                    base: base.to_owned(),
+                    base_type: self.type_name(),
+                });
+            }
+            return Err(SegmentProblem::ArrowOnNonPointer {
+                member: member.to_owned(),
+                base: base.to_owned(),
+                base_type: self.type_name(),
+                use_dot: is_struct,
+            });
+        };
+        if btf.composite(pointee).is_none() && !btf.is_declaration_only(pointee) {
+            return Err(SegmentProblem::NotStructPointer {
+                member: member.to_owned(),
+                base: base.to_owned(),
+                base_type: self.type_name(),
+            });
+        }
+        if btf.kernel_type(self.ty).is_user_pointer {
+            return Err(SegmentProblem::UserPointer {
+                member: member.to_owned(),
+                base: base.to_owned(),
+                base_type: self.type_name(),
+            });
+        }
+        // From the register the pointer is already in `cur`; from
+        // memory it is loaded from `cur`.
+        self.steps.push(Step {
+            load: self.in_memory,
+            offset: 0,
+        });
+        Ok(pointee)
+    }
+
+    /// `.member`: checks that `ty` is a struct or union in kernel memory;
+    /// returns it.
+    fn dot(&self, member: &str, base: &str) -> Result<u32, SegmentProblem> {
+        let btf = self.btf;
+        if btf.pointee(self.ty).is_some() {
+            return Err(SegmentProblem::DotOnPointer {
+                member: member.to_owned(),
+                base: base.to_owned(),
+                base_type: self.type_name(),
+            });
+        }
+        let is_struct = btf.composite(self.ty).is_some() || btf.is_declaration_only(self.ty);
+        if !is_struct {
+            return Err(SegmentProblem::DotOnNonStruct {
+                member: member.to_owned(),
+                base: base.to_owned(),
+                base_type: self.type_name(),
+            });
+        }
+        if !self.in_memory {
+            return Err(SegmentProblem::ByValueParameter {
+                member: member.to_owned(),
+                base: base.to_owned(),
+                base_type: self.type_name(),
+            });
+        }
+        Ok(self.ty)
+    }
+
+    /// `member` of the struct or union `container_id`, and its bit offset
+    /// from the container's start.
+    fn find(&self, container_id: u32, member: &str) -> Result<(u64, Member), SegmentProblem> {
+        let btf = self.btf;
         let container_name = || btf.kernel_type(container_id).c_name;
         let Some(container) = btf.composite(container_id) else {
-            return Err(fail(SegmentProblem::DeclarationOnly {
+            return Err(SegmentProblem::DeclarationOnly {
                 member: member.to_owned(),
                 container: container_name(),
-            }));
+            });
         };
         let mut budget = MAX_VISITS;
-        let Some((bit_offset, found)) = find_member(btf, &container, member, 0, &mut budget) else {
-            let mut members = Vec::new();
-            let mut budget = MAX_VISITS;
-            member_names(btf, &container, 0, &mut budget, &mut members);
-            let suggestion = closest(member, &members);
-            let more = members.len().saturating_sub(MAX_LISTED_MEMBERS);
-            members.truncate(MAX_LISTED_MEMBERS);
-            return Err(fail(SegmentProblem::UnknownMember {
-                member: member.to_owned(),
-                container: container_name(),
-                members,
-                more,
-                suggestion,
-            }));
-        };
-        if found.bitfield_bits != 0 || bit_offset % 8 != 0 {
-            return Err(fail(SegmentProblem::Bitfield {
-                member: member.to_owned(),
-                bits: found.bitfield_bits,
-                bit_offset,
-            }));
+        if let Some(found) = find_member(btf, &container, member, 0, &mut budget) {
+            return Ok(found);
         }
-        let Some(offset) = u32::try_from(bit_offset / 8).ok() else {
-            return Err(fail(SegmentProblem::OffsetOverflow {
-                member: member.to_owned(),
-            }));
-        };
-        // A member's offset is added to the last step (there is one: a
-        // struct in memory was reached through a `->`).
-        match steps.last_mut() {
+        let mut members = Vec::new();
+        let mut budget = MAX_VISITS;
+        member_names(btf, &container, 0, &mut budget, &mut members);
+        let suggestion = closest(member, &members);
+        let more = members.len().saturating_sub(MAX_LISTED_MEMBERS);
+        members.truncate(MAX_LISTED_MEMBERS);
+        Err(SegmentProblem::UnknownMember {
+            member: member.to_owned(),
+            container: container_name(),
+            members,
+            more,
+            suggestion,
+        })
+    }
+
+    /// Adds a member's byte offset to the walk.
+    fn add_offset(&mut self, member: &str, offset: u32) -> Result<(), SegmentProblem> {
+        // Added to the last step when there is one (a struct in memory was
+        // reached through a `->`).
+        match self.steps.last_mut() {
             Some(last) => {
                 let Some(sum) = last.offset.checked_add(offset) else {
-                    return Err(fail(SegmentProblem::OffsetOverflow {
+                    return Err(SegmentProblem::OffsetOverflow {
                         member: member.to_owned(),
-                    }));
+                    });
                 };
                 last.offset = sum;
             }
-            None => steps.push(Step {
+            None => self.steps.push(Step {
                 load: false,
                 offset,
             }),
         }
-        ty = found.type_id;
-        in_memory = true;
+        Ok(())
     }
-    Ok(ResolvedPath {
-        arg_index,
-        steps,
-        target: btf.kernel_type(ty),
+
+    /// The C name of `ty`, for errors.
+    fn type_name(&self) -> String {
+        self.btf.kernel_type(self.ty).c_name
+    }
+}
+
+/// The byte offset of a member found at `bit_offset`: refused for a
+/// bitfield or a member that does not start on a byte.
+fn byte_offset(member: &str, found: &Member, bit_offset: u64) -> Result<u32, SegmentProblem> {
+    if found.bitfield_bits != 0 || bit_offset % 8 != 0 {
+        return Err(SegmentProblem::Bitfield {
+            member: member.to_owned(),
+            bits: found.bitfield_bits,
+            bit_offset,
+        });
+    }
+    u32::try_from(bit_offset / 8).map_err(|_| SegmentProblem::OffsetOverflow {
+        member: member.to_owned(),
     })
 }
 
