@@ -282,8 +282,8 @@ pub use sums::{KernelSums, KernelSumsProcessor};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::annotation::{
-        Captured, FilterSpec, FromCapture, KernelValue, LenSource, ParamSpec, ProbeSpec,
-        ValueKind, ValueType, PROBES,
+        Captured, FilterSpec, FromCapture, KernelValue, LenSource, ParamSpec, ProbeSpec, ValueKind,
+        ValueType, PROBES,
     };
     pub use linkme;
 }
