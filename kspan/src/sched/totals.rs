@@ -13,73 +13,24 @@ use crate::bpf::span_table::SpanTable;
 use crate::bpf::MapError;
 use crate::sums::SpanEndFigures;
 
-/// What the kernel summed for one application span (`struct kspan_sched_sum`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct SchedTotals {
-    /// Runnable, waiting for a CPU.
-    pub run_queue_ns: u64,
-    /// Off CPU, sleeping (`S`).
-    pub sleeping_ns: u64,
-    /// Off CPU, blocked (`D`).
-    pub blocked_ns: u64,
-    /// Off CPU otherwise.
-    pub other_ns: u64,
-    /// Voluntary context switches.
-    pub voluntary: u64,
-    /// Involuntary context switches.
-    pub involuntary: u64,
-    /// Off-CPU intervals at least the wait-span threshold long.
-    pub waits: u64,
-    /// Off-CPU intervals whose switch-in was not seen
-    /// ([`attributes::INTERVALS_MISSED`]).
-    pub intervals_missed: u64,
-    /// The most the figures can be off by for those
-    /// ([`attributes::MISSED_NS`]).
-    pub missed_ns: u64,
-    /// Of `blocked_ns`, waiting on I/O ([`cause_attributes::BLOCKED_IO_NS`]).
-    pub blocked_io_ns: u64,
-    /// Of `blocked_ns`, stalled on memory
-    /// ([`cause_attributes::BLOCKED_MEMORY_NS`]).
-    pub blocked_memory_ns: u64,
-    /// Of `blocked_ns`, in a kernel lock's contention.
-    pub blocked_lock_ns: u64,
-    /// Of `sleeping_ns`, by cause: kernel locks, futexes, polling,
-    /// timers, receiving ([`cause_attributes::SLEEPING_LOCK_NS`] and those
-    /// after it).
-    pub sleeping_lock_ns: u64,
-    /// See `sleeping_lock_ns`.
-    pub sleeping_futex_ns: u64,
-    /// See `sleeping_lock_ns`.
-    pub sleeping_poll_ns: u64,
-    /// See `sleeping_lock_ns`.
-    pub sleeping_timer_ns: u64,
-    /// See `sleeping_lock_ns`.
-    pub sleeping_receive_ns: u64,
-    /// Kernel lock contention time by kind: mutex, rwsem, spin, other.
-    pub lock_ns: [u64; 4],
-    /// Kernel lock contentions by kind, as `lock_ns`.
-    pub locks: [u64; 4],
-    /// Block requests issued under the span, by device: the devices (the
-    /// kernel's `dev_t`, 0 for none), the first two the span used; then
-    /// per row (those two, and the rest together) the requests completed,
-    /// their bytes, time queued and time on the device.
-    pub block_devices: [u64; 2],
-    /// See `block_devices`.
-    pub block_requests: [u64; 3],
-    /// See `block_devices`.
-    pub block_bytes: [u64; 3],
-    /// See `block_devices`.
-    pub block_queue_ns: [u64; 3],
-    /// See `block_devices`.
-    pub block_device_ns: [u64; 3],
-    /// Off CPU inside page faults taken in user space
-    /// ([`cause_attributes::FAULT_WAIT_NS`]).
-    pub fault_ns: u64,
-    /// Memory stalls the span's threads spent in themselves: reclaim, then
-    /// compaction ([`cause_attributes::MEMORY_RECLAIM_NS`]), time and count.
-    pub memory_ns: [u64; 2],
-    /// See `memory_ns`.
-    pub memory_stalls: [u64; 2],
+/// What the kernel summed for one application span: its
+/// `struct kspan_sched_sum`, the generated type, field for field (the
+/// figures' meanings are in `kspan.h`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SchedTotals(kspan_sched_sum);
+
+impl std::ops::Deref for SchedTotals {
+    type Target = kspan_sched_sum;
+
+    fn deref(&self) -> &kspan_sched_sum {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for SchedTotals {
+    fn deref_mut(&mut self) -> &mut kspan_sched_sum {
+        &mut self.0
+    }
 }
 
 impl SchedTotals {
@@ -98,40 +49,7 @@ impl SchedTotals {
                 n,
             );
         }
-        Self::from_kernel(&sum)
-    }
-
-    /// The kernel's totals, field by field.
-    fn from_kernel(k: &kspan_sched_sum) -> Self {
-        SchedTotals {
-            run_queue_ns: k.run_queue_ns,
-            sleeping_ns: k.sleeping_ns,
-            blocked_ns: k.blocked_ns,
-            other_ns: k.other_ns,
-            voluntary: k.voluntary,
-            involuntary: k.involuntary,
-            waits: k.waits,
-            intervals_missed: k.intervals_missed,
-            missed_ns: k.missed_ns,
-            blocked_io_ns: k.blocked_io_ns,
-            blocked_memory_ns: k.blocked_memory_ns,
-            blocked_lock_ns: k.blocked_lock_ns,
-            sleeping_lock_ns: k.sleeping_lock_ns,
-            sleeping_futex_ns: k.sleeping_futex_ns,
-            sleeping_poll_ns: k.sleeping_poll_ns,
-            sleeping_timer_ns: k.sleeping_timer_ns,
-            sleeping_receive_ns: k.sleeping_receive_ns,
-            lock_ns: k.lock_ns,
-            locks: k.locks,
-            block_devices: k.block_dev,
-            block_requests: k.block_requests,
-            block_bytes: k.block_bytes,
-            block_queue_ns: k.block_queue_ns,
-            block_device_ns: k.block_device_ns,
-            fault_ns: k.fault_ns,
-            memory_ns: k.memory_ns,
-            memory_stalls: k.memory_stalls,
-        }
+        SchedTotals(sum)
     }
 
     /// Off CPU in total, run queue included.
@@ -225,7 +143,7 @@ impl SchedTotals {
         let rows: Vec<String> = (0..3)
             .filter(|&row| self.block_requests[row] > 0)
             .map(|row| {
-                let device = match self.block_devices.get(row) {
+                let device = match self.block_dev.get(row) {
                     Some(&dev) => crate::kernel::block::device_name(dev),
                     None => "other devices".to_owned(),
                 };
@@ -343,7 +261,7 @@ mod tests {
 
     #[test]
     fn on_cpu_is_the_current_time_less_the_off_cpu_time() {
-        let totals = SchedTotals {
+        let totals = SchedTotals(kspan_sched_sum {
             run_queue_ns: 5,
             sleeping_ns: 50,
             blocked_ns: 20,
@@ -358,8 +276,8 @@ mod tests {
             sleeping_timer_ns: 15,
             lock_ns: [7, 0, 0, 0],
             locks: [1, 2, 0, 0],
-            ..SchedTotals::default()
-        };
+            ..kspan_sched_sum::default()
+        });
         let attrs = totals.attributes(100, true);
         let value = |attrs: &[KeyValue], key: &str| {
             attrs
@@ -395,11 +313,11 @@ mod tests {
         // No block request: no line by device.
         assert_eq!(attrs.len(), 9 + 10 + 8 + 4 + 4);
         assert_eq!(totals.attributes(100, false).len(), 9);
-        let missed = SchedTotals {
+        let missed = SchedTotals(kspan_sched_sum {
             intervals_missed: 1,
             missed_ns: 30,
-            ..totals
-        };
+            ..*totals
+        });
         let attrs = missed.attributes(100, false);
         let get = |k: &str| {
             attrs
@@ -427,7 +345,7 @@ mod tests {
         assert_eq!((t.blocked_lock_ns, t.sleeping_lock_ns), (12, 13));
         assert_eq!((t.sleeping_futex_ns, t.sleeping_receive_ns), (14, 17));
         assert_eq!((t.lock_ns, t.locks), ([18, 19, 20, 21], [22, 23, 24, 25]));
-        assert_eq!(t.block_devices, [26, 27]);
+        assert_eq!(t.block_dev, [26, 27]);
         assert_eq!(
             (t.block_requests, t.block_device_ns),
             ([28, 29, 30], [37, 38, 39])
