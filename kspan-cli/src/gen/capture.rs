@@ -128,6 +128,8 @@ pub fn rust_type(t: &KernelType, returned: bool) -> Result<&'static str, String>
             Err(format!("{c}, a type the kernel's BTF does not describe"))
         }
         TypeClass::Aggregate => Err(format!("{c}, {by_value}")),
+        // A shape this `kspan` does not know yet: not captured, said so.
+        _ => Err(format!("{c}, a kind of type this kspan cannot capture")),
     }
 }
 
