@@ -573,11 +573,11 @@ mod tests {
         assert!(out.contains(":: kspan :: Mode :: Fexit"), "{out}");
         assert!(out.contains("name : \"count\""), "{out}");
         assert!(
-            out.contains("< usize as :: kspan :: FromCapture < 'static >> :: TYPE"),
+            out.contains("< usize as :: kspan :: __private :: FromCapture < 'static >> :: TYPE"),
             "{out}"
         );
         assert!(
-            out.contains("Some (< isize as :: kspan :: KernelValue > :: TYPE)"),
+            out.contains("Some (< isize as :: kspan :: __private :: KernelValue > :: TYPE)"),
             "{out}"
         );
         assert!(out.contains("errno : true"), "{out}");
@@ -682,9 +682,9 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("user : true"), "{out}");
-        assert!(out.contains(":: kspan :: LenSource :: Ret"), "{out}");
+        assert!(out.contains(":: kspan :: __private :: LenSource :: Ret"), "{out}");
         assert!(
-            out.contains(":: kspan :: LenSource :: Param (\"count\")"),
+            out.contains(":: kspan :: __private :: LenSource :: Param (\"count\")"),
             "{out}"
         );
         assert!(
