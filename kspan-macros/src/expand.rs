@@ -682,7 +682,10 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("user : true"), "{out}");
-        assert!(out.contains(":: kspan :: __private :: LenSource :: Ret"), "{out}");
+        assert!(
+            out.contains(":: kspan :: __private :: LenSource :: Ret"),
+            "{out}"
+        );
         assert!(
             out.contains(":: kspan :: __private :: LenSource :: Param (\"count\")"),
             "{out}"
