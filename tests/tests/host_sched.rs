@@ -168,6 +168,7 @@ fn a_chain_of_wake_ups_names_each_hop() {
         SchedulerAccount::new()
             .wait_spans_from(std::time::Duration::from_micros(20))
             .with_causes(),
+        std::time::Duration::from_micros(20),
         sched::ReadTarget::FileIn(&sched::disk_dir(false)),
         4,
         1,

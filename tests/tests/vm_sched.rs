@@ -163,6 +163,7 @@ fn a_chain_of_wake_ups_names_each_hop() {
         SchedulerAccount::new()
             .mechanism(SchedMechanism::BtfTracepoints)
             .with_causes(),
+        kspan::sched::DEFAULT_WAIT_SPAN_MIN,
         sched::ReadTarget::Device(&disk, &name),
         3,
         VM_SLACK_MS,
