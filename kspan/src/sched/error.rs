@@ -110,3 +110,52 @@ fn refusal_reason(errno: Option<i32>, mechanism: SchedMechanism, step: &str) -> 
         _ => format!("the kernel refused to {step} the {mechanism} program"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(errno: i32) -> LoadFailure {
+        LoadFailure {
+            source: libbpf_rs::Error::from_raw_os_error(errno),
+            verifier_log: None,
+        }
+    }
+
+    #[test]
+    fn a_refused_load_names_the_account_and_its_mechanism_not_a_probe() {
+        let e = AccountError::load(SchedMechanism::BtfTracepoints, refused(libc::EPERM));
+        let message = e.to_string();
+        assert!(
+            message.starts_with("cannot load the scheduler account's tp_btf programs: "),
+            "{message}"
+        );
+        assert!(message.contains("(EPERM)"), "{message}");
+        assert!(!message.contains("syscall"), "{message}");
+        assert!(matches!(
+            e,
+            AccountError::Load {
+                errno: Some(libc::EPERM),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_refused_perf_event_says_what_the_process_lacks() {
+        let e = AccountError::refused(
+            SchedMechanism::Tracepoints,
+            "sched:sched_switch",
+            std::io::Error::from_raw_os_error(libc::EACCES),
+        );
+        let message = e.to_string();
+        assert!(
+            message.starts_with(
+                "cannot attach the scheduler account's tracepoint program to `sched:sched_switch`: "
+            ),
+            "{message}"
+        );
+        assert!(message.contains("CAP_PERFMON"), "{message}");
+        assert!(message.contains("(EACCES)"), "{message}");
+    }
+}
