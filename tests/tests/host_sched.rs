@@ -92,7 +92,9 @@ fn the_account_without_its_parts_is_refused_with_the_fix() {
 
 #[test]
 fn a_read_past_the_cache_is_blocked_time() {
-    sched::a_read_past_the_cache_is_blocked_time(&sched::disk_dir(false));
+    sched::a_read_past_the_cache_is_blocked_time(sched::ReadTarget::FileIn(&sched::disk_dir(
+        false,
+    )));
 }
 
 #[test]
