@@ -86,7 +86,7 @@ pub fn run(args: &[String]) -> Outcome {
         text.push_str(&format!(
             "  scheduler account's causes (`SchedulerAccount::with_causes`): blocked time by the \
              thread's flags (io, memory), sleeping time by its system call, page faults; \
-             kernel locks {}; block requests {}; memory stalls {}\n",
+             kernel locks {}; block requests {}; throttled block I/O {}; memory stalls {}\n",
             if event("lock", "contention_begin") {
                 "yes (lock:contention_begin/end)"
             } else {
@@ -96,6 +96,25 @@ pub fn run(args: &[String]) -> Outcome {
                 "yes (block:block_rq_*, BTF tracepoints)"
             } else {
                 "no (they need BTF tracepoints and block:block_rq_*)"
+            },
+            match (
+                btf && event("block", "block_rq_complete"),
+                &caps.trampolines,
+                kernel_has_symbol("__blk_throtl_bio"),
+            ) {
+                (false, ..) => "no (it needs the block requests)".to_owned(),
+                (true, Feature::Available, true) => {
+                    "yes (fexit on __blk_throtl_bio: cgroup v2 io.max, v1 blkio.throttle.*)"
+                        .to_owned()
+                }
+                (true, Feature::Available, false) => {
+                    "no (no __blk_throtl_bio in /proc/kallsyms: a kernel without \
+                     CONFIG_BLK_DEV_THROTTLING)"
+                        .to_owned()
+                }
+                (true, refused, _) => {
+                    format!("no (it needs a trampoline on __blk_throtl_bio: {refused})")
+                }
             },
             if event("vmscan", "mm_vmscan_direct_reclaim_begin") {
                 "yes (vmscan and compaction begin/end)"
@@ -352,6 +371,14 @@ fn syscalls_for(function: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// Whether `/proc/kallsyms` names the kernel function `name`.
+fn kernel_has_symbol(name: &str) -> bool {
+    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|text| {
+        text.lines()
+            .any(|line| line.split_whitespace().nth(2) == Some(name))
+    })
 }
 
 #[cfg(test)]

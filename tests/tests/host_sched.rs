@@ -161,6 +161,13 @@ fn a_span_s_block_requests_are_its_reads() {
     );
 }
 
+/// The host refuses trampolines: the throttle's hold, read by a fexit, is
+/// said not read, naming them (on a host that has them, said read).
+#[test]
+fn throttled_io_is_said_read_or_not() {
+    sched::throttled_io_is_said_read_or_not(SchedulerAccount::new().with_causes());
+}
+
 /// A futex wait on a thread that reads the host's disk while it holds the
 /// lock: the wait links to the reader's span and to its last read's wait,
 /// which names its request; the times are schedstat's and taskstats'.

@@ -21,6 +21,14 @@ struct {
 	__type(value, struct kspan_block_request);
 } kspan_block_requests SEC(".maps");
 
+/* Bios held by blk-throttle (see kspan.h), by bio: from the hold to the request made of them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KSPAN_BLOCK_BIOS_MAX);
+	__type(key, __u64);
+	__type(value, struct kspan_block_bio);
+} kspan_block_bios SEC(".maps");
+
 /*
  * Kernel lock contention (lock:contention_begin/_end, Linux 5.19+), with
  * the scheduler's causes on: both events run on the contending thread. A
@@ -283,12 +291,83 @@ struct request_queue___kspan {
 	struct gendisk___kspan *disk;
 } __attribute__((preserve_access_index));
 
+struct bio___kspan;
+
 struct request___kspan {
 	struct request_queue___kspan *q;
 	struct block_device___kspan *part;
 	unsigned int __data_len;
 	__u64 __sector;
+	struct bio___kspan *bio;
 } __attribute__((preserve_access_index));
+
+/* A bio's cgroup: its blkg's blkcg's cgroup, named by its kernfs node. */
+struct kernfs_node___kspan {
+	const char *name;
+	__u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup___kspan {
+	struct kernfs_node___kspan *kn;
+} __attribute__((preserve_access_index));
+
+struct cgroup_subsys_state___kspan {
+	struct cgroup___kspan *cgroup;
+} __attribute__((preserve_access_index));
+
+struct blkcg___kspan {
+	struct cgroup_subsys_state___kspan css;
+} __attribute__((preserve_access_index));
+
+struct blkcg_gq___kspan {
+	struct blkcg___kspan *blkcg;
+} __attribute__((preserve_access_index));
+
+struct bio___kspan {
+	struct blkcg_gq___kspan *bi_blkg;
+} __attribute__((preserve_access_index));
+
+/* The cgroup `bio` is charged to (whose limits the throttle applies), into `by`. */
+static __always_inline void kspan_bio_cgroup(struct bio___kspan *bio, struct kspan_block_held *by)
+{
+	struct kernfs_node___kspan *kn = NULL;
+	const char *name = NULL;
+
+	if (!bpf_core_field_exists(bio->bi_blkg))
+		return;
+	kn = BPF_CORE_READ(bio, bi_blkg, blkcg, css.cgroup, kn);
+	if (!kn)
+		return;
+	by->cgroup_id = BPF_CORE_READ(kn, id);
+	name = BPF_CORE_READ(kn, name);
+	if (name)
+		bpf_probe_read_kernel_str(by->cgroup, sizeof(by->cgroup), name);
+}
+
+/*
+ * blk-throttle decided about a bio (the fexit of __blk_throtl_bio, which
+ * runs on the submitting thread, only for bios of a cgroup with limits):
+ * `held`, it keeps it, to dispatch it later from its kernel worker. A bio
+ * of a thread of the process under a recorded span is kept until its
+ * request, which is then that thread's and that span's.
+ */
+SEC("fexit/__blk_throtl_bio")
+int BPF_PROG(kspan_fexit_throttle, struct bio___kspan *bio, _Bool held)
+{
+	struct kspan_block_bio fresh = {};
+	struct kspan_thread_ctx c = {};
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), key = (__u64)bio;
+
+	if (!held || (__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid || !kspan_sched_enabled())
+		return 0;
+	if (!kspan_recorded_span(&c, pid_tgid, &fresh.span))
+		return 0;
+	fresh.tid = (__u32)pid_tgid;
+	fresh.held_from_ns = bpf_ktime_get_ns();
+	kspan_bio_cgroup(bio, &fresh.by);
+	bpf_map_update_elem(&kspan_block_bios, &key, &fresh, BPF_ANY);
+	return 0;
+}
 
 /* The kernel's dev_t of `rq`'s device (MKDEV: major << 20 | minor). */
 static __always_inline __u64 kspan_request_dev(struct request___kspan *rq)
@@ -309,28 +388,46 @@ static __always_inline __u64 kspan_request_dev(struct request___kspan *rq)
 /*
  * The request `rq` enters the queue (`issue` 0) or goes to the driver
  * (`issue` 1): kept from its first event on a thread of the process under
- * a recorded span; its issue time stamped wherever it is issued.
+ * a recorded span, or in the throttle's worker when its first bio is one
+ * blk-throttle held for such a thread (the request is then that
+ * thread's, its time held the bio's); its issue time stamped wherever it
+ * is issued.
  */
-static __always_inline void kspan_block_queued(__u64 rq, int issue)
+static __always_inline void kspan_block_queued(struct request___kspan *req, int issue)
 {
+	__u64 rq = (__u64)req;
 	struct kspan_block_request *r = bpf_map_lookup_elem(&kspan_block_requests, &rq);
 	struct kspan_block_request fresh = {};
 	struct kspan_thread_ctx c = {};
-	__u64 pid_tgid, now = bpf_ktime_get_ns();
+	struct kspan_block_bio *held;
+	__u64 pid_tgid, now = bpf_ktime_get_ns(), bio;
 
 	if (r) {
 		if (issue)
 			r->issue_ns = now;
 		return;
 	}
-	pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid || !kspan_sched_enabled())
+	if (!kspan_sched_enabled())
 		return;
-	if (!kspan_recorded_span(&c, pid_tgid, &fresh.span))
-		return;
-	fresh.tid = (__u32)pid_tgid;
 	fresh.insert_ns = now;
 	fresh.issue_ns = issue ? now : 0;
+	pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)(pid_tgid >> 32) == kspan_cfg.target_tgid) {
+		if (!kspan_recorded_span(&c, pid_tgid, &fresh.span))
+			return;
+		fresh.tid = (__u32)pid_tgid;
+		bpf_map_update_elem(&kspan_block_requests, &rq, &fresh, BPF_ANY);
+		return;
+	}
+	bio = (__u64)req->bio;
+	held = bio ? bpf_map_lookup_elem(&kspan_block_bios, &bio) : NULL;
+	if (!held)
+		return;
+	fresh.span = held->span;
+	fresh.tid = held->tid;
+	fresh.held_ns = now > held->held_from_ns ? now - held->held_from_ns : 0;
+	__builtin_memcpy(&fresh.held_by, &held->by, sizeof(fresh.held_by));
+	bpf_map_delete_elem(&kspan_block_bios, &bio);
 	bpf_map_update_elem(&kspan_block_requests, &rq, &fresh, BPF_ANY);
 }
 
@@ -355,14 +452,14 @@ static __always_inline __u32 kspan_block_row(struct kspan_sched_sum *s, __u64 de
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(kspan_tp_block_insert, struct request *rq)
 {
-	kspan_block_queued((__u64)rq, 0);
+	kspan_block_queued((void *)rq, 0);
 	return 0;
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(kspan_tp_block_issue, struct request *rq)
 {
-	kspan_block_queued((__u64)rq, 1);
+	kspan_block_queued((void *)rq, 1);
 	return 0;
 }
 
@@ -380,7 +477,7 @@ int BPF_PROG(kspan_tp_block_complete, struct request *req, int error, unsigned i
 	struct kspan_block_done *done;
 	struct kspan_sched_sum *s;
 	__u32 zero = 0, row;
-	__u64 dev, bytes;
+	__u64 dev, bytes, held_ns;
 
 	if (!r)
 		return 0;
@@ -401,6 +498,8 @@ int BPF_PROG(kspan_tp_block_complete, struct request *req, int error, unsigned i
 		done->bytes = bytes;
 		done->queue_ns = queue_ns;
 		done->device_ns = device_ns;
+		done->held_ns = r->held_ns;
+		__builtin_memcpy(&done->held_by, &r->held_by, sizeof(done->held_by));
 	}
 	/* Its thread waiting on I/O: this is what it waits for. */
 	{
@@ -415,8 +514,12 @@ int BPF_PROG(kspan_tp_block_complete, struct request *req, int error, unsigned i
 			t->request.bytes = bytes;
 			t->request.queue_ns = queue_ns;
 			t->request.device_ns = device_ns;
+			t->request.held_ns = r->held_ns;
+			__builtin_memcpy(&t->request.held_by, &r->held_by,
+					 sizeof(t->request.held_by));
 		}
 	}
+	held_ns = r->held_ns;
 	s = kspan_sched_sum_of(r->span);
 	bpf_map_delete_elem(&kspan_block_requests, &key);
 	if (!s)
@@ -428,6 +531,10 @@ int BPF_PROG(kspan_tp_block_complete, struct request *req, int error, unsigned i
 	__sync_fetch_and_add(&s->block_bytes[row], bytes);
 	__sync_fetch_and_add(&s->block_queue_ns[row], queue_ns);
 	__sync_fetch_and_add(&s->block_device_ns[row], device_ns);
+	if (held_ns) {
+		__sync_fetch_and_add(&s->block_held[row], 1);
+		__sync_fetch_and_add(&s->block_held_ns[row], held_ns);
+	}
 	return 0;
 }
 

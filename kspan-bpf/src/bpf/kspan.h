@@ -714,6 +714,34 @@ enum kspan_waker_kind {
  */
 #define KSPAN_BLOCK_LINK_NS 1000000
 
+/*
+ * Bios a thread of the process submitted under an application span that
+ * blk-throttle held (cgroup v1 blkio.throttle.*, v2 io.max: the fexit of
+ * __blk_throtl_bio said so), kept by bio until the request made of it
+ * (in the throttle's kernel worker, which dispatches it later): that
+ * request is then the thread's and its span's, its time held the bio's.
+ */
+#define KSPAN_BLOCK_BIOS_MAX 4096
+/* The bytes of a cgroup's name kept (its last path component). */
+#define KSPAN_CGROUP_NAME_BYTES 32
+
+/* A held bio (kspan_block_bios), and what a request made of it keeps of it. */
+struct kspan_block_held {
+	/* The cgroup whose limit held it (its kernfs id, as cgroup.id or an inode number), and its name. */
+	__u64 cgroup_id;
+	char cgroup[KSPAN_CGROUP_NAME_BYTES];
+};
+
+struct kspan_block_bio {
+	/* The application span it was submitted under (its id as a number), and the thread. */
+	__u64 span;
+	__u32 tid;
+	__u32 pad;
+	/* When the throttle held it (CLOCK_MONOTONIC ns). */
+	__u64 held_from_ns;
+	struct kspan_block_held by;
+};
+
 /* One request in flight (kspan_block_requests). */
 struct kspan_block_request {
 	/* The application span it was issued under (its id as a number), and the thread. */
@@ -723,6 +751,9 @@ struct kspan_block_request {
 	/* Inserted into the queue, and issued to the driver (CLOCK_MONOTONIC ns). */
 	__u64 insert_ns;
 	__u64 issue_ns;
+	/* Its first bio's time held by blk-throttle before it (0: not held), and by whom. */
+	__u64 held_ns;
+	struct kspan_block_held held_by;
 };
 
 /*
@@ -739,6 +770,9 @@ struct kspan_block_done {
 	/* Insert to issue, and issue to completion. */
 	__u64 queue_ns;
 	__u64 device_ns;
+	/* Held by blk-throttle before the insert (0: not held), and by whom. */
+	__u64 held_ns;
+	struct kspan_block_held held_by;
 };
 
 /*
@@ -893,6 +927,13 @@ struct kspan_sched_sum {
 	__u64 block_bytes[KSPAN_BLOCK_DEVICES + 1];
 	__u64 block_queue_ns[KSPAN_BLOCK_DEVICES + 1];
 	__u64 block_device_ns[KSPAN_BLOCK_DEVICES + 1];
+	/*
+	 * Of those, the ones blk-throttle held before their insert (their
+	 * bios, submitted by the span's thread, issued by the throttle's
+	 * worker), and their time held.
+	 */
+	__u64 block_held[KSPAN_BLOCK_DEVICES + 1];
+	__u64 block_held_ns[KSPAN_BLOCK_DEVICES + 1];
 	/* Off CPU (blocked or sleeping) inside page faults taken in user space. */
 	__u64 fault_ns;
 	/*

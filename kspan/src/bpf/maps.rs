@@ -104,6 +104,7 @@ fn create_maps(spec: &MapSpec) -> Result<SharedMaps, LoadFailure> {
         &mut maps.kspan_sched_open,
         &mut maps.kspan_block_requests,
         &mut maps.kspan_block_done,
+        &mut maps.kspan_block_bios,
     ] {
         map.set_autocreate(spec.account)?;
     }
@@ -160,6 +161,7 @@ fn create_maps(spec: &MapSpec) -> Result<SharedMaps, LoadFailure> {
                 open: handle(&maps.kspan_sched_open)?,
                 block_requests: handle(&maps.kspan_block_requests)?,
                 block_done: handle(&maps.kspan_block_done)?,
+                block_bios: handle(&maps.kspan_block_bios)?,
             })
         } else {
             None
@@ -185,6 +187,7 @@ pub(crate) struct AccountMaps {
     pub open: MapHandle,
     pub(super) block_requests: MapHandle,
     pub(super) block_done: MapHandle,
+    pub(super) block_bios: MapHandle,
 }
 
 /// The maps every loaded program uses, made up front.

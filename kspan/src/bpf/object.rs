@@ -147,6 +147,10 @@ fn reuse_shared(
             &mut open.maps.kspan_block_done,
             account.map(|a| &a.block_done),
         ),
+        (
+            &mut open.maps.kspan_block_bios,
+            account.map(|a| &a.block_bios),
+        ),
     ] {
         match with {
             Some(with) => map.reuse_fd(with.as_fd())?,
@@ -233,6 +237,7 @@ fn lasting_maps(loaded: &KspanSkel<'_>, request: &LoadRequest<'_>) -> Vec<(RawFd
                 (&loaded.maps.kspan_sched_open, &account.open),
                 (&loaded.maps.kspan_block_requests, &account.block_requests),
                 (&loaded.maps.kspan_block_done, &account.block_done),
+                (&loaded.maps.kspan_block_bios, &account.block_bios),
             ]);
         }
         pairs

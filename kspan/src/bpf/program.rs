@@ -51,6 +51,10 @@ pub(crate) enum Program {
     BtfBlockInsert,
     BtfBlockIssue,
     BtfBlockComplete,
+    /// The account's causes: bios blk-throttle held (the fexit of
+    /// `__blk_throtl_bio`: a trampoline, loaded apart from the account's
+    /// tracepoints, where the kernel lets this process load one).
+    FexitThrottle,
     /// The account's causes: memory stalls (`vmscan:mm_vmscan_direct_reclaim_*`,
     /// `mm_vmscan_memcg_reclaim_*`, `compaction:mm_compaction_*`), as BTF
     /// tracepoints and as classic ones.
@@ -191,11 +195,12 @@ impl Program {
             || Self::LOCK_BTF.contains(&self)
             || Self::LOCK_CLASSIC.contains(&self)
             || Self::BLOCK_BTF.contains(&self)
+            || self == Program::FexitThrottle
             || Self::MEMORY_BTF.iter().any(|&(p, ..)| p == self)
             || Self::MEMORY_CLASSIC.iter().any(|&(p, ..)| p == self)
     }
 
-    pub(super) const ALL: [Program; 37] = [
+    pub(super) const ALL: [Program; 38] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -221,6 +226,7 @@ impl Program {
         Program::BtfBlockInsert,
         Program::BtfBlockIssue,
         Program::BtfBlockComplete,
+        Program::FexitThrottle,
         Program::BtfDirectReclaimBegin,
         Program::BtfDirectReclaimEnd,
         Program::BtfMemcgReclaimBegin,
@@ -263,6 +269,7 @@ impl Program {
             Program::LockBegin => &mut progs.kspan_lock_begin_tp,
             Program::LockEnd => &mut progs.kspan_lock_end_tp,
             Program::BtfBlockInsert => &mut progs.kspan_tp_block_insert,
+            Program::FexitThrottle => &mut progs.kspan_fexit_throttle,
             Program::BtfBlockIssue => &mut progs.kspan_tp_block_issue,
             Program::BtfBlockComplete => &mut progs.kspan_tp_block_complete,
             Program::BtfDirectReclaimBegin => &mut progs.kspan_tp_mm_vmscan_direct_reclaim_begin,
@@ -307,6 +314,7 @@ impl Program {
             Program::LockBegin => &progs.kspan_lock_begin_tp,
             Program::LockEnd => &progs.kspan_lock_end_tp,
             Program::BtfBlockInsert => &progs.kspan_tp_block_insert,
+            Program::FexitThrottle => &progs.kspan_fexit_throttle,
             Program::BtfBlockIssue => &progs.kspan_tp_block_issue,
             Program::BtfBlockComplete => &progs.kspan_tp_block_complete,
             Program::BtfDirectReclaimBegin => &progs.kspan_tp_mm_vmscan_direct_reclaim_begin,

@@ -102,11 +102,56 @@ pub(crate) fn attach(
             }
         },
     };
+    // The throttle's fexit, apart: a kernel that refuses trampolines
+    // (where the tracepoints load) costs the account that cause only.
+    let throttle = checks
+        .throttle(mechanism)
+        .and_then(|()| attach_throttle(&config, maps, links));
+    if let Err(why) = &throttle {
+        if checks.on() {
+            tracing::debug!(
+                reason = why.as_str(),
+                "kspan's throttled block I/O is not read"
+            );
+        }
+    }
     Ok(AccountAttached {
         mechanism,
         btf_passed_over,
-        causes: checks.mechanisms(mechanism),
+        causes: checks.mechanisms(mechanism, &throttle),
     })
+}
+
+/// Loads and attaches the fexit of `__blk_throtl_bio` over the shared
+/// `maps`, into `links`; `Err` says why it could not.
+fn attach_throttle(
+    config: &kspan_config,
+    maps: &SharedMaps,
+    links: &mut Links,
+) -> Result<(), String> {
+    let mut loaded = object::load(&LoadRequest {
+        attach_target: None,
+        config,
+        programs: &[Program::FexitThrottle],
+        shared: maps,
+    })
+    .map_err(|failure| {
+        let log = failure
+            .verifier_log
+            .map(|log| format!("; the verifier said: {log}"))
+            .unwrap_or_default();
+        format!(
+            "its fexit on __blk_throtl_bio was not loaded: {}{log}",
+            failure.source
+        )
+    })?;
+    let fd = loaded
+        .take(Program::FexitThrottle)
+        .ok_or("its fexit on __blk_throtl_bio was not among the programs loaded")?;
+    let link = sys::attach_trace(fd.as_fd(), libbpf_rs::libbpf_sys::BPF_TRACE_FEXIT)
+        .map_err(|e| format!("its fexit on __blk_throtl_bio was not attached: {e}"))?;
+    links.keep(None, Link::new(LinkKind::Trampoline, link), [Some(fd)]);
+    Ok(())
 }
 
 fn attach_with(

@@ -27,6 +27,9 @@ pub(crate) struct CauseChecks {
     locks_classic: Result<(), String>,
     /// `block:block_rq_insert`, `_issue` and `_complete`, by BTF.
     block_btf: Result<(), String>,
+    /// blk-throttle's `__blk_throtl_bio` in BTF, and trampolines to load
+    /// its fexit (which the block programs need as well).
+    throttle: Result<(), String>,
     /// The memory stall tracepoints the kernel has (each begin/end pair
     /// whole), by BTF and by tracefs, and those it lacks with why.
     memory_btf: Vec<&'static str>,
@@ -50,6 +53,7 @@ impl CauseChecks {
                 locks_btf: off(),
                 locks_classic: off(),
                 block_btf: off(),
+                throttle: off(),
                 memory_btf: Vec::new(),
                 memory_classic: Vec::new(),
                 memory_missing: Vec::new(),
@@ -83,6 +87,7 @@ impl CauseChecks {
         }
         CauseChecks {
             on: true,
+            throttle: check_throttle(btf),
             locks_btf: btf_events("lock", &["contention_begin", "contention_end"]),
             locks_classic: check_lock_formats(),
             block_btf: btf_events(
@@ -93,6 +98,11 @@ impl CauseChecks {
             memory_classic,
             memory_missing,
         }
+    }
+
+    /// Whether the causes are on.
+    pub(crate) fn on(&self) -> bool {
+        self.on
     }
 
     fn locks(&self, mechanism: SchedMechanism) -> &Result<(), String> {
@@ -143,9 +153,33 @@ impl CauseChecks {
         programs
     }
 
+    /// Whether the throttle's fexit is to be loaded with `mechanism`
+    /// attached: `Err` says why not.
+    pub(crate) fn throttle(&self, mechanism: SchedMechanism) -> Result<(), String> {
+        self.block(mechanism)?;
+        self.throttle.clone()
+    }
+
+    fn block(&self, mechanism: SchedMechanism) -> Result<(), String> {
+        match (&self.block_btf, mechanism) {
+            (Ok(()), SchedMechanism::BtfTracepoints) => Ok(()),
+            (_, SchedMechanism::Tracepoints) => Err(
+                "the account uses classic tracepoints, whose block events name no request to \
+                 follow (block requests need BTF tracepoints)"
+                    .to_owned(),
+            ),
+            (Err(why), _) => Err(why.clone()),
+        }
+    }
+
     /// How each cause is read with `mechanism` attached, or why not; empty
-    /// with the causes off.
-    pub(crate) fn mechanisms(&self, mechanism: SchedMechanism) -> Vec<CauseMechanism> {
+    /// with the causes off. `throttle`: what became of the throttle's
+    /// fexit ([`CauseChecks::throttle`], then its load and attach).
+    pub(crate) fn mechanisms(
+        &self,
+        mechanism: SchedMechanism,
+        throttle: &Result<(), String>,
+    ) -> Vec<CauseMechanism> {
         if !self.on {
             return Vec::new();
         }
@@ -153,18 +187,10 @@ impl CauseChecks {
             SchedMechanism::BtfTracepoints => "BTF tracepoints",
             SchedMechanism::Tracepoints => "classic tracepoints",
         };
-        let block = match (&self.block_btf, mechanism) {
-            (Ok(()), SchedMechanism::BtfTracepoints) => Ok(
-                "block:block_rq_insert, block_rq_issue and block_rq_complete as BTF tracepoints"
-                    .to_owned(),
-            ),
-            (_, SchedMechanism::Tracepoints) => Err(
-                "the account uses classic tracepoints, whose block events name no request to \
-                 follow (block requests need BTF tracepoints)"
-                    .to_owned(),
-            ),
-            (Err(why), _) => Err(why.clone()),
-        };
+        let block = self.block(mechanism).map(|()| {
+            "block:block_rq_insert, block_rq_issue and block_rq_complete as BTF tracepoints"
+                .to_owned()
+        });
         vec![
             CauseMechanism {
                 cause: "blocked: io, memory",
@@ -198,6 +224,14 @@ impl CauseChecks {
                 how: block,
             },
             CauseMechanism {
+                cause: THROTTLE_CAUSE,
+                how: throttle.clone().map(|()| {
+                    "the fexit of __blk_throtl_bio (the bios it holds, by bio), followed to \
+                     their requests in the throttle's worker"
+                        .to_owned()
+                }),
+            },
+            CauseMechanism {
                 cause: "memory stalls: reclaim, compaction",
                 how: {
                     let have = self.memory(mechanism);
@@ -226,6 +260,30 @@ impl CauseChecks {
                 ),
             },
         ]
+    }
+}
+
+/// The cause a throttled request's time is, as
+/// [`Kspan::scheduler_causes`](crate::Kspan::scheduler_causes) names it.
+pub(crate) const THROTTLE_CAUSE: &str =
+    "throttled block I/O: blk-throttle's hold (cgroup v2 io.max, v1 blkio.throttle.*)";
+
+/// Whether the throttle's fexit can be loaded here: its function in the
+/// kernel's BTF (CONFIG_BLK_DEV_THROTTLING), and trampolines.
+fn check_throttle(btf: &Btf) -> Result<(), String> {
+    if btf.function("__blk_throtl_bio").is_none() {
+        return Err(
+            "this kernel's BTF has no __blk_throtl_bio (a kernel without blk-throttle, \
+             CONFIG_BLK_DEV_THROTTLING)"
+                .to_owned(),
+        );
+    }
+    let capabilities = crate::bpf::KernelCapabilities::cached(|| Ok(btf));
+    match &capabilities.trampolines {
+        crate::bpf::Feature::Available => Ok(()),
+        refused => Err(format!(
+            "the throttle's hold is read by a trampoline (fexit on __blk_throtl_bio): {refused}"
+        )),
     }
 }
 

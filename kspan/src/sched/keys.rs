@@ -115,6 +115,15 @@ pub mod cause_attributes {
     pub const BLOCK_QUEUE_NS: &str = "kspan.block.queue_ns";
     /// Their time on the device: from the issue to the completion.
     pub const BLOCK_DEVICE_NS: &str = "kspan.block.device_ns";
+    /// Of those, the requests blk-throttle held before their insert (a
+    /// cgroup's `io.max`, or cgroup v1's `blkio.throttle.*`): bios the
+    /// span's threads submitted, which the throttle's kernel worker
+    /// dispatched later, and so issued (they are the span's all the same).
+    pub const BLOCK_HELD_REQUESTS: &str = "kspan.block.held.requests";
+    /// Their time held: from the throttle's hold of each one's first bio
+    /// to its insert (or issue). Not in `queue_ns`, which starts at the
+    /// insert: a request's whole way is held, queued, then on the device.
+    pub const BLOCK_HELD_NS: &str = "kspan.block.held_ns";
     /// The same by device, one line each (`vda: 3 requests, 12288 bytes,
     /// queued 0 ns, on the device 30412345 ns`): the first two devices the
     /// span used, then `other devices`. Only where it issued any.
@@ -189,6 +198,16 @@ pub mod wait_attributes {
     pub const REQUEST_QUEUE_NS: &str = "kspan.block.request.queue_ns";
     /// Its time on the device (issue to completion).
     pub const REQUEST_DEVICE_NS: &str = "kspan.block.request.device_ns";
+    /// Its time held by blk-throttle before the insert: only on a request
+    /// the throttle held.
+    pub const REQUEST_HELD_NS: &str = "kspan.block.request.held_ns";
+    /// The cgroup whose limit held it (its name: the last component of its
+    /// path, the first 31 bytes).
+    pub const REQUEST_HELD_BY: &str = "kspan.block.request.held_by.cgroup";
+    /// That cgroup's id (the inode number of its directory under the
+    /// cgroup file system; on v2, its `cgroup.id` as bpftool and systemd
+    /// name it).
+    pub const REQUEST_HELD_BY_ID: &str = "kspan.block.request.held_by.cgroup_id";
     /// With the causes on, a `blocked` or `sleeping` wait inside a page
     /// fault taken in user space: `true` (absent otherwise).
     pub const IN_FAULT: &str = "kspan.sched.in_fault";

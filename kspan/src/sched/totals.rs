@@ -139,6 +139,8 @@ impl SchedTotals {
             KeyValue::new(a::BLOCK_BYTES, total(&self.block_bytes)),
             KeyValue::new(a::BLOCK_QUEUE_NS, total(&self.block_queue_ns)),
             KeyValue::new(a::BLOCK_DEVICE_NS, total(&self.block_device_ns)),
+            KeyValue::new(a::BLOCK_HELD_REQUESTS, total(&self.block_held)),
+            KeyValue::new(a::BLOCK_HELD_NS, total(&self.block_held_ns)),
         ]);
         let rows: Vec<String> = (0..3)
             .filter(|&row| self.block_requests[row] > 0)
@@ -147,8 +149,15 @@ impl SchedTotals {
                     Some(&dev) => crate::kernel::block::device_name(dev),
                     None => "other devices".to_owned(),
                 };
+                let held = match self.block_held[row] {
+                    0 => String::new(),
+                    held => format!(
+                        " ({held} held by the throttle {} ns before)",
+                        self.block_held_ns[row]
+                    ),
+                };
                 format!(
-                    "{device}: {} requests, {} bytes, queued {} ns, on the device {} ns",
+                    "{device}: {} requests, {} bytes, queued {} ns, on the device {} ns{held}",
                     self.block_requests[row],
                     self.block_bytes[row],
                     self.block_queue_ns[row],

@@ -80,7 +80,7 @@ fn request_attributes(w: &kspan_wait_record) -> Vec<KeyValue> {
         return Vec::new();
     }
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    vec![
+    let mut attributes = vec![
         KeyValue::new(
             attr::REQUEST_DEVICE,
             crate::kernel::block::device_name(r.dev),
@@ -89,7 +89,16 @@ fn request_attributes(w: &kspan_wait_record) -> Vec<KeyValue> {
         KeyValue::new(attr::REQUEST_BYTES, n(r.bytes)),
         KeyValue::new(attr::REQUEST_QUEUE_NS, n(r.queue_ns)),
         KeyValue::new(attr::REQUEST_DEVICE_NS, n(r.device_ns)),
-    ]
+    ];
+    if r.held_ns > 0 {
+        let name: Vec<u8> = r.held_by.cgroup.iter().map(|&b| b as u8).collect();
+        attributes.extend([
+            KeyValue::new(attr::REQUEST_HELD_NS, n(r.held_ns)),
+            KeyValue::new(attr::REQUEST_HELD_BY, c_str(&name)),
+            KeyValue::new(attr::REQUEST_HELD_BY_ID, n(r.held_by.cgroup_id)),
+        ]);
+    }
+    attributes
 }
 
 /// A link of kind `kind` ([`attr::LINK`]) to the span of
