@@ -27,7 +27,8 @@ pub use causes::{
     a_span_s_block_requests_are_its_reads, a_span_s_page_faults_are_the_kernel_s, ReadTarget,
 };
 pub use throttle::{
-    a_throttled_read_s_time_held_is_the_span_s, throttled_io_is_said_read_or_not, ThrottledReads,
+    a_throttled_read_s_time_held_is_the_span_s, throttled_io_is_said_read_or_not, CgroupVersion,
+    ThrottledReads,
 };
 pub use truth::every_span_s_figures_equal_the_kernel_s_under_contention;
 

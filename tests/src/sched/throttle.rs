@@ -19,6 +19,8 @@ use super::{int, optional_int, provider, shutdown, start, string, ONE_AT_A_TIME}
 /// `limit_bytes_per_s`.
 #[derive(Debug, Clone, Copy)]
 pub struct ThrottledReads {
+    /// Which interface sets the limit.
+    pub cgroup: CgroupVersion,
     /// How many reads.
     pub reads: usize,
     /// The bytes of each (a multiple of 4 KiB).
@@ -27,69 +29,142 @@ pub struct ThrottledReads {
     pub limit_bytes_per_s: u64,
 }
 
-/// A cgroup v2 group with a read limit on one device (`io.max`), holding
-/// this process while it lives; cgroup v2 is mounted for it where the
-/// machine has none, and unmounted after. `Err`: why the case cannot run
-/// here (a host whose io controller is bound to cgroup v1).
+/// Which cgroup version's blk-throttle interface sets the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    /// cgroup v2's `io.max` (`rbps=`), the group's `io.stat`.
+    V2,
+    /// cgroup v1's `blkio.throttle.read_bps_device`, the group's
+    /// `blkio.throttle.io_service_bytes` and `_serviced`.
+    V1,
+}
+
+/// A group with a read limit on one device, holding this process while
+/// it lives, on a cgroup hierarchy of `version` mounted for it where the
+/// machine has none (unmounted after). `Err`: why the case cannot run
+/// here (the controller bound to the other version).
 struct IoLimit {
+    version: CgroupVersion,
     root: std::path::PathBuf,
     group: std::path::PathBuf,
     mounted: bool,
 }
 
+fn mount(
+    fs: &std::ffi::CStr,
+    at: &std::path::Path,
+    data: Option<&std::ffi::CStr>,
+) -> Result<(), String> {
+    let target = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: NUL-terminated strings; `data` a NUL-terminated option string or null.
+    let rc = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            target.as_ptr(),
+            fs.as_ptr(),
+            0,
+            data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "mounting {fs:?} at {}: {}",
+            at.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+fn write(path: std::path::PathBuf, text: &str) -> Result<(), String> {
+    std::fs::write(&path, text).map_err(|e| format!("writing {text:?} to {}: {e}", path.display()))
+}
+
+/// Takes the io controller out of cgroup v2's root `subtree_control`
+/// (mounting v2 at `at` for it, and unmounting it after), so that a
+/// cgroup v1 hierarchy may take it.
+fn release_v2_io(at: &std::path::Path) {
+    if mount(c"cgroup2", at, None).is_ok() {
+        let _ = std::fs::write(at.join("cgroup.subtree_control"), "-io");
+        let target = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        unsafe { libc::umount(target.as_ptr()) };
+    }
+}
+
 impl IoLimit {
-    fn new(dev: &str, limit_bytes_per_s: u64) -> Result<Self, String> {
-        let system = std::path::Path::new("/sys/fs/cgroup");
-        let (root, mounted) = if system.join("cgroup.controllers").exists() {
-            (system.to_path_buf(), false)
-        } else {
-            let root = std::env::temp_dir().join(format!("kspan-io-{}", std::process::id()));
-            std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
-            let target = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).unwrap();
-            // SAFETY: NUL-terminated strings, no data.
-            let rc = unsafe {
-                libc::mount(
-                    c"none".as_ptr(),
-                    target.as_ptr(),
-                    c"cgroup2".as_ptr(),
-                    0,
-                    std::ptr::null(),
-                )
-            };
-            if rc != 0 {
-                return Err(format!(
-                    "mounting cgroup2 at {}: {}",
-                    root.display(),
-                    std::io::Error::last_os_error()
-                ));
+    fn new(version: CgroupVersion, dev: &str, limit_bytes_per_s: u64) -> Result<Self, String> {
+        let scratch = std::env::temp_dir().join(format!("kspan-io-{}", std::process::id()));
+        let (root, mounted) = match version {
+            CgroupVersion::V2 => {
+                let system = std::path::Path::new("/sys/fs/cgroup");
+                if system.join("cgroup.controllers").exists() {
+                    (system.to_path_buf(), false)
+                } else {
+                    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+                    mount(c"cgroup2", &scratch, None)?;
+                    (scratch, true)
+                }
             }
-            (root, true)
+            CgroupVersion::V1 => {
+                std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+                // Refused (EBUSY) while cgroup v2 holds the controller: a
+                // v2 group of an earlier case holds it until the kernel has
+                // freed that group, moments later; it is asked back then.
+                let since = std::time::Instant::now();
+                while let Err(refused) = mount(c"cgroup", &scratch, Some(c"blkio")) {
+                    if since.elapsed() > Duration::from_secs(10) {
+                        return Err(format!("{refused} (for 10 s)"));
+                    }
+                    release_v2_io(&scratch);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                (scratch, true)
+            }
         };
-        let controllers =
-            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
-        if !controllers.split_whitespace().any(|c| c == "io") {
-            return Err(format!(
-                "cgroup v2 at {} has no io controller (bound to cgroup v1 here: {controllers:?})",
-                root.display()
-            ));
-        }
-        let write = |path: std::path::PathBuf, text: &str| {
-            std::fs::write(&path, text)
-                .map_err(|e| format!("writing {text:?} to {}: {e}", path.display()))
-        };
-        write(root.join("cgroup.subtree_control"), "+io")?;
         let group = root.join(format!("kspan-throttled-{}", std::process::id()));
-        std::fs::create_dir_all(&group).map_err(|e| e.to_string())?;
-        write(
-            group.join("io.max"),
-            &format!("{dev} rbps={limit_bytes_per_s}"),
-        )?;
-        write(group.join("cgroup.procs"), &std::process::id().to_string())?;
-        Ok(IoLimit {
+        let limit = IoLimit {
+            version,
             root,
             group,
             mounted,
-        })
+        };
+        if version == CgroupVersion::V2 {
+            // A v1 hierarchy just unmounted hands the controller back as
+            // the kernel frees it: moments later.
+            let controllers = || {
+                std::fs::read_to_string(limit.root.join("cgroup.controllers")).unwrap_or_default()
+            };
+            let has_io = |text: &str| text.split_whitespace().any(|c| c == "io");
+            let since = std::time::Instant::now();
+            while !has_io(&controllers()) && since.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let controllers = controllers();
+            if !has_io(&controllers) {
+                return Err(format!(
+                    "cgroup v2 at {} has no io controller (bound to cgroup v1 here: {controllers:?})",
+                    limit.root.display()
+                ));
+            }
+            write(limit.root.join("cgroup.subtree_control"), "+io")?;
+        }
+        std::fs::create_dir_all(&limit.group).map_err(|e| e.to_string())?;
+        match version {
+            CgroupVersion::V2 => write(
+                limit.group.join("io.max"),
+                &format!("{dev} rbps={limit_bytes_per_s}"),
+            )?,
+            CgroupVersion::V1 => write(
+                limit.group.join("blkio.throttle.read_bps_device"),
+                &format!("{dev} {limit_bytes_per_s}"),
+            )?,
+        }
+        write(
+            limit.group.join("cgroup.procs"),
+            &std::process::id().to_string(),
+        )?;
+        Ok(limit)
     }
 
     fn name(&self) -> String {
@@ -100,20 +175,39 @@ impl IoLimit {
             .to_owned()
     }
 
-    /// The group's `io.stat` for device `dev` (`MAJ:MIN`): bytes read and
-    /// reads.
+    /// What the group's own statistics say this device (`MAJ:MIN`) has
+    /// read: bytes and reads.
     fn read_stat(&self, dev: &str) -> (i64, i64) {
-        let text = std::fs::read_to_string(self.group.join("io.stat")).unwrap_or_default();
-        let line = text.lines().find(|l| l.starts_with(&format!("{dev} ")));
-        let field = |name: &str| {
-            line.and_then(|l| {
-                l.split_whitespace()
-                    .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-            })
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(0)
-        };
-        (field("rbytes"), field("rios"))
+        let read = |file: &str| std::fs::read_to_string(self.group.join(file)).unwrap_or_default();
+        match self.version {
+            CgroupVersion::V2 => {
+                let text = read("io.stat");
+                let line = text.lines().find(|l| l.starts_with(&format!("{dev} ")));
+                let field = |name: &str| {
+                    line.and_then(|l| {
+                        l.split_whitespace()
+                            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                    })
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(0)
+                };
+                (field("rbytes"), field("rios"))
+            }
+            CgroupVersion::V1 => {
+                // Lines of `MAJ:MIN Read N`.
+                let read_line = |file: &str| {
+                    read(file)
+                        .lines()
+                        .find_map(|l| l.strip_prefix(&format!("{dev} Read ")))
+                        .and_then(|v| v.trim().parse::<i64>().ok())
+                        .unwrap_or(0)
+                };
+                (
+                    read_line("blkio.throttle.io_service_bytes"),
+                    read_line("blkio.throttle.io_serviced"),
+                )
+            }
+        }
     }
 }
 
@@ -124,6 +218,11 @@ impl Drop for IoLimit {
             std::process::id().to_string(),
         );
         let _ = std::fs::remove_dir(&self.group);
+        if self.version == CgroupVersion::V2 {
+            // The io controller handed back, for a cgroup v1 hierarchy to
+            // take it.
+            let _ = std::fs::write(self.root.join("cgroup.subtree_control"), "-io");
+        }
         if self.mounted {
             let target = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes()).unwrap();
             // SAFETY: a NUL-terminated path.
@@ -135,10 +234,11 @@ impl Drop for IoLimit {
 
 /// Inside one span, `how.reads` O_DIRECT reads of the raw device `disk`
 /// (node name `name`, a device whose every request takes about the same
-/// time) by a process whose cgroup v2 group limits reads of it
-/// (`io.max`). Every read is a request of the span (the throttle's worker
-/// issues most of them: before the held bio was followed to its request,
-/// those were no one's), in count and bytes as the group's `io.stat`; a
+/// time) by a process whose cgroup group limits reads of it (v2
+/// `io.max`, or v1 `blkio.throttle.read_bps_device`). Every read is a
+/// request of the span (the throttle's worker issues most of them: before
+/// the held bio was followed to its request, those were no one's), in
+/// count and bytes as the group's own statistics; a
 /// held request is counted held, and the time held plus queued plus on
 /// the device is the reads' own within `slack_ms` + `percent`; each
 /// blocked I/O wait on a held request names it, its time held and the
@@ -168,7 +268,8 @@ pub fn a_throttled_read_s_time_held_is_the_span_s(
     // SAFETY: `buf` holds read_bytes bytes, written by the reads only.
     let slice = unsafe { std::slice::from_raw_parts_mut(buf, how.read_bytes) };
 
-    let limit = IoLimit::new(&dev, how.limit_bytes_per_s).unwrap_or_else(|e| panic!("{e}"));
+    let limit =
+        IoLimit::new(how.cgroup, &dev, how.limit_bytes_per_s).unwrap_or_else(|e| panic!("{e}"));
     let sums = kspan::KernelSums::new();
     let (provider, exporter) = provider(&sums);
     let kspan = start(&provider, &sums, account);
@@ -231,10 +332,11 @@ pub fn a_throttled_read_s_time_held_is_the_span_s(
         .find(|kv| kv.key.as_str() == c::BLOCK_BY_DEVICE)
         .map(|kv| kv.value.to_string());
     eprintln!(
-        "{requests} requests ({held} held), {bytes} bytes; io.stat: {stat_reads} reads, \
+        "{requests} requests ({held} held), {bytes} bytes; the group ({:?}): {stat_reads} reads, \
          {stat_bytes} bytes; held {held_ns} ns, queued {queued} ns, on the device {on_device} ns; \
          the reads took {took:?}; blocked on I/O {} ns; {} I/O waits; by device {by_device:?}; \
          {stats}",
+        how.cgroup,
         int(span, c::BLOCKED_IO_NS),
         waits.len()
     );
@@ -242,12 +344,12 @@ pub fn a_throttled_read_s_time_held_is_the_span_s(
     assert_eq!(
         (stat_reads, stat_bytes),
         (how.reads as i64, want_bytes),
-        "the group's io.stat counts the reads, each one request"
+        "the group's statistics count the reads, each one request"
     );
     assert_eq!(
         (requests, bytes),
         (stat_reads, stat_bytes),
-        "the span's requests and bytes are io.stat's"
+        "the span's requests and bytes are the group's"
     );
     // The throttle admits what the limit allows at once (its first
     // slice's budget): the rest it holds.
