@@ -376,6 +376,14 @@ pub fn a_throttled_read_s_time_held_is_the_span_s(
         "held, queued and on the device {whole} ns (held {held_ns}), the reads took {want} ns \
          (allowed {slack} below)"
     );
+    // The thread waited on I/O through the hold: its blocked I/O time is
+    // the requests' whole way, within the reads' time.
+    let blocked_io = int(span, c::BLOCKED_IO_NS);
+    assert!(
+        blocked_io <= want && blocked_io + slack >= whole,
+        "blocked on I/O {blocked_io} ns, the requests' way {whole} ns, the reads {want} ns \
+         (allowed {slack})"
+    );
     // The limit's own arithmetic: the bytes at the limit, less what the
     // throttle may admit early (its slice, 100 ms by default, twice over).
     let floor = (want_bytes as f64 / how.limit_bytes_per_s as f64 * 1e9) as i64 - 200_000_000;
