@@ -320,7 +320,7 @@ mod tests {
         );
         // No interval missed: no word of it; the causes off: none of them.
         // No block request: no line by device.
-        assert_eq!(attrs.len(), 9 + 10 + 8 + 4 + 4);
+        assert_eq!(attrs.len(), 9 + 10 + 8 + 4 + 6);
         assert_eq!(totals.attributes(100, false).len(), 9);
         let missed = SchedTotals(kspan_sched_sum {
             intervals_missed: 1,
@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn totals_read_the_kernel_layout() {
-        let words: Vec<u64> = (1u64..=44).collect();
+        let words: Vec<u64> = (1u64..=50).collect();
         let t = SchedTotals::from_words(&words);
         assert_eq!((t.run_queue_ns, t.waits), (1, 7));
         assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));
@@ -359,6 +359,11 @@ mod tests {
             (t.block_requests, t.block_device_ns),
             ([28, 29, 30], [37, 38, 39])
         );
+        assert_eq!(
+            (t.block_held, t.block_held_ns),
+            ([40, 41, 42], [43, 44, 45])
+        );
+        assert_eq!((t.fault_ns, t.memory_stalls), (46, [49, 50]));
         assert_eq!(
             std::mem::size_of::<kspan_bpf::types::kspan_sched_sum>(),
             words.len() * 8
