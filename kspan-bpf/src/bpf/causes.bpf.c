@@ -407,18 +407,17 @@ static __always_inline void kspan_block_queued(struct request___kspan *req, int 
 			r->issue_ns = now;
 		return;
 	}
-	if (!kspan_sched_enabled())
-		return;
 	fresh.insert_ns = now;
 	fresh.issue_ns = issue ? now : 0;
 	pid_tgid = bpf_get_current_pid_tgid();
 	if ((__u32)(pid_tgid >> 32) == kspan_cfg.target_tgid) {
-		if (!kspan_recorded_span(&c, pid_tgid, &fresh.span))
+		if (!kspan_sched_enabled() || !kspan_recorded_span(&c, pid_tgid, &fresh.span))
 			return;
 		fresh.tid = (__u32)pid_tgid;
 		bpf_map_update_elem(&kspan_block_requests, &rq, &fresh, BPF_ANY);
 		return;
 	}
+	/* Another task's request (a held bio's, made only while recording is on). */
 	bio = (__u64)req->bio;
 	held = bio ? bpf_map_lookup_elem(&kspan_block_bios, &bio) : NULL;
 	if (!held)
