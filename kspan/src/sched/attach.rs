@@ -150,11 +150,11 @@ fn attach_throttle(
         .ok_or("its fexit on __blk_throtl_bio was not among the programs loaded")?;
     let link = sys::attach_trace(fd.as_fd(), libbpf_rs::libbpf_sys::BPF_TRACE_FEXIT).map_err(
         |e| match e.raw_os_error() {
-            Some(libc::EOPNOTSUPP) | Some(524) => format!(
-                "its fexit on __blk_throtl_bio loads but does not attach (ENOTSUPP): this \
-                 kernel cannot attach BPF trampolines on this architecture (arm64 before 6.0, or \
-                 without CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS)"
-            ),
+            Some(libc::EOPNOTSUPP) | Some(524) => "its fexit on __blk_throtl_bio loads but does \
+                 not attach (ENOTSUPP): this kernel cannot attach BPF trampolines on this \
+                 architecture (arm64 before 6.0, or without \
+                 CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS)"
+                .to_owned(),
             _ => format!("its fexit on __blk_throtl_bio was not attached: {e}"),
         },
     )?;
