@@ -44,6 +44,19 @@
 //!    cause and time waiting): the last read's I/O wait, which names its
 //!    block request (device, sector) and was woken by the disk's interrupt.
 //!    Its line says the chain: each hop's span, kind and figures.
+//! 6. `throttled`: 4 `O_DIRECT` reads of 128 KiB of the raw disk
+//!    `KSPAN_SLOW_DISK` names, while the process is in a cgroup v2 group
+//!    of its own whose `io.max` limits reads of that disk to 1 MiB/s
+//!    (`kspan_examples::io_limit`; the io controller limits whole
+//!    processes, so the process goes in for this request only, and back
+//!    out). blk-throttle holds the reads over the limit and its kernel
+//!    worker issues them: the span counts them held, with their time held
+//!    (`kspan.block.held.*`), and each I/O wait names the group that held
+//!    its request (`kspan.block.request.held_by.*`). The group's own
+//!    `io.stat` figures for the request are on the span (`app.cgroup.*`),
+//!    to compare. Where the machine cannot limit it (no raw disk, not
+//!    root, no cgroup v2 io controller), the example says why on stderr
+//!    and runs the other requests.
 //!
 //! Each request's line, at the end, says its figures as they reached the
 //! exporter: the parts of its blocked and sleeping time (only those that
@@ -68,6 +81,7 @@ use std::sync::{mpsc, Arc, Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kspan::sched::{attributes as a, cause_attributes as c, wait_attributes as w};
+use kspan_examples::io_limit::IoLimit;
 use kspan_examples::noting::{NoteSpans, Noting};
 use kspan_examples::{gettid, init_telemetry_with, otlp_exporter, BoxError};
 use opentelemetry::trace::{SpanId, SpanKind, TraceContextExt as _, Tracer as _};
@@ -85,6 +99,12 @@ const READ: usize = 4096;
 const STRIDE: u64 = 64 << 10;
 /// The chain's reader's reads, after the disk request's.
 const CHAIN_READS: u64 = 3;
+/// The throttled request's reads (after the others' on the disk), and the
+/// group's read limit: 512 KiB at 1 MiB/s, held about half a second.
+const THROTTLED_READS: u64 = 4;
+const THROTTLED_READ: usize = 128 << 10;
+const THROTTLED_FIRST: u64 = 1 << 20;
+const THROTTLE_BPS: u64 = 1 << 20;
 /// The kernel lock's holder's one write.
 const HOLDER_WRITE: usize = 16 << 20;
 /// How long the futex request's holder keeps the mutex once it waits.
@@ -125,6 +145,16 @@ async fn run() -> Result<(), BoxError> {
         Some(device) => Disk::Device(PathBuf::from(device)),
         None => Disk::File(DataFile::write(&dir)?),
     };
+    // The throttled request's group, made before the requests start; the
+    // process goes in for that request only.
+    let group = format!("kspan-why-throttled-{}", std::process::id());
+    let throttled = match IoLimit::new(&group, disk.path(), THROTTLE_BPS) {
+        Ok(limit) => Some(limit),
+        Err(why) => {
+            eprintln!("why_it_waited: request throttled not run: {why}; the other requests run");
+            None
+        }
+    };
 
     let figures = Figures::default();
     let telemetry = init_telemetry_with(
@@ -143,10 +173,18 @@ async fn run() -> Result<(), BoxError> {
     let mechanism = kspan
         .scheduler_account()
         .map_or("none".to_owned(), |m| m.to_string());
+    let throttled_plan = match &throttled {
+        Some(limit) => format!(
+            "throttled: {THROTTLED_READS} reads of {} KiB in group {} (io.max rbps={THROTTLE_BPS})",
+            THROTTLED_READ >> 10,
+            limit.name()
+        ),
+        None => "throttled: not run, said why on stderr".to_owned(),
+    };
     println!(
-        "why_it_waited: 5 requests (disk: {READS} O_DIRECT reads of {}; kernel-lock; futex; \
-         timer; chain: a futex held over {CHAIN_READS} reads); the account uses {mechanism}; \
-         its causes:",
+        "why_it_waited: 6 requests (disk: {READS} O_DIRECT reads of {}; kernel-lock; futex; \
+         timer; chain: a futex held over {CHAIN_READS} reads; {throttled_plan}); the account \
+         uses {mechanism}; its causes:",
         disk.path().display()
     );
     for cause in kspan.scheduler_causes() {
@@ -160,7 +198,8 @@ async fn run() -> Result<(), BoxError> {
     let served = tokio::task::spawn_blocking({
         let lock_file = lock_file.clone();
         let disk = disk.path().to_owned();
-        move || serve(&tracer, &disk, &lock_file)
+        // Dropped on the request thread once served: the group removed.
+        move || serve(&tracer, &disk, &lock_file, throttled.as_ref())
     })
     .await;
     let _ = std::fs::remove_file(&lock_file);
@@ -257,11 +296,16 @@ fn handle(
     done
 }
 
-/// The five requests, one after the other. A helper starts before the
+/// The six requests, one after the other. A helper starts before the
 /// request it holds up (and is numbered after it), and is joined after it:
 /// the request's span holds its wait and nothing else of the helper's.
-fn serve(tracer: &SdkTracer, disk: &Path, lock_file: &Path) -> std::io::Result<()> {
-    handle(tracer, 1, "disk", |cx| read_disk(cx, disk, 0, READS))?;
+fn serve(
+    tracer: &SdkTracer,
+    disk: &Path,
+    lock_file: &Path,
+    throttled: Option<&IoLimit>,
+) -> std::io::Result<()> {
+    handle(tracer, 1, "disk", |cx| read_disk(cx, disk, 0, READS, READ))?;
     let writer = LockHolder::start(tracer, 3, lock_file)?;
     handle(tracer, 2, "kernel-lock", |cx| writer.contend(cx))?;
     writer.join()?;
@@ -287,13 +331,37 @@ fn serve(tracer: &SdkTracer, disk: &Path, lock_file: &Path) -> std::io::Result<(
     handle(tracer, 7, "chain", |cx| {
         let disk = disk.to_owned();
         let holder = MutexHolder::start(tracer, 8, "chain-reader", cx, move |cx| {
-            read_disk(cx, &disk, READS * STRIDE, CHAIN_READS)
+            read_disk(cx, &disk, READS * STRIDE, CHAIN_READS, READ)
         })?;
         let waited = holder.contend();
         reader = Some(holder);
         waited
     })?;
-    reader.map_or(Ok(()), MutexHolder::join)
+    reader.map_or(Ok(()), MutexHolder::join)?;
+    // Last, with every helper joined: the whole process is in the group
+    // while it runs (its other threads read no disk).
+    if let Some(limit) = throttled {
+        limit.enter().map_err(std::io::Error::other)?;
+        let done = handle(tracer, 9, "throttled", |cx| read_throttled(cx, disk, limit));
+        limit.leave().map_err(std::io::Error::other)?;
+        done?;
+    }
+    Ok(())
+}
+
+/// The throttled request's reads, with the group's `io.stat` for them
+/// (`app.cgroup.*`: what the kernel's io controller counted).
+fn read_throttled(cx: &Context, disk: &Path, limit: &IoLimit) -> std::io::Result<()> {
+    let before = limit.read_stat().map_err(std::io::Error::other)?;
+    read_disk(cx, disk, THROTTLED_FIRST, THROTTLED_READS, THROTTLED_READ)?;
+    let after = limit.read_stat().map_err(std::io::Error::other)?;
+    cx.span().set_attributes([
+        KeyValue::new("app.cgroup.name", limit.name()),
+        KeyValue::new("app.cgroup.rbps", THROTTLE_BPS as i64),
+        KeyValue::new("app.cgroup.rios", (after.ios - before.ios) as i64),
+        KeyValue::new("app.cgroup.rbytes", (after.bytes - before.bytes) as i64),
+    ]);
+    Ok(())
 }
 
 /// The calling thread's bytes read from storage (`/proc/thread-self/io`).
@@ -305,22 +373,30 @@ fn thread_read_bytes() -> std::io::Result<u64> {
         .ok_or_else(|| std::io::Error::other("no read_bytes in /proc/thread-self/io"))
 }
 
-/// `count` `O_DIRECT` reads of `path`, [`STRIDE`] apart from byte `first`.
-fn read_disk(cx: &Context, path: &Path, first: u64, count: u64) -> std::io::Result<()> {
+/// `count` `O_DIRECT` reads of `size` bytes of `path`, from byte `first`,
+/// [`STRIDE`] apart or back to back if larger.
+fn read_disk(
+    cx: &Context,
+    path: &Path,
+    first: u64,
+    count: u64,
+    size: usize,
+) -> std::io::Result<()> {
+    let stride = STRIDE.max(size as u64);
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .map_err(|e| std::io::Error::other(format!("{} with O_DIRECT: {e}", path.display())))?;
     // O_DIRECT wants a buffer aligned to the device's block: a page.
-    let mut raw = vec![0u8; READ + 4096];
+    let mut raw = vec![0u8; size + 4096];
     let start = raw.as_ptr().align_offset(4096);
-    let buf = &mut raw[start..start + READ];
+    let buf = &mut raw[start..start + size];
     let before = thread_read_bytes()?;
     let began = Instant::now();
     for i in 0..count {
-        let n = file.read_at(buf, first + i * STRIDE)?;
-        if n != READ {
+        let n = file.read_at(buf, first + i * stride)?;
+        if n != size {
             return Err(std::io::Error::other(format!(
                 "a short read of {}: {n} bytes",
                 path.display()
@@ -333,8 +409,8 @@ fn read_disk(cx: &Context, path: &Path, first: u64, count: u64) -> std::io::Resu
         KeyValue::new("app.read.path", path.display().to_string()),
         KeyValue::new("app.read.first", first as i64),
         KeyValue::new("app.read.count", count as i64),
-        KeyValue::new("app.read.size", READ as i64),
-        KeyValue::new("app.read.stride", STRIDE as i64),
+        KeyValue::new("app.read.size", size as i64),
+        KeyValue::new("app.read.stride", stride as i64),
         KeyValue::new("app.read.bytes", read as i64),
         KeyValue::new("app.read.took_ns", took.as_nanos() as i64),
     ]);
@@ -692,8 +768,15 @@ fn describe(req: &Noted, waits: &[&Noted], all: &[Noted]) -> String {
         line += &format!("; kernel locks: {}", locks.join(", "));
     }
     if req.int(c::BLOCK_REQUESTS) > 0 {
+        let held = match req.int(c::BLOCK_HELD_REQUESTS) {
+            0 => String::new(),
+            n => format!(
+                " ({n} held {} ms by the throttle)",
+                ms(req.int(c::BLOCK_HELD_NS))
+            ),
+        };
         line += &format!(
-            "; block requests {}, {} bytes, queued {} ms, on the device {} ms",
+            "; block requests {}{held}, {} bytes, queued {} ms, on the device {} ms",
             req.int(c::BLOCK_REQUESTS),
             req.int(c::BLOCK_BYTES),
             ms(req.int(c::BLOCK_QUEUE_NS)),
@@ -702,6 +785,13 @@ fn describe(req: &Noted, waits: &[&Noted], all: &[Noted]) -> String {
     }
     if req.attributes.contains_key("app.read.bytes") {
         line += &format!(" (read_bytes {})", req.int("app.read.bytes"));
+    }
+    if let Some(group) = req.str("app.cgroup.name") {
+        line += &format!(
+            "; group {group}'s io.stat: {} reads, {} bytes",
+            req.int("app.cgroup.rios"),
+            req.int("app.cgroup.rbytes")
+        );
     }
     // The waits, counted by kind and cause, with what names them.
     let mut kinds: Vec<(String, usize)> = Vec::new();
@@ -712,6 +802,9 @@ fn describe(req: &Noted, waits: &[&Noted], all: &[Noted]) -> String {
         };
         if let Some(device) = wait.str(w::REQUEST_DEVICE) {
             kind += &format!(" naming a request on {device}");
+        }
+        if let Some(group) = wait.str(w::REQUEST_HELD_BY) {
+            kind += &format!(" held by group {group}");
         }
         if wait.name == "kernel lock wait" {
             kind += &format!(
@@ -857,6 +950,56 @@ mod tests {
             "request 1 disk: 81.0 ms; on CPU 0.0 ms, run queue 0.0 ms; blocked 80.0 ms \
              (io 80.0); sleeping 0.0 ms (-); block requests 8, 32768 bytes, queued 0.0 ms, \
              on the device 0.0 ms; wait spans: 2 off-cpu blocked (io) naming a request on vda"
+        );
+    }
+
+    #[test]
+    fn a_throttled_line_says_the_held_requests_and_the_group() {
+        let mut attributes: HashMap<String, Value> = [
+            ("app.request.number", 9),
+            (c::BLOCK_REQUESTS, 4),
+            (c::BLOCK_HELD_REQUESTS, 3),
+            (c::BLOCK_HELD_NS, 400_000_000),
+            (c::BLOCK_BYTES, 524288),
+            ("app.cgroup.rios", 4),
+            ("app.cgroup.rbytes", 524288),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Value::I64(v)))
+        .collect();
+        attributes.insert("app.request.cause".into(), Value::from("throttled"));
+        attributes.insert("app.cgroup.name".into(), Value::from("g"));
+        let req = Noted {
+            name: "request".into(),
+            id: SpanId::from(1),
+            parent: SpanId::INVALID,
+            duration: Duration::from_millis(450),
+            attributes,
+            links: Vec::new(),
+        };
+        let wait = Noted {
+            name: "off-cpu blocked".into(),
+            id: SpanId::from(2),
+            parent: SpanId::from(1),
+            duration: Duration::from_millis(130),
+            attributes: [
+                (w::BLOCK_CAUSE, "io"),
+                (w::REQUEST_DEVICE, "vda"),
+                (w::REQUEST_HELD_BY, "g"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Value::from(v)))
+            .collect(),
+            links: Vec::new(),
+        };
+        let line = describe(&req, &[&wait], &[]);
+        assert!(
+            line.contains(
+                "block requests 4 (3 held 400.0 ms by the throttle), 524288 bytes, queued 0.0 \
+                 ms, on the device 0.0 ms; group g's io.stat: 4 reads, 524288 bytes; wait \
+                 spans: 1 off-cpu blocked (io) naming a request on vda held by group g"
+            ),
+            "{line}"
         );
     }
 }

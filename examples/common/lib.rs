@@ -5,10 +5,12 @@
 //! `OTEL_SERVICE_NAME`, ...), with `tracing` spans bridged into it; the
 //! settled figures at the end ([`shut_down`]); and a small argument reader.
 //! What only some examples share has a module of its own: [`noting`], the
-//! exporter of those that print what reached it, and [`hot`], for the
-//! hot-function benchmarks.
+//! exporter of those that print what reached it, [`hot`], for the
+//! hot-function benchmarks, and [`io_limit`], a cgroup's read limit on a
+//! disk for an example to throttle its own reads with.
 
 pub mod hot;
+pub mod io_limit;
 pub mod noting;
 
 use std::error::Error;
