@@ -17,9 +17,14 @@ pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 use crate::in_memory_provider_with_sums as provider;
 
+mod accuracy;
 mod causes;
 mod truth;
 use crate::switch_log;
+pub use accuracy::{
+    fault_heavy_spans_are_the_kernel_s,
+    preempted_threads_moving_between_cpus_queue_as_the_kernel_says,
+};
 pub use causes::{
     a_cause_not_read_is_said_at_start, a_chain_of_wake_ups_names_each_hop,
     a_kernel_mutex_wait_names_its_owner, a_memory_high_squeeze_is_reclaim_on_the_span,

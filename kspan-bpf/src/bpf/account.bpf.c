@@ -51,7 +51,8 @@ struct task_struct___sched {
  * wakee outranks) asked it to reuse the reading of the wake-up's enqueue:
  * then the time from the enqueue to the switch (the interrupt's and the
  * idle loop's way out) is not run-queue time to the kernel but the
- * wakee's time on a CPU. The run queue is found through a task on it (its
+ * wakee's time on a CPU, and the task it preempts is queued from that
+ * reading (its time since is run-queue time, not CPU time). The run queue is found through a task on it (its
  * scheduling entity's `cfs_rq`, with group scheduling). The tasks are BTF
  * pointers (the tracepoint's, or the current task's), read with plain
  * loads the verifier guards: no helper call a switch.
@@ -238,6 +239,13 @@ static __always_inline __u32 kspan_sleep_cause(struct kspan_sched_task *t, void 
 
 /* Not known (no group scheduling, no sched_info, or not this switch's task). */
 #define KSPAN_QUEUED_UNKNOWN ((__u64)-1)
+
+/*
+ * How long before a switch-out the run queue's clock may have been read
+ * last: a wake-up that preempts asks the switch not to read it again, and
+ * the scheduler's tick reads it at least once a tick (10 ms at HZ=100).
+ */
+#define KSPAN_STALE_MOST_NS 10000000ULL
 
 /* Whether the kernel's run-queue figures can be read (see above). */
 static __always_inline int kspan_kernel_queue_known(struct task_struct___rq *task)
@@ -445,7 +453,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 {
 	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 	struct kspan_wait_record *w;
-	__u64 out, wake, run_from, queued, kernel_queued;
+	__u64 out, wake, run_from, queued, kernel_queued, off;
 	int long_wait;
 
 	if (!t || !t->out_ns)
@@ -471,21 +479,34 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	long_wait = kspan_cfg.wait_min_ns && now - out >= kspan_cfg.wait_min_ns;
 	/*
 	 * The account's run-queue time is the kernel's (see above), so that
-	 * the span's figures are schedstat's and taskstats': at most the time
-	 * since the wake-up (or the whole interval when the wake-up was not
-	 * seen); what the kernel counts as the task's CPU time stays out of
-	 * the off-CPU figures. The wait span keeps the times as they passed.
+	 * the span's figures are schedstat's and taskstats': what the kernel
+	 * counts as the task's CPU time stays out of the off-CPU figures, and
+	 * what it counts as run-queue time out of the time on a CPU. The wait
+	 * span keeps the times as they passed.
 	 */
 	queued = now - run_from;
+	off = run_from == now ? 0 : run_from - out;
 	kernel_queued = kspan_kernel_queued_ns(prev, tid, t->run_delay_out);
 	if (kernel_queued != KSPAN_QUEUED_UNKNOWN) {
-		__u64 most = run_from == now ? now - out : now - run_from;
+		/*
+		 * The kernel's figure whole. A preempted task's began at the run
+		 * queue's clock as the switch-out read it, which a wake-up that
+		 * preempted it (KSPAN_STALE_MOST_NS) may have read before: the
+		 * time from that reading to the switch is the task's run-queue
+		 * time to the kernel, and not its CPU time, so it is the
+		 * account's run-queue time too (the span's on-CPU time is the
+		 * less by it). A woken task's began at its enqueue, before its
+		 * sched_wakeup: its time off CPU ends there.
+		 */
+		__u64 most = t->state == KSPAN_SCHED_PREEMPTED ? now - out + KSPAN_STALE_MOST_NS
+							      : now - out;
 
 		queued = kernel_queued < most ? kernel_queued : most;
 	}
+	if (t->state != KSPAN_SCHED_PREEMPTED && (run_from == now || off > now - out - queued))
+		off = now - out > queued ? now - out - queued : 0;
 	if (!t->skip)
-		kspan_sched_add(t, run_from == now ? now - out - queued : run_from - out, queued,
-				long_wait);
+		kspan_sched_add(t, off, queued, long_wait);
 	if (!long_wait)
 		return;
 	if (t->skip) {
