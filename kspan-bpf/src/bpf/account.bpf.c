@@ -264,14 +264,37 @@ static __always_inline __u64 kspan_kernel_run_delay(struct task_struct___rq *pre
 }
 
 /*
+ * The run queue's clock as the switch of the task `prev` leaving this CPU
+ * read it: where the kernel stopped counting its CPU time.
+ */
+static __always_inline __u64 kspan_kernel_clock(struct task_struct___rq *prev)
+{
+	struct cfs_rq___kspan *cfs_rq;
+	struct rq___kspan *rq;
+
+	if (!kspan_kernel_queue_known(prev))
+		return KSPAN_QUEUED_UNKNOWN;
+	cfs_rq = prev->se.cfs_rq;
+	if (!cfs_rq)
+		return KSPAN_QUEUED_UNKNOWN;
+	rq = cfs_rq->rq;
+	if (!rq)
+		return KSPAN_QUEUED_UNKNOWN;
+	return rq->clock;
+}
+
+/*
  * The run-queue time the kernel's account gives the task `next_tid`
  * coming onto this CPU now, from the task `prev` leaving it, since its
  * switch-out, when its run-queue total was `run_delay_out`: what a move
  * between run queues added (sched_info_dequeue), and this run queue's
- * clock less when the task was queued on it.
+ * clock less when the task was queued on it. `queued_at`: that clock
+ * reading when the task was queued where it is now and moved by no
+ * dequeue since its switch-out (a woken task's enqueue), else
+ * KSPAN_QUEUED_UNKNOWN.
  */
 static __always_inline __u64 kspan_kernel_queued_ns(struct task_struct___rq *prev, __u32 next_tid,
-						    __u64 run_delay_out)
+						    __u64 run_delay_out, __u64 *queued_at)
 {
 	struct task_struct___rq *next;
 	struct cfs_rq___kspan *cfs_rq;
@@ -295,6 +318,8 @@ static __always_inline __u64 kspan_kernel_queued_ns(struct task_struct___rq *pre
 	run_delay = next->sched_info.run_delay;
 	if (!queued || queued > clock || run_delay < run_delay_out)
 		return KSPAN_QUEUED_UNKNOWN;
+	if (run_delay == run_delay_out)
+		*queued_at = queued;
 	return run_delay - run_delay_out + clock - queued;
 }
 
@@ -419,6 +444,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->request.complete_ns = 0;
 	t->waker_wait.span_id = 0;
 	t->run_delay_out = kspan_kernel_run_delay(task);
+	t->clock_out = kspan_kernel_clock(task);
 	t->waker_kind = KSPAN_WAKER_NONE;
 	t->nframes = 0;
 	if (frames && !skip && kspan_cfg.wait_min_ns) {
@@ -453,7 +479,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 {
 	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 	struct kspan_wait_record *w;
-	__u64 out, wake, run_from, queued, kernel_queued, off;
+	__u64 out, wake, run_from, queued, kernel_queued, off, queued_at = KSPAN_QUEUED_UNKNOWN;
 	int long_wait;
 
 	if (!t || !t->out_ns)
@@ -486,7 +512,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	 */
 	queued = now - run_from;
 	off = run_from == now ? 0 : run_from - out;
-	kernel_queued = kspan_kernel_queued_ns(prev, tid, t->run_delay_out);
+	kernel_queued = kspan_kernel_queued_ns(prev, tid, t->run_delay_out, &queued_at);
 	if (kernel_queued != KSPAN_QUEUED_UNKNOWN) {
 		/*
 		 * The kernel's figure whole. A preempted task's began at the run
@@ -505,6 +531,24 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	}
 	if (t->state != KSPAN_SCHED_PREEMPTED && (run_from == now || off > now - out - queued))
 		off = now - out > queued ? now - out - queued : 0;
+	/*
+	 * A woken task's time off CPU as the kernel has it: from the run
+	 * queue's clock where its switch-out stopped its CPU time to the
+	 * clock of its enqueue, where its run-queue time (or, when the
+	 * wake-up preempted, its CPU time) began. The tracepoints run a path
+	 * away from either reading (the pick of the next task and an idle
+	 * CPU's balancing before the switch-out's; the enqueue, and a remote
+	 * CPU's rescheduling interrupt sent by the waker, before
+	 * sched_wakeup's), which the kernel counts as CPU time: a
+	 * microsecond a wait natively, several in a VM where the interrupt
+	 * exits to the hypervisor.
+	 */
+	if (t->state != KSPAN_SCHED_PREEMPTED && queued_at != KSPAN_QUEUED_UNKNOWN &&
+	    t->clock_out != KSPAN_QUEUED_UNKNOWN && queued_at >= t->clock_out) {
+		__u64 room = now - out > queued ? now - out - queued : 0;
+
+		off = queued_at - t->clock_out < room ? queued_at - t->clock_out : room;
+	}
 	if (!t->skip)
 		kspan_sched_add(t, off, queued, long_wait);
 	if (!long_wait)

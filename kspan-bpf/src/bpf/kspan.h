@@ -784,6 +784,11 @@ struct kspan_sched_task {
 	 * switch-in is the difference.
 	 */
 	__u64 run_delay_out;
+	/*
+	 * The run queue's clock at the switch-out (sched_clock ns; -1: not
+	 * known): where the kernel stopped counting the thread's CPU time.
+	 */
+	__u64 clock_out;
 	/* enum kspan_sched_state. */
 	__u32 state;
 	/* 1: a voluntary switch (it blocked or slept), 0: involuntary. */
