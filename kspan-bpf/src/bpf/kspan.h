@@ -789,6 +789,12 @@ struct kspan_sched_task {
 	 * known): where the kernel stopped counting the thread's CPU time.
 	 */
 	__u64 clock_out;
+	/*
+	 * Its CPU's interrupt time at its switch-in, where the kernel
+	 * accounts it apart (CONFIG_IRQ_TIME_ACCOUNTING; 0: not, or not on a
+	 * CPU since a switch-in the account saw).
+	 */
+	__u64 irq_in;
 	/* enum kspan_sched_state. */
 	__u32 state;
 	/* 1: a voluntary switch (it blocked or slept), 0: involuntary. */
@@ -906,6 +912,12 @@ struct kspan_sched_sum {
 	 */
 	__u64 memory_ns[KSPAN_MEMORY_STALLS];
 	__u64 memory_stalls[KSPAN_MEMORY_STALLS];
+	/*
+	 * Interrupt time on the CPUs while the span's threads ran there, where
+	 * the kernel accounts it apart (CONFIG_IRQ_TIME_ACCOUNTING) and leaves
+	 * it out of their CPU time: not the span's time on a CPU either.
+	 */
+	__u64 irq_ns;
 };
 
 /*

@@ -33,6 +33,9 @@ pub(crate) struct AccountAttached {
     pub btf_passed_over: Option<String>,
     /// With the causes on, how each is read on this kernel.
     pub causes: Vec<CauseMechanism>,
+    /// How interrupt time is treated on this kernel (in on-CPU time, or
+    /// out of it as the kernel leaves it out).
+    pub interrupts: &'static str,
 }
 
 impl AccountAttached {
@@ -102,10 +105,15 @@ pub(crate) fn attach(
             }
         },
     };
+    tracing::info!(
+        interrupt_time = checks.interrupts,
+        "kspan's scheduler account: how interrupt time is counted on this kernel"
+    );
     Ok(AccountAttached {
         mechanism,
         btf_passed_over,
         causes: checks.mechanisms(mechanism),
+        interrupts: checks.interrupts,
     })
 }
 

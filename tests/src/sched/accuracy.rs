@@ -30,6 +30,8 @@ struct Window {
     run_queue: i64,
     elapsed: i64,
     involuntary: i64,
+    /// Voluntary and involuntary switches in the window.
+    switches: i64,
     stolen: i64,
 }
 
@@ -69,6 +71,7 @@ fn measured(
         run_queue: after.run_queue - before.run_queue,
         elapsed,
         involuntary: after.involuntary - before.involuntary,
+        switches: after.voluntary - before.voluntary + after.involuntary - before.involuntary,
         stolen: stolen_ns() - stolen,
     }
 }
@@ -81,6 +84,11 @@ struct Compared<'a> {
     run_queue: i64,
     off: i64,
     missed: i64,
+    /// A switch between the span's edge and the kernel's reads inside it
+    /// (the reads preempted or blocked): its interval is in the account
+    /// and not in the kernel's window, so the span is not held to the
+    /// window, nor counted in the totals.
+    disturbed: bool,
 }
 
 impl<'a> Compared<'a> {
@@ -98,16 +106,20 @@ impl<'a> Compared<'a> {
                 + int(span, a::SLEEPING_NS)
                 + int(span, a::OTHER_OFF_CPU_NS),
             missed: optional_int(span, a::MISSED_NS).unwrap_or(0),
+            disturbed: optional_int(span, a::INTERVALS_MISSED).is_none()
+                && int(span, a::VOLUNTARY_SWITCHES) + int(span, a::INVOLUNTARY_SWITCHES)
+                    != window.switches,
         }
     }
 
     fn line(&self) -> String {
         let w = self.window;
         format!(
-            "{}: on CPU {} (kernel {}), run queue {} (kernel {}), off CPU {} (kernel {}), \
+            "{}{}: on CPU {} (kernel {}), run queue {} (kernel {}), off CPU {} (kernel {}), \
              missed {} ns, {} involuntary switches, stolen or in interrupts {} ns (ticks), \
              elapsed {} ns",
             w.name,
+            if self.disturbed { " (disturbed)" } else { "" },
             self.on_cpu,
             w.on_cpu,
             self.run_queue,
@@ -120,6 +132,43 @@ impl<'a> Compared<'a> {
             w.elapsed,
         )
     }
+}
+
+/// Whether this kernel accounts interrupt time apart from tasks' CPU time
+/// (CONFIG_IRQ_TIME_ACCOUNTING), by its configuration where it can be read
+/// (`/proc/config.gz`, `/boot/config-<release>`).
+fn kernel_accounts_irq_time() -> Option<bool> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let config = std::process::Command::new("zcat")
+        .arg("/proc/config.gz")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .or_else(|| std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok())?;
+    Some(config.lines().any(|l| l == "CONFIG_IRQ_TIME_ACCOUNTING=y"))
+}
+
+/// How the account says it counts interrupt time
+/// (`Kspan::scheduler_interrupt_time`): out of on-CPU time where the
+/// kernel leaves it out of a thread's CPU time, in it where the kernel
+/// counts it there, as the kernel's configuration says where it can be
+/// read. Returns whether it is out.
+fn interrupt_time_said(kspan: &kspan::Kspan) -> bool {
+    let said = kspan
+        .scheduler_interrupt_time()
+        .expect("the account says how it counts interrupt time");
+    eprintln!("interrupt time: {said}");
+    let apart = said.starts_with("left out of on_cpu_ns");
+    assert!(
+        apart || said.starts_with("in on_cpu_ns"),
+        "neither out of on-CPU time nor in it: {said}"
+    );
+    match kernel_accounts_irq_time() {
+        Some(kernel) => assert_eq!(apart, kernel, "the kernel's configuration: {kernel}"),
+        None => eprintln!("this kernel's configuration is not readable here: not compared"),
+    }
+    apart
 }
 
 /// Whether `got` is `want` within `fixed` + `percent`, or further off
@@ -187,8 +236,8 @@ fn cold_mapping(target: &ReadTarget<'_>, len: usize) -> (*mut u8, Option<std::pa
 /// `spans` spans of `faults_each` major faults each (cold pages of a
 /// mapping, read-ahead off: each fault a 4 KiB read and a wake-up by the
 /// device's interrupt), one thread. Every span's time off CPU (all of it
-/// blocked in the faults) and on a CPU is the kernel's, within `slack_us`
-/// + `percent`, or the span says it missed intervals whose bound
+/// blocked in the faults) and on a CPU is the kernel's, within
+/// `slack_us` + `percent`, or the span says it missed intervals whose bound
 /// (`missed_ns`) covers the difference; and all the spans' time off CPU
 /// together within `total_us` + `total_permille`: each wait's bounds are
 /// the kernel's own clock readings, where the tracepoints' clock reads
@@ -216,6 +265,7 @@ pub fn fault_heavy_spans_are_the_kernel_s(
     let sums = kspan::KernelSums::new();
     let (provider, exporter) = provider(&sums);
     let kspan = start(&provider, &sums, account);
+    let interrupts_apart = interrupt_time_said(&kspan);
     let tracer = provider.tracer("sched-accuracy-faults");
     let (mut sum, mut majors) = (0u64, 0i64);
     let windows: Vec<Window> = (0..spans)
@@ -242,10 +292,22 @@ pub fn fault_heavy_spans_are_the_kernel_s(
     let fixed = slack_us * 1_000;
     let mut wrong = Vec::new();
     let (mut got_off, mut want_off, mut stolen_all, mut missed_all) = (0, 0, 0, 0);
+    let mut disturbed = 0;
     for window in &windows {
         let c = Compared::new(&exported, window);
         let line = c.line();
         eprintln!("{line}");
+        // Interrupt time out of on-CPU time only where the kernel leaves
+        // it out of the thread's CPU time, and then said.
+        if !interrupts_apart && optional_int(c.span, a::INTERRUPTS_NS).is_some() {
+            wrong.push(format!(
+                "interrupt time said where the kernel counts it: {line}"
+            ));
+        }
+        if c.disturbed {
+            disturbed += 1;
+            continue;
+        }
         let (stolen, missed) = (window.stolen, c.missed);
         (got_off, want_off) = (got_off + c.off, want_off + window.off_cpu());
         (stolen_all, missed_all) = (stolen_all + stolen, missed_all + missed);
@@ -271,8 +333,12 @@ pub fn fault_heavy_spans_are_the_kernel_s(
         }
     }
     eprintln!(
-        "{majors} major faults in {spans} spans; off CPU in all {got_off} ns (kernel \
-         {want_off} ns); {stats}"
+        "{majors} major faults in {spans} spans ({disturbed} disturbed); off CPU in all \
+         {got_off} ns (kernel {want_off} ns); {stats}"
+    );
+    assert!(
+        disturbed <= spans * 2 / 3,
+        "{disturbed} of {spans} spans disturbed: too few compared"
     );
     let total_slack = total_us * 1_000 + want_off * total_permille / 1_000;
     if !within(
@@ -323,13 +389,15 @@ fn hop_to(cpu: usize, cpus: usize) {
 /// the kernel, where a wake-up's preemption waits for the read to end), a
 /// move to another CPU, a 200 us sleep (a timer's wake-up that preempts
 /// another thread). Every span's run-queue time is schedstat's within
-/// `slack_us` + `percent`, and all the spans' together within `slack_us`
-/// + 0.1% (a wake-up that preempts a thread leaves the run queue's clock
+/// `slack_us` + `percent`, and all the spans' together within
+/// `slack_us` + 0.1% (a wake-up that preempts a thread leaves the run queue's clock
 /// as it read it, so the thread is queued to the kernel from before its
 /// switch-out: measured 5 to 20 us a preemption here, 0.1% to 0.3% of the
 /// spans' run-queue time, all of it short in the account before it took
 /// the kernel's figure whole); its on-CPU time is the thread's CPU
-/// clock's within the same plus what was stolen meanwhile. A span that
+/// clock's within `cpu_slack` (us, percent) plus what was stolen
+/// meanwhile (an emulated guest's on-CPU figures are far noisier than its
+/// run-queue ones, see `vm_sched`). A span that
 /// says it missed intervals may be off by their bound. Measured again (up
 /// to three times) when a span differs: about one span in 100 here has its
 /// run-queue time milliseconds above the kernel's, not yet explained; the
@@ -338,11 +406,11 @@ pub fn preempted_threads_moving_between_cpus_queue_as_the_kernel_says(
     account: kspan::SchedulerAccount,
     spans: usize,
     rounds: usize,
-    slack_us: i64,
-    percent: i64,
+    (slack_us, percent): (i64, i64),
+    cpu_slack: (i64, i64),
 ) {
     super::measured_again_when_disturbed(|last| {
-        moving_once(account, spans, rounds, slack_us, percent, last)
+        moving_once(account, spans, rounds, (slack_us, percent), cpu_slack, last)
     });
 }
 
@@ -350,8 +418,8 @@ fn moving_once(
     account: kspan::SchedulerAccount,
     spans: usize,
     rounds: usize,
-    slack_us: i64,
-    percent: i64,
+    (slack_us, percent): (i64, i64),
+    (cpu_us, cpu_percent): (i64, i64),
     last: bool,
 ) -> bool {
     use std::io::Read as _;
@@ -393,13 +461,17 @@ fn moving_once(
     let _ = std::fs::remove_file(&*path);
     let exported = exporter.get_finished_spans().unwrap();
     let fixed = slack_us * 1_000;
-    let (mut wrong, mut involuntary) = (Vec::new(), 0);
+    let (mut wrong, mut involuntary, mut disturbed) = (Vec::new(), 0, 0);
     let (mut got_total, mut want_total) = (0, 0);
     for window in &windows {
         let c = Compared::new(&exported, window);
         let line = c.line();
         eprintln!("{line}");
         involuntary += window.involuntary;
+        if c.disturbed {
+            disturbed += 1;
+            continue;
+        }
         let (stolen, missed) = (window.stolen, c.missed);
         if missed == 0 {
             got_total += c.run_queue;
@@ -418,8 +490,8 @@ fn moving_once(
         if !within(
             c.on_cpu,
             window.on_cpu,
-            fixed,
-            percent,
+            cpu_us * 1_000,
+            cpu_percent,
             stolen + missed,
             missed,
         ) {
@@ -427,8 +499,14 @@ fn moving_once(
         }
     }
     eprintln!(
-        "{} spans, {involuntary} involuntary switches; run queue in all {got_total} ns \
+        "{} spans ({disturbed} disturbed), {involuntary} involuntary switches; run queue in \
+         all {got_total} ns \
          (kernel {want_total} ns); {stats}",
+        windows.len()
+    );
+    assert!(
+        disturbed <= windows.len() * 2 / 3,
+        "{disturbed} of {} spans disturbed: too few compared",
         windows.len()
     );
     assert!(
