@@ -488,6 +488,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->waker_wait.span_id = 0;
 	t->run_delay_out = kspan_kernel_run_delay(task);
 	t->clock_out = kspan_kernel_clock(task);
+	t->cpu_out = bpf_get_smp_processor_id();
 	t->waker_kind = KSPAN_WAKER_NONE;
 	t->nframes = 0;
 	if (frames && !skip && kspan_cfg.wait_min_ns) {
@@ -587,10 +588,14 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	 * CPU's rescheduling interrupt sent by the waker, before
 	 * sched_wakeup's), which the kernel counts as CPU time: a
 	 * microsecond a wait natively, several in a VM where the interrupt
-	 * exits to the hypervisor.
+	 * exits to the hypervisor. Both readings of one run queue: a kernel
+	 * whose clock is not stable across CPUs (an emulated guest's) keeps
+	 * one clock a CPU, and a wait that ends on another CPU keeps the
+	 * tracepoints' bounds.
 	 */
 	if (t->state != KSPAN_SCHED_PREEMPTED && queued_at != KSPAN_QUEUED_UNKNOWN &&
-	    t->clock_out != KSPAN_QUEUED_UNKNOWN && queued_at >= t->clock_out) {
+	    t->clock_out != KSPAN_QUEUED_UNKNOWN && queued_at >= t->clock_out &&
+	    t->cpu_out == bpf_get_smp_processor_id()) {
 		/*
 		 * Whole, as the run-queue time: the path before the switch-out's
 		 * tracepoint (from its clock reading) is the thread's own time

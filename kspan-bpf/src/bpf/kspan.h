@@ -789,6 +789,8 @@ struct kspan_sched_task {
 	 * known): where the kernel stopped counting the thread's CPU time.
 	 */
 	__u64 clock_out;
+	/* The CPU it left (whose run queue's clock clock_out is). */
+	__u64 cpu_out;
 	/*
 	 * Its CPU's interrupt time at its switch-in, where the kernel
 	 * accounts it apart (CONFIG_IRQ_TIME_ACCOUNTING; 0: not, or not on a
