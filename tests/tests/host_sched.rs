@@ -232,7 +232,7 @@ fn btf_preempted_threads_moving_between_cpus_queue_as_the_kernel_says() {
         SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
         4,
         20,
-        (200, 1),
+        (200, 1, 1),
         (200, 1),
     );
 }
@@ -243,7 +243,7 @@ fn classic_preempted_threads_moving_between_cpus_queue_as_the_kernel_says() {
         SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
         4,
         20,
-        (200, 1),
+        (200, 1, 1),
         (200, 1),
     );
 }
