@@ -301,11 +301,13 @@ static __always_inline __u64 kspan_kernel_clock(struct task_struct___rq *prev)
  */
 static __always_inline __u64 kspan_kernel_irq_ns(struct task_struct___rq *prev)
 {
-	struct rq___kspan *rq = kspan_kernel_rq(prev);
+	struct rq___kspan *rq;
 
-	if (!rq || !bpf_core_field_exists(rq->prev_irq_time))
+	/* First: on a kernel without it the rest is left out at load. */
+	if (!bpf_core_field_exists(struct rq___kspan, prev_irq_time))
 		return 0;
-	return rq->prev_irq_time;
+	rq = kspan_kernel_rq(prev);
+	return rq ? rq->prev_irq_time : 0;
 }
 
 /*
