@@ -125,6 +125,15 @@ impl Kspan {
             .map_or(&[], |account| account.causes.as_slice())
     }
 
+    /// How the scheduler's account counts interrupt time on this kernel,
+    /// when it is on: out of `kspan.sched.on_cpu_ns` (and in
+    /// `kspan.sched.interrupts_ns`) where the kernel leaves it out of a
+    /// thread's CPU time (CONFIG_IRQ_TIME_ACCOUNTING), else in it, as in
+    /// the kernel's own CPU time of the thread.
+    pub fn scheduler_interrupt_time(&self) -> Option<&'static str> {
+        self.account.as_ref().map(|account| account.interrupts)
+    }
+
     /// Why the scheduler's account does not use BTF tracepoints, when it
     /// is on and does not.
     pub fn scheduler_btf_passed_over(&self) -> Option<&str> {

@@ -199,3 +199,60 @@ fn a_span_s_page_faults_are_the_kernel_s() {
         5,
     );
 }
+
+/// 2,048 major faults in nine spans (cold pages of a synced file on the
+/// host's disk, read-ahead off): every span's blocked and on-CPU time is
+/// the kernel's within 1 ms + 5%, or its missed intervals cover the
+/// difference; the nine spans' time off CPU within 50 us + 0.5%.
+#[test]
+fn btf_fault_heavy_spans_are_the_kernel_s() {
+    sched::fault_heavy_spans_are_the_kernel_s(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        sched::ReadTarget::FileIn(&sched::disk_dir(false)),
+        9,
+        228,
+        (1_000, 5),
+        (50, 5),
+    );
+}
+
+#[test]
+fn classic_fault_heavy_spans_are_the_kernel_s() {
+    sched::fault_heavy_spans_are_the_kernel_s(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::Tracepoints)
+            .with_causes(),
+        sched::ReadTarget::FileIn(&sched::disk_dir(false)),
+        9,
+        228,
+        (1_000, 5),
+        (50, 5),
+    );
+}
+
+/// Five threads on two CPUs, preempted by each other's wake-ups and moved
+/// between the CPUs: each span's run-queue time is schedstat's within
+/// 0.2 ms + 1%.
+#[test]
+fn btf_preempted_threads_moving_between_cpus_queue_as_the_kernel_says() {
+    sched::preempted_threads_moving_between_cpus_queue_as_the_kernel_says(
+        SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
+        4,
+        20,
+        (200, 1, 1),
+        (200, 1),
+    );
+}
+
+#[test]
+fn classic_preempted_threads_moving_between_cpus_queue_as_the_kernel_says() {
+    sched::preempted_threads_moving_between_cpus_queue_as_the_kernel_says(
+        SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
+        4,
+        20,
+        (200, 1, 1),
+        (200, 1),
+    );
+}

@@ -257,3 +257,72 @@ fn slow_disk() -> (std::path::PathBuf, String) {
         .to_owned();
     (disk, name)
 }
+
+/// 2,052 major faults in nine spans, each a 4 KiB read of the slow disk
+/// (10 ms) woken by its interrupt: every span's blocked and on-CPU time is
+/// the kernel's within the guest's tolerances, all the spans' time off
+/// CPU together within 50 ms + 2% (in Debian's 6.1: -0.2% to -0.6% with
+/// BTF tracepoints, -0.1% to -1.5% with classic ones, in four runs).
+#[test]
+#[ignore = "needs root and the VM's slow disk; run by `cargo xtask test` in the VM"]
+fn btf_fault_heavy_spans_are_the_kernel_s() {
+    let (disk, name) = slow_disk();
+    sched::fault_heavy_spans_are_the_kernel_s(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        sched::ReadTarget::Device(&disk, &name),
+        9,
+        228,
+        (VM_SLACK_MS * 1_000, VM_PERCENT),
+        (VM_SLACK_MS * 1_000, 20),
+    );
+}
+
+#[test]
+#[ignore = "needs root and the VM's slow disk; run by `cargo xtask test` in the VM"]
+fn classic_fault_heavy_spans_are_the_kernel_s() {
+    let (disk, name) = slow_disk();
+    sched::fault_heavy_spans_are_the_kernel_s(
+        SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
+        sched::ReadTarget::Device(&disk, &name),
+        9,
+        228,
+        (VM_SLACK_MS * 1_000, VM_PERCENT),
+        (VM_SLACK_MS * 1_000, 20),
+    );
+}
+
+/// Five threads on the guest's two CPUs, moved between them and preempted
+/// by each other's wake-ups: each span's run-queue time is schedstat's
+/// within 0.2 ms + 1%, all of them together within 0.2 ms + 1% (equal to
+/// the nanosecond in most attempts on 6.1, 6.12 and 7.2; in one attempt
+/// in two or three, 0.16% to 0.48% above the kernel's in all, cause not
+/// found; natively equal to the nanosecond, the host's case holds 0.1%).
+#[test]
+#[ignore = "needs root and a kernel with the sched tracepoints; run by `cargo xtask test` in the VM"]
+fn btf_preempted_threads_moving_between_cpus_queue_as_the_kernel_says() {
+    sched::preempted_threads_moving_between_cpus_queue_as_the_kernel_says(
+        SchedulerAccount::new().mechanism(SchedMechanism::BtfTracepoints),
+        4,
+        10,
+        (200, 1, 10),
+        (VM_SLACK_MS * 1_000, VM_PERCENT),
+    );
+}
+
+/// The same with classic tracepoints, within the guest's tolerances: in
+/// Debian's 6.1 its spans' run-queue time was 0.1% to 1% off the kernel's
+/// in all (up to 38 ms in one span, as much from its time off CPU), cause
+/// not found; natively it is equal to the nanosecond.
+#[test]
+#[ignore = "needs root and a kernel with the sched tracepoints; run by `cargo xtask test` in the VM"]
+fn classic_preempted_threads_moving_between_cpus_queue_as_the_kernel_says() {
+    sched::preempted_threads_moving_between_cpus_queue_as_the_kernel_says(
+        SchedulerAccount::new().mechanism(SchedMechanism::Tracepoints),
+        4,
+        10,
+        (VM_SLACK_MS * 1_000, VM_PERCENT, 20),
+        (VM_SLACK_MS * 1_000, VM_PERCENT),
+    );
+}

@@ -51,7 +51,8 @@ struct task_struct___sched {
  * wakee outranks) asked it to reuse the reading of the wake-up's enqueue:
  * then the time from the enqueue to the switch (the interrupt's and the
  * idle loop's way out) is not run-queue time to the kernel but the
- * wakee's time on a CPU. The run queue is found through a task on it (its
+ * wakee's time on a CPU, and the task it preempts is queued from that
+ * reading (its time since is run-queue time, not CPU time). The run queue is found through a task on it (its
  * scheduling entity's `cfs_rq`, with group scheduling). The tasks are BTF
  * pointers (the tracepoint's, or the current task's), read with plain
  * loads the verifier guards: no helper call a switch.
@@ -59,6 +60,7 @@ struct task_struct___sched {
 struct rq___kspan {
 	__u64 clock;
 	struct task_struct___rq *curr;
+	__u64 prev_irq_time;
 } __attribute__((preserve_access_index));
 
 struct cfs_rq___kspan {
@@ -239,6 +241,15 @@ static __always_inline __u32 kspan_sleep_cause(struct kspan_sched_task *t, void 
 /* Not known (no group scheduling, no sched_info, or not this switch's task). */
 #define KSPAN_QUEUED_UNKNOWN ((__u64)-1)
 
+/*
+ * How far the kernel's figures of an interval may reach before its
+ * switch-out's tracepoint: to the run queue's last clock reading, which a
+ * wake-up that preempts asks the switch not to renew (the scheduler's
+ * tick renews it at least once a tick, 10 ms at HZ=100), or the switch's
+ * own reading a path before the tracepoint.
+ */
+#define KSPAN_STALE_MOST_NS 10000000ULL
+
 /* Whether the kernel's run-queue figures can be read (see above). */
 static __always_inline int kspan_kernel_queue_known(struct task_struct___rq *task)
 {
@@ -255,15 +266,62 @@ static __always_inline __u64 kspan_kernel_run_delay(struct task_struct___rq *pre
 	return prev->sched_info.run_delay;
 }
 
+/* This CPU's run queue, through the task `prev` leaving it; NULL: not known. */
+static __always_inline struct rq___kspan *kspan_kernel_rq(struct task_struct___rq *prev)
+{
+	struct cfs_rq___kspan *cfs_rq;
+
+	if (!kspan_kernel_queue_known(prev))
+		return NULL;
+	cfs_rq = prev->se.cfs_rq;
+	if (!cfs_rq)
+		return NULL;
+	return cfs_rq->rq;
+}
+
+/*
+ * The run queue's clock as the switch of the task `prev` leaving this CPU
+ * read it: where the kernel stopped counting its CPU time.
+ */
+static __always_inline __u64 kspan_kernel_clock(struct task_struct___rq *prev)
+{
+	struct rq___kspan *rq = kspan_kernel_rq(prev);
+
+	return rq ? rq->clock : KSPAN_QUEUED_UNKNOWN;
+}
+
+/*
+ * This CPU's interrupt time as of its run queue's last clock reading
+ * (`prev_irq_time`, kernel/sched/core.c), where the kernel accounts
+ * interrupt time apart (CONFIG_IRQ_TIME_ACCOUNTING): the clock the
+ * kernel counts tasks' CPU time by (`clock_task`) leaves it out, so the
+ * difference over a thread's time on the CPU, between the readings its
+ * switch-in and its switch-out started and stopped its CPU time at, is
+ * the interrupt time the kernel left out of it. 0: not accounted.
+ */
+static __always_inline __u64 kspan_kernel_irq_ns(struct task_struct___rq *prev)
+{
+	struct rq___kspan *rq;
+
+	/* First: on a kernel without it the rest is left out at load. */
+	if (!bpf_core_field_exists(struct rq___kspan, prev_irq_time))
+		return 0;
+	rq = kspan_kernel_rq(prev);
+	return rq ? rq->prev_irq_time : 0;
+}
+
 /*
  * The run-queue time the kernel's account gives the task `next_tid`
  * coming onto this CPU now, from the task `prev` leaving it, since its
  * switch-out, when its run-queue total was `run_delay_out`: what a move
  * between run queues added (sched_info_dequeue), and this run queue's
- * clock less when the task was queued on it.
+ * clock less when the task was queued on it. `queued_at`: that clock
+ * reading when the task was queued where it is now and moved by no
+ * dequeue since its switch-out (a woken task's enqueue), else
+ * KSPAN_QUEUED_UNKNOWN.
  */
 static __always_inline __u64 kspan_kernel_queued_ns(struct task_struct___rq *prev, __u32 next_tid,
-						    __u64 run_delay_out)
+						    __u64 run_delay_out, __u64 *queued_at)
 {
 	struct task_struct___rq *next;
 	struct cfs_rq___kspan *cfs_rq;
@@ -287,6 +345,8 @@ static __always_inline __u64 kspan_kernel_queued_ns(struct task_struct___rq *pre
 	run_delay = next->sched_info.run_delay;
 	if (!queued || queued > clock || run_delay < run_delay_out)
 		return KSPAN_QUEUED_UNKNOWN;
+	if (run_delay == run_delay_out)
+		*queued_at = queued;
 	return run_delay - run_delay_out + clock - queued;
 }
 
@@ -382,6 +442,8 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 			kspan_sched_missed(t, tid, now);
 			t->out_ns = 0;
 		}
+		if (t)
+			t->irq_in = 0;
 		return;
 	}
 	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
@@ -394,6 +456,22 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	/* An interval still open: its switch-in was never seen. */
 	if (t->out_ns)
 		kspan_sched_missed(t, tid, now);
+	/*
+	 * The interrupt time the kernel left out of the thread's CPU time
+	 * since its switch-in, to the span current now (a span that became
+	 * current since, on this CPU without a switch, gets the whole).
+	 */
+	if (t->irq_in && !skip) {
+		__u64 irq = kspan_kernel_irq_ns(task);
+		struct kspan_sched_sum *s;
+
+		if (irq > t->irq_in) {
+			s = kspan_sched_sum_of(__builtin_bswap64(*(__u64 *)c.span_id));
+			if (s)
+				__sync_fetch_and_add(&s->irq_ns, irq - t->irq_in);
+		}
+	}
+	t->irq_in = 0;
 	__builtin_memcpy(t->trace_id, c.trace_id, sizeof(c.trace_id));
 	t->app_span_id = __builtin_bswap64(*(__u64 *)c.span_id);
 	t->state = state;
@@ -411,6 +489,8 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->request.complete_ns = 0;
 	t->waker_wait.span_id = 0;
 	t->run_delay_out = kspan_kernel_run_delay(task);
+	t->clock_out = kspan_kernel_clock(task);
+	t->cpu_out = bpf_get_smp_processor_id();
 	t->waker_kind = KSPAN_WAKER_NONE;
 	t->nframes = 0;
 	if (frames && !skip && kspan_cfg.wait_min_ns) {
@@ -445,10 +525,13 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 {
 	struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 	struct kspan_wait_record *w;
-	__u64 out, wake, run_from, queued, kernel_queued;
+	__u64 out, wake, run_from, queued, kernel_queued, off, queued_at = KSPAN_QUEUED_UNKNOWN;
 	int long_wait;
 
-	if (!t || !t->out_ns)
+	if (!t)
+		return;
+	t->irq_in = kspan_kernel_irq_ns(prev);
+	if (!t->out_ns)
 		return;
 	out = t->out_ns;
 	t->out_ns = 0;
@@ -471,21 +554,65 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	long_wait = kspan_cfg.wait_min_ns && now - out >= kspan_cfg.wait_min_ns;
 	/*
 	 * The account's run-queue time is the kernel's (see above), so that
-	 * the span's figures are schedstat's and taskstats': at most the time
-	 * since the wake-up (or the whole interval when the wake-up was not
-	 * seen); what the kernel counts as the task's CPU time stays out of
-	 * the off-CPU figures. The wait span keeps the times as they passed.
+	 * the span's figures are schedstat's and taskstats': what the kernel
+	 * counts as the task's CPU time stays out of the off-CPU figures, and
+	 * what it counts as run-queue time out of the time on a CPU. The wait
+	 * span keeps the times as they passed.
 	 */
 	queued = now - run_from;
-	kernel_queued = kspan_kernel_queued_ns(prev, tid, t->run_delay_out);
+	off = run_from == now ? 0 : run_from - out;
+	kernel_queued = kspan_kernel_queued_ns(prev, tid, t->run_delay_out, &queued_at);
 	if (kernel_queued != KSPAN_QUEUED_UNKNOWN) {
-		__u64 most = run_from == now ? now - out : now - run_from;
+		/*
+		 * The kernel's figure whole. A preempted task's began at the run
+		 * queue's clock as the switch-out read it, which a wake-up that
+		 * preempted it (KSPAN_STALE_MOST_NS) may have read before: the
+		 * time from that reading to the switch is the task's run-queue
+		 * time to the kernel, and not its CPU time, so it is the
+		 * account's run-queue time too (the span's on-CPU time is the
+		 * less by it). A woken task's began at its enqueue, before its
+		 * sched_wakeup: its time off CPU ends there (below).
+		 */
+		__u64 most = now - out + KSPAN_STALE_MOST_NS;
 
 		queued = kernel_queued < most ? kernel_queued : most;
 	}
+	if (t->state != KSPAN_SCHED_PREEMPTED &&
+	    (run_from == now || queued > now - out || off > now - out - queued))
+		off = now - out > queued ? now - out - queued : 0;
+	/*
+	 * A woken task's time off CPU as the kernel has it: from the run
+	 * queue's clock where its switch-out stopped its CPU time to the
+	 * clock of its enqueue, where its run-queue time (or, when the
+	 * wake-up preempted, its CPU time) began. The tracepoints run a path
+	 * away from either reading (the pick of the next task and an idle
+	 * CPU's balancing before the switch-out's; the enqueue, and a remote
+	 * CPU's rescheduling interrupt sent by the waker, before
+	 * sched_wakeup's), which the kernel counts as CPU time: a
+	 * microsecond a wait natively, several in a VM where the interrupt
+	 * exits to the hypervisor. Both readings of one run queue: a kernel
+	 * whose clock is not stable across CPUs (an emulated guest's) keeps
+	 * one clock a CPU, and a wait that ends on another CPU keeps the
+	 * tracepoints' bounds.
+	 */
+	if (t->state != KSPAN_SCHED_PREEMPTED && queued_at != KSPAN_QUEUED_UNKNOWN &&
+	    t->clock_out != KSPAN_QUEUED_UNKNOWN && queued_at >= t->clock_out &&
+	    t->cpu_out == bpf_get_smp_processor_id()) {
+		/*
+		 * Whole, as the run-queue time: the path before the switch-out's
+		 * tracepoint (from its clock reading) is the thread's own time
+		 * in the span it leaves in, off CPU to the kernel. An emulated
+		 * guest runs that path tens of times slower (measured in
+		 * Debian's 6.1 under QEMU: up to 0.47 ms a wait with classic
+		 * tracepoints).
+		 */
+		__u64 room = now - out + KSPAN_STALE_MOST_NS;
+
+		room = room > queued ? room - queued : 0;
+		off = queued_at - t->clock_out < room ? queued_at - t->clock_out : room;
+	}
 	if (!t->skip)
-		kspan_sched_add(t, run_from == now ? now - out - queued : run_from - out, queued,
-				long_wait);
+		kspan_sched_add(t, off, queued, long_wait);
 	if (!long_wait)
 		return;
 	if (t->skip) {

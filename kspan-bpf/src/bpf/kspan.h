@@ -818,6 +818,19 @@ struct kspan_sched_task {
 	 * switch-in is the difference.
 	 */
 	__u64 run_delay_out;
+	/*
+	 * The run queue's clock at the switch-out (sched_clock ns; -1: not
+	 * known): where the kernel stopped counting the thread's CPU time.
+	 */
+	__u64 clock_out;
+	/* The CPU it left (whose run queue's clock clock_out is). */
+	__u64 cpu_out;
+	/*
+	 * Its CPU's interrupt time at its switch-in, where the kernel
+	 * accounts it apart (CONFIG_IRQ_TIME_ACCOUNTING; 0: not, or not on a
+	 * CPU since a switch-in the account saw).
+	 */
+	__u64 irq_in;
 	/* enum kspan_sched_state. */
 	__u32 state;
 	/* 1: a voluntary switch (it blocked or slept), 0: involuntary. */
@@ -942,6 +955,12 @@ struct kspan_sched_sum {
 	 */
 	__u64 memory_ns[KSPAN_MEMORY_STALLS];
 	__u64 memory_stalls[KSPAN_MEMORY_STALLS];
+	/*
+	 * Interrupt time on the CPUs while the span's threads ran there, where
+	 * the kernel accounts it apart (CONFIG_IRQ_TIME_ACCOUNTING) and leaves
+	 * it out of their CPU time: not the span's time on a CPU either.
+	 */
+	__u64 irq_ns;
 };
 
 /*

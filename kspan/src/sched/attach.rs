@@ -33,6 +33,9 @@ pub(crate) struct AccountAttached {
     pub btf_passed_over: Option<String>,
     /// With the causes on, how each is read on this kernel.
     pub causes: Vec<CauseMechanism>,
+    /// How interrupt time is treated on this kernel (in on-CPU time, or
+    /// out of it as the kernel leaves it out).
+    pub interrupts: &'static str,
 }
 
 impl AccountAttached {
@@ -102,6 +105,10 @@ pub(crate) fn attach(
             }
         },
     };
+    tracing::info!(
+        interrupt_time = checks.interrupts,
+        "kspan's scheduler account: how interrupt time is counted on this kernel"
+    );
     // The throttle's fexit, apart: a kernel that refuses trampolines
     // (where the tracepoints load) costs the account that cause only.
     let throttle = checks
@@ -119,6 +126,7 @@ pub(crate) fn attach(
         mechanism,
         btf_passed_over,
         causes: checks.mechanisms(mechanism, &throttle),
+        interrupts: checks.interrupts,
     })
 }
 

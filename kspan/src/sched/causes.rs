@@ -35,6 +35,30 @@ pub(crate) struct CauseChecks {
     memory_btf: Vec<&'static str>,
     memory_classic: Vec<&'static str>,
     memory_missing: Vec<String>,
+    /// How the account treats interrupt time on this kernel (whether the
+    /// causes are on or not): [`interrupt_time`].
+    pub(crate) interrupts: &'static str,
+}
+
+/// Where the kernel accounts interrupt time apart from tasks' CPU time.
+const INTERRUPTS_APART: &str = "left out of on_cpu_ns and said in kspan.sched.interrupts_ns, as \
+     the kernel leaves it out of a thread's CPU time (CONFIG_IRQ_TIME_ACCOUNTING: the run \
+     queue's prev_irq_time, read at each switch in and out)";
+
+/// Where it does not.
+const INTERRUPTS_IN: &str = "in on_cpu_ns, as in the kernel's own CPU time of the thread \
+     (schedstat, its CPU clock): this kernel does not account interrupt time apart (no \
+     CONFIG_IRQ_TIME_ACCOUNTING: its struct rq has no prev_irq_time)";
+
+/// How the account treats interrupt time on the kernel of `btf`: out of
+/// on-CPU time where the kernel leaves it out of a thread's CPU time, in
+/// it where the kernel counts it there.
+pub(crate) fn interrupt_time(btf: &Btf) -> &'static str {
+    if crate::plan::fieldpath::member_offset(btf, "struct rq", &["prev_irq_time"]).is_some() {
+        INTERRUPTS_APART
+    } else {
+        INTERRUPTS_IN
+    }
 }
 
 /// Whether `btf` has the BTF tracepoint `event` (its `btf_trace_` typedef).
@@ -46,6 +70,7 @@ impl CauseChecks {
     /// Checks this kernel (`btf`, and tracefs) for `account`'s causes
     /// (none without an account).
     pub(crate) fn of(account: Option<&SchedulerAccount>, btf: &Btf) -> Self {
+        let interrupts = interrupt_time(btf);
         if !account.is_some_and(SchedulerAccount::causes) {
             let off = || Err("the causes are off".to_owned());
             return CauseChecks {
@@ -57,6 +82,7 @@ impl CauseChecks {
                 memory_btf: Vec::new(),
                 memory_classic: Vec::new(),
                 memory_missing: Vec::new(),
+                interrupts,
             };
         }
         let btf_events = |category: &str, events: &[&str]| match events
@@ -97,6 +123,7 @@ impl CauseChecks {
             memory_btf,
             memory_classic,
             memory_missing,
+            interrupts,
         }
     }
 
@@ -250,6 +277,10 @@ impl CauseChecks {
                         Ok(how)
                     }
                 },
+            },
+            CauseMechanism {
+                cause: "interrupt time",
+                how: Ok(self.interrupts.to_owned()),
             },
             CauseMechanism {
                 cause: "page faults: minor, major, and the time waiting in them",

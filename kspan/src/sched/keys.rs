@@ -44,6 +44,15 @@ pub mod attributes {
     /// switch-out to the switch-out that found it open (or to the span's
     /// end), summed; the most the figures can be off by.
     pub const MISSED_NS: &str = "kspan.sched.missed_ns";
+    /// Nanoseconds the CPUs spent in interrupts while the span's threads
+    /// ran there, where the kernel accounts interrupt time apart
+    /// (CONFIG_IRQ_TIME_ACCOUNTING) and leaves it out of their CPU time:
+    /// out of [`ON_CPU_NS`] too, so that the figures and this add up to
+    /// [`CURRENT_NS`]. Set only when not 0; elsewhere interrupt time is in
+    /// `on_cpu_ns`, as it is in the kernel's own CPU time of the thread
+    /// (`Kspan::scheduler_interrupt_time` says which). Charged to the
+    /// span current when the thread left the CPU.
+    pub const INTERRUPTS_NS: &str = "kspan.sched.interrupts_ns";
 }
 
 /// The attribute keys of the causes, on each application span, with

@@ -41,15 +41,22 @@
 //! user space runs on the task's, and there the waker's kernel stack
 //! tells), with classic ones user space tells by the waker's kernel stack,
 //! read at each wake-up. The waiting ends at the wake-up, when the thread
-//! is queued (a remote wake-up's IPI is waiting, not queued). The run-queue
-//! time is the scheduler's own (`run_delay`, which schedstat and taskstats
-//! report), read at the switch-in: the thread's run queue's clock less
-//! when it was queued, plus what a move between run queues added. The
-//! scheduler reads that clock once a switch, and not at all at a switch a
-//! wake-up asked for by preempting (of an idle CPU, or of a task the
-//! thread outranks): there it reuses the wake-up's reading, so the way out
-//! of the interrupt and of the idle loop is the thread's CPU time to the
-//! kernel, and so to the account. At the switch-in the interval is added
+//! is queued (a remote wake-up's IPI is waiting, not queued): by the run
+//! queue's clock, from the reading where the switch-out stopped the
+//! thread's CPU time to the reading of its enqueue, as the kernel counts
+//! it. The run-queue time is the scheduler's own (`run_delay`, which
+//! schedstat and taskstats report), read at the switch-in: the thread's
+//! run queue's clock less when it was queued, plus what a move between run
+//! queues added. The scheduler reads that clock once a switch, and not at
+//! all at a switch a wake-up asked for by preempting (of an idle CPU, or of
+//! a task the thread outranks): there it reuses the wake-up's reading, so
+//! the way out of the interrupt and of the idle loop is the woken thread's
+//! CPU time to the kernel, and so to the account, and the preempted
+//! thread is queued from that reading. Where the kernel accounts interrupt
+//! time apart (CONFIG_IRQ_TIME_ACCOUNTING) the interrupts served while a
+//! thread ran are out of its time on a CPU, as the kernel leaves them out
+//! of its CPU time ([`crate::Kspan::scheduler_interrupt_time`] says which).
+//! At the switch-in the interval is added
 //! to the span's totals (a table user space maps, by span id) and, when
 //! long, emitted as a wait record into the ring buffer like any span:
 //! overload, a full ring, an unsampled or suppressed span are counted as

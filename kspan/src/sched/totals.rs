@@ -59,14 +59,21 @@ impl SchedTotals {
 
     /// The span's attributes, given how long it was current (`current_ns`):
     /// on a CPU is that less the time off CPU (never below 0: the two
-    /// clocks are read a few hundred ns apart at each switch), and, when
-    /// intervals were missed, how many and by how much the figures may be
-    /// off; with `causes`, the splits by cause ([`cause_attributes`]).
+    /// clocks are read a few hundred ns apart at each switch) and less the
+    /// interrupt time the kernel left out of its threads' CPU time (where
+    /// it accounts it apart: then said, as much of it as the span's time
+    /// holds), and, when intervals were missed, how many and by how much
+    /// the figures may be off; with `causes`, the splits by cause
+    /// ([`cause_attributes`]).
     pub(crate) fn attributes(&self, current_ns: u64, causes: bool) -> Vec<KeyValue> {
         let current = current_ns.max(self.off_cpu_ns());
+        let interrupts = self.irq_ns.min(current - self.off_cpu_ns());
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut attrs = vec![
-            KeyValue::new(attributes::ON_CPU_NS, n(current - self.off_cpu_ns())),
+            KeyValue::new(
+                attributes::ON_CPU_NS,
+                n(current - self.off_cpu_ns() - interrupts),
+            ),
             KeyValue::new(attributes::RUN_QUEUE_NS, n(self.run_queue_ns)),
             KeyValue::new(attributes::BLOCKED_NS, n(self.blocked_ns)),
             KeyValue::new(attributes::SLEEPING_NS, n(self.sleeping_ns)),
@@ -82,6 +89,9 @@ impl SchedTotals {
                 n(self.intervals_missed),
             ));
             attrs.push(KeyValue::new(attributes::MISSED_NS, n(self.missed_ns)));
+        }
+        if interrupts > 0 {
+            attrs.push(KeyValue::new(attributes::INTERRUPTS_NS, n(interrupts)));
         }
         if causes {
             attrs.extend(self.cause_attributes());
@@ -342,11 +352,36 @@ mod tests {
             get(attributes::MISSED_NS),
             Some(opentelemetry::Value::I64(30))
         );
+        assert_eq!(get(attributes::INTERRUPTS_NS), None);
+    }
+
+    #[test]
+    fn interrupt_time_the_kernel_left_out_is_out_of_on_cpu_time() {
+        let totals = SchedTotals(kspan_sched_sum {
+            run_queue_ns: 5,
+            sleeping_ns: 50,
+            irq_ns: 7,
+            ..kspan_sched_sum::default()
+        });
+        let get = |attrs: &[KeyValue], k: &str| {
+            attrs
+                .iter()
+                .find(|kv| kv.key.as_str() == k)
+                .map(|kv| kv.value.clone())
+        };
+        let int = |v: i64| Some(opentelemetry::Value::I64(v));
+        let attrs = totals.attributes(100, false);
+        assert_eq!(get(&attrs, attributes::ON_CPU_NS), int(38));
+        assert_eq!(get(&attrs, attributes::INTERRUPTS_NS), int(7));
+        // Never more than the span's time on a CPU holds.
+        let attrs = totals.attributes(59, false);
+        assert_eq!(get(&attrs, attributes::ON_CPU_NS), int(0));
+        assert_eq!(get(&attrs, attributes::INTERRUPTS_NS), int(4));
     }
 
     #[test]
     fn totals_read_the_kernel_layout() {
-        let words: Vec<u64> = (1u64..=50).collect();
+        let words: Vec<u64> = (1u64..=51).collect();
         let t = SchedTotals::from_words(&words);
         assert_eq!((t.run_queue_ns, t.waits), (1, 7));
         assert_eq!((t.intervals_missed, t.missed_ns), (8, 9));
@@ -355,6 +390,7 @@ mod tests {
         assert_eq!((t.sleeping_futex_ns, t.sleeping_receive_ns), (14, 17));
         assert_eq!((t.lock_ns, t.locks), ([18, 19, 20, 21], [22, 23, 24, 25]));
         assert_eq!(t.block_dev, [26, 27]);
+        assert_eq!(t.irq_ns, 51);
         assert_eq!(
             (t.block_requests, t.block_device_ns),
             ([28, 29, 30], [37, 38, 39])

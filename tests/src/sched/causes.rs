@@ -792,7 +792,7 @@ pub fn a_chain_of_wake_ups_names_each_hop(
 
 /// The calling thread's page faults, minor and major, as the kernel counts
 /// them (`getrusage(RUSAGE_THREAD)`).
-fn thread_faults() -> (i64, i64) {
+pub(super) fn thread_faults() -> (i64, i64) {
     // SAFETY: an all-zero rusage is valid; getrusage fills it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is a valid rusage to write.
