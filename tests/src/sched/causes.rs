@@ -788,6 +788,94 @@ pub fn a_chain_of_wake_ups_names_each_hop(
         (io - truth).abs() <= slack(truth),
         "the reader's I/O time {io} ns, {what} {truth} ns (taskstats {blkio} ns in {reads_elapsed} ns)"
     );
+    // The chain whole: the waker link says what the reader did over the
+    // waiter's wait, all of its reads (not only the last, `waker_wait`).
+    waker_did_its_reads(futex_wait, waker, reader, reads, (truth, what), &slack);
+}
+
+/// The `waker` link of `wait` says what the waker, `reader` (whose every
+/// read of `reads` fell inside the wait), did over it: its blocked I/O is
+/// the reader's span's and the kernel's (`truth`, said by its source),
+/// within `slack`; its requests are the reads, their time queued and on
+/// the device the span's; the overlap is the wait's waiting, closed by
+/// its parts; the rings reached back over all of it.
+fn waker_did_its_reads(
+    wait: &SpanData,
+    waker: &opentelemetry::trace::Link,
+    reader: &SpanData,
+    reads: u64,
+    (truth, what): (i64, &str),
+    slack: &dyn Fn(i64) -> i64,
+) {
+    let on_link = |key: &str| {
+        waker
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| match kv.value {
+                opentelemetry::Value::I64(v) => v,
+                ref other => panic!("{key} on the waker link is {other:?}"),
+            })
+    };
+    let during_io = on_link(w::WAKER_BLOCKED_IO_NS).unwrap_or_else(|| {
+        panic!(
+            "the waker link says the reader's blocked I/O over the wait: {:?}",
+            waker.attributes
+        )
+    });
+    assert_eq!(
+        on_link(w::WAKER_UNCOVERED_NS),
+        None,
+        "the reader's recent intervals reach back over the whole wait: {:?}",
+        waker.attributes
+    );
+    let span_io = int(reader, c::BLOCKED_IO_NS);
+    eprintln!(
+        "over the wait, the waker: {:?}; its span's I/O {span_io} ns, {what} {truth} ns",
+        waker.attributes
+    );
+    assert!(
+        (during_io - span_io).abs() <= slack(span_io),
+        "the reader's blocked I/O over the wait {during_io} ns, its span's {span_io} ns"
+    );
+    assert!(
+        (during_io - truth).abs() <= slack(truth),
+        "the reader's blocked I/O over the wait {during_io} ns, {what} {truth} ns"
+    );
+    // Its requests: the reads, whose time is all inside the wait.
+    assert_eq!(on_link(w::WAKER_BLOCK_REQUESTS), Some(reads as i64), "a request a read");
+    let span_block = int(reader, c::BLOCK_QUEUE_NS) + int(reader, c::BLOCK_DEVICE_NS);
+    let during_block = on_link(w::WAKER_BLOCK_QUEUE_NS).unwrap_or(0)
+        + on_link(w::WAKER_BLOCK_DEVICE_NS).unwrap_or(0);
+    assert!(
+        (during_block - span_block).abs() <= slack(span_block),
+        "the requests' time over the wait {during_block} ns, the span's {span_block} ns"
+    );
+    // The overlap is the wait's waiting, to the waking (the waiting ends
+    // where the scheduler queues the thread, a few us later), and its
+    // parts close it.
+    let overlap = on_link(w::WAKER_OVERLAP_NS).expect("the overlap");
+    let waiting = int(wait, w::WAITING_NS);
+    assert!(
+        overlap <= waiting && waiting - overlap <= slack(waiting),
+        "the overlap {overlap} ns, the wait's waiting {waiting} ns"
+    );
+    let parts: i64 = waker
+        .attributes
+        .iter()
+        .filter(|kv| {
+            let key = kv.key.as_str();
+            key.starts_with("kspan.waker.")
+                && key.ends_with("_ns")
+                && key != w::WAKER_OVERLAP_NS
+                && !key.starts_with("kspan.waker.block.")
+        })
+        .map(|kv| match kv.value {
+            opentelemetry::Value::I64(v) => v,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(parts, overlap, "on CPU, queued, off CPU by cause: the overlap");
 }
 
 /// The calling thread's page faults, minor and major, as the kernel counts
