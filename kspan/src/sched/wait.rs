@@ -377,3 +377,52 @@ pub(crate) fn state_name(state: u32) -> &'static str {
         _ => "other",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figure(attributes: &[KeyValue], key: &str) -> Option<i64> {
+        attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| match kv.value {
+                opentelemetry::Value::I64(v) => v,
+                ref other => panic!("{key}: {other:?}"),
+            })
+    }
+
+    #[test]
+    fn a_waker_not_followed_says_nothing() {
+        let w = kspan_wait_record::default();
+        assert!(waker_during_attributes(&w).is_empty());
+    }
+
+    #[test]
+    fn the_waker_s_parts_close_the_overlap() {
+        let mut w = kspan_wait_record::default();
+        let d = &mut w.waker_during;
+        d.from_ns = 1_000;
+        d.to_ns = 101_000;
+        d.blocked_ns[c::KSPAN_BLOCK_IO as usize] = 60_000;
+        d.sleeping_ns[c::KSPAN_SLEEP_FUTEX as usize] = 10_000;
+        d.run_queue_ns = 5_000;
+        d.uncovered_ns = 20_000;
+        d.requests = 3;
+        d.request_device_ns = 55_000;
+        d.flags = c::KSPAN_DURING_UNSPANNED as u32;
+        let attributes = waker_during_attributes(&w);
+        let get = |key| figure(&attributes, key);
+        assert_eq!(get(attr::WAKER_OVERLAP_NS), Some(100_000));
+        assert_eq!(get(attr::WAKER_BLOCKED_IO_NS), Some(60_000));
+        assert_eq!(get(attr::WAKER_SLEEPING_FUTEX_NS), Some(10_000));
+        assert_eq!(get(attr::WAKER_BLOCKED_LOCK_NS), None, "a part of 0 is left out");
+        assert_eq!(get(attr::WAKER_UNCOVERED_NS), Some(20_000));
+        assert_eq!(get(attr::WAKER_ON_CPU_NS), Some(5_000), "the rest");
+        assert_eq!(get(attr::WAKER_BLOCK_REQUESTS), Some(3));
+        assert_eq!(get(attr::WAKER_BLOCK_HELD_NS), Some(0));
+        assert!(attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == attr::WAKER_UNSPANNED));
+    }
+}
