@@ -416,7 +416,11 @@ mod tests {
         assert_eq!(get(attr::WAKER_OVERLAP_NS), Some(100_000));
         assert_eq!(get(attr::WAKER_BLOCKED_IO_NS), Some(60_000));
         assert_eq!(get(attr::WAKER_SLEEPING_FUTEX_NS), Some(10_000));
-        assert_eq!(get(attr::WAKER_BLOCKED_LOCK_NS), None, "a part of 0 is left out");
+        assert_eq!(
+            get(attr::WAKER_BLOCKED_LOCK_NS),
+            None,
+            "a part of 0 is left out"
+        );
         assert_eq!(get(attr::WAKER_UNCOVERED_NS), Some(20_000));
         assert_eq!(get(attr::WAKER_ON_CPU_NS), Some(5_000), "the rest");
         assert_eq!(get(attr::WAKER_BLOCK_REQUESTS), Some(3));

@@ -843,7 +843,11 @@ fn waker_did_its_reads(
         "the reader's blocked I/O over the wait {during_io} ns, {what} {truth} ns"
     );
     // Its requests: the reads, whose time is all inside the wait.
-    assert_eq!(on_link(w::WAKER_BLOCK_REQUESTS), Some(reads as i64), "a request a read");
+    assert_eq!(
+        on_link(w::WAKER_BLOCK_REQUESTS),
+        Some(reads as i64),
+        "a request a read"
+    );
     let span_block = int(reader, c::BLOCK_QUEUE_NS) + int(reader, c::BLOCK_DEVICE_NS);
     let during_block = on_link(w::WAKER_BLOCK_QUEUE_NS).unwrap_or(0)
         + on_link(w::WAKER_BLOCK_DEVICE_NS).unwrap_or(0);
@@ -875,7 +879,10 @@ fn waker_did_its_reads(
             _ => 0,
         })
         .sum();
-    assert_eq!(parts, overlap, "on CPU, queued, off CPU by cause: the overlap");
+    assert_eq!(
+        parts, overlap,
+        "on CPU, queued, off CPU by cause: the overlap"
+    );
 }
 
 /// The calling thread's page faults, minor and major, as the kernel counts
