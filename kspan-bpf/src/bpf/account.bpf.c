@@ -413,7 +413,6 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->wake_ns = 0;
 	t->request.complete_ns = 0;
 	t->waker_wait.span_id = 0;
-	t->waker_during.to_ns = 0;
 	t->run_delay_out = kspan_kernel_run_delay(task);
 	t->waker_kind = KSPAN_WAKER_NONE;
 	t->nframes = 0;
@@ -434,6 +433,110 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 			__sync_lock_test_and_set(&open->tid, (__u64)tid);
 		}
 	}
+}
+
+/* The part of [lo, hi] inside [from, to]. */
+static __always_inline __u64 kspan_overlap(__u64 lo, __u64 hi, __u64 from, __u64 to)
+{
+	if (lo < from)
+		lo = from;
+	if (hi > to)
+		hi = to;
+	return hi > lo ? hi - lo : 0;
+}
+
+/*
+ * What a waker did over [from, to] (a wait it ended at `to`), from its
+ * rings (`ch`, kspan.h), newest first: each interval's waiting and queued
+ * parts inside the window by state and cause, each request's queued and
+ * device parts. A ring read to its end, written over since `from`, leaves
+ * the window's start uncovered: said in `uncovered_ns`, not guessed.
+ */
+static __always_inline void kspan_chain_sum(struct kspan_waker_during *d, struct kspan_chain *ch,
+					    __u64 from, __u64 to)
+{
+	__u32 n = ch->waits_n, i;
+	__u64 unspanned = ch->unspanned_out_ns, oldest = to, uncovered = 0;
+
+	__builtin_memset(d, 0, sizeof(*d));
+	if (to <= from)
+		return;
+	d->from_ns = from;
+	d->to_ns = to;
+	for (i = 0; i < KSPAN_CHAIN_WAITS && i < n; i++) {
+		struct kspan_chain_wait *e = &ch->waits[(n - 1 - i) & (KSPAN_CHAIN_WAITS - 1)];
+		__u64 out = e->out_ns, what = e->what, queued = e->queued_ns;
+		__u64 waiting = what & KSPAN_CHAIN_WAITING_MASK, part;
+		__u32 state = (what >> KSPAN_CHAIN_STATE_SHIFT) & 0xf;
+		__u32 cause = what >> KSPAN_CHAIN_CAUSE_SHIFT;
+
+		if (out + waiting + queued <= from) {
+			/* Older ones end before it too: the window is covered. */
+			oldest = from;
+			break;
+		}
+		oldest = out;
+		part = kspan_overlap(out, out + waiting, from, to);
+		if (state == KSPAN_SCHED_BLOCKED && cause < KSPAN_BLOCK_CAUSES)
+			d->blocked_ns[cause] += part;
+		else if (state == KSPAN_SCHED_SLEEPING && cause < KSPAN_SLEEP_CAUSES)
+			d->sleeping_ns[cause] += part;
+		else if (state == KSPAN_SCHED_OTHER)
+			d->other_ns += part;
+		d->run_queue_ns +=
+			kspan_overlap(out + waiting, out + waiting + queued, from, to);
+	}
+	if (n > KSPAN_CHAIN_WAITS && oldest > from)
+		uncovered = oldest - from;
+	/* Its last interval under no span, if it overlaps the window: in no ring. */
+	if (unspanned && unspanned < to && (ch->unspanned_in_ns < unspanned ||
+					    ch->unspanned_in_ns > from))
+		d->flags |= KSPAN_DURING_UNSPANNED;
+	n = *(volatile __u32 *)&ch->requests_n;
+	oldest = to;
+	for (i = 0; i < KSPAN_CHAIN_REQUESTS && i < n; i++) {
+		struct kspan_chain_request *r =
+			&ch->requests[(n - 1 - i) & (KSPAN_CHAIN_REQUESTS - 1)];
+		__u64 insert = r->insert_ns, issue = r->issue_ns, done = r->complete_ns;
+
+		if (done <= from) {
+			oldest = from;
+			break;
+		}
+		oldest = done;
+		if (!issue)
+			issue = insert;
+		if (done <= to)
+			d->requests++;
+		d->request_queue_ns += kspan_overlap(insert, issue, from, to);
+		d->request_device_ns += kspan_overlap(issue, done, from, to);
+	}
+	/* Requests that completed in the window before the oldest kept may be lost. */
+	if (n > KSPAN_CHAIN_REQUESTS && oldest > from && oldest - from > uncovered)
+		uncovered = oldest - from;
+	d->uncovered_ns = uncovered;
+}
+
+/*
+ * What the waker of `t`'s wait, a thread of the process, did over the
+ * wait, [from, to] (its switch-out to its queueing): read from the
+ * waker's rings when the wait becomes a wait span, not at each wake-up
+ * (intervals the waker began since lie past `to`).
+ */
+static __always_inline void kspan_waker_during(struct kspan_waker_during *d,
+					       struct kspan_sched_task *t, __u64 from, __u64 to)
+{
+	struct kspan_sched_task *k = NULL;
+	__u32 waker = t->waker_tid;
+
+	if (kspan_cfg.sched_causes && t->waker_kind == KSPAN_WAKER_TASK &&
+	    t->waker_pid == kspan_cfg.target_tgid)
+		k = bpf_map_lookup_elem(&kspan_sched_tasks, &waker);
+	if (!k) {
+		__builtin_memset(d, 0, sizeof(*d));
+		return;
+	}
+	kspan_chain_sum(d, &k->chain, from, to);
 }
 
 /*
@@ -536,7 +639,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	__builtin_memcpy(w->waker_trace_id, t->waker_trace_id, sizeof(w->waker_trace_id));
 	w->waker_span_id = t->waker_span_id;
 	__builtin_memcpy(&w->waker_wait, &t->waker_wait, sizeof(w->waker_wait));
-	__builtin_memcpy(&w->waker_during, &t->waker_during, sizeof(w->waker_during));
+	kspan_waker_during(&w->waker_during, t, out, run_from);
 	w->waker_nframes = t->waker_nframes <= KSPAN_WAKER_FRAMES ? t->waker_nframes : 0;
 	__builtin_memcpy(w->waker_frames, t->waker_frames, sizeof(w->waker_frames));
 	if (next) {
@@ -562,88 +665,6 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	kspan_submit_span(w);
 }
 
-
-/* The part of [lo, hi] inside [from, to]. */
-static __always_inline __u64 kspan_overlap(__u64 lo, __u64 hi, __u64 from, __u64 to)
-{
-	if (lo < from)
-		lo = from;
-	if (hi > to)
-		hi = to;
-	return hi > lo ? hi - lo : 0;
-}
-
-/*
- * What a waker did over [from, to] (a wait it ends now, at `to`), from its
- * rings (`ch`, kspan.h), newest first: each interval's waiting and queued
- * parts inside the window by state and cause, each request's queued and
- * device parts. A ring read to its end, written over since `from`, leaves
- * the window's start uncovered: said in `uncovered_ns`, not guessed.
- */
-static __always_inline void kspan_chain_sum(struct kspan_waker_during *d, struct kspan_chain *ch,
-					    __u64 from, __u64 to)
-{
-	__u32 n = ch->waits_n, i;
-	__u64 unspanned = ch->unspanned_out_ns, oldest = to, uncovered = 0;
-
-	__builtin_memset(d, 0, sizeof(*d));
-	if (to <= from)
-		return;
-	d->from_ns = from;
-	d->to_ns = to;
-	for (i = 0; i < KSPAN_CHAIN_WAITS && i < n; i++) {
-		struct kspan_chain_wait *e = &ch->waits[(n - 1 - i) & (KSPAN_CHAIN_WAITS - 1)];
-		__u64 out = e->out_ns, what = e->what, queued = e->queued_ns;
-		__u64 waiting = what & KSPAN_CHAIN_WAITING_MASK, part;
-		__u32 state = (what >> KSPAN_CHAIN_STATE_SHIFT) & 0xf;
-		__u32 cause = what >> KSPAN_CHAIN_CAUSE_SHIFT;
-
-		if (out + waiting + queued <= from) {
-			/* Older ones end before it too: the window is covered. */
-			oldest = from;
-			break;
-		}
-		oldest = out;
-		part = kspan_overlap(out, out + waiting, from, to);
-		if (state == KSPAN_SCHED_BLOCKED && cause < KSPAN_BLOCK_CAUSES)
-			d->blocked_ns[cause] += part;
-		else if (state == KSPAN_SCHED_SLEEPING && cause < KSPAN_SLEEP_CAUSES)
-			d->sleeping_ns[cause] += part;
-		else if (state == KSPAN_SCHED_OTHER)
-			d->other_ns += part;
-		d->run_queue_ns +=
-			kspan_overlap(out + waiting, out + waiting + queued, from, to);
-	}
-	if (n > KSPAN_CHAIN_WAITS && oldest > from)
-		uncovered = oldest - from;
-	/* Its last interval under no span, if it overlaps the window: in no ring. */
-	if (unspanned && unspanned < to && (ch->unspanned_in_ns < unspanned ||
-					    ch->unspanned_in_ns > from))
-		d->flags |= KSPAN_DURING_UNSPANNED;
-	n = *(volatile __u32 *)&ch->requests_n;
-	oldest = to;
-	for (i = 0; i < KSPAN_CHAIN_REQUESTS && i < n; i++) {
-		struct kspan_chain_request *r =
-			&ch->requests[(n - 1 - i) & (KSPAN_CHAIN_REQUESTS - 1)];
-		__u64 insert = r->insert_ns, issue = r->issue_ns, done = r->complete_ns;
-
-		if (done <= from) {
-			oldest = from;
-			break;
-		}
-		oldest = done;
-		if (!issue)
-			issue = insert;
-		if (done <= to)
-			d->requests++;
-		d->request_queue_ns += kspan_overlap(insert, issue, from, to);
-		d->request_device_ns += kspan_overlap(issue, done, from, to);
-	}
-	/* Requests that completed in the window before the oldest kept may be lost. */
-	if (n > KSPAN_CHAIN_REQUESTS && oldest > from && oldest - from > uncovered)
-		uncovered = oldest - from;
-	d->uncovered_ns = uncovered;
-}
 
 /*
  * A blocked I/O wait of `t` woken now: the request whose completion on
@@ -717,9 +738,6 @@ static __always_inline void kspan_sched_waking(void *ctx, __u32 tid, int interru
 
 		if (k && k->last_wait.span_id && k->last_wait.end_ns >= t->out_ns)
 			__builtin_memcpy(&t->waker_wait, &k->last_wait, sizeof(t->waker_wait));
-		/* And what it did over this wait: the chain explained whole. */
-		if (k)
-			kspan_chain_sum(&t->waker_during, &k->chain, t->out_ns, t->wake_ns);
 	}
 	if (kspan_app_context(&c, pid_tgid) && c.span_id[0] | c.span_id[1] | c.span_id[2] |
 	    c.span_id[3] | c.span_id[4] | c.span_id[5] | c.span_id[6] | c.span_id[7]) {

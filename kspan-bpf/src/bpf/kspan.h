@@ -761,8 +761,8 @@ struct kspan_wait_hop {
  * Chains explained whole: what a waker did over the wait it ended. Each
  * thread of the process keeps its last off-CPU intervals and its last
  * block requests completed (struct kspan_chain, in its kspan_sched_task),
- * and a wake-up by one of them sums those that overlap the woken thread's
- * wait, from its switch-out to the wake-up, into the wait's
+ * and the wait span of a thread one of them woke sums those that overlap
+ * the wait, from its switch-out to its wake-up, into its
  * kspan_waker_during: the waker's off-CPU time by state and cause, and its
  * requests' time queued and on the device, over the overlap.
  */
@@ -938,8 +938,6 @@ struct kspan_sched_task {
 	struct kspan_wait_hop last_wait;
 	/* The current interval's waker's own last wait, when it ended after this began. */
 	struct kspan_wait_hop waker_wait;
-	/* What the current interval's waker did over it (with the causes on). */
-	struct kspan_waker_during waker_during;
 	/* Its own recent past, for the threads it wakes. */
 	struct kspan_chain chain;
 };

@@ -220,7 +220,7 @@ pub mod wait_attributes {
     pub const LINK: &str = "kspan.link";
     /// On a `waker` link (with the causes on, the waker a thread of the
     /// process): nanoseconds the waker's time and this wait overlap, from
-    /// the wait's switch-out to its wake-up. The `kspan.waker.*` figures
+    /// the wait's switch-out to its wake-up ([`WAITING_NS`]). The `kspan.waker.*` figures
     /// after it say what the waker did over that overlap, each the part of
     /// the waker's own intervals inside it: `on_cpu_ns + run_queue_ns +`
     /// the blocked and sleeping parts `+ other_off_cpu_ns + uncovered_ns =
