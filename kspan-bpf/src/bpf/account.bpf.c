@@ -413,6 +413,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->wake_ns = 0;
 	t->request.complete_ns = 0;
 	t->waker_wait.span_id = 0;
+	t->waker_during.to_ns = 0;
 	t->run_delay_out = kspan_kernel_run_delay(task);
 	t->waker_kind = KSPAN_WAKER_NONE;
 	t->nframes = 0;
@@ -446,7 +447,7 @@ static __always_inline __u64 kspan_overlap(__u64 lo, __u64 hi, __u64 from, __u64
 }
 
 /*
- * What a waker did over [from, to] (a wait it ended at `to`), from its
+ * What a waker did over [from, to] (a wait it ends now, at `to`), from its
  * rings (`ch`, kspan.h), newest first: each interval's waiting and queued
  * parts inside the window by state and cause, each request's queued and
  * device parts. A ring read to its end, written over since `from`, leaves
@@ -515,28 +516,6 @@ static __always_inline void kspan_chain_sum(struct kspan_waker_during *d, struct
 	if (n > KSPAN_CHAIN_REQUESTS && oldest > from && oldest - from > uncovered)
 		uncovered = oldest - from;
 	d->uncovered_ns = uncovered;
-}
-
-/*
- * What the waker of `t`'s wait, a thread of the process, did over the
- * wait, [from, to] (its switch-out to its queueing): read from the
- * waker's rings when the wait becomes a wait span, not at each wake-up
- * (intervals the waker began since lie past `to`).
- */
-static __always_inline void kspan_waker_during(struct kspan_waker_during *d,
-					       struct kspan_sched_task *t, __u64 from, __u64 to)
-{
-	struct kspan_sched_task *k = NULL;
-	__u32 waker = t->waker_tid;
-
-	if (kspan_cfg.sched_causes && t->waker_kind == KSPAN_WAKER_TASK &&
-	    t->waker_pid == kspan_cfg.target_tgid)
-		k = bpf_map_lookup_elem(&kspan_sched_tasks, &waker);
-	if (!k) {
-		__builtin_memset(d, 0, sizeof(*d));
-		return;
-	}
-	kspan_chain_sum(d, &k->chain, from, to);
 }
 
 /*
@@ -639,7 +618,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	__builtin_memcpy(w->waker_trace_id, t->waker_trace_id, sizeof(w->waker_trace_id));
 	w->waker_span_id = t->waker_span_id;
 	__builtin_memcpy(&w->waker_wait, &t->waker_wait, sizeof(w->waker_wait));
-	kspan_waker_during(&w->waker_during, t, out, run_from);
+	__builtin_memcpy(&w->waker_during, &t->waker_during, sizeof(w->waker_during));
 	w->waker_nframes = t->waker_nframes <= KSPAN_WAKER_FRAMES ? t->waker_nframes : 0;
 	__builtin_memcpy(w->waker_frames, t->waker_frames, sizeof(w->waker_frames));
 	if (next) {
@@ -738,6 +717,14 @@ static __always_inline void kspan_sched_waking(void *ctx, __u32 tid, int interru
 
 		if (k && k->last_wait.span_id && k->last_wait.end_ns >= t->out_ns)
 			__builtin_memcpy(&t->waker_wait, &k->last_wait, sizeof(t->waker_wait));
+		/*
+		 * What it did over this wait, for a wait a wait span's length
+		 * already: read now, as the waker may exit (and its entry go)
+		 * before the waiter runs; only for those, so that the many
+		 * short waits of a busy process pay one compare.
+		 */
+		if (k && kspan_cfg.wait_min_ns && t->wake_ns - t->out_ns >= kspan_cfg.wait_min_ns)
+			kspan_chain_sum(&t->waker_during, &k->chain, t->out_ns, t->wake_ns);
 	}
 	if (kspan_app_context(&c, pid_tgid) && c.span_id[0] | c.span_id[1] | c.span_id[2] |
 	    c.span_id[3] | c.span_id[4] | c.span_id[5] | c.span_id[6] | c.span_id[7]) {

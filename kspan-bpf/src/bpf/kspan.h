@@ -761,9 +761,9 @@ struct kspan_wait_hop {
  * Chains explained whole: what a waker did over the wait it ended. Each
  * thread of the process keeps its last off-CPU intervals and its last
  * block requests completed (struct kspan_chain, in its kspan_sched_task),
- * and the wait span of a thread one of them woke sums those that overlap
- * the wait, from its switch-out to its wake-up, into its
- * kspan_waker_during: the waker's off-CPU time by state and cause, and its
+ * and a wake-up by one of them of a wait already a wait span's length
+ * sums those that overlap the wait, from its switch-out to the wake-up,
+ * into the wait's kspan_waker_during: the waker's off-CPU time by state and cause, and its
  * requests' time queued and on the device, over the overlap.
  */
 #define KSPAN_CHAIN_WAITS 16
@@ -938,6 +938,8 @@ struct kspan_sched_task {
 	struct kspan_wait_hop last_wait;
 	/* The current interval's waker's own last wait, when it ended after this began. */
 	struct kspan_wait_hop waker_wait;
+	/* What the current interval's waker did over it (with the causes on; to_ns 0: not read). */
+	struct kspan_waker_during waker_during;
 	/* Its own recent past, for the threads it wakes. */
 	struct kspan_chain chain;
 };

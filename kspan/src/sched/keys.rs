@@ -219,13 +219,15 @@ pub mod wait_attributes {
     /// alone. Only waits long enough to be wait spans are hops.
     pub const LINK: &str = "kspan.link";
     /// On a `waker` link (with the causes on, the waker a thread of the
-    /// process): nanoseconds the waker's time and this wait overlap, from
-    /// the wait's switch-out to its wake-up ([`WAITING_NS`]). The `kspan.waker.*` figures
-    /// after it say what the waker did over that overlap, each the part of
-    /// the waker's own intervals inside it: `on_cpu_ns + run_queue_ns +`
-    /// the blocked and sleeping parts `+ other_off_cpu_ns + uncovered_ns =
-    /// overlap_ns`. Where the waker waited too, its `waker_wait` link is
-    /// its last wait; these are all of them.
+    /// process, the wait already a wait span's length at its wake-up):
+    /// nanoseconds the waker's time and this wait overlap, from the wait's
+    /// switch-out to its wake-up (its [`WAITING_NS`] less the few
+    /// microseconds from the wake-up to its queueing). The `kspan.waker.*`
+    /// figures after it say what the waker did over that overlap, each the
+    /// part of the waker's own intervals inside it: `on_cpu_ns +
+    /// run_queue_ns +` the blocked and sleeping parts `+ other_off_cpu_ns +
+    /// uncovered_ns = overlap_ns`. Where the waker waited too, its
+    /// `waker_wait` link is its last wait; these are all of them.
     pub const WAKER_OVERLAP_NS: &str = "kspan.waker.overlap_ns";
     /// Of [`WAKER_OVERLAP_NS`], the waker on a CPU: the rest.
     pub const WAKER_ON_CPU_NS: &str = "kspan.waker.on_cpu_ns";
