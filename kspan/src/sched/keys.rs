@@ -229,7 +229,9 @@ pub mod wait_attributes {
     /// uncovered_ns = overlap_ns`. Where the waker waited too, its
     /// `waker_wait` link is its last wait; these are all of them.
     pub const WAKER_OVERLAP_NS: &str = "kspan.waker.overlap_ns";
-    /// Of [`WAKER_OVERLAP_NS`], the waker on a CPU: the rest.
+    /// Of [`WAKER_OVERLAP_NS`], the rest: the waker on a CPU, or not
+    /// followed yet (a thread is followed from its first switch-out under
+    /// a span).
     pub const WAKER_ON_CPU_NS: &str = "kspan.waker.on_cpu_ns";
     /// Of it, the waker runnable, on a run queue.
     pub const WAKER_RUN_QUEUE_NS: &str = "kspan.waker.run_queue_ns";
