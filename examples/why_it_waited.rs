@@ -842,6 +842,42 @@ fn describe(req: &Noted, waits: &[&Noted], all: &[Noted]) -> String {
     line
 }
 
+/// What the waker did over the wait, as its link says it: each part of
+/// the overlap not 0 (`kspan.waker.*`), and its requests in it.
+fn waker_over_the_wait(link: &HashMap<String, Value>) -> String {
+    if !link.contains_key(w::WAKER_OVERLAP_NS) {
+        return String::new();
+    }
+    let named = [
+        ("on CPU", w::WAKER_ON_CPU_NS),
+        ("run queue", w::WAKER_RUN_QUEUE_NS),
+        ("blocked io", w::WAKER_BLOCKED_IO_NS),
+        ("blocked memory", w::WAKER_BLOCKED_MEMORY_NS),
+        ("blocked lock", w::WAKER_BLOCKED_LOCK_NS),
+        ("blocked other", w::WAKER_BLOCKED_UNATTRIBUTED_NS),
+        ("sleeping lock", w::WAKER_SLEEPING_LOCK_NS),
+        ("sleeping futex", w::WAKER_SLEEPING_FUTEX_NS),
+        ("sleeping poll", w::WAKER_SLEEPING_POLL_NS),
+        ("sleeping timer", w::WAKER_SLEEPING_TIMER_NS),
+        ("sleeping receive", w::WAKER_SLEEPING_RECEIVE_NS),
+        ("sleeping other", w::WAKER_SLEEPING_UNATTRIBUTED_NS),
+        ("uncovered", w::WAKER_UNCOVERED_NS),
+    ];
+    let mut said: Vec<String> = named
+        .iter()
+        .filter(|(_, key)| int_of(link, key) > 0)
+        .map(|(name, key)| format!("{name} {} ms", ms(int_of(link, key))))
+        .collect();
+    if int_of(link, w::WAKER_BLOCK_REQUESTS) > 0 {
+        said.push(format!(
+            "{} block requests, on the device {} ms",
+            int_of(link, w::WAKER_BLOCK_REQUESTS),
+            ms(int_of(link, w::WAKER_BLOCK_DEVICE_NS))
+        ));
+    }
+    format!(" (over the wait: {})", said.join(", "))
+}
+
 /// `wait`'s chain of wake-ups: the wait, its waker's span, and the
 /// waker's own last wait, as its link and its span say it; each hop's span
 /// id after `=`.
@@ -862,6 +898,7 @@ fn chain<'a>(
         if let Some(cause) = cause_of(waker.id) {
             text += &format!(" (request {cause})");
         }
+        text += &waker_over_the_wait(&waker.attributes);
     }
     if let Some(hop) = wait.link("waker_wait") {
         let hop_cause = [w::BLOCK_CAUSE, w::SLEEP_CAUSE]

@@ -29,7 +29,8 @@ pub use accuracy::{
 pub use causes::{
     a_cause_not_read_is_said_at_start, a_chain_of_wake_ups_names_each_hop,
     a_kernel_mutex_wait_names_its_owner, a_memory_high_squeeze_is_reclaim_on_the_span,
-    a_span_s_block_requests_are_its_reads, a_span_s_page_faults_are_the_kernel_s, ReadTarget,
+    a_span_s_block_requests_are_its_reads, a_span_s_page_faults_are_the_kernel_s,
+    a_waker_says_what_its_rings_no_longer_cover, ReadTarget,
 };
 pub use throttle::{
     a_throttled_read_s_time_held_is_the_span_s, throttled_io_is_said_read_or_not, CgroupVersion,

@@ -185,6 +185,20 @@ fn a_chain_of_wake_ups_names_each_hop() {
     );
 }
 
+/// A lock holder that sleeps 40 times 300 us over the waiter's wait: the
+/// waiter's `waker` link says the naps the account kept of it, and how
+/// much of the wait's start it no longer covers.
+#[test]
+fn a_waker_says_what_its_rings_no_longer_cover() {
+    sched::a_waker_says_what_its_rings_no_longer_cover(
+        SchedulerAccount::new()
+            .wait_spans_from(std::time::Duration::from_micros(20))
+            .with_causes(),
+        40,
+        std::time::Duration::from_micros(300),
+    );
+}
+
 /// Cold pages of a synced file on the host's disk, mapped and touched: the
 /// span's faults are getrusage's, its time in them taskstats'.
 #[test]

@@ -209,6 +209,21 @@ fn a_chain_of_wake_ups_names_each_hop() {
     );
 }
 
+/// A lock holder that sleeps 40 times 2 ms over the waiter's wait: the
+/// waiter's `waker` link says the naps the account kept of it, and how
+/// much of the wait's start it no longer covers.
+#[test]
+#[ignore = "needs root and a kernel with the sched tracepoints; run by `cargo xtask test` in the VM"]
+fn a_waker_says_what_its_rings_no_longer_cover() {
+    sched::a_waker_says_what_its_rings_no_longer_cover(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        40,
+        std::time::Duration::from_millis(2),
+    );
+}
+
 /// Cold pages of the slow disk, mapped and touched (each fault reads its
 /// page, 10 ms): the span's faults are getrusage's, its time in them
 /// schedstat's (and taskstats' where the kernel keeps it).

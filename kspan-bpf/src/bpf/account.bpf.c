@@ -444,6 +444,9 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 		}
 		if (t)
 			t->irq_in = 0;
+		/* An interval the chain's ring will not hold (kspan.h). */
+		if (t)
+			t->chain.unspanned_out_ns = now;
 		return;
 	}
 	if (!*(__u64 *)c.trace_id && !*(__u64 *)&c.trace_id[8])
@@ -488,6 +491,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	t->wake_ns = 0;
 	t->request.complete_ns = 0;
 	t->waker_wait.span_id = 0;
+	t->waker_during.to_ns = 0;
 	t->run_delay_out = kspan_kernel_run_delay(task);
 	t->clock_out = kspan_kernel_clock(task);
 	t->cpu_out = bpf_get_smp_processor_id();
@@ -512,6 +516,91 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 	}
 }
 
+/* The part of [lo, hi] inside [from, to]. */
+static __always_inline __u64 kspan_overlap(__u64 lo, __u64 hi, __u64 from, __u64 to)
+{
+	if (lo < from)
+		lo = from;
+	if (hi > to)
+		hi = to;
+	return hi > lo ? hi - lo : 0;
+}
+
+/*
+ * What a waker did over [from, to] (a wait it ends now, at `to`), from its
+ * rings (`ch`, kspan.h), newest first: each interval's waiting and queued
+ * parts inside the window by state and cause, each request's queued and
+ * device parts. A ring read to its end, written over since `from`, leaves
+ * the window's start uncovered: said in `uncovered_ns`, not guessed.
+ */
+static __always_inline void kspan_chain_sum(struct kspan_waker_during *d, struct kspan_chain *ch,
+					    __u64 from, __u64 to)
+{
+	__u32 n = ch->waits_n, i;
+	__u64 unspanned = ch->unspanned_out_ns, oldest = to, uncovered = 0;
+
+	__builtin_memset(d, 0, sizeof(*d));
+	if (to <= from)
+		return;
+	d->from_ns = from;
+	d->to_ns = to;
+	for (i = 0; i < KSPAN_CHAIN_WAITS && i < n; i++) {
+		struct kspan_chain_wait *e = &ch->waits[(n - 1 - i) & (KSPAN_CHAIN_WAITS - 1)];
+		__u64 out = e->out_ns, what = e->what, queued = e->queued_ns;
+		__u64 waiting = what & KSPAN_CHAIN_WAITING_MASK, part;
+		__u32 state = (what >> KSPAN_CHAIN_STATE_SHIFT) & 0xf;
+		__u32 cause = what >> KSPAN_CHAIN_CAUSE_SHIFT;
+
+		if (out + waiting + queued <= from) {
+			/* Older ones end before it too: the window is covered. */
+			oldest = from;
+			break;
+		}
+		oldest = out;
+		part = kspan_overlap(out, out + waiting, from, to);
+		if (state == KSPAN_SCHED_BLOCKED && cause < KSPAN_BLOCK_CAUSES)
+			d->blocked_ns[cause] += part;
+		else if (state == KSPAN_SCHED_SLEEPING && cause < KSPAN_SLEEP_CAUSES)
+			d->sleeping_ns[cause] += part;
+		else if (state == KSPAN_SCHED_OTHER)
+			d->other_ns += part;
+		d->run_queue_ns +=
+			kspan_overlap(out + waiting, out + waiting + queued, from, to);
+	}
+	if (n > KSPAN_CHAIN_WAITS && oldest > from)
+		uncovered = oldest - from;
+	/* Its last interval under no span, if it overlaps the window: in no ring. */
+	if (unspanned && unspanned < to && (ch->unspanned_in_ns < unspanned ||
+					    ch->unspanned_in_ns > from))
+		d->flags |= KSPAN_DURING_UNSPANNED;
+	n = *(volatile __u32 *)&ch->requests_n;
+	oldest = to;
+	for (i = 0; i < KSPAN_CHAIN_REQUESTS && i < n; i++) {
+		struct kspan_chain_request *r =
+			&ch->requests[(n - 1 - i) & (KSPAN_CHAIN_REQUESTS - 1)];
+		__u64 held = r->held_ns, insert = r->insert_ns, issue = r->issue_ns;
+		__u64 done = r->complete_ns;
+
+		if (done <= from) {
+			oldest = from;
+			break;
+		}
+		oldest = done;
+		if (!issue)
+			issue = insert;
+		if (done <= to)
+			d->requests++;
+		if (held)
+			d->request_held_ns += kspan_overlap(held, insert, from, to);
+		d->request_queue_ns += kspan_overlap(insert, issue, from, to);
+		d->request_device_ns += kspan_overlap(issue, done, from, to);
+	}
+	/* Requests that completed in the window before the oldest kept may be lost. */
+	if (n > KSPAN_CHAIN_REQUESTS && oldest > from && oldest - from > uncovered)
+		uncovered = oldest - from;
+	d->uncovered_ns = uncovered;
+}
+
 /*
  * Thread `tid` of the process comes back on a CPU: its interval since the
  * switch-out goes to the span it left in, and a long one becomes a wait
@@ -531,8 +620,12 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	if (!t)
 		return;
 	t->irq_in = kspan_kernel_irq_ns(prev);
-	if (!t->out_ns)
+	if (!t->out_ns) {
+		/* Back from an interval under no span (kspan.h: struct kspan_chain). */
+		if (t->chain.unspanned_out_ns > t->chain.unspanned_in_ns)
+			t->chain.unspanned_in_ns = now;
 		return;
+	}
 	out = t->out_ns;
 	t->out_ns = 0;
 	{
@@ -613,6 +706,8 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	}
 	if (!t->skip)
 		kspan_sched_add(t, off, queued, long_wait);
+	if (kspan_cfg.sched_causes)
+		kspan_chain_wait_add(t, out, off, queued);
 	if (!long_wait)
 		return;
 	if (t->skip) {
@@ -653,6 +748,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 	__builtin_memcpy(w->waker_trace_id, t->waker_trace_id, sizeof(w->waker_trace_id));
 	w->waker_span_id = t->waker_span_id;
 	__builtin_memcpy(&w->waker_wait, &t->waker_wait, sizeof(w->waker_wait));
+	__builtin_memcpy(&w->waker_during, &t->waker_during, sizeof(w->waker_during));
 	w->waker_nframes = t->waker_nframes <= KSPAN_WAKER_FRAMES ? t->waker_nframes : 0;
 	__builtin_memcpy(w->waker_frames, t->waker_frames, sizeof(w->waker_frames));
 	if (next) {
@@ -751,6 +847,14 @@ static __always_inline void kspan_sched_waking(void *ctx, __u32 tid, int interru
 
 		if (k && k->last_wait.span_id && k->last_wait.end_ns >= t->out_ns)
 			__builtin_memcpy(&t->waker_wait, &k->last_wait, sizeof(t->waker_wait));
+		/*
+		 * What it did over this wait, for a wait a wait span's length
+		 * already: read now, as the waker may exit (and its entry go)
+		 * before the waiter runs; only for those, so that the many
+		 * short waits of a busy process pay one compare.
+		 */
+		if (k && kspan_cfg.wait_min_ns && t->wake_ns - t->out_ns >= kspan_cfg.wait_min_ns)
+			kspan_chain_sum(&t->waker_during, &k->chain, t->out_ns, t->wake_ns);
 	}
 	if (kspan_app_context(&c, pid_tgid) && c.span_id[0] | c.span_id[1] | c.span_id[2] |
 	    c.span_id[3] | c.span_id[4] | c.span_id[5] | c.span_id[6] | c.span_id[7]) {

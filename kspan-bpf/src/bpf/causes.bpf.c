@@ -219,6 +219,7 @@ static __always_inline void kspan_lock_end(void *ctx, __u64 lock)
 	__builtin_memset(w->waker_frames, 0, sizeof(w->waker_frames));
 	__builtin_memset(&w->request, 0, sizeof(w->request));
 	__builtin_memset(&w->waker_wait, 0, sizeof(w->waker_wait));
+	__builtin_memset(&w->waker_during, 0, sizeof(w->waker_during));
 	/* Where the lock is taken: the stack it was acquired on. */
 	{
 		long n = bpf_get_stack(ctx, w->frames, sizeof(w->frames), 0);
@@ -505,6 +506,9 @@ int BPF_PROG(kspan_tp_block_complete, struct request *req, int error, unsigned i
 		__u32 tid = r->tid;
 		struct kspan_sched_task *t = bpf_map_lookup_elem(&kspan_sched_tasks, &tid);
 
+		/* For the threads it wakes, what it did over their waits. */
+		if (t)
+			kspan_chain_request_add(t, r->held_ns, r->insert_ns, r->issue_ns, now);
 		if (t && t->out_ns && t->state == KSPAN_SCHED_BLOCKED && t->cause == KSPAN_BLOCK_IO &&
 		    !t->request.complete_ns) {
 			t->request.complete_ns = now;

@@ -111,14 +111,20 @@ struct {
  * `kspan_entry_caps` (too big for the stack); the captures then fill that
  * element in place. Not a per-CPU scratch: a program can be preempted
  * between filling one and storing it, and another task's call on the same
- * CPU would overwrite it.
+ * CPU would overwrite it. The account's thread entries start from it too
+ * (sched.bpf.h): it is as large as the larger.
  */
+union kspan_zero_value {
+	struct kspan_entry_values entry;
+	struct kspan_sched_task task;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__uint(map_flags, BPF_F_RDONLY_PROG);
 	__type(key, __u32);
-	__type(value, struct kspan_entry_values);
+	__type(value, union kspan_zero_value);
 } kspan_zero SEC(".maps");
 
 /* Each CPU's SplitMix64 state for span and trace ids (kspan_new_id). */

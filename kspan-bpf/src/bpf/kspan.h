@@ -792,6 +792,106 @@ struct kspan_wait_hop {
 };
 
 /*
+ * Chains explained whole: what a waker did over the wait it ended. Each
+ * thread of the process keeps its last off-CPU intervals and its last
+ * block requests completed (struct kspan_chain, in its kspan_sched_task),
+ * and a wake-up by one of them of a wait already a wait span's length
+ * sums those that overlap the wait, from its switch-out to the wake-up,
+ * into the wait's kspan_waker_during: the waker's off-CPU time by state and cause, and its
+ * requests' time queued and on the device, over the overlap.
+ */
+#define KSPAN_CHAIN_WAITS 16
+#define KSPAN_CHAIN_REQUESTS 8
+/* Causes a blocked wait and a sleeping wait can have (enum kspan_block_cause, kspan_sleep_cause). */
+#define KSPAN_BLOCK_CAUSES 4
+#define KSPAN_SLEEP_CAUSES 6
+/* kspan_chain_wait's `what`: the state in bits 56-59, the cause in bits 60-63. */
+#define KSPAN_CHAIN_WAITING_MASK ((1ULL << 56) - 1)
+#define KSPAN_CHAIN_STATE_SHIFT 56
+#define KSPAN_CHAIN_CAUSE_SHIFT 60
+
+/*
+ * One finished off-CPU interval: from `out_ns`, waiting (its state's part,
+ * as the account adds it) for the low 56 bits of `what`, then on a run
+ * queue `queued_ns` (the account's run-queue part), up to its switch-in.
+ */
+struct kspan_chain_wait {
+	__u64 out_ns;
+	__u64 what;
+	__u64 queued_ns;
+};
+
+/*
+ * One block request completed, issued by the thread (its first bio held
+ * by blk-throttle from `held_ns`, 0: not held; insert, issue, completion).
+ */
+struct kspan_chain_request {
+	__u64 held_ns;
+	__u64 insert_ns;
+	__u64 issue_ns;
+	__u64 complete_ns;
+};
+
+/*
+ * A thread's recent past, for the threads it wakes: rings of its last
+ * KSPAN_CHAIN_WAITS off-CPU intervals (written at each switch-in of an
+ * interval that began under a span, with the causes on) and its last
+ * KSPAN_CHAIN_REQUESTS requests (at each completion), and how many of
+ * each were ever written (the next goes at that count modulo the ring).
+ */
+struct kspan_chain {
+	__u32 waits_n;
+	__u32 requests_n;
+	/*
+	 * The thread's last interval under no span of the process, which no
+	 * ring holds: its switch-out (0: none yet), and its switch-in (before
+	 * the switch-out: not back yet).
+	 */
+	__u64 unspanned_out_ns;
+	__u64 unspanned_in_ns;
+	struct kspan_chain_wait waits[KSPAN_CHAIN_WAITS];
+	struct kspan_chain_request requests[KSPAN_CHAIN_REQUESTS];
+};
+
+/* kspan_waker_during's flags. */
+/* The waker left a CPU under no span of the process in the overlap: that interval is in no figure. */
+#define KSPAN_DURING_UNSPANNED (1u << 0)
+
+/*
+ * What the waker of a wait (a thread of the process) did over that wait:
+ * from the wait's switch-out (`from_ns`) to the wake-up (`to_ns`; 0: not
+ * known, the waker is not followed). Each figure is the part of the
+ * waker's intervals inside [from_ns, to_ns]; the rest of the overlap,
+ * less `uncovered_ns`, the waker was on a CPU.
+ */
+struct kspan_waker_during {
+	__u64 from_ns;
+	__u64 to_ns;
+	/* Off CPU waiting, blocked by enum kspan_block_cause, sleeping by enum kspan_sleep_cause. */
+	__u64 blocked_ns[KSPAN_BLOCK_CAUSES];
+	__u64 sleeping_ns[KSPAN_SLEEP_CAUSES];
+	/* Off CPU in any other state (stopped, idle). */
+	__u64 other_ns;
+	/* Runnable, on a run queue (after a wake-up, or preempted). */
+	__u64 run_queue_ns;
+	/*
+	 * The first this many ns of the overlap are in no figure: the rings
+	 * (of intervals or of requests) had been written over past them.
+	 */
+	__u64 uncovered_ns;
+	/* Block requests the waker issued that completed in the overlap, and their parts in it. */
+	__u64 requests;
+	/* Held back before the queue by blk-throttle (its first bio's hold to the insert). */
+	__u64 request_held_ns;
+	/* Queued (insert to issue), and on the device (issue to completion). */
+	__u64 request_queue_ns;
+	__u64 request_device_ns;
+	/* KSPAN_DURING_* bits. */
+	__u32 flags;
+	__u32 pad;
+};
+
+/*
  * Memory stalls a thread spends in itself (vmscan:mm_vmscan_direct_reclaim_*,
  * mm_vmscan_memcg_reclaim_*, compaction:mm_compaction_*), with the causes on.
  */
@@ -886,6 +986,10 @@ struct kspan_sched_task {
 	struct kspan_wait_hop last_wait;
 	/* The current interval's waker's own last wait, when it ended after this began. */
 	struct kspan_wait_hop waker_wait;
+	/* What the current interval's waker did over it (with the causes on; to_ns 0: not read). */
+	struct kspan_waker_during waker_during;
+	/* Its own recent past, for the threads it wakes. */
+	struct kspan_chain chain;
 };
 
 /* Per application span, what the scheduler did while it was current. */
@@ -1029,6 +1133,8 @@ struct kspan_wait_record {
 	 * until after this wait began (span_id 0: none): the next hop back.
 	 */
 	struct kspan_wait_hop waker_wait;
+	/* What the waker, a thread of the process, did over this wait (to_ns 0: not known). */
+	struct kspan_waker_during waker_during;
 };
 
 #endif /* KSPAN_H */

@@ -107,6 +107,45 @@ static __always_inline struct kspan_sched_sum *kspan_sched_sum_of(__u64 key)
 	return NULL;
 }
 
+/*
+ * Thread `t`'s off-CPU interval from `out` that ended now: waiting
+ * `waiting` ns in its state (t->state, t->cause), then `queued` on a run
+ * queue, into its ring for the threads it wakes (kspan.h: struct
+ * kspan_chain). Written at its switch-in, before it runs: a wake-up it
+ * makes, which reads the ring, comes after.
+ */
+static __always_inline void kspan_chain_wait_add(struct kspan_sched_task *t, __u64 out,
+						 __u64 waiting, __u64 queued)
+{
+	struct kspan_chain_wait *e = &t->chain.waits[t->chain.waits_n & (KSPAN_CHAIN_WAITS - 1)];
+
+	e->out_ns = out;
+	e->what = (waiting & KSPAN_CHAIN_WAITING_MASK) |
+		  ((__u64)(t->state & 0xf) << KSPAN_CHAIN_STATE_SHIFT) |
+		  ((__u64)(t->cause & 0xf) << KSPAN_CHAIN_CAUSE_SHIFT);
+	e->queued_ns = queued;
+	t->chain.waits_n++;
+}
+
+/*
+ * A block request thread `t` issued completed at `done`: into its ring.
+ * Completions run on any CPU, so a wake-up by `t` on another may read the
+ * ring meanwhile: the slot is written first, the count moved after it (a
+ * reader sees a slot being written only when the ring is full, its oldest).
+ */
+static __always_inline void kspan_chain_request_add(struct kspan_sched_task *t, __u64 held,
+						    __u64 insert, __u64 issue, __u64 done)
+{
+	__u32 at = *(volatile __u32 *)&t->chain.requests_n & (KSPAN_CHAIN_REQUESTS - 1);
+	struct kspan_chain_request *r = &t->chain.requests[at];
+
+	r->held_ns = held && held < insert ? insert - held : 0;
+	r->insert_ns = insert;
+	r->issue_ns = issue;
+	r->complete_ns = done;
+	__sync_fetch_and_add(&t->chain.requests_n, 1);
+}
+
 /* Whether the process's recording is on (the switch user space turns on). */
 static __always_inline int kspan_sched_enabled(void)
 {

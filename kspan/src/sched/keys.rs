@@ -246,6 +246,66 @@ pub mod wait_attributes {
     /// `kspan.sched.waiting_ns`, so a chain reads hop by hop from the links
     /// alone. Only waits long enough to be wait spans are hops.
     pub const LINK: &str = "kspan.link";
+    /// On a `waker` link (with the causes on, the waker a thread of the
+    /// process, the wait already a wait span's length at its wake-up):
+    /// nanoseconds the waker's time and this wait overlap, from the wait's
+    /// switch-out to its wake-up (its [`WAITING_NS`] less the few
+    /// microseconds from the wake-up to its queueing). The `kspan.waker.*`
+    /// figures after it say what the waker did over that overlap, each the
+    /// part of the waker's own intervals inside it: `on_cpu_ns +
+    /// run_queue_ns +` the blocked and sleeping parts `+ other_off_cpu_ns +
+    /// uncovered_ns = overlap_ns`. Where the waker waited too, its
+    /// `waker_wait` link is its last wait; these are all of them.
+    pub const WAKER_OVERLAP_NS: &str = "kspan.waker.overlap_ns";
+    /// Of [`WAKER_OVERLAP_NS`], the rest: the waker on a CPU, or not
+    /// followed yet (a thread is followed from its first switch-out under
+    /// a span).
+    pub const WAKER_ON_CPU_NS: &str = "kspan.waker.on_cpu_ns";
+    /// Of it, the waker runnable, on a run queue.
+    pub const WAKER_RUN_QUEUE_NS: &str = "kspan.waker.run_queue_ns";
+    /// Of it, the waker blocked on I/O, as [`super::cause_attributes::BLOCKED_IO_NS`]
+    /// (each part below only when not 0).
+    pub const WAKER_BLOCKED_IO_NS: &str = "kspan.waker.blocked.io_ns";
+    /// Blocked, stalled on memory.
+    pub const WAKER_BLOCKED_MEMORY_NS: &str = "kspan.waker.blocked.memory_ns";
+    /// Blocked in a kernel lock's contention.
+    pub const WAKER_BLOCKED_LOCK_NS: &str = "kspan.waker.blocked.lock_ns";
+    /// Blocked, the rest.
+    pub const WAKER_BLOCKED_UNATTRIBUTED_NS: &str = "kspan.waker.blocked.unattributed_ns";
+    /// Sleeping in a kernel lock's contention.
+    pub const WAKER_SLEEPING_LOCK_NS: &str = "kspan.waker.sleeping.lock_ns";
+    /// Sleeping in a futex.
+    pub const WAKER_SLEEPING_FUTEX_NS: &str = "kspan.waker.sleeping.futex_ns";
+    /// Sleeping in a poll.
+    pub const WAKER_SLEEPING_POLL_NS: &str = "kspan.waker.sleeping.poll_ns";
+    /// Sleeping in a timer.
+    pub const WAKER_SLEEPING_TIMER_NS: &str = "kspan.waker.sleeping.timer_ns";
+    /// Sleeping in a receive.
+    pub const WAKER_SLEEPING_RECEIVE_NS: &str = "kspan.waker.sleeping.receive_ns";
+    /// Sleeping, the rest.
+    pub const WAKER_SLEEPING_UNATTRIBUTED_NS: &str = "kspan.waker.sleeping.unattributed_ns";
+    /// Off CPU in another state (stopped, idle).
+    pub const WAKER_OTHER_OFF_CPU_NS: &str = "kspan.waker.other_off_cpu_ns";
+    /// The first nanoseconds of the overlap that no figure covers: the
+    /// waker's last 16 off-CPU intervals (or its last 8 block requests),
+    /// which the account keeps, began after them. Only when not 0: the
+    /// figures are then short by up to this much, and say so.
+    pub const WAKER_UNCOVERED_NS: &str = "kspan.waker.uncovered_ns";
+    /// `true` when the waker left a CPU outside any application span
+    /// during the overlap: that interval is in no figure (counted in
+    /// `on_cpu_ns`). Absent otherwise.
+    pub const WAKER_UNSPANNED: &str = "kspan.waker.unspanned";
+    /// Block requests the waker issued that completed in the overlap
+    /// (with the block figures below, only when its requests were in it).
+    pub const WAKER_BLOCK_REQUESTS: &str = "kspan.waker.block.requests";
+    /// Its requests' time held back by blk-throttle before their insert
+    /// (from their first bio's hold) inside the overlap.
+    pub const WAKER_BLOCK_HELD_NS: &str = "kspan.waker.block.held_ns";
+    /// Its requests' time queued (insert to issue) inside the overlap.
+    pub const WAKER_BLOCK_QUEUE_NS: &str = "kspan.waker.block.queue_ns";
+    /// Its requests' time on the device (issue to completion) inside the
+    /// overlap.
+    pub const WAKER_BLOCK_DEVICE_NS: &str = "kspan.waker.block.device_ns";
     /// The waking task's process id.
     pub const WAKER_PID: &str = "kspan.sched.waker.pid";
     /// The waking task's thread id.

@@ -146,6 +146,66 @@ fn waker_wait_link(w: &kspan_wait_record) -> Option<Link> {
     span_link(hop.trace_id, hop.span_id, "waker_wait", more)
 }
 
+/// What the waker did over the wait (the record's `waker_during`), as
+/// the attributes of its `waker` link; none where it is not known.
+fn waker_during_attributes(w: &kspan_wait_record) -> Vec<KeyValue> {
+    let d = &w.waker_during;
+    if d.to_ns <= d.from_ns {
+        return Vec::new();
+    }
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let overlap = d.to_ns - d.from_ns;
+    let blocked = [
+        attr::WAKER_BLOCKED_UNATTRIBUTED_NS,
+        attr::WAKER_BLOCKED_IO_NS,
+        attr::WAKER_BLOCKED_MEMORY_NS,
+        attr::WAKER_BLOCKED_LOCK_NS,
+    ];
+    let sleeping = [
+        attr::WAKER_SLEEPING_UNATTRIBUTED_NS,
+        attr::WAKER_SLEEPING_LOCK_NS,
+        attr::WAKER_SLEEPING_FUTEX_NS,
+        attr::WAKER_SLEEPING_POLL_NS,
+        attr::WAKER_SLEEPING_TIMER_NS,
+        attr::WAKER_SLEEPING_RECEIVE_NS,
+    ];
+    let parts: Vec<(&'static str, u64)> = blocked
+        .into_iter()
+        .zip(d.blocked_ns)
+        .chain(sleeping.into_iter().zip(d.sleeping_ns))
+        .chain([(attr::WAKER_OTHER_OFF_CPU_NS, d.other_ns)])
+        .collect();
+    let off_cpu: u64 = parts.iter().map(|&(_, v)| v).sum::<u64>() + d.run_queue_ns;
+    let on_cpu = overlap.saturating_sub(off_cpu.saturating_add(d.uncovered_ns));
+    let mut attributes = vec![
+        KeyValue::new(attr::WAKER_OVERLAP_NS, n(overlap)),
+        KeyValue::new(attr::WAKER_ON_CPU_NS, n(on_cpu)),
+        KeyValue::new(attr::WAKER_RUN_QUEUE_NS, n(d.run_queue_ns)),
+    ];
+    attributes.extend(
+        parts
+            .into_iter()
+            .filter(|&(_, v)| v > 0)
+            .map(|(key, v)| KeyValue::new(key, n(v))),
+    );
+    if d.uncovered_ns > 0 {
+        attributes.push(KeyValue::new(attr::WAKER_UNCOVERED_NS, n(d.uncovered_ns)));
+    }
+    if u64::from(d.flags) & c::KSPAN_DURING_UNSPANNED != 0 {
+        attributes.push(KeyValue::new(attr::WAKER_UNSPANNED, true));
+    }
+    let requests = d.request_held_ns | d.request_queue_ns | d.request_device_ns;
+    if d.requests > 0 || requests > 0 {
+        attributes.extend([
+            KeyValue::new(attr::WAKER_BLOCK_REQUESTS, n(d.requests)),
+            KeyValue::new(attr::WAKER_BLOCK_HELD_NS, n(d.request_held_ns)),
+            KeyValue::new(attr::WAKER_BLOCK_QUEUE_NS, n(d.request_queue_ns)),
+            KeyValue::new(attr::WAKER_BLOCK_DEVICE_NS, n(d.request_device_ns)),
+        ]);
+    }
+    attributes
+}
+
 /// The kernel's symbols, read on first use or up front ([`WaitSpans::new`]).
 #[derive(Debug, Default)]
 struct WaitSymbols(OnceCell<KernelSymbolTable>);
@@ -267,7 +327,7 @@ impl WaitSpans {
                     w.waker_trace_id,
                     w.waker_span_id,
                     "waker",
-                    Vec::new(),
+                    waker_during_attributes(w),
                 ));
                 links.extend(waker_wait_link(w));
             }
@@ -324,5 +384,58 @@ pub(crate) fn state_name(state: u32) -> &'static str {
         c::KSPAN_SCHED_BLOCKED => "blocked",
         c::KSPAN_SCHED_LOCK => "lock",
         _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figure(attributes: &[KeyValue], key: &str) -> Option<i64> {
+        attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| match kv.value {
+                opentelemetry::Value::I64(v) => v,
+                ref other => panic!("{key}: {other:?}"),
+            })
+    }
+
+    #[test]
+    fn a_waker_not_followed_says_nothing() {
+        let w = kspan_wait_record::default();
+        assert!(waker_during_attributes(&w).is_empty());
+    }
+
+    #[test]
+    fn the_waker_s_parts_close_the_overlap() {
+        let mut w = kspan_wait_record::default();
+        let d = &mut w.waker_during;
+        d.from_ns = 1_000;
+        d.to_ns = 101_000;
+        d.blocked_ns[c::KSPAN_BLOCK_IO as usize] = 60_000;
+        d.sleeping_ns[c::KSPAN_SLEEP_FUTEX as usize] = 10_000;
+        d.run_queue_ns = 5_000;
+        d.uncovered_ns = 20_000;
+        d.requests = 3;
+        d.request_device_ns = 55_000;
+        d.flags = c::KSPAN_DURING_UNSPANNED as u32;
+        let attributes = waker_during_attributes(&w);
+        let get = |key| figure(&attributes, key);
+        assert_eq!(get(attr::WAKER_OVERLAP_NS), Some(100_000));
+        assert_eq!(get(attr::WAKER_BLOCKED_IO_NS), Some(60_000));
+        assert_eq!(get(attr::WAKER_SLEEPING_FUTEX_NS), Some(10_000));
+        assert_eq!(
+            get(attr::WAKER_BLOCKED_LOCK_NS),
+            None,
+            "a part of 0 is left out"
+        );
+        assert_eq!(get(attr::WAKER_UNCOVERED_NS), Some(20_000));
+        assert_eq!(get(attr::WAKER_ON_CPU_NS), Some(5_000), "the rest");
+        assert_eq!(get(attr::WAKER_BLOCK_REQUESTS), Some(3));
+        assert_eq!(get(attr::WAKER_BLOCK_HELD_NS), Some(0));
+        assert!(attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == attr::WAKER_UNSPANNED));
     }
 }

@@ -788,6 +788,249 @@ pub fn a_chain_of_wake_ups_names_each_hop(
         (io - truth).abs() <= slack(truth),
         "the reader's I/O time {io} ns, {what} {truth} ns (taskstats {blkio} ns in {reads_elapsed} ns)"
     );
+    // The chain whole: the waker link says what the reader did over the
+    // waiter's wait, all of its reads (not only the last, `waker_wait`).
+    waker_did_its_reads(futex_wait, waker, reader, reads, (truth, what), &slack);
+}
+
+/// The `waker` link of `wait` says what the waker, `reader` (whose every
+/// read of `reads` fell inside the wait), did over it: its blocked I/O is
+/// the reader's span's and the kernel's (`truth`, said by its source),
+/// within `slack`; its requests are the reads, their time queued and on
+/// the device the span's; the overlap is the wait's waiting, closed by
+/// its parts; the rings reached back over all of it.
+fn waker_did_its_reads(
+    wait: &SpanData,
+    waker: &opentelemetry::trace::Link,
+    reader: &SpanData,
+    reads: u64,
+    (truth, what): (i64, &str),
+    slack: &dyn Fn(i64) -> i64,
+) {
+    let on_link = |key: &str| {
+        waker
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| match kv.value {
+                opentelemetry::Value::I64(v) => v,
+                ref other => panic!("{key} on the waker link is {other:?}"),
+            })
+    };
+    let during_io = on_link(w::WAKER_BLOCKED_IO_NS).unwrap_or_else(|| {
+        panic!(
+            "the waker link says the reader's blocked I/O over the wait: {:?}",
+            waker.attributes
+        )
+    });
+    assert_eq!(
+        on_link(w::WAKER_UNCOVERED_NS),
+        None,
+        "the reader's recent intervals reach back over the whole wait: {:?}",
+        waker.attributes
+    );
+    let span_io = int(reader, c::BLOCKED_IO_NS);
+    eprintln!(
+        "over the wait, the waker: {:?}; its span's I/O {span_io} ns, {what} {truth} ns",
+        waker.attributes
+    );
+    assert!(
+        (during_io - span_io).abs() <= slack(span_io),
+        "the reader's blocked I/O over the wait {during_io} ns, its span's {span_io} ns"
+    );
+    assert!(
+        (during_io - truth).abs() <= slack(truth),
+        "the reader's blocked I/O over the wait {during_io} ns, {what} {truth} ns"
+    );
+    // Its requests: the reads, whose time is all inside the wait.
+    assert_eq!(
+        on_link(w::WAKER_BLOCK_REQUESTS),
+        Some(reads as i64),
+        "a request a read"
+    );
+    let span_block = int(reader, c::BLOCK_QUEUE_NS) + int(reader, c::BLOCK_DEVICE_NS);
+    let during_block = on_link(w::WAKER_BLOCK_QUEUE_NS).unwrap_or(0)
+        + on_link(w::WAKER_BLOCK_DEVICE_NS).unwrap_or(0);
+    assert!(
+        (during_block - span_block).abs() <= slack(span_block),
+        "the requests' time over the wait {during_block} ns, the span's {span_block} ns"
+    );
+    // The overlap is the wait's waiting, to the waking (the waiting ends
+    // where the scheduler queues the thread, a few us later), and its
+    // parts close it.
+    let overlap = on_link(w::WAKER_OVERLAP_NS).expect("the overlap");
+    let waiting = int(wait, w::WAITING_NS);
+    assert!(
+        overlap <= waiting && waiting - overlap <= slack(waiting),
+        "the overlap {overlap} ns, the wait's waiting {waiting} ns"
+    );
+    let parts: i64 = waker
+        .attributes
+        .iter()
+        .filter(|kv| {
+            let key = kv.key.as_str();
+            key.starts_with("kspan.waker.")
+                && key.ends_with("_ns")
+                && key != w::WAKER_OVERLAP_NS
+                && !key.starts_with("kspan.waker.block.")
+        })
+        .map(|kv| match kv.value {
+            opentelemetry::Value::I64(v) => v,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(
+        parts, overlap,
+        "on CPU, queued, off CPU by cause: the overlap"
+    );
+}
+
+/// A waker that switched more often over a wait than the account keeps
+/// of it: thread B, in its span, holds a `std` mutex over `sleeps` sleeps
+/// of `nap` (each an off-CPU interval, far more than the 16 kept), while
+/// thread A waits for the mutex in its own span. A's futex wait's `waker`
+/// link says B's timer sleeps it kept, and that the start of the wait is
+/// uncovered (`kspan.waker.uncovered_ns`), at least the naps it no longer
+/// holds; its parts still close the overlap.
+pub fn a_waker_says_what_its_rings_no_longer_cover(
+    account: kspan::SchedulerAccount,
+    sleeps: u32,
+    nap: Duration,
+) {
+    assert!(account.causes(), "the case needs the account's causes on");
+    let kept = 16u32;
+    assert!(sleeps > kept + 4, "more sleeps than the rings hold");
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    let tracer = provider.tracer("sched-rings");
+    let lock = Arc::new(std::sync::Mutex::new(()));
+    let held = Arc::new(Barrier::new(2));
+    let waiter_tid = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let holder = {
+        let (tracer, lock, held, waiter_tid) = (
+            tracer.clone(),
+            lock.clone(),
+            held.clone(),
+            waiter_tid.clone(),
+        );
+        std::thread::spawn(move || {
+            let cx = Context::current_with_span(tracer.start("sleeper"));
+            {
+                let _attached = cx.clone().attach();
+                let guard = lock.lock().unwrap();
+                held.wait();
+                // Until the waiter sleeps on the lock (its state `S`).
+                loop {
+                    let tid = waiter_tid.load(std::sync::atomic::Ordering::Acquire);
+                    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"));
+                    if tid != 0
+                        && stat.is_ok_and(|s| {
+                            s.rsplit(") ").next().is_some_and(|r| r.starts_with('S'))
+                        })
+                    {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                for _ in 0..sleeps {
+                    std::thread::sleep(nap);
+                }
+                drop(guard);
+            }
+            cx.span().span_context().span_id()
+        })
+    };
+    let waiter_cx = Context::current_with_span(tracer.start("waiter"));
+    let waiter_id = waiter_cx.span().span_context().span_id();
+    held.wait();
+    let locking = {
+        let _attached = waiter_cx.clone().attach();
+        let locking = std::time::SystemTime::now();
+        waiter_tid.store(crate::gettid(), std::sync::atomic::Ordering::Release);
+        drop(lock.lock().unwrap());
+        locking
+    };
+    drop(waiter_cx);
+    let sleeper_id = holder.join().expect("the sleeper");
+    let stats = shutdown(kspan);
+    let spans = exporter.get_finished_spans().unwrap();
+    let wait = spans
+        .iter()
+        .filter(|s| {
+            s.parent_span_id == waiter_id && s.name == "off-cpu sleeping" && s.end_time > locking
+        })
+        .max_by_key(|s| duration_ns(s))
+        .unwrap_or_else(|| panic!("no sleeping wait under the waiter: {spans:#?}"));
+    let waker = wait
+        .links
+        .iter()
+        .find(|l| {
+            l.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == w::LINK && kv.value.as_str() == "waker")
+        })
+        .unwrap_or_else(|| panic!("a `waker` link: {wait:#?}"));
+    assert_eq!(
+        waker.span_context.span_id(),
+        sleeper_id,
+        "the sleeper woke it"
+    );
+    let on_link = |key: &str| {
+        waker
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| match kv.value {
+                opentelemetry::Value::I64(v) => v,
+                ref other => panic!("{key} on the waker link is {other:?}"),
+            })
+    };
+    eprintln!(
+        "the wait {} ns; over it, the waker: {:?}; {stats}",
+        duration_ns(wait),
+        waker.attributes
+    );
+    let nap_ns = nap.as_nanos() as i64;
+    let uncovered = on_link(w::WAKER_UNCOVERED_NS).unwrap_or_else(|| {
+        panic!(
+            "the link says what the rings no longer cover: {:?}",
+            waker.attributes
+        )
+    });
+    // The naps before the 16 intervals kept (some of those may be
+    // preemptions): each at least `nap` long.
+    assert!(
+        uncovered >= i64::from(sleeps - kept) * nap_ns,
+        "uncovered {uncovered} ns: at least the {} naps not kept",
+        sleeps - kept
+    );
+    let timer = on_link(w::WAKER_SLEEPING_TIMER_NS).unwrap_or(0);
+    assert!(
+        timer >= i64::from(kept / 2) * nap_ns,
+        "the naps kept: {timer} ns"
+    );
+    let overlap = on_link(w::WAKER_OVERLAP_NS).expect("the overlap");
+    let parts: i64 = waker
+        .attributes
+        .iter()
+        .filter(|kv| {
+            let key = kv.key.as_str();
+            key.starts_with("kspan.waker.")
+                && key.ends_with("_ns")
+                && key != w::WAKER_OVERLAP_NS
+                && !key.starts_with("kspan.waker.block.")
+        })
+        .map(|kv| match kv.value {
+            opentelemetry::Value::I64(v) => v,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(
+        parts, overlap,
+        "the parts, uncovered too, close the overlap"
+    );
 }
 
 /// The calling thread's page faults, minor and major, as the kernel counts
