@@ -33,8 +33,8 @@ pub use causes::{
     a_waker_says_what_its_rings_no_longer_cover, ReadTarget,
 };
 pub use throttle::{
-    a_throttled_read_s_time_held_is_the_span_s, throttled_io_is_said_read_or_not, CgroupVersion,
-    ThrottledReads,
+    a_chain_over_throttled_reads_says_the_time_held, a_throttled_read_s_time_held_is_the_span_s,
+    throttled_io_is_said_read_or_not, CgroupVersion, ThrottledReads,
 };
 pub use truth::every_span_s_figures_equal_the_kernel_s_under_contention;
 

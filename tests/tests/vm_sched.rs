@@ -190,6 +190,32 @@ fn a_throttled_read_s_time_held_is_the_span_s() {
     }
 }
 
+/// A futex wait on a thread that holds the lock over three throttled
+/// reads of the slow disk (cgroup v2 `io.max`, 1 MiB/s): the waiter's
+/// `waker` link says the holder's time held by the throttle and blocked
+/// on I/O over the wait, as the holder's span says (the case: a
+/// last hop alone named one read of the three).
+#[test]
+#[ignore = "needs root, the VM's slow disk and a cgroup v2 io controller; run by `cargo xtask test` in the VM"]
+fn a_chain_over_throttled_reads_says_the_time_held() {
+    let (disk, name) = slow_disk();
+    sched::a_chain_over_throttled_reads_says_the_time_held(
+        SchedulerAccount::new()
+            .mechanism(SchedMechanism::BtfTracepoints)
+            .with_causes(),
+        &disk,
+        &name,
+        sched::ThrottledReads {
+            cgroup: sched::CgroupVersion::V2,
+            reads: 3,
+            read_bytes: 128 << 10,
+            limit_bytes_per_s: 1 << 20,
+        },
+        VM_SLACK_MS,
+        VM_PERCENT,
+    );
+}
+
 /// A futex wait on a thread that reads the slow disk while it holds the
 /// lock (three 10 ms reads): the wait links to the reader's span and to its
 /// last read's wait, which names the request's sector on the slow disk.

@@ -453,3 +453,191 @@ pub fn throttled_io_is_said_read_or_not(account: kspan::SchedulerAccount) {
         (Ok(how), false) => panic!("read without trampolines? {how}"),
     }
 }
+
+/// The chain over a throttled holder (the issue's own case): a thread
+/// holds a `std` mutex over `how.reads` throttled reads of the raw device
+/// `disk` (node `name`) in its span, while another waits on the mutex in
+/// its own. The waiter's futex wait links to the holder (`waker`), and
+/// that link says what the holder did over the wait: blocked on I/O as
+/// its span says, its requests' time held by the throttle as its span's
+/// `kspan.block.held_ns`, within `slack_ms` + `percent` (the holder's
+/// span is a little longer than the wait: its lock taken before, its
+/// unlock after).
+pub fn a_chain_over_throttled_reads_says_the_time_held(
+    account: kspan::SchedulerAccount,
+    disk: &std::path::Path,
+    name: &str,
+    how: ThrottledReads,
+    slack_ms: i64,
+    percent: i64,
+) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Arc, Barrier, Mutex};
+    assert!(account.causes(), "the case needs the account's causes on");
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dev = std::fs::read_to_string(format!("/sys/block/{name}/dev"))
+        .unwrap_or_else(|e| panic!("/sys/block/{name}/dev: {e}"))
+        .trim()
+        .to_owned();
+    let limit =
+        IoLimit::new(how.cgroup, &dev, how.limit_bytes_per_s).unwrap_or_else(|e| panic!("{e}"));
+    let sums = kspan::KernelSums::new();
+    let (provider, exporter) = provider(&sums);
+    let kspan = start(&provider, &sums, account);
+    if let Some(Err(why)) = kspan
+        .scheduler_causes()
+        .iter()
+        .find(|c| c.cause.starts_with("throttled block I/O"))
+        .map(|c| &c.how)
+    {
+        assert!(
+            why.contains("does not attach (ENOTSUPP)"),
+            "throttled block I/O is read on this kernel: {why}"
+        );
+        eprintln!("NOT RUN: throttled block I/O is not read on this kernel: {why}");
+        let _ = shutdown(kspan);
+        return;
+    }
+    let tracer = provider.tracer("sched-throttle-chain");
+    let lock = Arc::new(Mutex::new(()));
+    let held = Arc::new(Barrier::new(2));
+    let waiter_tid = Arc::new(AtomicU32::new(0));
+    let holder = {
+        let (tracer, lock, held, waiter_tid) = (
+            tracer.clone(),
+            lock.clone(),
+            held.clone(),
+            waiter_tid.clone(),
+        );
+        let disk = disk.to_owned();
+        std::thread::spawn(move || {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&disk)
+                .unwrap_or_else(|e| panic!("opening {} with O_DIRECT: {e}", disk.display()));
+            let layout = std::alloc::Layout::from_size_align(how.read_bytes, 4096).unwrap();
+            // SAFETY: the layout is non-zero in size; the buffer is freed below.
+            let buf = unsafe { std::alloc::alloc(layout) };
+            // SAFETY: `buf` holds read_bytes bytes, written by the reads only.
+            let slice = unsafe { std::slice::from_raw_parts_mut(buf, how.read_bytes) };
+            let cx = Context::current_with_span(tracer.start("throttled holder"));
+            {
+                let _attached = cx.clone().attach();
+                let guard = lock.lock().unwrap();
+                held.wait();
+                // Until the waiter sleeps on the lock (its state `S`).
+                loop {
+                    let tid = waiter_tid.load(Ordering::Acquire);
+                    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"));
+                    if tid != 0
+                        && stat.is_ok_and(|s| {
+                            s.rsplit(") ").next().is_some_and(|r| r.starts_with('S'))
+                        })
+                    {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                for i in 0..how.reads as u64 {
+                    let n = file
+                        .read_at(slice, i * how.read_bytes as u64)
+                        .expect("an O_DIRECT read");
+                    assert_eq!(n, how.read_bytes, "a whole read");
+                }
+                drop(guard);
+            }
+            let id = cx.span().span_context().span_id();
+            drop(cx);
+            // SAFETY: allocated above with this layout.
+            unsafe { std::alloc::dealloc(buf, layout) };
+            id
+        })
+    };
+    let cx = Context::current_with_span(tracer.start("waiter"));
+    let waiter_id = cx.span().span_context().span_id();
+    {
+        let _attached = cx.clone().attach();
+        held.wait();
+        waiter_tid.store(crate::gettid() as u32, Ordering::Release);
+        drop(lock.lock().unwrap());
+    }
+    drop(cx);
+    let holder_id = holder.join().expect("the holder's thread");
+    let stats = shutdown(kspan);
+    drop(limit);
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let find = |id| {
+        spans
+            .iter()
+            .find(|s| s.span_context.span_id() == id)
+            .expect("the span is exported")
+    };
+    let holder = find(holder_id);
+    let futex_wait = spans
+        .iter()
+        .filter(|s| s.parent_span_id == waiter_id && s.name == "off-cpu sleeping")
+        .max_by_key(|s| super::duration_ns(s))
+        .unwrap_or_else(|| panic!("the waiter's futex wait: {spans:#?}"));
+    let waker = futex_wait
+        .links
+        .iter()
+        .find(|l| {
+            l.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == w::LINK && kv.value.as_str() == "waker")
+        })
+        .unwrap_or_else(|| panic!("a `waker` link: {:?}", futex_wait.links));
+    let on_link = |key: &str| {
+        waker
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .and_then(|kv| match kv.value {
+                opentelemetry::Value::I64(v) => Some(v),
+                _ => None,
+            })
+    };
+    let (held_ns, blocked_io) = (int(holder, c::BLOCK_HELD_NS), int(holder, c::BLOCKED_IO_NS));
+    let (link_held, link_io) = (
+        on_link(w::WAKER_BLOCK_HELD_NS),
+        on_link(w::WAKER_BLOCKED_IO_NS),
+    );
+    eprintln!(
+        "futex wait {} ns; the holder's span: held {held_ns} ns, blocked on I/O {blocked_io} ns \
+         ({} requests); its waker link: held {link_held:?}, blocked on I/O {link_io:?}; {:?}; \
+         {stats}",
+        super::duration_ns(futex_wait),
+        int(holder, c::BLOCK_HELD_REQUESTS),
+        waker.attributes
+    );
+    assert_eq!(
+        waker.span_context.span_id(),
+        holder_id,
+        "the waker link is the holder's span"
+    );
+    assert!(
+        held_ns > 0,
+        "the holder's reads were held: {:?}",
+        holder.attributes
+    );
+    let slack = |ns: i64| slack_ms * 1_000_000 + ns * percent / 100;
+    for (what, on_link, span) in [
+        ("held by the throttle", link_held, held_ns),
+        ("blocked on I/O", link_io, blocked_io),
+    ] {
+        let on_link = on_link.unwrap_or_else(|| {
+            panic!(
+                "the waker link says the holder's time {what}: {:?}",
+                waker.attributes
+            )
+        });
+        assert!(
+            on_link <= span && span - on_link <= slack(span),
+            "over the wait the holder's time {what} {on_link} ns, its span's {span} ns \
+             (allowed {} below)",
+            slack(span)
+        );
+    }
+}
