@@ -33,6 +33,9 @@ pub(crate) struct AccountAttached {
     pub btf_passed_over: Option<String>,
     /// With the causes on, how each is read on this kernel.
     pub causes: Vec<CauseMechanism>,
+    /// With the causes on, the page fault programs are attached: a
+    /// thread's fault counts are read only after its faults.
+    pub faults_hooked: bool,
 }
 
 impl AccountAttached {
@@ -106,6 +109,7 @@ pub(crate) fn attach(
         mechanism,
         btf_passed_over,
         causes: checks.mechanisms(mechanism),
+        faults_hooked: checks.faults_hooked(mechanism),
     })
 }
 

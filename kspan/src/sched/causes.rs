@@ -32,6 +32,9 @@ pub(crate) struct CauseChecks {
     memory_btf: Vec<&'static str>,
     memory_classic: Vec<&'static str>,
     memory_missing: Vec<String>,
+    /// `exceptions:page_fault_user` and `page_fault_kernel`, by BTF
+    /// (x86-64 has them; arm64 has no such tracepoints).
+    faults_btf: Result<(), String>,
 }
 
 /// Whether `btf` has the BTF tracepoint `event` (its `btf_trace_` typedef).
@@ -53,6 +56,7 @@ impl CauseChecks {
                 memory_btf: Vec::new(),
                 memory_classic: Vec::new(),
                 memory_missing: Vec::new(),
+                faults_btf: off(),
             };
         }
         let btf_events = |category: &str, events: &[&str]| match events
@@ -92,7 +96,15 @@ impl CauseChecks {
             memory_btf,
             memory_classic,
             memory_missing,
+            faults_btf: btf_events("exceptions", &["page_fault_user", "page_fault_kernel"]),
         }
+    }
+
+    /// Whether the page fault programs are attached with `mechanism`: then
+    /// a thread's fault counts are read (getrusage) at a change of its
+    /// span only after a fault (`time`), else at every change.
+    pub(crate) fn faults_hooked(&self, mechanism: SchedMechanism) -> bool {
+        mechanism == SchedMechanism::BtfTracepoints && self.faults_btf.is_ok()
     }
 
     fn locks(&self, mechanism: SchedMechanism) -> &Result<(), String> {
@@ -140,6 +152,9 @@ impl CauseChecks {
                 .into_iter()
                 .filter(|(_, _, event)| have.contains(event)),
         );
+        if self.faults_hooked(mechanism) {
+            programs.extend(Program::FAULTS_BTF);
+        }
         programs
     }
 
@@ -219,13 +234,32 @@ impl CauseChecks {
             },
             CauseMechanism {
                 cause: "page faults: minor, major, and the time waiting in them",
-                how: Ok(
-                    "the thread's own counts (getrusage) at each switch of its span, and \
-                         its user registers at each waiting switch-out"
-                        .to_owned(),
-                ),
+                how: Ok(self.faults_read(mechanism)),
             },
         ]
+    }
+}
+
+impl CauseChecks {
+    /// How a span's page faults are read with `mechanism`.
+    fn faults_read(&self, mechanism: SchedMechanism) -> String {
+        let counts = match (&self.faults_btf, mechanism) {
+            (Ok(()), SchedMechanism::BtfTracepoints) => {
+                "the thread's own counts (getrusage) at a switch of its span after a page \
+                 fault exception (exceptions:page_fault_user and page_fault_kernel as BTF \
+                 tracepoints say when)"
+                    .to_owned()
+            }
+            (Ok(()), SchedMechanism::Tracepoints) => {
+                "the thread's own counts (getrusage) at each switch of its span (the fault \
+                 tracepoints are read as BTF tracepoints only)"
+                    .to_owned()
+            }
+            (Err(why), _) => format!(
+                "the thread's own counts (getrusage) at each switch of its span ({why})"
+            ),
+        };
+        format!("{counts}, and its user registers at each waiting switch-out")
     }
 }
 
