@@ -19,7 +19,10 @@
 //! `kspan_sched_open`), a stamp reads them (`getrusage(RUSAGE_THREAD)`,
 //! one system call) only when that word moved since the thread's last
 //! reading, and otherwise reuses that reading: a span that takes no fault
-//! costs no system call. Elsewhere every stamp reads them.
+//! costs no system call. Elsewhere every stamp reads them. A fault a
+//! system call takes for the thread with no exception (`get_user_pages`
+//! pinning a page not yet present) moves the counts with no tracepoint:
+//! it is counted with the thread's next fault, in the span current then.
 //!
 //! Off unless a runtime with the account runs: a publication then costs
 //! one relaxed load more.
@@ -247,8 +250,9 @@ pub(crate) fn start(faults: FaultCounts) {
     ON.store(true, Ordering::Relaxed);
 }
 
-/// Stops it (that runtime stops). A thread's reading keeps the map it
-/// read until its next stamp: the mapping lives until then.
+/// Stops it (that runtime stops). A thread's last reading keeps that
+/// runtime's map mapped until the thread reads under another runtime, or
+/// exits: no thread reads a word of a map that is gone.
 pub(crate) fn stop() {
     ON.store(false, Ordering::Relaxed);
     FAULTS.store(FAULTS_OFF, Ordering::Relaxed);
