@@ -241,7 +241,11 @@ async fn every_request_says_why_it_waited() {
         figure(req, "app.read.bytes"),
         req.attributes.get(c::BLOCK_BY_DEVICE)
     );
-    assert_eq!(cause_figure(req, c::BLOCK_REQUESTS), reads, "a request a read");
+    assert_eq!(
+        cause_figure(req, c::BLOCK_REQUESTS),
+        reads,
+        "a request a read"
+    );
     assert_eq!(bytes, reads * size, "the reads' bytes");
     assert_eq!(
         figure(req, "app.read.bytes"),
@@ -316,13 +320,18 @@ async fn every_request_says_why_it_waited() {
         duration_ns(req)
     );
     assert_eq!(cause_figure(req, c::LOCK_MUTEX_COUNT), 1, "one contention");
-    assert_eq!(cause_figure(holder, c::LOCK_MUTEX_COUNT), 0, "the holder's none");
+    assert_eq!(
+        cause_figure(holder, c::LOCK_MUTEX_COUNT),
+        0,
+        "the holder's none"
+    );
     assert!(
         2 * waited >= duration_ns(req),
         "the mutex wait {waited} ns is most of the request's {} ns",
         duration_ns(req)
     );
-    let off_on_lock = cause_figure(req, c::BLOCKED_LOCK_NS) + cause_figure(req, c::SLEEPING_LOCK_NS);
+    let off_on_lock =
+        cause_figure(req, c::BLOCKED_LOCK_NS) + cause_figure(req, c::SLEEPING_LOCK_NS);
     assert!(
         off_on_lock <= waited,
         "off CPU on the lock {off_on_lock} ns, within the wait {waited} ns"

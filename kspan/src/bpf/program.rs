@@ -193,7 +193,11 @@ impl Program {
     /// category and event.
     pub(crate) const FAULTS_BTF: [(Program, &'static str, &'static str); 2] = [
         (Program::BtfPageFaultUser, "exceptions", "page_fault_user"),
-        (Program::BtfPageFaultKernel, "exceptions", "page_fault_kernel"),
+        (
+            Program::BtfPageFaultKernel,
+            "exceptions",
+            "page_fault_kernel",
+        ),
     ];
 
     /// One of the scheduler's account programs.

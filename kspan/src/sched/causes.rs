@@ -255,9 +255,9 @@ impl CauseChecks {
                  tracepoints are read as BTF tracepoints only)"
                     .to_owned()
             }
-            (Err(why), _) => format!(
-                "the thread's own counts (getrusage) at each switch of its span ({why})"
-            ),
+            (Err(why), _) => {
+                format!("the thread's own counts (getrusage) at each switch of its span ({why})")
+            }
         };
         format!("{counts}, and its user registers at each waiting switch-out")
     }

@@ -171,7 +171,8 @@ fn read_after_faults(reading: &mut Reading) -> (u64, u64) {
     let epoch = EPOCH.load(Ordering::Acquire);
     if reading.epoch != epoch {
         const WORDS: usize = std::mem::size_of::<kspan_bpf::types::kspan_sched_open>() / 8;
-        let slot = crate::context::current_tid() as usize & (c::KSPAN_SCHED_OPEN_SLOTS as usize - 1);
+        let slot =
+            crate::context::current_tid() as usize & (c::KSPAN_SCHED_OPEN_SLOTS as usize - 1);
         *reading = Reading {
             epoch,
             words: FAULT_WORDS

@@ -277,7 +277,8 @@ pub fn a_kernel_mutex_wait_names_its_owner(
     );
 
     // Its time off CPU is part of it, charged to the lock.
-    let off_on_lock = cause_int(waiter, c::BLOCKED_LOCK_NS) + cause_int(waiter, c::SLEEPING_LOCK_NS);
+    let off_on_lock =
+        cause_int(waiter, c::BLOCKED_LOCK_NS) + cause_int(waiter, c::SLEEPING_LOCK_NS);
     assert!(
         off_on_lock <= waited,
         "off CPU on the lock {off_on_lock} ns, more than the wait {waited} ns"
@@ -424,7 +425,10 @@ pub fn a_span_s_block_requests_are_its_reads(
         .expect("the span is exported");
     let requests = cause_int(span, c::BLOCK_REQUESTS);
     let bytes = cause_int(span, c::BLOCK_BYTES);
-    let (queued, on_device) = (cause_int(span, c::BLOCK_QUEUE_NS), cause_int(span, c::BLOCK_DEVICE_NS));
+    let (queued, on_device) = (
+        cause_int(span, c::BLOCK_QUEUE_NS),
+        cause_int(span, c::BLOCK_DEVICE_NS),
+    );
     let by_device = span
         .attributes
         .iter()
