@@ -238,9 +238,7 @@ impl CauseChecks {
             },
         ]
     }
-}
 
-impl CauseChecks {
     /// How a span's page faults are read with `mechanism`.
     fn faults_read(&self, mechanism: SchedMechanism) -> String {
         let counts = match (&self.faults_btf, mechanism) {

@@ -170,7 +170,9 @@ fn thread_faults() -> (u64, u64) {
 fn read_after_faults(reading: &mut Reading) -> (u64, u64) {
     let epoch = EPOCH.load(Ordering::Acquire);
     if reading.epoch != epoch {
-        const WORDS: usize = std::mem::size_of::<kspan_bpf::types::kspan_sched_open>() / 8;
+        use kspan_bpf::types::kspan_sched_open;
+        const WORDS: usize = std::mem::size_of::<kspan_sched_open>() / 8;
+        const FAULTS_WORD: usize = std::mem::offset_of!(kspan_sched_open, faults) / 8;
         let slot =
             crate::context::current_tid() as usize & (c::KSPAN_SCHED_OPEN_SLOTS as usize - 1);
         *reading = Reading {
@@ -179,7 +181,7 @@ fn read_after_faults(reading: &mut Reading) -> (u64, u64) {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
-            at: slot * WORDS + 3,
+            at: slot * WORDS + FAULTS_WORD,
             last: None,
         };
     }
