@@ -608,3 +608,38 @@ KSPAN_MEMORY_PROGRAMS(vmscan, mm_vmscan_memcg_reclaim_begin, KSPAN_MEMORY_RECLAI
 KSPAN_MEMORY_PROGRAMS(vmscan, mm_vmscan_memcg_reclaim_end, KSPAN_MEMORY_RECLAIM, end)
 KSPAN_MEMORY_PROGRAMS(compaction, mm_compaction_begin, KSPAN_MEMORY_COMPACTION, begin)
 KSPAN_MEMORY_PROGRAMS(compaction, mm_compaction_end, KSPAN_MEMORY_COMPACTION, end)
+
+/*
+ * Page fault exceptions of the process's threads, with the causes on
+ * (exceptions:page_fault_user and page_fault_kernel: x86-64 only, at each
+ * fault's entry). Each bumps the `faults` word of its thread's slot in
+ * kspan_sched_open, so that user space reads the thread's fault counts
+ * (getrusage) at a change of its span only when a fault may have moved
+ * them since its last reading. A slot is shared by the tids with the same
+ * low bits: another thread's fault costs a reading more, never one missed.
+ */
+static __always_inline void kspan_fault_taken(void)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct kspan_sched_open *open;
+
+	if ((__u32)(pid_tgid >> 32) != kspan_cfg.target_tgid)
+		return;
+	open = kspan_sched_open_of((__u32)pid_tgid);
+	if (open)
+		__sync_fetch_and_add(&open->faults, 1);
+}
+
+SEC("tp_btf/page_fault_user")
+int BPF_PROG(kspan_tp_page_fault_user)
+{
+	kspan_fault_taken();
+	return 0;
+}
+
+SEC("tp_btf/page_fault_kernel")
+int BPF_PROG(kspan_tp_page_fault_kernel)
+{
+	kspan_fault_taken();
+	return 0;
+}

@@ -1075,12 +1075,15 @@ struct kspan_sched_sum {
  * as one of its spans ends, user space claims such an interval of that span
  * (a compare-and-swap setting KSPAN_SCHED_OPEN_CLAIMED in `out_ns`), and
  * says it on the span; the next switch-out then counts it in Stats only.
+ * `faults` counts the page fault exceptions of the threads of the slot
+ * (with the causes on, where the kernel has the fault tracepoints): while
+ * it stands still, the thread's fault counts have not moved (sched/time.rs).
  */
 struct kspan_sched_open {
 	__u64 tid;
 	__u64 out_ns;
 	__u64 span;
-	__u64 pad;
+	__u64 faults;
 };
 
 #define KSPAN_SCHED_OPEN_SLOTS 16384

@@ -70,6 +70,11 @@ pub(crate) enum Program {
     MemcgReclaimEnd,
     CompactionBegin,
     CompactionEnd,
+    /// The account's causes: page fault exceptions
+    /// (`exceptions:page_fault_user` and `page_fault_kernel`, x86-64), as
+    /// BTF tracepoints: when a thread's fault counts may have moved.
+    BtfPageFaultUser,
+    BtfPageFaultKernel,
 }
 
 impl Program {
@@ -188,6 +193,17 @@ impl Program {
         ),
     ];
 
+    /// The page fault programs of the causes, with their tracepoints'
+    /// category and event.
+    pub(crate) const FAULTS_BTF: [(Program, &'static str, &'static str); 2] = [
+        (Program::BtfPageFaultUser, "exceptions", "page_fault_user"),
+        (
+            Program::BtfPageFaultKernel,
+            "exceptions",
+            "page_fault_kernel",
+        ),
+    ];
+
     /// One of the scheduler's account programs.
     pub(super) fn is_sched(self) -> bool {
         Self::SCHED_BTF.contains(&self)
@@ -198,9 +214,10 @@ impl Program {
             || self == Program::FexitThrottle
             || Self::MEMORY_BTF.iter().any(|&(p, ..)| p == self)
             || Self::MEMORY_CLASSIC.iter().any(|&(p, ..)| p == self)
+            || Self::FAULTS_BTF.iter().any(|&(p, ..)| p == self)
     }
 
-    pub(super) const ALL: [Program; 38] = [
+    pub(super) const ALL: [Program; 40] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -239,6 +256,8 @@ impl Program {
         Program::MemcgReclaimEnd,
         Program::CompactionBegin,
         Program::CompactionEnd,
+        Program::BtfPageFaultUser,
+        Program::BtfPageFaultKernel,
     ];
 
     pub(super) fn in_skeleton<'a, 'obj>(
@@ -284,6 +303,8 @@ impl Program {
             Program::MemcgReclaimEnd => &mut progs.kspan_mm_vmscan_memcg_reclaim_end_tp,
             Program::CompactionBegin => &mut progs.kspan_mm_compaction_begin_tp,
             Program::CompactionEnd => &mut progs.kspan_mm_compaction_end_tp,
+            Program::BtfPageFaultUser => &mut progs.kspan_tp_page_fault_user,
+            Program::BtfPageFaultKernel => &mut progs.kspan_tp_page_fault_kernel,
         }
     }
 
@@ -329,6 +350,8 @@ impl Program {
             Program::MemcgReclaimEnd => &progs.kspan_mm_vmscan_memcg_reclaim_end_tp,
             Program::CompactionBegin => &progs.kspan_mm_compaction_begin_tp,
             Program::CompactionEnd => &progs.kspan_mm_compaction_end_tp,
+            Program::BtfPageFaultUser => &progs.kspan_tp_page_fault_user,
+            Program::BtfPageFaultKernel => &progs.kspan_tp_page_fault_kernel,
         }
     }
 }

@@ -36,6 +36,9 @@ pub(crate) struct AccountAttached {
     /// How interrupt time is treated on this kernel (in on-CPU time, or
     /// out of it as the kernel leaves it out).
     pub interrupts: &'static str,
+    /// With the causes on, the page fault programs are attached: a
+    /// thread's fault counts are read only after its faults.
+    pub faults_hooked: bool,
 }
 
 impl AccountAttached {
@@ -127,6 +130,7 @@ pub(crate) fn attach(
         btf_passed_over,
         causes: checks.mechanisms(mechanism, &throttle),
         interrupts: checks.interrupts,
+        faults_hooked: checks.faults_hooked(mechanism),
     })
 }
 

@@ -38,6 +38,9 @@ pub(crate) struct CauseChecks {
     /// How the account treats interrupt time on this kernel (whether the
     /// causes are on or not): [`interrupt_time`].
     pub(crate) interrupts: &'static str,
+    /// `exceptions:page_fault_user` and `page_fault_kernel`, by BTF
+    /// (x86-64 has them; arm64 has no such tracepoints).
+    faults_btf: Result<(), String>,
 }
 
 /// Where the kernel accounts interrupt time apart from tasks' CPU time.
@@ -83,6 +86,7 @@ impl CauseChecks {
                 memory_classic: Vec::new(),
                 memory_missing: Vec::new(),
                 interrupts,
+                faults_btf: off(),
             };
         }
         let btf_events = |category: &str, events: &[&str]| match events
@@ -124,12 +128,20 @@ impl CauseChecks {
             memory_classic,
             memory_missing,
             interrupts,
+            faults_btf: btf_events("exceptions", &["page_fault_user", "page_fault_kernel"]),
         }
     }
 
     /// Whether the causes are on.
     pub(crate) fn on(&self) -> bool {
         self.on
+    }
+
+    /// Whether the page fault programs are attached with `mechanism`: then
+    /// a thread's fault counts are read (getrusage) at a change of its
+    /// span only after a fault (`time`), else at every change.
+    pub(crate) fn faults_hooked(&self, mechanism: SchedMechanism) -> bool {
+        mechanism == SchedMechanism::BtfTracepoints && self.faults_btf.is_ok()
     }
 
     fn locks(&self, mechanism: SchedMechanism) -> &Result<(), String> {
@@ -177,6 +189,9 @@ impl CauseChecks {
                 .into_iter()
                 .filter(|(_, _, event)| have.contains(event)),
         );
+        if self.faults_hooked(mechanism) {
+            programs.extend(Program::FAULTS_BTF);
+        }
         programs
     }
 
@@ -284,13 +299,30 @@ impl CauseChecks {
             },
             CauseMechanism {
                 cause: "page faults: minor, major, and the time waiting in them",
-                how: Ok(
-                    "the thread's own counts (getrusage) at each switch of its span, and \
-                         its user registers at each waiting switch-out"
-                        .to_owned(),
-                ),
+                how: Ok(self.faults_read(mechanism)),
             },
         ]
+    }
+
+    /// How a span's page faults are read with `mechanism`.
+    fn faults_read(&self, mechanism: SchedMechanism) -> String {
+        let counts = match (&self.faults_btf, mechanism) {
+            (Ok(()), SchedMechanism::BtfTracepoints) => {
+                "the thread's own counts (getrusage) at a switch of its span after a page \
+                 fault exception (exceptions:page_fault_user and page_fault_kernel as BTF \
+                 tracepoints say when)"
+                    .to_owned()
+            }
+            (Ok(()), SchedMechanism::Tracepoints) => {
+                "the thread's own counts (getrusage) at each switch of its span (the fault \
+                 tracepoints are read as BTF tracepoints only)"
+                    .to_owned()
+            }
+            (Err(why), _) => {
+                format!("the thread's own counts (getrusage) at each switch of its span ({why})")
+            }
+        };
+        format!("{counts}, and its user registers at each waiting switch-out")
     }
 }
 

@@ -57,7 +57,8 @@ pub mod attributes {
 
 /// The attribute keys of the causes, on each application span, with
 /// [`SchedulerAccount::with_causes`](crate::SchedulerAccount::with_causes). Each split closes: its parts plus its
-/// `unattributed_ns` equal the whole.
+/// `unattributed_ns` equal the whole. An attribute that is 0 is left out
+/// of the span: absent reads as 0.
 pub mod cause_attributes {
     /// Of [`super::attributes::BLOCKED_NS`], waiting on I/O: the thread
     /// blocked through `io_schedule` (the kernel's `in_iowait`, what delay

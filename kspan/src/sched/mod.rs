@@ -192,7 +192,7 @@ pub struct CauseMechanism {
     /// What it tells (`blocked: io, memory`, `kernel locks`, ...).
     pub cause: &'static str,
     /// How it is read, or why it is not on this kernel (its attributes
-    /// then stay 0 and the time is in the remainders).
+    /// are then absent, as 0, and the time is in the remainders).
     pub how: Result<String, String>,
 }
 

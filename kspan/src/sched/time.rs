@@ -11,23 +11,70 @@
 //! since the previous stamp to the span that was current. A span's time
 //! on a CPU is then this total less what the kernel saw it spend off CPU.
 //!
-//! With the account's causes on, each stamp also reads the thread's page
-//! fault counts (`getrusage(RUSAGE_THREAD)`, one system call), so that a
-//! span's faults are the kernel's own counts of its time current.
+//! With the account's causes on, each stamp also takes the thread's page
+//! fault counts, so that a span's faults are the kernel's own counts of its
+//! time current. The counts move only when the thread takes a fault, so
+//! where the kernel says when it does ([`FaultCounts::AfterFaults`]: the
+//! fault tracepoints' programs bump a word of the thread's slot in
+//! `kspan_sched_open`), a stamp reads them (`getrusage(RUSAGE_THREAD)`,
+//! one system call) only when that word moved since the thread's last
+//! reading, and otherwise reuses that reading: a span that takes no fault
+//! costs no system call. Elsewhere every stamp reads them. A fault a
+//! system call takes for the thread with no exception (`get_user_pages`
+//! pinning a page not yet present) moves the counts with no tracepoint:
+//! it is counted with the thread's next fault, in the span current then.
 //!
 //! Off unless a runtime with the account runs: a publication then costs
 //! one relaxed load more.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use kspan_bpf::consts as c;
+
+use crate::bpf::counters::MappedCounters;
 
 /// Whether publications are timed.
 static ON: AtomicBool = AtomicBool::new(false);
 
-/// Whether they also count page faults.
-static FAULTS: AtomicBool = AtomicBool::new(false);
+/// Whether they also count page faults, and how ([`FaultCounts`]).
+static FAULTS: AtomicU8 = AtomicU8::new(FAULTS_OFF);
+const FAULTS_OFF: u8 = 0;
+const FAULTS_EACH: u8 = 1;
+const FAULTS_AFTER: u8 = 2;
+
+/// With [`FaultCounts::AfterFaults`], the account's `kspan_sched_open`,
+/// and which runtime's it is: each start and stop moves the epoch, so
+/// that no thread compares a word of one runtime's map with its reading
+/// of another's.
+static FAULT_WORDS: Mutex<Option<Arc<MappedCounters>>> = Mutex::new(None);
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// How a stamp takes the thread's page fault counts.
+pub(crate) enum FaultCounts {
+    /// Not at all (the causes are off).
+    Off,
+    /// `getrusage` at each stamp: the kernel does not say when a thread
+    /// faults (no fault tracepoints, or classic tracepoints).
+    EachStamp,
+    /// `getrusage` at a stamp after a fault of the thread only, as the
+    /// fault programs count them in the `faults` word of its slot of this
+    /// map (`kspan_sched_open`).
+    AfterFaults(Arc<MappedCounters>),
+}
+
+/// A thread's last reading of its fault counts, and the word of its slot
+/// then: while the word stands still, no fault moved them.
+struct Reading {
+    epoch: u64,
+    words: Option<Arc<MappedCounters>>,
+    /// The word's index in `words`.
+    at: usize,
+    /// `None` until a first reading under this epoch.
+    last: Option<(u64, u64, u64)>,
+}
 
 /// What a span was current for: time, and the page faults of its threads
 /// meanwhile (minor, major), as the kernel counts them per thread.
@@ -57,20 +104,17 @@ struct Stamp {
 impl Stamp {
     fn now() -> Self {
         let ns = monotonic_ns();
-        if !FAULTS.load(Ordering::Relaxed) {
-            return Stamp {
-                ns,
-                ..Stamp::default()
-            };
-        }
-        // SAFETY: an all-zero rusage is valid; getrusage fills it.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `usage` is a valid rusage to write.
-        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+        let (minor_faults, major_faults) = match FAULTS.load(Ordering::Relaxed) {
+            FAULTS_OFF => (0, 0),
+            FAULTS_AFTER => READING
+                .try_with(|reading| read_after_faults(&mut reading.borrow_mut()))
+                .unwrap_or_else(|_| thread_faults()),
+            _ => thread_faults(),
+        };
         Stamp {
             ns,
-            minor_faults: usage.ru_minflt as u64,
-            major_faults: usage.ru_majflt as u64,
+            minor_faults,
+            major_faults,
         }
     }
 
@@ -110,7 +154,63 @@ fn shard(span: u64) -> std::sync::MutexGuard<'static, Shard> {
         .unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The calling thread's page faults, minor and major, as the kernel counts
+/// them.
+fn thread_faults() -> (u64, u64) {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid rusage to write.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    (usage.ru_minflt as u64, usage.ru_majflt as u64)
+}
+
+/// The calling thread's fault counts, read again only if its slot's
+/// `faults` word moved since `reading` (a fault of the thread, or of
+/// another with the same slot).
+fn read_after_faults(reading: &mut Reading) -> (u64, u64) {
+    let epoch = EPOCH.load(Ordering::Acquire);
+    if reading.epoch != epoch {
+        use kspan_bpf::types::kspan_sched_open;
+        const WORDS: usize = std::mem::size_of::<kspan_sched_open>() / 8;
+        const FAULTS_WORD: usize = std::mem::offset_of!(kspan_sched_open, faults) / 8;
+        let slot =
+            crate::context::current_tid() as usize & (c::KSPAN_SCHED_OPEN_SLOTS as usize - 1);
+        *reading = Reading {
+            epoch,
+            words: FAULT_WORDS
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+            at: slot * WORDS + FAULTS_WORD,
+            last: None,
+        };
+    }
+    let Some(words) = &reading.words else {
+        return thread_faults();
+    };
+    // Before the counts: a fault after this load moves the word again.
+    let word = words.word(reading.at);
+    if let Some((seen, minor, major)) = reading.last {
+        if seen == word {
+            return (minor, major);
+        }
+    }
+    let (minor, major) = thread_faults();
+    reading.last = Some((word, minor, major));
+    (minor, major)
+}
+
 thread_local! {
+    /// This thread's last reading of its fault counts.
+    static READING: RefCell<Reading> = const {
+        RefCell::new(Reading {
+            epoch: u64::MAX,
+            words: None,
+            at: 0,
+            last: None,
+        })
+    };
+
     /// The span current on this thread (0: none) and since when.
     static CURRENT: Cell<(u64, Stamp)> = const {
         Cell::new((
@@ -136,18 +236,31 @@ pub(crate) fn monotonic_ns() -> u64 {
 }
 
 /// Starts timing publications (a runtime with the account starts), and
-/// with `faults` counting page faults: the thread context hands each
+/// counting page faults as `faults` says: the thread context hands each
 /// publication to [`switched`].
-pub(crate) fn start(faults: bool) {
+pub(crate) fn start(faults: FaultCounts) {
     crate::context::on_switch(switched);
-    FAULTS.store(faults, Ordering::Relaxed);
+    let mode = match faults {
+        FaultCounts::Off => FAULTS_OFF,
+        FaultCounts::EachStamp => FAULTS_EACH,
+        FaultCounts::AfterFaults(words) => {
+            *FAULT_WORDS.lock().unwrap_or_else(PoisonError::into_inner) = Some(words);
+            FAULTS_AFTER
+        }
+    };
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+    FAULTS.store(mode, Ordering::Relaxed);
     ON.store(true, Ordering::Relaxed);
 }
 
-/// Stops it (that runtime stops).
+/// Stops it (that runtime stops). A thread's last reading keeps that
+/// runtime's map mapped until the thread reads under another runtime, or
+/// exits: no thread reads a word of a map that is gone.
 pub(crate) fn stop() {
     ON.store(false, Ordering::Relaxed);
-    FAULTS.store(false, Ordering::Relaxed);
+    FAULTS.store(FAULTS_OFF, Ordering::Relaxed);
+    *FAULT_WORDS.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
 /// The calling thread's current span is now `span` (its id as a number;
@@ -212,7 +325,7 @@ mod tests {
 
     #[test]
     fn a_span_adds_its_time_current_and_nothing_after_it_ended() {
-        start(true);
+        start(FaultCounts::EachStamp);
         let span = 0x5eed_0001;
         switched(span);
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -2,6 +2,8 @@
 //! What the kernel summed for one application span, read through the
 //! generated `struct kspan_sched_sum`, and the attributes it makes.
 
+use std::sync::Arc;
+
 use kspan_bpf::consts as c;
 use kspan_bpf::types::kspan_sched_sum;
 use opentelemetry::KeyValue;
@@ -94,39 +96,43 @@ impl SchedTotals {
             attrs.push(KeyValue::new(attributes::INTERRUPTS_NS, n(interrupts)));
         }
         if causes {
-            attrs.extend(self.cause_attributes());
+            self.cause_attributes(&mut attrs);
         }
         attrs
     }
 
-    /// The splits by cause, each with its remainder.
-    fn cause_attributes(&self) -> Vec<KeyValue> {
+    /// The splits by cause, each with its remainder: those not 0 only (a
+    /// cause attribute left out is 0; most spans have few causes, and each
+    /// attribute costs the span its copies down the pipeline).
+    fn cause_attributes(&self, attrs: &mut Vec<KeyValue>) {
         use cause_attributes as a;
-        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let blocked_parts = self.blocked_io_ns + self.blocked_memory_ns + self.blocked_lock_ns;
         let sleeping_parts = self.sleeping_lock_ns
             + self.sleeping_futex_ns
             + self.sleeping_poll_ns
             + self.sleeping_timer_ns
             + self.sleeping_receive_ns;
-        let mut attrs = vec![
-            KeyValue::new(a::BLOCKED_IO_NS, n(self.blocked_io_ns)),
-            KeyValue::new(a::BLOCKED_MEMORY_NS, n(self.blocked_memory_ns)),
-            KeyValue::new(a::BLOCKED_LOCK_NS, n(self.blocked_lock_ns)),
-            KeyValue::new(
-                a::BLOCKED_UNATTRIBUTED_NS,
-                n(self.blocked_ns.saturating_sub(blocked_parts)),
-            ),
-            KeyValue::new(a::SLEEPING_LOCK_NS, n(self.sleeping_lock_ns)),
-            KeyValue::new(a::SLEEPING_FUTEX_NS, n(self.sleeping_futex_ns)),
-            KeyValue::new(a::SLEEPING_POLL_NS, n(self.sleeping_poll_ns)),
-            KeyValue::new(a::SLEEPING_TIMER_NS, n(self.sleeping_timer_ns)),
-            KeyValue::new(a::SLEEPING_RECEIVE_NS, n(self.sleeping_receive_ns)),
-            KeyValue::new(
-                a::SLEEPING_UNATTRIBUTED_NS,
-                n(self.sleeping_ns.saturating_sub(sleeping_parts)),
-            ),
-        ];
+        let mut put = |key: &'static str, v: u64| {
+            if v != 0 {
+                attrs.push(KeyValue::new(key, i64::try_from(v).unwrap_or(i64::MAX)));
+            }
+        };
+        put(a::BLOCKED_IO_NS, self.blocked_io_ns);
+        put(a::BLOCKED_MEMORY_NS, self.blocked_memory_ns);
+        put(a::BLOCKED_LOCK_NS, self.blocked_lock_ns);
+        put(
+            a::BLOCKED_UNATTRIBUTED_NS,
+            self.blocked_ns.saturating_sub(blocked_parts),
+        );
+        put(a::SLEEPING_LOCK_NS, self.sleeping_lock_ns);
+        put(a::SLEEPING_FUTEX_NS, self.sleeping_futex_ns);
+        put(a::SLEEPING_POLL_NS, self.sleeping_poll_ns);
+        put(a::SLEEPING_TIMER_NS, self.sleeping_timer_ns);
+        put(a::SLEEPING_RECEIVE_NS, self.sleeping_receive_ns);
+        put(
+            a::SLEEPING_UNATTRIBUTED_NS,
+            self.sleeping_ns.saturating_sub(sleeping_parts),
+        );
         let kinds = [
             (a::LOCK_MUTEX_NS, a::LOCK_MUTEX_COUNT),
             (a::LOCK_RWSEM_NS, a::LOCK_RWSEM_COUNT),
@@ -134,24 +140,20 @@ impl SchedTotals {
             (a::LOCK_OTHER_NS, a::LOCK_OTHER_COUNT),
         ];
         for (i, (ns, count)) in kinds.into_iter().enumerate() {
-            attrs.push(KeyValue::new(ns, n(self.lock_ns[i])));
-            attrs.push(KeyValue::new(count, n(self.locks[i])));
+            put(ns, self.lock_ns[i]);
+            put(count, self.locks[i]);
         }
-        attrs.extend([
-            KeyValue::new(a::MEMORY_RECLAIM_NS, n(self.memory_ns[0])),
-            KeyValue::new(a::MEMORY_RECLAIMS, n(self.memory_stalls[0])),
-            KeyValue::new(a::MEMORY_COMPACTION_NS, n(self.memory_ns[1])),
-            KeyValue::new(a::MEMORY_COMPACTIONS, n(self.memory_stalls[1])),
-        ]);
-        let total = |rows: &[u64; 3]| n(rows.iter().sum());
-        attrs.extend([
-            KeyValue::new(a::BLOCK_REQUESTS, total(&self.block_requests)),
-            KeyValue::new(a::BLOCK_BYTES, total(&self.block_bytes)),
-            KeyValue::new(a::BLOCK_QUEUE_NS, total(&self.block_queue_ns)),
-            KeyValue::new(a::BLOCK_DEVICE_NS, total(&self.block_device_ns)),
-            KeyValue::new(a::BLOCK_HELD_REQUESTS, total(&self.block_held)),
-            KeyValue::new(a::BLOCK_HELD_NS, total(&self.block_held_ns)),
-        ]);
+        put(a::MEMORY_RECLAIM_NS, self.memory_ns[0]);
+        put(a::MEMORY_RECLAIMS, self.memory_stalls[0]);
+        put(a::MEMORY_COMPACTION_NS, self.memory_ns[1]);
+        put(a::MEMORY_COMPACTIONS, self.memory_stalls[1]);
+        let total = |rows: &[u64; 3]| rows.iter().sum();
+        put(a::BLOCK_REQUESTS, total(&self.block_requests));
+        put(a::BLOCK_BYTES, total(&self.block_bytes));
+        put(a::BLOCK_QUEUE_NS, total(&self.block_queue_ns));
+        put(a::BLOCK_DEVICE_NS, total(&self.block_device_ns));
+        put(a::BLOCK_HELD_REQUESTS, total(&self.block_held));
+        put(a::BLOCK_HELD_NS, total(&self.block_held_ns));
         let rows: Vec<String> = (0..3)
             .filter(|&row| self.block_requests[row] > 0)
             .map(|row| {
@@ -182,7 +184,6 @@ impl SchedTotals {
                 opentelemetry::Value::Array(rows.into()),
             ));
         }
-        attrs
     }
 }
 
@@ -193,8 +194,9 @@ impl SchedTotals {
 /// at start.
 pub(crate) struct SpanFigures {
     table: SpanTable,
-    /// Each thread's open off-CPU interval (`kspan_sched_open`).
-    open: MappedCounters,
+    /// Each thread's open off-CPU interval (`kspan_sched_open`), shared
+    /// with the time base, which reads its `faults` words.
+    open: Arc<MappedCounters>,
     /// The causes are read: their attributes go on the spans.
     causes: bool,
 }
@@ -204,9 +206,18 @@ impl SpanFigures {
     pub(crate) fn new(maps: &AccountMaps, causes: bool) -> Result<Self, MapError> {
         Ok(SpanFigures {
             table: SpanTable::new(&maps.spans, kspan_bpf::names::SCHED_SPANS_MAP)?,
-            open: MappedCounters::new(&maps.open, kspan_bpf::names::SCHED_OPEN_MAP)?,
+            open: Arc::new(MappedCounters::new(
+                &maps.open,
+                kspan_bpf::names::SCHED_OPEN_MAP,
+            )?),
             causes,
         })
+    }
+
+    /// `kspan_sched_open`, mapped, for the time base to read the `faults`
+    /// words of.
+    pub(crate) fn open_slots(&self) -> Arc<MappedCounters> {
+        Arc::clone(&self.open)
     }
 
     /// An off-CPU interval of `span` on the calling thread whose switch-in
@@ -263,15 +274,17 @@ impl SpanEndFigures for SpanFigures {
     }
 }
 
-/// The page fault attributes of a span: the kernel's counts of its time
-/// current, and its time off CPU in faults.
-fn fault_attributes(minor: u64, major: u64, wait_ns: u64) -> [KeyValue; 3] {
-    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+/// The page fault attributes of a span not 0 (as the other causes'): the
+/// kernel's counts of its time current, and its time off CPU in faults.
+fn fault_attributes(minor: u64, major: u64, wait_ns: u64) -> impl Iterator<Item = KeyValue> {
     [
-        KeyValue::new(cause_attributes::FAULTS_MINOR, n(minor)),
-        KeyValue::new(cause_attributes::FAULTS_MAJOR, n(major)),
-        KeyValue::new(cause_attributes::FAULT_WAIT_NS, n(wait_ns)),
+        (cause_attributes::FAULTS_MINOR, minor),
+        (cause_attributes::FAULTS_MAJOR, major),
+        (cause_attributes::FAULT_WAIT_NS, wait_ns),
     ]
+    .into_iter()
+    .filter(|&(_, v)| v != 0)
+    .map(|(key, v)| KeyValue::new(key, i64::try_from(v).unwrap_or(i64::MAX)))
 }
 
 #[cfg(test)]
@@ -329,8 +342,23 @@ mod tests {
             int(0)
         );
         // No interval missed: no word of it; the causes off: none of them.
-        // No block request: no line by device.
-        assert_eq!(attrs.len(), 9 + 10 + 8 + 4 + 6);
+        // Of the causes, those not 0 only: blocked by io, memory, lock and
+        // the rest, sleeping by futex, timer and the rest, the mutex's time
+        // and count and the rwsem's count. No block request: no line by
+        // device.
+        assert_eq!(attrs.len(), 9 + 4 + 3 + 3, "{attrs:#?}");
+        for absent in [
+            cause_attributes::SLEEPING_LOCK_NS,
+            cause_attributes::SLEEPING_POLL_NS,
+            cause_attributes::SLEEPING_RECEIVE_NS,
+            cause_attributes::LOCK_RWSEM_NS,
+            cause_attributes::LOCK_SPIN_COUNT,
+            cause_attributes::MEMORY_RECLAIM_NS,
+            cause_attributes::BLOCK_REQUESTS,
+            cause_attributes::BLOCK_BY_DEVICE,
+        ] {
+            assert_eq!(value(&attrs, absent), None, "{absent}");
+        }
         assert_eq!(totals.attributes(100, false).len(), 9);
         let missed = SchedTotals(kspan_sched_sum {
             intervals_missed: 1,

@@ -13,7 +13,9 @@ use opentelemetry::trace::{SpanId, TraceContextExt, Tracer, TracerProvider as _}
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::SpanData;
 
-use super::{duration_ns, int, optional_int, provider, shutdown, start, string, ONE_AT_A_TIME};
+use super::{
+    cause_int, duration_ns, int, optional_int, provider, shutdown, start, string, ONE_AT_A_TIME,
+};
 
 /// Asserts that `span`'s blocked time (`blocked`) and sleeping time
 /// (`sleeping`) are each the sum of their causes and remainder; returns
@@ -25,7 +27,7 @@ pub(super) fn closed_split(span: &SpanData, blocked: i64, sleeping: i64) -> i64 
         c::BLOCKED_LOCK_NS,
         c::BLOCKED_UNATTRIBUTED_NS,
     ]
-    .map(|key| int(span, key));
+    .map(|key| cause_int(span, key));
     assert_eq!(
         blocked_parts.iter().sum::<i64>(),
         blocked,
@@ -40,7 +42,7 @@ pub(super) fn closed_split(span: &SpanData, blocked: i64, sleeping: i64) -> i64 
         c::SLEEPING_RECEIVE_NS,
         c::SLEEPING_UNATTRIBUTED_NS,
     ]
-    .map(|key| int(span, key));
+    .map(|key| cause_int(span, key));
     assert_eq!(
         sleeping_parts.iter().sum::<i64>(),
         sleeping,
@@ -229,7 +231,7 @@ pub fn a_kernel_mutex_wait_names_its_owner(
             .expect("the span is exported")
     };
     let (waiter, holder) = (find(waiter_id), find(held.span));
-    let waited = int(waiter, c::LOCK_MUTEX_NS);
+    let waited = cause_int(waiter, c::LOCK_MUTEX_NS);
     let want = held.wrote_to.saturating_duration_since(asked_at).as_nanos() as i64;
     let lock_waits: Vec<&SpanData> = spans
         .iter()
@@ -240,19 +242,19 @@ pub fn a_kernel_mutex_wait_names_its_owner(
          the waiter's write {:?}, {run_queue} ns of it on the run queue; the holder's {} ns on \
          the run queue in its write; {stolen} ns stolen or in interrupts), blocked on it {} ns, sleeping on it {} ns; holder: {} \
          contentions; lock waits {:?}; {stats}",
-        int(waiter, c::LOCK_MUTEX_COUNT),
+        cause_int(waiter, c::LOCK_MUTEX_COUNT),
         wrote_at - asked_at,
         held.run_queue,
-        int(waiter, c::BLOCKED_LOCK_NS),
-        int(waiter, c::SLEEPING_LOCK_NS),
-        int(holder, c::LOCK_MUTEX_COUNT),
+        cause_int(waiter, c::BLOCKED_LOCK_NS),
+        cause_int(waiter, c::SLEEPING_LOCK_NS),
+        cause_int(holder, c::LOCK_MUTEX_COUNT),
         lock_waits
             .iter()
             .map(|s| (&s.attributes, &s.links))
             .collect::<Vec<_>>(),
     );
-    assert_eq!(int(waiter, c::LOCK_MUTEX_COUNT), 1, "{waiter:#?}");
-    assert_eq!(int(holder, c::LOCK_MUTEX_COUNT), 0, "{holder:#?}");
+    assert_eq!(cause_int(waiter, c::LOCK_MUTEX_COUNT), 1, "{waiter:#?}");
+    assert_eq!(cause_int(holder, c::LOCK_MUTEX_COUNT), 0, "{holder:#?}");
     // The contention lies inside the waiter's write call, measured around
     // it, and covers the rest of the holder's write from the waiter's ask,
     // less the time the holder waited for a CPU after its release before
@@ -275,7 +277,8 @@ pub fn a_kernel_mutex_wait_names_its_owner(
     );
 
     // Its time off CPU is part of it, charged to the lock.
-    let off_on_lock = int(waiter, c::BLOCKED_LOCK_NS) + int(waiter, c::SLEEPING_LOCK_NS);
+    let off_on_lock =
+        cause_int(waiter, c::BLOCKED_LOCK_NS) + cause_int(waiter, c::SLEEPING_LOCK_NS);
     assert!(
         off_on_lock <= waited,
         "off CPU on the lock {off_on_lock} ns, more than the wait {waited} ns"
@@ -420,9 +423,12 @@ pub fn a_span_s_block_requests_are_its_reads(
         .iter()
         .find(|s| s.span_context.span_id() == id)
         .expect("the span is exported");
-    let requests = int(span, c::BLOCK_REQUESTS);
-    let bytes = int(span, c::BLOCK_BYTES);
-    let (queued, on_device) = (int(span, c::BLOCK_QUEUE_NS), int(span, c::BLOCK_DEVICE_NS));
+    let requests = cause_int(span, c::BLOCK_REQUESTS);
+    let bytes = cause_int(span, c::BLOCK_BYTES);
+    let (queued, on_device) = (
+        cause_int(span, c::BLOCK_QUEUE_NS),
+        cause_int(span, c::BLOCK_DEVICE_NS),
+    );
     let by_device = span
         .attributes
         .iter()
@@ -440,7 +446,7 @@ pub fn a_span_s_block_requests_are_its_reads(
         "{requests} requests, {bytes} bytes (read_bytes {read_bytes}), queued {queued} ns, on \
          the device {on_device} ns, the reads took {took:?}; by device {by_device:?}; blocked \
          on I/O {} ns; {} I/O waits; {stats}",
-        int(span, c::BLOCKED_IO_NS),
+        cause_int(span, c::BLOCKED_IO_NS),
         waits.len()
     );
     assert_eq!(requests, reads as i64, "a request a read");
@@ -679,8 +685,8 @@ pub fn a_chain_of_wake_ups_names_each_hop(
             .iter()
             .map(|s| (s.span_context.span_id(), &s.attributes))
             .collect::<Vec<_>>(),
-        int(waiter, c::SLEEPING_FUTEX_NS),
-        int(reader, c::BLOCKED_IO_NS),
+        cause_int(waiter, c::SLEEPING_FUTEX_NS),
+        cause_int(reader, c::BLOCKED_IO_NS),
         after.blkio_ns as i64 - before.blkio_ns as i64,
     );
     // Hop 1: the reader's span woke the waiter.
@@ -766,7 +772,7 @@ pub fn a_chain_of_wake_ups_names_each_hop(
     }
     // The times, against the kernel's own accounting of each thread.
     let slack = |want: i64| slack_ms * 1_000_000 + want * percent / 100;
-    let futex = int(waiter, c::SLEEPING_FUTEX_NS);
+    let futex = cause_int(waiter, c::SLEEPING_FUTEX_NS);
     assert!(
         (futex - off_cpu_by_schedstat).abs() <= slack(off_cpu_by_schedstat),
         "the waiter's futex time {futex} ns, off CPU by schedstat {off_cpu_by_schedstat} ns"
@@ -774,7 +780,7 @@ pub fn a_chain_of_wake_ups_names_each_hop(
     // Delay accounting's block-I/O delay can come out as about the seconds
     // since boot (KERNEL-LAB.md): beyond the reads' own wall time it is no
     // figure, and the reads' time off CPU by schedstat stands in.
-    let io = int(reader, c::BLOCKED_IO_NS);
+    let io = cause_int(reader, c::BLOCKED_IO_NS);
     let blkio = after.blkio_ns as i64 - before.blkio_ns as i64;
     let (truth, what) = if (0..=reads_elapsed).contains(&blkio) {
         (blkio, "its block-I/O delay")
@@ -1045,11 +1051,14 @@ pub(super) fn thread_faults() -> (i64, i64) {
 }
 
 /// Cold pages of a mapping touched inside a span (`pages` of them, 64 KiB
-/// apart, with read-ahead off: each a fault that reads its page): the
-/// span's minor and major faults are the kernel's counts of the thread
-/// meanwhile, exactly; its time off CPU in faults is all its waiting, and
-/// its block-I/O delay by taskstats within `slack_ms` + `percent`; each
-/// long enough wait says it is in a fault.
+/// apart, with read-ahead off: each a fault that reads its page), and as
+/// many fresh anonymous pages (minor faults): the span's minor and major
+/// faults are the kernel's counts of the thread meanwhile, exactly; its
+/// time off CPU in faults is all its waiting, and its block-I/O delay by
+/// taskstats within `slack_ms` + `percent`; each long enough wait says it
+/// is in a fault. Where the kernel has the fault tracepoints (x86-64, BTF
+/// tracepoints), `scheduler_causes()` says the counts are read after
+/// faults only; elsewhere at each switch of a span.
 pub fn a_span_s_page_faults_are_the_kernel_s(
     account: kspan::SchedulerAccount,
     target: ReadTarget<'_>,
@@ -1090,9 +1099,40 @@ pub fn a_span_s_page_faults_are_the_kernel_s(
         // SAFETY: `page * STRIDE` is inside the mapping.
         unsafe { std::ptr::read_volatile(map.cast::<u8>().add(page * STRIDE)) }
     };
+    // Fresh anonymous pages, one written per cold page read: minor faults.
+    // SAFETY: a new private anonymous mapping of `len` bytes, unmapped below.
+    let anon = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(anon, libc::MAP_FAILED, "an anonymous mapping");
+    let write = |page: usize| {
+        // SAFETY: `page * STRIDE` is inside the writable mapping.
+        unsafe { anon.cast::<u8>().add(page * STRIDE).write_volatile(1) }
+    };
     let sums = kspan::KernelSums::new();
     let (provider, exporter) = provider(&sums);
     let kspan = start(&provider, &sums, account);
+    let faults_read = kspan
+        .scheduler_causes()
+        .iter()
+        .find(|cause| cause.cause.starts_with("page faults"))
+        .map(|cause| cause.how.clone())
+        .expect("scheduler_causes() says how page faults are read")
+        .expect("page faults are read on every kernel");
+    let hooked = cfg!(target_arch = "x86_64")
+        && kspan.scheduler_account() == Some(kspan::SchedMechanism::BtfTracepoints);
+    assert_eq!(
+        faults_read.contains("after a page fault exception"),
+        hooked,
+        "how the faults are read: {faults_read}"
+    );
     let tracer = provider.tracer("sched-faults");
     let tid = crate::gettid() as u32;
     let mut measured = None;
@@ -1109,6 +1149,7 @@ pub fn a_span_s_page_faults_are_the_kernel_s(
         let mut sum = 0u64;
         for page in round * pages..(round + 1) * pages {
             sum += u64::from(touch(page));
+            write(page);
         }
         let after = thread_faults();
         let figures_after = super::kernel_figures();
@@ -1126,8 +1167,11 @@ pub fn a_span_s_page_faults_are_the_kernel_s(
     }
     let (minor, major, blkio, off_cpu) = measured.expect("two rounds");
     let stats = shutdown(kspan);
-    // SAFETY: unmapping the mapping made above.
-    unsafe { libc::munmap(map, len) };
+    // SAFETY: unmapping the mappings made above.
+    unsafe {
+        libc::munmap(map, len);
+        libc::munmap(anon, len);
+    }
     drop(file);
     if made {
         let _ = std::fs::remove_file(&path);
@@ -1143,9 +1187,9 @@ pub fn a_span_s_page_faults_are_the_kernel_s(
         .filter(|s| s.parent_span_id == id && s.name.starts_with("off-cpu"))
         .collect();
     let (got_minor, got_major, fault_wait) = (
-        int(span, c::FAULTS_MINOR),
-        int(span, c::FAULTS_MAJOR),
-        int(span, c::FAULT_WAIT_NS),
+        cause_int(span, c::FAULTS_MINOR),
+        cause_int(span, c::FAULTS_MAJOR),
+        cause_int(span, c::FAULT_WAIT_NS),
     );
     let waiting = int(span, a::BLOCKED_NS) + int(span, a::SLEEPING_NS);
     eprintln!(
@@ -1164,6 +1208,7 @@ pub fn a_span_s_page_faults_are_the_kernel_s(
         "the kernel's counts"
     );
     assert!(major >= 1, "cold pages need I/O: {major} major faults");
+    assert!(minor >= 1, "fresh pages written: {minor} minor faults");
     // The faults are the span's only waits.
     let slack = |want: i64| slack_ms * 1_000_000 + want * percent / 100;
     assert!(
@@ -1393,9 +1438,9 @@ pub fn a_memory_high_squeeze_is_reclaim_on_the_span(
         .find(|s| s.span_context.span_id() == id)
         .expect("the span is exported");
     let (reclaim, reclaims, blocked_memory) = (
-        int(span, c::MEMORY_RECLAIM_NS),
-        int(span, c::MEMORY_RECLAIMS),
-        int(span, c::BLOCKED_MEMORY_NS),
+        cause_int(span, c::MEMORY_RECLAIM_NS),
+        cause_int(span, c::MEMORY_RECLAIMS),
+        cause_int(span, c::BLOCKED_MEMORY_NS),
     );
     eprintln!(
         "read {read} bytes in a 4 MiB cgroup, the process's {pinned} threads on CPU 0: \

@@ -12,7 +12,7 @@ use opentelemetry::trace::{TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::SpanData;
 
-use super::{int, optional_int, provider, shutdown, start, string, ONE_AT_A_TIME};
+use super::{cause_int, optional_int, provider, shutdown, start, string, ONE_AT_A_TIME};
 
 /// How the throttled case reads: `reads` O_DIRECT reads of `read_bytes`
 /// each, at distinct offsets of a raw device, under a read limit of
@@ -320,13 +320,13 @@ pub fn a_throttled_read_s_time_held_is_the_span_s(
         .iter()
         .find(|s| s.span_context.span_id() == id)
         .expect("the span is exported");
-    let requests = int(span, c::BLOCK_REQUESTS);
-    let bytes = int(span, c::BLOCK_BYTES);
-    let held = int(span, c::BLOCK_HELD_REQUESTS);
+    let requests = cause_int(span, c::BLOCK_REQUESTS);
+    let bytes = cause_int(span, c::BLOCK_BYTES);
+    let held = cause_int(span, c::BLOCK_HELD_REQUESTS);
     let (held_ns, queued, on_device) = (
-        int(span, c::BLOCK_HELD_NS),
-        int(span, c::BLOCK_QUEUE_NS),
-        int(span, c::BLOCK_DEVICE_NS),
+        cause_int(span, c::BLOCK_HELD_NS),
+        cause_int(span, c::BLOCK_QUEUE_NS),
+        cause_int(span, c::BLOCK_DEVICE_NS),
     );
     let (stat_bytes, stat_reads) = (stat_after.0 - stat_before.0, stat_after.1 - stat_before.1);
     let waits: Vec<&SpanData> = spans
@@ -348,7 +348,7 @@ pub fn a_throttled_read_s_time_held_is_the_span_s(
          the reads took {took:?}; blocked on I/O {} ns; {} I/O waits; by device {by_device:?}; \
          {stats}",
         how.cgroup,
-        int(span, c::BLOCKED_IO_NS),
+        cause_int(span, c::BLOCKED_IO_NS),
         waits.len()
     );
     let want_bytes = (how.reads * how.read_bytes) as i64;
@@ -378,7 +378,7 @@ pub fn a_throttled_read_s_time_held_is_the_span_s(
     );
     // The thread waited on I/O through the hold: its blocked I/O time is
     // the requests' whole way, within the reads' time.
-    let blocked_io = int(span, c::BLOCKED_IO_NS);
+    let blocked_io = cause_int(span, c::BLOCKED_IO_NS);
     assert!(
         blocked_io <= want && blocked_io + slack >= whole,
         "blocked on I/O {blocked_io} ns, the requests' way {whole} ns, the reads {want} ns \
@@ -599,7 +599,7 @@ pub fn a_chain_over_throttled_reads_says_the_time_held(
                 _ => None,
             })
     };
-    let (held_ns, blocked_io) = (int(holder, c::BLOCK_HELD_NS), int(holder, c::BLOCKED_IO_NS));
+    let (held_ns, blocked_io) = (cause_int(holder, c::BLOCK_HELD_NS), cause_int(holder, c::BLOCKED_IO_NS));
     let (link_held, link_io) = (
         on_link(w::WAKER_BLOCK_HELD_NS),
         on_link(w::WAKER_BLOCKED_IO_NS),
@@ -609,7 +609,7 @@ pub fn a_chain_over_throttled_reads_says_the_time_held(
          ({} requests); its waker link: held {link_held:?}, blocked on I/O {link_io:?}; {:?}; \
          {stats}",
         super::duration_ns(futex_wait),
-        int(holder, c::BLOCK_HELD_REQUESTS),
+        cause_int(holder, c::BLOCK_HELD_REQUESTS),
         waker.attributes
     );
     assert_eq!(

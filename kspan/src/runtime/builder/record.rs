@@ -16,6 +16,7 @@ use crate::bpf::{KernelCapabilities, Orphans};
 use crate::consume::{self, Claim, Consumer};
 use crate::error::{Error, Result};
 use crate::plan::ProbePlan;
+use crate::sched::time::FaultCounts;
 use crate::sched::{AccountAttached, SpanFigures, WaitSpans};
 use crate::span::{ClockOffset, SpanFactory, SCOPE_NAME};
 
@@ -129,8 +130,15 @@ impl KspanBuilder {
             return Ok(());
         };
         let figures = SpanFigures::new(tables, settings.causes())?;
+        let faults = if !settings.causes() {
+            FaultCounts::Off
+        } else if attached.faults_hooked {
+            FaultCounts::AfterFaults(figures.open_slots())
+        } else {
+            FaultCounts::EachStamp
+        };
         sums.connect_scheduler(Box::new(figures)).map_err(refused)?;
-        crate::sched::time::start(settings.causes());
+        crate::sched::time::start(faults);
         warn_causes_not_read(attached);
         Ok(())
     }
