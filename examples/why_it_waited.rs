@@ -45,17 +45,18 @@
 //!    block request (device, sector) and was woken by the disk's interrupt.
 //!    Its line says the chain: each hop's span, kind and figures.
 //! 6. `throttled`: 4 `O_DIRECT` reads of 128 KiB of the raw disk
-//!    `KSPAN_SLOW_DISK` names, while the process is in a cgroup v2 group
-//!    of its own whose `io.max` limits reads of that disk to 1 MiB/s
-//!    (`kspan_examples::io_limit`; the io controller limits whole
+//!    `KSPAN_SLOW_DISK` names, while the process is in a cgroup group
+//!    of its own whose limit holds reads of that disk to 1 MiB/s (v2's
+//!    `io.max`, or v1's `blkio.throttle.read_bps_device` where v1's blkio
+//!    holds the controller; `kspan_examples::io_limit`: it limits whole
 //!    processes, so the process goes in for this request only, and back
 //!    out). blk-throttle holds the reads over the limit and its kernel
 //!    worker issues them: the span counts them held, with their time held
 //!    (`kspan.block.held.*`), and each I/O wait names the group that held
 //!    its request (`kspan.block.request.held_by.*`). The group's own
-//!    `io.stat` figures for the request are on the span (`app.cgroup.*`),
-//!    to compare. Where the machine cannot limit it (no raw disk, not
-//!    root, no cgroup v2 io controller), the example says why on stderr
+//!    counts for the request are on the span (`app.cgroup.*`), to
+//!    compare. Where the machine cannot limit it (no raw disk, not root,
+//!    no io controller), the example says why on stderr
 //!    and runs the other requests.
 //!
 //! Each request's line, at the end, says its figures as they reached the
@@ -81,7 +82,7 @@ use std::sync::{mpsc, Arc, Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kspan::sched::{attributes as a, cause_attributes as c, wait_attributes as w};
-use kspan_examples::io_limit::IoLimit;
+use kspan_examples::io_limit::{IoLimit, Version};
 use kspan_examples::noting::{NoteSpans, Noting};
 use kspan_examples::{gettid, init_telemetry_with, otlp_exporter, BoxError};
 use opentelemetry::trace::{SpanId, SpanKind, TraceContextExt as _, Tracer as _};
@@ -175,9 +176,13 @@ async fn run() -> Result<(), BoxError> {
         .map_or("none".to_owned(), |m| m.to_string());
     let throttled_plan = match &throttled {
         Some(limit) => format!(
-            "throttled: {THROTTLED_READS} reads of {} KiB in group {} (io.max rbps={THROTTLE_BPS})",
+            "throttled: {THROTTLED_READS} reads of {} KiB in group {} ({} {THROTTLE_BPS})",
             THROTTLED_READ >> 10,
-            limit.name()
+            limit.name(),
+            match limit.version() {
+                Version::V2 => "io.max rbps=",
+                Version::V1 => "cgroup v1 blkio.throttle.read_bps_device",
+            }
         ),
         None => "throttled: not run, said why on stderr".to_owned(),
     };
@@ -349,14 +354,22 @@ fn serve(
     Ok(())
 }
 
-/// The throttled request's reads, with the group's `io.stat` for them
-/// (`app.cgroup.*`: what the kernel's io controller counted).
+/// The throttled request's reads, with the group's own counts of them
+/// (`app.cgroup.*`: what the kernel's io controller counted, v2's
+/// `io.stat` or v1's `blkio.throttle.*`, named by `app.cgroup.stat`).
 fn read_throttled(cx: &Context, disk: &Path, limit: &IoLimit) -> std::io::Result<()> {
     let before = limit.read_stat().map_err(std::io::Error::other)?;
     read_disk(cx, disk, THROTTLED_FIRST, THROTTLED_READS, THROTTLED_READ)?;
     let after = limit.read_stat().map_err(std::io::Error::other)?;
     cx.span().set_attributes([
         KeyValue::new("app.cgroup.name", limit.name()),
+        KeyValue::new(
+            "app.cgroup.stat",
+            match limit.version() {
+                Version::V2 => "io.stat",
+                Version::V1 => "blkio.throttle.io_serviced",
+            },
+        ),
         KeyValue::new("app.cgroup.rbps", THROTTLE_BPS as i64),
         KeyValue::new("app.cgroup.rios", (after.ios - before.ios) as i64),
         KeyValue::new("app.cgroup.rbytes", (after.bytes - before.bytes) as i64),
@@ -788,7 +801,9 @@ fn describe(req: &Noted, waits: &[&Noted], all: &[Noted]) -> String {
     }
     if let Some(group) = req.str("app.cgroup.name") {
         line += &format!(
-            "; group {group}'s io.stat: {} reads, {} bytes",
+            "; group {group}'s {}: {} reads, {} bytes",
+            req.str("app.cgroup.stat")
+                .unwrap_or_else(|| "io.stat".to_owned()),
             req.int("app.cgroup.rios"),
             req.int("app.cgroup.rbytes")
         );

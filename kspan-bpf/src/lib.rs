@@ -148,8 +148,10 @@ mod tests {
         // waker's kind, pid and tid (12, then 4 of padding), comm (16),
         // trace id (16) and span id (8), then the stack and the waker's
         // stack, each with its count, then the lock's address (8) and
-        // flags (4, then 4 of padding), then the request (6 * 8), then the
-        // waker's last wait (8 + 16 + 8 + 8 + 4 + 4).
+        // flags (4, then 4 of padding), then the request (6 * 8, then its
+        // time held (8) and the cgroup that held it: its id (8) and name),
+        // then the waker's last wait (8 + 16 + 8 + 8 + 4 + 4), then what
+        // the waker did over the wait.
         assert_eq!(
             std::mem::size_of::<types::kspan_wait_record>(),
             std::mem::size_of::<types::kspan_record>()
@@ -164,7 +166,11 @@ mod tests {
                 + 8 * (1 + consts::KSPAN_WAKER_FRAMES as usize)
                 + 16
                 + 48
+                + 8
+                + 8
+                + consts::KSPAN_CGROUP_NAME_BYTES as usize
                 + 48
+                + std::mem::size_of::<types::kspan_waker_during>()
         );
         assert_eq!(
             types::kspan_config::default().caps[0].steps.len(),

@@ -835,7 +835,7 @@ fn waker_did_its_reads(
         "the reader's recent intervals reach back over the whole wait: {:?}",
         waker.attributes
     );
-    let span_io = int(reader, c::BLOCKED_IO_NS);
+    let span_io = cause_int(reader, c::BLOCKED_IO_NS);
     eprintln!(
         "over the wait, the waker: {:?}; its span's I/O {span_io} ns, {what} {truth} ns",
         waker.attributes
@@ -854,7 +854,7 @@ fn waker_did_its_reads(
         Some(reads as i64),
         "a request a read"
     );
-    let span_block = int(reader, c::BLOCK_QUEUE_NS) + int(reader, c::BLOCK_DEVICE_NS);
+    let span_block = cause_int(reader, c::BLOCK_QUEUE_NS) + cause_int(reader, c::BLOCK_DEVICE_NS);
     let during_block = on_link(w::WAKER_BLOCK_QUEUE_NS).unwrap_or(0)
         + on_link(w::WAKER_BLOCK_DEVICE_NS).unwrap_or(0);
     assert!(

@@ -599,7 +599,10 @@ pub fn a_chain_over_throttled_reads_says_the_time_held(
                 _ => None,
             })
     };
-    let (held_ns, blocked_io) = (cause_int(holder, c::BLOCK_HELD_NS), cause_int(holder, c::BLOCKED_IO_NS));
+    let (held_ns, blocked_io) = (
+        cause_int(holder, c::BLOCK_HELD_NS),
+        cause_int(holder, c::BLOCKED_IO_NS),
+    );
     let (link_held, link_io) = (
         on_link(w::WAKER_BLOCK_HELD_NS),
         on_link(w::WAKER_BLOCKED_IO_NS),
