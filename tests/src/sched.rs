@@ -1315,15 +1315,24 @@ pub fn a_read_past_the_cache_is_blocked_time(target: ReadTarget<'_>) {
         blocked,
         "{by_cause:?}"
     );
+    // A wait span's waiting runs between the tracepoints' clock reads
+    // (switch-out to sched_wakeup), the span's total between the run
+    // queue's own (its switch-out's clock to the enqueue's, which come a
+    // path before each tracepoint): a wait may say a few µs more than it
+    // adds to the total (7 µs over 16 waits in the 6.12 and 7.2 guests).
+    const CLOCKS_APART_NS: i64 = 50_000;
     for (cause, total) in by_cause {
-        let waited: i64 = blocked_waits
+        let waits: Vec<i64> = blocked_waits
             .iter()
             .filter(|w| string(w, w::BLOCK_CAUSE).as_deref() == Some(cause))
             .map(|w| int(w, w::WAITING_NS))
-            .sum();
+            .collect();
+        let waited: i64 = waits.iter().sum();
+        let allowed = CLOCKS_APART_NS * waits.len() as i64;
         assert!(
-            waited <= total,
-            "blocked waits of cause {cause} waited {waited} ns, more than the span's {total}"
+            waited <= total + allowed,
+            "blocked waits of cause {cause} waited {waited} ns, more than the span's {total} \
+             (and {allowed} ns for the clocks' reads)"
         );
     }
     assert!(
