@@ -355,6 +355,12 @@ fn faults_once(
         "{majors} major faults in {spans} spans ({disturbed} disturbed); off CPU in all \
          {got_off} ns (kernel {want_off} ns); {stats}"
     );
+    // A busy guest's own reads of /proc disturb the kernel's counts: then
+    // measured again, the last time held.
+    if disturbed > spans * 2 / 3 && !last {
+        eprintln!("{disturbed} of {spans} spans disturbed: too few compared");
+        return false;
+    }
     assert!(
         disturbed <= spans * 2 / 3,
         "{disturbed} of {spans} spans disturbed: too few compared"
@@ -529,6 +535,16 @@ fn moving_once(
          (kernel {want_total} ns); {stats}",
         windows.len()
     );
+    // A busy guest's own reads of /proc disturb the kernel's counts
+    // (CI's 6.12 guest: 16 of 20 in one attempt): then measured again,
+    // the last time held.
+    if disturbed > windows.len() * 2 / 3 && !last {
+        eprintln!(
+            "{disturbed} of {} spans disturbed: too few compared",
+            windows.len()
+        );
+        return false;
+    }
     assert!(
         disturbed <= windows.len() * 2 / 3,
         "{disturbed} of {} spans disturbed: too few compared",
