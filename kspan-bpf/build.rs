@@ -117,6 +117,9 @@ fn main() {
     let object = format!("src/bpf/kspan.{arch}.bpf.o");
     let stamp_file = format!("{object}.sources");
     check_stamp(&object, &stamp_file);
+    let legacy = format!("src/bpf/kspan.{arch}.legacy.bpf.o");
+    let legacy_stamp = format!("{legacy}.sources");
+    check_stamp(&legacy, &legacy_stamp);
     let skeleton = format!("src/bpf/kspan.{arch}.skel.rs");
     check_skeleton(&object, &skeleton, arch);
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -128,11 +131,21 @@ fn main() {
         manifest.join(&object).display()
     );
     println!(
+        "cargo:rustc-env=KSPAN_BPF_LEGACY_OBJECT={}",
+        manifest.join(&legacy).display()
+    );
+    println!(
         "cargo:rustc-env=KSPAN_BPF_SKELETON={}",
         manifest.join(&skeleton).display()
     );
     println!("cargo:rustc-env=KSPAN_BPF_ARCH={arch}");
-    for path in [object.as_str(), stamp_file.as_str(), skeleton.as_str()]
+    for path in [
+        object.as_str(),
+        stamp_file.as_str(),
+        legacy.as_str(),
+        legacy_stamp.as_str(),
+        skeleton.as_str(),
+    ]
         .into_iter()
         .chain(BPF_SOURCES)
     {

@@ -42,6 +42,32 @@ pub use skel::{types, KspanSkel, KspanSkelBuilder, OpenKspanProgs, OpenKspanSkel
 /// shipped with the crate.
 pub const OBJECT: &[u8] = include_bytes!(env!("KSPAN_BPF_OBJECT"));
 
+/// The same compiled for kernels without `bpf_loop` or atomics that
+/// fetch (before Linux 5.17 and 5.12: their verifier refuses a program
+/// holding either, reachable or not): bounded loops, and loads and stores
+/// in place of those atomics. Its maps, programs and globals are
+/// [`OBJECT`]'s (`cargo xtask bpf` checks that their skeletons are one), so
+/// [`KspanSkelBuilder`] opens either ([`use_legacy_object`]).
+pub const LEGACY_OBJECT: &[u8] = include_bytes!(env!("KSPAN_BPF_LEGACY_OBJECT"));
+
+static LEGACY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`KspanSkelBuilder`] open [`LEGACY_OBJECT`] (`true`) or
+/// [`OBJECT`] from now on: one kernel runs the process, so the runtime
+/// chooses once, from its probe of the kernel, before anything is opened.
+pub fn use_legacy_object(legacy: bool) {
+    LEGACY.store(legacy, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The object the skeleton opens (see [`use_legacy_object`]).
+pub fn object_for_kernel() -> &'static [u8] {
+    if LEGACY.load(std::sync::atomic::Ordering::Relaxed) {
+        LEGACY_OBJECT
+    } else {
+        OBJECT
+    }
+}
+
 /// The architecture [`OBJECT`] was compiled for, by libbpf's
 /// `__TARGET_ARCH_` name (`x86`, `arm64`).
 pub const ARCH: &str = env!("KSPAN_BPF_ARCH");

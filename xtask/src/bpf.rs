@@ -30,6 +30,12 @@ pub fn object(arch: &str) -> String {
     format!("kspan-bpf/src/bpf/kspan.{arch}.bpf.o")
 }
 
+/// The committed legacy object of `arch` (kernels without `bpf_loop` or
+/// atomics that fetch), compiled with it.
+pub fn legacy_object(arch: &str) -> String {
+    format!("kspan-bpf/src/bpf/kspan.{arch}.legacy.bpf.o")
+}
+
 /// The committed stamp of `arch`'s object.
 pub fn stamp(arch: &str) -> String {
     format!("{}.sources", object(arch))
@@ -56,8 +62,10 @@ pub fn command(args: &[String]) -> Result<u8> {
             for arch in ARCHES {
                 compile(&repo_root().join(object(arch)), arch)?;
                 eprintln!(
-                    "bpf: wrote {}, {} and {}; commit them with the sources",
+                    "bpf: wrote {}, {} (with its stamp), {} and {}; commit them with the \
+                     sources",
                     object(arch),
+                    legacy_object(arch),
                     stamp(arch),
                     skeleton(arch)
                 );
@@ -88,6 +96,7 @@ fn check_one(arch: &str) -> Result<String> {
     let compiled = compile(&fresh, arch);
     let read =
         |path: &Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    let new_legacy = read(&dir.join(format!("kspan.{arch}.legacy.bpf.o")));
     let (new_object, new_stamp, new_skeleton) = (
         read(&fresh),
         read(&dir.join(format!("kspan.{arch}.bpf.o.sources"))),
@@ -118,6 +127,16 @@ fn check_one(arch: &str) -> Result<String> {
         );
     }
     if compiled == committed {
+        let legacy_path = legacy_object(arch);
+        let committed_legacy = std::fs::read(root.join(&legacy_path)).with_context(|| {
+            format!("reading {legacy_path}: run `cargo xtask bpf` and commit it")
+        })?;
+        if new_legacy? != committed_legacy {
+            bail!(
+                "{legacy_path} differs from what its sources compile to with -DKSPAN_LEGACY: \
+                 run `cargo xtask bpf` and commit it"
+            );
+        }
         if new_skeleton != committed_skeleton {
             bail!(
                 "{skeleton_path} is not the skeleton libbpf-cargo generates from {object}: \

@@ -45,7 +45,7 @@ pub enum KernelSpec {
 }
 
 impl KernelSpec {
-    /// Parses `debian12`, `debian13`, `debian14` (or their code names), or a
+    /// Parses `debian11`, `debian12`, `debian13`, `debian14` (or their code names), or a
     /// path.
     ///
     /// `debian14` is Debian's newest packaged kernel: it tracks sid
@@ -54,6 +54,10 @@ impl KernelSpec {
     /// sid's; so `forky` and `sid` both name it.
     pub fn parse(s: &str) -> Result<KernelSpec> {
         Ok(match s {
+            "debian11" | "bullseye" => KernelSpec::Debian {
+                label: "debian11",
+                suite: "bullseye",
+            },
             "debian12" | "bookworm" => KernelSpec::Debian {
                 label: "debian12",
                 suite: "bookworm",
@@ -70,7 +74,7 @@ impl KernelSpec {
                 KernelSpec::Path(fs::canonicalize(s).with_context(|| format!("kernel path {s}"))?)
             }
             _ => bail!(
-                "unknown kernel `{s}`: use debian12, debian13, debian14 (sid), a path to a \
+                "unknown kernel `{s}`: use debian11, debian12, debian13, debian14 (sid), a path to a \
                  vmlinuz or the directory of an unpacked kernel package"
             ),
         })

@@ -511,7 +511,7 @@ static __always_inline void kspan_sched_out(void *ctx, __u64 pid_tgid, __u32 sta
 			open->out_ns = now;
 			open->span = t->app_span_id;
 			/* Last, and a barrier: the slot is this thread's interval now. */
-			__sync_lock_test_and_set(&open->tid, (__u64)tid);
+			kspan_publish(&open->tid, (__u64)tid);
 		}
 	}
 }
@@ -632,7 +632,7 @@ static __always_inline void kspan_sched_in(__u32 tid, __u32 tgid, void *next, vo
 		struct kspan_sched_open *open = kspan_sched_open_of(tid);
 
 		if (open)
-			__sync_val_compare_and_swap(&open->tid, (__u64)tid, 0);
+			kspan_cmpxchg(&open->tid, (__u64)tid, 0);
 	}
 	if (now < out)
 		return;

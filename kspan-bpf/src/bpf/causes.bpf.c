@@ -441,7 +441,7 @@ static __always_inline __u32 kspan_block_row(struct kspan_sched_sum *s, __u64 de
 
 		if (held == dev)
 			return i;
-		if (!held && __sync_val_compare_and_swap(&s->block_dev[i], 0, dev) == 0)
+		if (!held && kspan_cmpxchg(&s->block_dev[i], 0, dev) == 0)
 			return i;
 		if (*(volatile __u64 *)&s->block_dev[i] == dev)
 			return i;

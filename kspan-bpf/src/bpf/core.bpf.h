@@ -29,8 +29,61 @@
 #endif
 #define __uptr __attribute__((btf_type_tag("uptr")))
 
+/*
+ * Atomics that return a value (BPF_FETCH, Linux 5.12): kernels before
+ * refuse a program holding one, reachable or not, so the object built
+ * for them (-DKSPAN_LEGACY, loaded where a probe finds them missing) does
+ * without: a compare-and-swap becomes a load and a store, a release store
+ * a plain one. Two CPUs may then both claim a free slot at the same
+ * instant (their figures share it); a rate limit may admit one span more.
+ */
+#ifdef KSPAN_LEGACY
+#define kspan_cmpxchg(p, old, new)                                                         \
+	({                                                                                 \
+		__typeof__(*(p)) kspan_cur_ = *(volatile __typeof__(*(p)) *)(p);           \
+		if (kspan_cur_ == (old))                                                   \
+			*(volatile __typeof__(*(p)) *)(p) = (new);                         \
+		kspan_cur_;                                                                \
+	})
+#define kspan_publish(p, v) (*(volatile __typeof__(*(p)) *)(p) = (v))
+#else
+#define kspan_cmpxchg(p, old, new) __sync_val_compare_and_swap(p, old, new)
+/* A store every earlier store is seen before (an atomic exchange). */
+#define kspan_publish(p, v) __sync_lock_test_and_set(p, v)
+#endif
+
 /* Set by user space before load; constant to the verifier. */
 const volatile struct kspan_config kspan_cfg = {};
+
+/*
+ * Whether the kernel offers `feature` (enum kspan_kernel_feature) to
+ * this program: a constant to the verifier, which checks only the branch
+ * taken.
+ */
+#define kspan_has(feature) (kspan_cfg.kernel_features & (feature))
+
+/*
+ * The current task: a typed pointer where the kernel gives one
+ * (KSPAN_KF_TASK_BTF), else only its address, which is read through
+ * bpf_probe_read_kernel (kspan_task_word).
+ */
+static __always_inline struct task_struct *kspan_current_task(void)
+{
+	if (kspan_has(KSPAN_KF_TASK_BTF))
+		return bpf_get_current_task_btf();
+	return (struct task_struct *)bpf_get_current_task();
+}
+
+/* The 8 bytes at `offset` in `task` (from kspan_current_task). */
+static __always_inline __u64 kspan_task_word(void *task, __u64 offset)
+{
+	__u64 word = 0;
+
+	if (kspan_has(KSPAN_KF_TASK_BTF))
+		return *(__u64 *)(task + offset);
+	bpf_probe_read_kernel(&word, sizeof(word), task + offset);
+	return word;
+}
 
 /*
  * Finished spans. The runtime sets the size before load
@@ -112,11 +165,14 @@ struct {
  * element in place. Not a per-CPU scratch: a program can be preempted
  * between filling one and storing it, and another task's call on the same
  * CPU would overwrite it. The account's thread entries start from it too
- * (sched.bpf.h): it is as large as the larger.
+ * (sched.bpf.h), and the probes' stacks where they are by thread id
+ * (probes.bpf.h): it is as large as the largest.
  */
 union kspan_zero_value {
 	struct kspan_entry_values entry;
 	struct kspan_sched_task task;
+	/* A thread's first stack, where stacks are by thread id. */
+	struct kspan_task_stack stack;
 };
 
 struct {
@@ -147,7 +203,7 @@ static __always_inline __u32 kspan_table_hash(__u64 span, __u32 tag)
  */
 static __always_inline int kspan_table_claim(__u64 *span_at, __u64 span)
 {
-	return *(volatile __u64 *)span_at == 0 && __sync_val_compare_and_swap(span_at, 0, span) == 0;
+	return *(volatile __u64 *)span_at == 0 && kspan_cmpxchg(span_at, 0, span) == 0;
 }
 
 /* This CPU's value of `counter` (enum kspan_counter). */
@@ -170,9 +226,19 @@ static __always_inline void kspan_submit_span(void *rec)
 	__u64 *emitted = kspan_counter(KSPAN_CTR_EMITTED);
 	__u64 flags = BPF_RB_NO_WAKEUP;
 
+#ifdef KSPAN_LEGACY
+	/* No fetching add: the count read after (a check may move by one). */
+	if (emitted) {
+		__sync_fetch_and_add(emitted, 1);
+		if (!(*(volatile __u64 *)emitted & (KSPAN_WAKEUP_CHECK_RECORDS - 1)) &&
+		    bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA) >= KSPAN_WAKEUP_BYTES)
+			flags = BPF_RB_FORCE_WAKEUP;
+	}
+#else
 	if (emitted && !(__sync_fetch_and_add(emitted, 1) & (KSPAN_WAKEUP_CHECK_RECORDS - 1)) &&
 	    bpf_ringbuf_query(&kspan_events, BPF_RB_AVAIL_DATA) >= KSPAN_WAKEUP_BYTES)
 		flags = BPF_RB_FORCE_WAKEUP;
+#endif
 	bpf_ringbuf_submit(rec, flags);
 }
 
@@ -234,7 +300,12 @@ struct task_struct___kspan {
 static __always_inline __u64 kspan_call_of(void *ctx, struct task_struct *current)
 {
 	struct task_struct___kspan *task = (void *)current;
-	__u64 base = (__u64)task->stack, at = (__u64)ctx;
+	__u64 base, at = (__u64)ctx;
+
+	if (kspan_has(KSPAN_KF_TASK_BTF))
+		base = (__u64)task->stack;
+	else
+		base = (__u64)BPF_CORE_READ(task, stack);
 
 	return at >= base && at < base + KSPAN_THREAD_SIZE ? at : 0;
 }
@@ -293,7 +364,12 @@ static __always_inline int kspan_overloaded(const int outermost)
 static __always_inline void kspan_new_ids(__u64 *ids, const int n)
 {
 	__u32 zero = 0;
+#ifdef KSPAN_LEGACY
+	/* No fetching add to take `n` steps at once: random ids. */
+	__u64 *state = NULL;
+#else
 	__u64 *state = bpf_map_lookup_elem(&kspan_id_state, &zero);
+#endif
 	__u64 z = 0;
 
 	if (state)
@@ -371,14 +447,14 @@ static __always_inline int kspan_app_context(struct kspan_thread_ctx *ctx, __u64
 	if ((__u32)(pid_tgid >> 32) != kspan_cfg.ctx_tgid)
 		return 0;
 	/* A typed load at a constant offset: no helper call. */
-	task = bpf_get_current_task_btf();
+	task = kspan_current_task();
 	if (kspan_cfg.ctx_records) {
 		int registered = kspan_registered_context(ctx, task, (__u32)pid_tgid);
 
 		if (registered >= 0)
 			return registered;
 	}
-	tp = *(__u64 *)(task + kspan_cfg.task_tp_offset);
+	tp = kspan_task_word(task, kspan_cfg.task_tp_offset);
 	if (!tp)
 		return 0;
 	if (bpf_probe_read_user(&slot, sizeof(slot),

@@ -20,6 +20,11 @@
  * so that the index can be masked, which the verifier accepts as bounded.
  */
 #define KSPAN_MAX_DEPTH 16
+/*
+ * Arguments a trampoline can pass before Linux 5.17 (x86-64 registers):
+ * where kspan_trampoline_ret looks for the return value without a helper.
+ */
+#define KSPAN_MAX_TRAMPOLINE_ARGS 6
 
 /* Values captured per call (arguments, fields through pointers, strings). */
 #define KSPAN_MAX_CAPS 8
@@ -461,7 +466,47 @@ struct kspan_config {
 	 * reads none of it.
 	 */
 	__u32 sched_causes;
+	/*
+	 * enum kspan_kernel_feature: what the running kernel offers a program
+	 * of this one's type, as the runtime probed it at start.
+	 */
+	__u32 kernel_features;
+	/*
+	 * The traced function's own argument count (its BTF prototype): where
+	 * a trampoline's context holds the return value when no helper reads
+	 * it (kernels without bpf_get_func_ret).
+	 */
+	__u32 func_nr_args;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
+};
+
+/*
+ * What the running kernel offers, probed by the runtime at start for each
+ * program type (a helper in the kernel's BTF and a tiny program loaded
+ * with it), never read off a version number: a vendor kernel with
+ * backports gets what it has. Where a bit is clear, the program does the
+ * same job the older way; the verifier sees the bits as constants (a
+ * frozen .rodata) and never checks the branch not taken, so a helper the
+ * kernel lacks is never seen by it. bpf_loop (5.17) is not a bit: a
+ * program calling it cannot even be given to an older kernel, so its
+ * bounded twins (`*_bounded`) are loaded there instead.
+ */
+enum kspan_kernel_feature {
+	/* bpf_get_current_task_btf (5.11): typed loads; else CO-RE reads. */
+	KSPAN_KF_TASK_BTF = 1,
+	/*
+	 * Task local storage in this program type (5.11): the per-thread
+	 * stacks of open calls; else a hash by thread id, emptied at the
+	 * thread's exit.
+	 */
+	KSPAN_KF_TASK_STORAGE = 2,
+	/*
+	 * bpf_get_func_arg and _ret (5.17); else the trampoline's context read
+	 * at constant offsets (the function's argument count in .rodata).
+	 */
+	KSPAN_KF_FUNC_ARGS = 4,
+	/* bpf_task_pt_regs (5.15): a task's user registers. */
+	KSPAN_KF_TASK_PT_REGS = 8,
 };
 
 /* One open kernel span on a task's stack. */

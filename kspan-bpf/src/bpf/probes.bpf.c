@@ -222,7 +222,7 @@ static __always_inline int kspan_emit_instant(const __u64 *args, __u64 now, __u3
 	__u32 depth = 0;
 
 	/* Where the instant belongs, decided before anything is reserved. */
-	st = bpf_task_storage_get(&kspan_stacks, task, 0, 0);
+	st = kspan_stack_of(task, (__u32)pid_tgid, 0);
 	if (st) {
 		kspan_settle(st, call, probe_id, pid_tgid);
 		depth = kspan_depth(st);
@@ -324,7 +324,7 @@ static __always_inline int kspan_entry(const __u64 *args, __u32 probe_id,
 	if (!spans_only && kspan_is_instant())
 		return kspan_emit_instant(args, now, probe_id, task, call, pid_tgid);
 
-	st = bpf_task_storage_get(&kspan_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	st = kspan_stack_of(task, (__u32)pid_tgid, 1);
 	if (!st) {
 		kspan_count(KSPAN_CTR_NO_STORAGE);
 		return 0;
@@ -448,7 +448,7 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 	__u32 depth, found = 0;
 
 	now = bpf_ktime_get_ns();
-	st = bpf_task_storage_get(&kspan_stacks, task, 0, 0);
+	st = kspan_stack_of(task, (__u32)pid_tgid, 0);
 	if (!st) {
 		kspan_count(KSPAN_CTR_UNMATCHED_EXIT);
 		return 0;
@@ -524,7 +524,14 @@ static __always_inline int kspan_exit(__u64 ret, __u32 probe_id, struct task_str
 			.depth = kspan_depth(st),
 		};
 
+#ifdef KSPAN_LEGACY
+		/* No bpf_loop (before 5.17): the verifier walks each frame. */
+		for (__u32 i = 0; i < KSPAN_MAX_DEPTH; i++)
+			if (kspan_search_step(i, &search))
+				break;
+#else
 		bpf_loop(KSPAN_MAX_DEPTH, kspan_search_step, &search, 0);
+#endif
 		found = search.found < KSPAN_MAX_DEPTH ? search.found : KSPAN_MAX_DEPTH;
 		/* A session's entry names its frame: another one found is not it. */
 		if (found && cookie &&
@@ -636,7 +643,7 @@ int kspan_fentry(__u64 *ctx)
 	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	kspan_trampoline_args(ctx, args);
-	task = bpf_get_current_task_btf();
+	task = kspan_current_task();
 	return kspan_entry(args, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL,
 			   pid_tgid, 0, 0);
 }
@@ -651,9 +658,9 @@ int kspan_fexit(__u64 *ctx)
 
 	if (!kspan_wanted(&pid_tgid))
 		return 0;
-	bpf_get_func_ret(ctx, &ret);
+	ret = kspan_trampoline_ret(ctx);
 	kspan_trampoline_args(ctx, args);
-	task = bpf_get_current_task_btf();
+	task = kspan_current_task();
 	return kspan_exit(ret, kspan_cfg.probe_id, task, kspan_call_of(ctx, task), NULL, args,
 			  pid_tgid, 0);
 }
@@ -679,7 +686,7 @@ static __always_inline int kspan_session(__u64 *ctx, const int plain)
 
 	if (!kspan_wanted(&pid_tgid))
 		return 0;
-	task = bpf_get_current_task_btf();
+	task = kspan_current_task();
 	if (bpf_session_is_return(ctx)) {
 		__u64 *cookie = bpf_session_cookie(ctx);
 
@@ -731,7 +738,7 @@ static __always_inline int kspan_on_kprobe(struct pt_regs *regs)
 	if (!kspan_wanted(&pid_tgid))
 		return 0;
 	kspan_kprobe_args(regs, args);
-	return kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL,
+	return kspan_entry(args, kspan_probe_id(regs), kspan_current_task(), 0, NULL,
 			   pid_tgid, 0, 0);
 }
 
@@ -740,7 +747,7 @@ static __always_inline int kspan_on_kretprobe(struct pt_regs *regs)
 	__u64 pid_tgid;
 	if (!kspan_wanted(&pid_tgid))
 		return 0;
-	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
+	return kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), kspan_current_task(), 0,
 			  NULL, NULL, pid_tgid, 0);
 }
 
@@ -792,12 +799,12 @@ int kspan_kprobe_session(struct pt_regs *regs)
 	else
 		is_return = bpf_session_is_return___noctx();
 	if (is_return) {
-		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), bpf_get_current_task_btf(), 0,
+		kspan_exit(PT_REGS_RC(regs), kspan_probe_id(regs), kspan_current_task(), 0,
 			   NULL, NULL, pid_tgid, 0);
 		return 0;
 	}
 	kspan_kprobe_args(regs, args);
-	kspan_entry(args, kspan_probe_id(regs), bpf_get_current_task_btf(), 0, NULL, pid_tgid, 1,
+	kspan_entry(args, kspan_probe_id(regs), kspan_current_task(), 0, NULL, pid_tgid, 1,
 		    0);
 	return 0;
 }
@@ -819,7 +826,7 @@ int kspan_sys_enter(__u64 *ctx)
 #pragma unroll
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++)
 		args[i] = i < kspan_cfg.nr_args ? ctx[2 + i] : 0;
-	return kspan_entry(args, kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL,
+	return kspan_entry(args, kspan_cfg.probe_id, kspan_current_task(), 0, NULL,
 			   pid_tgid, 1, 0);
 }
 
@@ -829,6 +836,19 @@ int kspan_sys_exit(__u64 *ctx)
 	__u64 pid_tgid;
 	if (!kspan_wanted(&pid_tgid))
 		return 0;
-	return kspan_exit(ctx[2], kspan_cfg.probe_id, bpf_get_current_task_btf(), 0, NULL, NULL,
+	return kspan_exit(ctx[2], kspan_cfg.probe_id, kspan_current_task(), 0, NULL, NULL,
 			  pid_tgid, 0);
+}
+
+/*
+ * Where stacks are by thread id (no task local storage): a thread's entry
+ * goes with the thread (sched_process_exit runs on the exiting thread).
+ */
+SEC("tracepoint/sched/sched_process_exit")
+int kspan_task_exit(void *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&kspan_stacks_by_tid, &tid);
+	return 0;
 }

@@ -24,6 +24,43 @@ struct {
 } kspan_stacks SEC(".maps");
 
 /*
+ * The same where the kernel lacks task local storage for the program's
+ * type (KSPAN_KF_TASK_STORAGE clear, Linux before 5.11): by thread id,
+ * each thread's entry deleted at its exit (kspan_task_exit). Preallocated,
+ * as tracing programs need; made only there, sized by the runtime.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kspan_task_stack);
+} kspan_stacks_by_tid SEC(".maps");
+
+/*
+ * The open calls of `task` (thread `tid`), made empty first when `create`;
+ * NULL when it has none, or none could be made (the thread map full).
+ */
+static __always_inline struct kspan_task_stack *kspan_stack_of(struct task_struct *task,
+							       __u32 tid, const int create)
+{
+	struct kspan_task_stack *st;
+	__u32 zero = 0;
+	void *empty;
+
+	if (kspan_has(KSPAN_KF_TASK_STORAGE))
+		return bpf_task_storage_get(&kspan_stacks, task, 0,
+					    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	st = bpf_map_lookup_elem(&kspan_stacks_by_tid, &tid);
+	if (st || !create)
+		return st;
+	empty = bpf_map_lookup_elem(&kspan_zero, &zero);
+	if (!empty)
+		return NULL;
+	bpf_map_update_elem(&kspan_stacks_by_tid, &tid, empty, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&kspan_stacks_by_tid, &tid);
+}
+
+/*
  * Values of captures read at entry (`at_entry`), by span id, until the
  * exit. The runtime sizes it to one entry when no probe reads at entry.
  */
@@ -239,9 +276,33 @@ static __always_inline void kspan_trampoline_args(__u64 *ctx, __u64 *args)
 #pragma unroll
 	for (int i = 0; i < KSPAN_MAX_ARGS; i++) {
 		args[i] = 0;
-		if (i < kspan_cfg.nr_args)
+		if (i >= kspan_cfg.nr_args)
+			continue;
+		if (kspan_has(KSPAN_KF_FUNC_ARGS))
 			bpf_get_func_arg(ctx, i, &args[i]);
+		else
+			args[i] = ctx[i];
 	}
+}
+
+/*
+ * The return value of a trampoline's function: after its arguments in the
+ * context, where no helper reads it.
+ */
+static __always_inline __u64 kspan_trampoline_ret(__u64 *ctx)
+{
+	__u64 ret = 0;
+
+	if (kspan_has(KSPAN_KF_FUNC_ARGS)) {
+		bpf_get_func_ret(ctx, &ret);
+		return ret;
+	}
+	/* Trampolines take at most KSPAN_MAX_TRAMPOLINE_ARGS arguments. */
+#pragma unroll
+	for (int i = 0; i <= KSPAN_MAX_TRAMPOLINE_ARGS; i++)
+		if (i == kspan_cfg.func_nr_args)
+			ret = ctx[i];
+	return ret;
 }
 
 /*
@@ -594,7 +655,7 @@ static __always_inline int kspan_rate_ok(__u32 probe_id, __u64 now)
 
 		if (from - now > 1000000000ULL - interval)
 			return 0;
-		if (__sync_val_compare_and_swap(&rate->due_ns, due, from + interval) == due)
+		if (kspan_cmpxchg(&rate->due_ns, due, from + interval) == due)
 			return 1;
 	}
 	return 0;
@@ -657,7 +718,7 @@ static __always_inline void kspan_add_sum(__u64 app_span_id, __u32 probe_id, __u
 			slot->sum.duration_ns = 0;
 			slot->sum.errors = 0;
 			/* Last, and a barrier: only now may others add here. */
-			__sync_lock_test_and_set(&slot->tag, (__u64)tag);
+			kspan_publish(&slot->tag, (__u64)tag);
 			sum = &slot->sum;
 			break;
 		}

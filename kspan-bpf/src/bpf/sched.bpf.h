@@ -99,7 +99,7 @@ static __always_inline struct kspan_sched_sum *kspan_sched_sum_of(__u64 key)
 		if (kspan_table_claim(&slot->span, key)) {
 			__builtin_memset(&slot->sum, 0, sizeof(slot->sum));
 			/* Last, and a barrier: only now may others add here. */
-			__sync_lock_test_and_set(&slot->tag, (__u64)1);
+			kspan_publish(&slot->tag, (__u64)1);
 			return &slot->sum;
 		}
 	}

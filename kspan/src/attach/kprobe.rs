@@ -51,23 +51,33 @@ pub(super) fn attach(
     probe_id: u32,
     fallbacks: &mut Vec<String>,
 ) -> Result<Attachment, AttachError> {
-    let (entry, exit, cookie) = match shared_programs(at, plan, hook, Program::of(hook), fallbacks)
-    {
-        Ok((entry, exit)) => (entry, exit, u64::from(probe_id)),
+    let kind = at.runtime.kernel.kprobe;
+    let programs = Program::of(hook);
+    // Without attach cookies (before 5.15) every function has programs
+    // of its own, its probe id a setting: said once in the attach plan.
+    let shared = kind
+        .cookies
+        .then(|| shared_programs(at, plan, hook, programs, fallbacks));
+    let (entry, exit, cookie) = match shared {
+        Some(Ok((entry, exit))) => (entry, exit, u64::from(probe_id)),
+        None => {
+            let config = probe_config(plan, hook, ProbeId::Fixed(probe_id), at.runtime);
+            let (entry, exit) = at.programs(plan, hook, &config, 0, programs, fallbacks)?;
+            (entry, exit, 0)
+        }
         // Kernels before 5.15 have no attach cookies: programs of the
         // function's own, the probe id a setting.
-        Err(AttachError::Load(e)) => {
+        Some(Err(AttachError::Load(e))) => {
             let why = format!(
                 "shared {hook} programs failed to load ({e}); loaded for this function alone"
             );
             crate::diagnostics::warn_user!(function = plan.function(), "kspan: {why}");
             fallbacks.push(why);
             let config = probe_config(plan, hook, ProbeId::Fixed(probe_id), at.runtime);
-            let (entry, exit) =
-                at.programs(plan, hook, &config, 0, Program::of(hook), fallbacks)?;
+            let (entry, exit) = at.programs(plan, hook, &config, 0, programs, fallbacks)?;
             (entry, exit, 0)
         }
-        Err(e) => return Err(e),
+        Some(Err(e)) => return Err(e),
     };
     let function = plan.function();
     let link = |prog: &OwnedFd, retprobe: bool| {

@@ -126,6 +126,73 @@ pub(crate) struct RuntimeSettings {
     /// (every probe of the runtime when one has a histogram, else 0), and
     /// the keys of `kspan_hist_errno`.
     pub histograms: HistogramSizes,
+    /// What the kernel offers each kind of program (probed at start).
+    pub kernel: KernelFeatureBits,
+}
+
+/// What the kernel offers each kind of kspan program, as its settings say
+/// it (`enum kspan_kernel_feature`), and which build of the programs it
+/// takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KernelFeatureBits {
+    /// Trampolines and BTF tracepoints.
+    pub tracing: ProgramKindBits,
+    /// kprobes.
+    pub kprobe: ProgramKindBits,
+    /// Classic tracepoints.
+    pub tracepoint: ProgramKindBits,
+    /// The programs built for kernels without `bpf_loop` or atomics that
+    /// fetch are loaded (`kspan_bpf::LEGACY_OBJECT`).
+    pub legacy_programs: bool,
+}
+
+/// One kind's [`KernelFeatureBits`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ProgramKindBits {
+    /// `enum kspan_kernel_feature` bits.
+    pub bits: u32,
+    /// `bpf_get_attach_cookie` is there: one program serves many
+    /// functions.
+    pub cookies: bool,
+}
+
+impl ProgramKindBits {
+    /// Of the probed `features`.
+    pub(crate) fn of(features: &super::features::ProgramFeatures) -> Self {
+        ProgramKindBits {
+            bits: features.bits(),
+            cookies: features.attach_cookies.is_available(),
+        }
+    }
+}
+
+impl KernelFeatureBits {
+    /// Of the probed `caps`.
+    pub(crate) fn of(caps: &super::features::KernelCapabilities) -> Self {
+        KernelFeatureBits {
+            tracing: ProgramKindBits::of(&caps.tracing_programs),
+            kprobe: ProgramKindBits::of(&caps.kprobe_programs),
+            tracepoint: ProgramKindBits::of(&caps.tracepoint_programs),
+            legacy_programs: caps.legacy_programs().is_some(),
+        }
+    }
+
+    /// The bits of the programs of `hook`.
+    pub(crate) fn of_hook(&self, hook: Hook) -> ProgramKindBits {
+        match hook {
+            Hook::Fentry | Hook::Fexit => self.tracing,
+            Hook::Kprobe | Hook::Kretprobe => self.kprobe,
+            Hook::Syscall => self.tracepoint,
+        }
+    }
+
+    /// Every kind has task local storage: the probes' stacks are kept
+    /// there, else by thread id for every kind (one place per thread).
+    pub(crate) fn task_storage(&self) -> bool {
+        [self.tracing, self.kprobe, self.tracepoint]
+            .iter()
+            .all(|k| k.bits & c::KSPAN_KF_TASK_STORAGE as u32 != 0)
+    }
 }
 
 /// The sizes of the histogram maps; zeros make them one entry each.
@@ -272,7 +339,20 @@ pub(crate) fn probe_config(
         hist_rows: runtime.histograms.rows(),
         hist_errno_mask: runtime.histograms.errno_rows.max(1) - 1,
         sched_causes: 0,
+        kernel_features: kernel_bits(runtime, hook),
+        func_nr_args: plan.signature.params.len() as u32,
         caps,
+    }
+}
+
+/// The feature bits of `hook`'s programs: task storage only where every
+/// kind has it (the stacks must be in one place for a thread).
+pub(crate) fn kernel_bits(runtime: &RuntimeSettings, hook: Hook) -> u32 {
+    let bits = runtime.kernel.of_hook(hook).bits;
+    if runtime.kernel.task_storage() {
+        bits
+    } else {
+        bits & !(c::KSPAN_KF_TASK_STORAGE as u32)
     }
 }
 

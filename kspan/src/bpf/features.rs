@@ -105,6 +105,166 @@ pub struct KernelCapabilities {
     /// programs, `auto` takes kprobes (see
     /// [`crate::kernel::preemption`]).
     pub preemption: Preemption,
+    /// What kspan's trampoline and BTF tracepoint programs may use beyond
+    /// Linux 5.8's BPF; where something is missing they do the same job
+    /// an older way.
+    pub tracing_programs: ProgramFeatures,
+    /// The same for its kprobe programs.
+    pub kprobe_programs: ProgramFeatures,
+    /// The same for its classic tracepoint programs (syscall sources, the
+    /// account where BTF tracepoints are refused).
+    pub tracepoint_programs: ProgramFeatures,
+    /// Atomics that return a value (BPF_FETCH, Linux 5.12). With
+    /// `bpf_loop`, what kspan's programs are built with; a kernel lacking
+    /// either refuses them whole, so the same programs built without both
+    /// are loaded there ([`KernelCapabilities::legacy_programs`]).
+    pub fetch_atomics: Feature,
+}
+
+/// Helpers and map types a kind of kspan program may use, each probed by
+/// loading a program that calls it (never read off the kernel's version:
+/// vendor kernels backport BPF). Where one is missing the programs do the
+/// same job an older way, at some cost, said by [`ProgramFeatures::fallbacks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProgramFeatures {
+    /// `bpf_get_current_task_btf` (Linux 5.11): typed reads of the task;
+    /// else `bpf_probe_read_kernel`.
+    pub current_task_btf: Feature,
+    /// Task local storage (Linux 5.11; map type and helper): the
+    /// per-thread stacks of open calls; else a map by thread id, emptied
+    /// at each thread's exit.
+    pub task_storage: Feature,
+    /// `bpf_get_func_arg` and `_ret` (Linux 5.17, trampolines): else the
+    /// trampoline's context at offsets from the function's BTF prototype.
+    pub func_args: Feature,
+    /// `bpf_loop` (Linux 5.17): else bounded loops, which the verifier
+    /// walks once per iteration (a longer load).
+    pub loops: Feature,
+    /// `bpf_task_pt_regs` (Linux 5.15): a task's user registers, for the
+    /// account's system call of a wait.
+    pub task_pt_regs: Feature,
+    /// `bpf_get_attach_cookie` (Linux 5.15 for kprobes, 6.0 for
+    /// trampolines): one program serves many functions; else a program
+    /// per function, its probe id a setting.
+    pub attach_cookies: Feature,
+}
+
+impl ProgramFeatures {
+    /// None of them: what a program type the kernel refuses gets.
+    fn none(why: &str) -> Self {
+        ProgramFeatures {
+            current_task_btf: Feature::no(why),
+            task_storage: Feature::no(why),
+            func_args: Feature::no(why),
+            loops: Feature::no(why),
+            task_pt_regs: Feature::no(why),
+            attach_cookies: Feature::no(why),
+        }
+    }
+
+    /// `enum kspan_kernel_feature` bits: what the programs' settings say.
+    pub(crate) fn bits(&self) -> u32 {
+        use kspan_bpf::consts as c;
+        [
+            (&self.current_task_btf, c::KSPAN_KF_TASK_BTF),
+            (&self.task_storage, c::KSPAN_KF_TASK_STORAGE),
+            (&self.func_args, c::KSPAN_KF_FUNC_ARGS),
+            (&self.task_pt_regs, c::KSPAN_KF_TASK_PT_REGS),
+        ]
+        .into_iter()
+        .filter(|(f, _)| f.is_available())
+        .fold(0, |bits, (_, bit)| bits | bit as u32)
+    }
+
+    /// Each missing feature with what kspan does instead, one line each.
+    pub fn fallbacks(&self) -> Vec<String> {
+        [
+            (&self.current_task_btf, "bpf_get_current_task_btf", "the task read through bpf_probe_read_kernel"),
+            (&self.task_storage, "task local storage", "open calls kept by thread id, emptied at each thread's exit"),
+            (&self.func_args, "bpf_get_func_arg/_ret", "arguments and return value read at offsets from the function's BTF prototype"),
+            (&self.loops, "bpf_loop", "bounded loops (each program takes longer to load)"),
+            (&self.task_pt_regs, "bpf_task_pt_regs", "a wait's system call not read (the account's sleeping time by system call)"),
+            (&self.attach_cookies, "bpf_get_attach_cookie", "a program per function"),
+        ]
+        .into_iter()
+        .filter_map(|(f, name, instead)| match f {
+            Feature::Available => None,
+            no => Some(format!("{name}: {no}; instead: {instead}")),
+        })
+        .collect()
+    }
+}
+
+/// The helpers a program of `prog_type` may call, by loading one that
+/// calls each (`attach` as [`super::sys::probe_helper`] takes it).
+fn probe_program_features(
+    prog_type: libbpf_sys::bpf_prog_type,
+    attach: Option<(libbpf_sys::bpf_attach_type, u32)>,
+    what: &str,
+) -> ProgramFeatures {
+    let (attach_type, btf_id) = attach.unwrap_or((0, 0));
+    let mut refused = None;
+    let mut helper = |id: libbpf_sys::bpf_func_id, name: &str, since: &str| {
+        match super::sys::probe_helper(prog_type, attach_type, btf_id, id) {
+            Ok(true) => Feature::Available,
+            Ok(false) => Feature::no(format!(
+                "the verifier does not know {name} in {what} programs ({since}; a program calling it was refused)"
+            )),
+            Err(e) => {
+                refused.get_or_insert(e.raw_os_error());
+                Feature::Unavailable {
+                    reason: format!("{what} programs were refused: not probed"),
+                    errno: e.raw_os_error(),
+                }
+            }
+        }
+    };
+    let current_task_btf = helper(
+        libbpf_sys::BPF_FUNC_get_current_task_btf,
+        "bpf_get_current_task_btf",
+        "Linux 5.11+",
+    );
+    let mut task_storage = helper(
+        libbpf_sys::BPF_FUNC_task_storage_get,
+        "bpf_task_storage_get",
+        "Linux 5.11+",
+    );
+    let func_args = if prog_type == libbpf_sys::BPF_PROG_TYPE_TRACING {
+        helper(libbpf_sys::BPF_FUNC_get_func_arg, "bpf_get_func_arg", "Linux 5.17+")
+    } else {
+        Feature::no("only trampoline programs read arguments through helpers")
+    };
+    let loops = helper(libbpf_sys::BPF_FUNC_loop, "bpf_loop", "Linux 5.17+");
+    let task_pt_regs = helper(libbpf_sys::BPF_FUNC_task_pt_regs, "bpf_task_pt_regs", "Linux 5.15+");
+    let attach_cookies = helper(
+        libbpf_sys::BPF_FUNC_get_attach_cookie,
+        "bpf_get_attach_cookie",
+        "Linux 5.15+ for kprobes, 6.0+ for trampolines",
+    );
+    if task_storage.is_available() {
+        // SAFETY: a plain libbpf call with no pointers (null options).
+        let map = unsafe {
+            libbpf_sys::libbpf_probe_bpf_map_type(
+                libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE,
+                std::ptr::null(),
+            )
+        };
+        if map != 1 {
+            task_storage = Feature::Unavailable {
+                reason: "the kernel refused a task storage map (Linux 5.11+)".to_owned(),
+                errno: (map < 0).then_some(-map),
+            };
+        }
+    }
+    ProgramFeatures {
+        current_task_btf,
+        task_storage,
+        func_args,
+        loops,
+        task_pt_regs,
+        attach_cookies,
+    }
 }
 
 impl KernelCapabilities {
@@ -189,6 +349,39 @@ impl KernelCapabilities {
             (_, Feature::Unavailable { .. }) => Feature::no("not probed: missing privileges"),
             (Ok(btf), Feature::Available) => probe_btf_tracepoints(btf),
         };
+        let tracing_programs = match (&btf, &btf_tracepoints, &trampolines) {
+            // BTF tracepoints where they load (a fentry needs a target the
+            // kernel lets it trace), else a trampoline against a function.
+            (Ok(btf), Feature::Available, _) => probe_program_features(
+                libbpf_sys::BPF_PROG_TYPE_TRACING,
+                btf.type_named("btf_trace_sched_switch")
+                    .map(|id| (libbpf_sys::BPF_TRACE_RAW_TP, id)),
+                "BTF tracepoint",
+            ),
+            (Ok(btf), _, Feature::Available) => probe_program_features(
+                libbpf_sys::BPF_PROG_TYPE_TRACING,
+                probe_target(btf).map(|(_, id)| (libbpf_sys::BPF_TRACE_FENTRY, id)),
+                "trampoline",
+            ),
+            _ => ProgramFeatures::none("no trampolines or BTF tracepoints: not probed"),
+        };
+        let (kprobe_programs, tracepoint_programs) = match &privileges {
+            Feature::Available => (
+                probe_program_features(libbpf_sys::BPF_PROG_TYPE_KPROBE, None, "kprobe"),
+                probe_program_features(libbpf_sys::BPF_PROG_TYPE_TRACEPOINT, None, "tracepoint"),
+            ),
+            _ => (
+                ProgramFeatures::none("not probed: missing privileges"),
+                ProgramFeatures::none("not probed: missing privileges"),
+            ),
+        };
+        let fetch_atomics = match super::sys::probe_fetch_atomics() {
+            Ok(()) => Feature::Available,
+            Err(e) => Feature::Unavailable {
+                reason: "the verifier refused an atomic_fetch_add (Linux 5.12+)".to_owned(),
+                errno: e.raw_os_error(),
+            },
+        };
         let context_records = match &btf {
             Ok(btf) => probe_context_records(btf),
             Err(_) => Feature::no("no kernel BTF to look for task-storage uptrs"),
@@ -209,7 +402,30 @@ impl KernelCapabilities {
             btf_tracepoints,
             context_records,
             preemption: Preemption::read(),
+            tracing_programs,
+            kprobe_programs,
+            tracepoint_programs,
+            fetch_atomics,
         }
+    }
+
+    /// Why kspan loads its programs built for older kernels
+    /// (`kspan_bpf::LEGACY_OBJECT`: bounded loops, plain loads and stores
+    /// in place of atomics that fetch), or `None` where the kernel takes
+    /// the current ones.
+    pub fn legacy_programs(&self) -> Option<String> {
+        if let Feature::Unavailable { .. } = &self.fetch_atomics {
+            return Some(format!("atomics that fetch: {}", self.fetch_atomics));
+        }
+        let loops = [
+            &self.tracing_programs.loops,
+            &self.kprobe_programs.loops,
+            &self.tracepoint_programs.loops,
+        ];
+        if loops.iter().any(|l| l.is_available()) {
+            return None;
+        }
+        Some(format!("bpf_loop: {}", self.tracepoint_programs.loops))
     }
 
     /// Why `hook` cannot work on this kernel, if known before trying.

@@ -8,6 +8,7 @@
 
 use kspan_bpf::names;
 use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 
 use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject};
@@ -41,7 +42,18 @@ pub(crate) struct MapSpec {
     pub context_records: bool,
     /// The scheduler account's tables.
     pub account: bool,
+    /// The probes' stacks are by thread id (no task local storage), with
+    /// the program that empties a thread's at its exit.
+    pub stacks_by_tid: bool,
+    /// The programs built for older kernels are loaded (see
+    /// `kspan_bpf::LEGACY_OBJECT`).
+    pub legacy_programs: bool,
 }
+
+/// Threads whose open calls the map by thread id holds at once (where the
+/// kernel has no task local storage): a thread past it records none,
+/// counted as `no_storage`.
+pub(crate) const STACKS_BY_TID_MAX: u32 = 4096;
 
 impl MapSpec {
     /// The maps `settings` need, with the account's when `account`.
@@ -54,6 +66,8 @@ impl MapSpec {
             histograms: settings.histograms,
             context_records: settings.thread_context.registered_records,
             account,
+            stacks_by_tid: !settings.kernel.task_storage(),
+            legacy_programs: settings.kernel.legacy_programs,
         }
     }
 
@@ -70,6 +84,9 @@ impl MapSpec {
 /// object with no program: every later load reuses them
 /// ([`super::object::LoadRequest::shared`]).
 fn create_maps(spec: &MapSpec) -> Result<SharedMaps, LoadFailure> {
+    // The build of the programs this kernel takes, for this and every
+    // later open: one kernel runs the process.
+    kspan_bpf::use_legacy_object(spec.legacy_programs);
     let mut storage = MaybeUninit::<OpenObject>::uninit();
     let mut open = open_object(&mut storage)?;
     let maps = &mut open.maps;
@@ -108,15 +125,38 @@ fn create_maps(spec: &MapSpec) -> Result<SharedMaps, LoadFailure> {
     ] {
         map.set_autocreate(spec.account)?;
     }
+    maps.kspan_stacks.set_autocreate(!spec.stacks_by_tid)?;
+    maps.kspan_stacks_by_tid.set_autocreate(spec.stacks_by_tid)?;
+    if spec.stacks_by_tid {
+        maps.kspan_stacks_by_tid.set_max_entries(STACKS_BY_TID_MAX)?;
+    }
     for program in Program::ALL {
-        program.in_skeleton(&mut open.progs).set_autoload(false);
+        program
+            .in_skeleton(&mut open.progs)
+            .set_autoload(spec.stacks_by_tid && program == Program::TaskExit);
     }
     let loaded = open.load()?;
+    // Attached before any probe: no thread's stack outlives it.
+    let task_exit = if spec.stacks_by_tid {
+        let prog = Program::TaskExit.in_loaded(&loaded);
+        Some(
+            super::sys::attach_tracepoint(prog.as_fd(), "sched", "sched_process_exit")
+                .map_err(|e| LoadFailure::new(libbpf_rs::Error::from(e)))?,
+        )
+    } else {
+        None
+    };
     let handle = |map: &libbpf_rs::MapMut<'_>| MapHandle::try_from(map);
     let maps = &loaded.maps;
     let shared = SharedMaps {
         events: handle(&maps.kspan_events)?,
-        stacks: handle(&maps.kspan_stacks)?,
+        stacks: if spec.stacks_by_tid {
+            handle(&maps.kspan_stacks_by_tid)?
+        } else {
+            handle(&maps.kspan_stacks)?
+        },
+        stacks_by_tid: spec.stacks_by_tid,
+        _task_exit: task_exit,
         counters: handle(&maps.kspan_counters)?,
         counter_values: MappedCounters::new(
             &handle(&maps.kspan_counters)?,
@@ -195,7 +235,13 @@ pub(crate) struct AccountMaps {
 pub(crate) struct SharedMaps {
     /// Finished spans.
     pub events: MapHandle,
+    /// The probes' stacks: task storage, or by thread id
+    /// (`stacks_by_tid`), emptied at each thread's exit by `task_exit`.
     pub(super) stacks: MapHandle,
+    pub(super) stacks_by_tid: bool,
+    /// The link of the program that empties a thread's stack at its
+    /// exit: held, it lives as long as the maps.
+    pub(super) _task_exit: Option<std::os::fd::OwnedFd>,
     pub(super) counters: MapHandle,
     /// `counters` and `probe_counters`, mapped: read with no system call.
     pub(super) counter_values: MappedCounters,

@@ -102,9 +102,16 @@ fn reuse_shared(
             )))
         }
     }
+    let (stacks, unused) = if shared.stacks_by_tid {
+        (&mut open.maps.kspan_stacks_by_tid, &mut open.maps.kspan_stacks)
+    } else {
+        (&mut open.maps.kspan_stacks, &mut open.maps.kspan_stacks_by_tid)
+    };
+    stacks.reuse_fd(shared.stacks.as_fd())?;
+    // Never reached (`kernel_features`): not made, references poisoned.
+    unused.set_autocreate(false)?;
     for (map, with) in [
         (&mut open.maps.kspan_events, &shared.events),
-        (&mut open.maps.kspan_stacks, &shared.stacks),
         (&mut open.maps.kspan_counters, &shared.counters),
         (&mut open.maps.kspan_control, &shared.control),
         (&mut open.maps.kspan_entry_caps, &shared.entry_values),
@@ -208,9 +215,14 @@ fn lasting_maps(loaded: &KspanSkel<'_>, request: &LoadRequest<'_>) -> Vec<(RawFd
         .as_ref()
         .filter(|_| request.programs.iter().any(|p| p.is_sched()));
     {
+        let stacks = if shared.stacks_by_tid {
+            &loaded.maps.kspan_stacks_by_tid
+        } else {
+            &loaded.maps.kspan_stacks
+        };
         let mut pairs = vec![
             (&loaded.maps.kspan_events, &shared.events),
-            (&loaded.maps.kspan_stacks, &shared.stacks),
+            (stacks, &shared.stacks),
             (&loaded.maps.kspan_counters, &shared.counters),
             (&loaded.maps.kspan_control, &shared.control),
             (&loaded.maps.kspan_entry_caps, &shared.entry_values),

@@ -30,6 +30,9 @@ pub(crate) enum Program {
     KprobeSession,
     SysEnter,
     SysExit,
+    /// Where the probes' stacks are by thread id (no task local storage):
+    /// empties a thread's at its exit (`sched:sched_process_exit`).
+    TaskExit,
     /// The scheduler's account (see [`crate::sched`]): `sched_switch`,
     /// `sched_waking` and `sched_wakeup` as BTF tracepoints.
     BtfSchedSwitch,
@@ -217,7 +220,7 @@ impl Program {
             || Self::FAULTS_BTF.iter().any(|&(p, ..)| p == self)
     }
 
-    pub(super) const ALL: [Program; 40] = [
+    pub(super) const ALL: [Program; 41] = [
         Program::Fentry,
         Program::Fexit,
         Program::Kprobe,
@@ -230,6 +233,7 @@ impl Program {
         Program::KprobeSession,
         Program::SysEnter,
         Program::SysExit,
+        Program::TaskExit,
         Program::BtfSchedSwitch,
         Program::BtfSchedWaking,
         Program::BtfSchedWakeup,
@@ -277,6 +281,7 @@ impl Program {
             Program::KprobeSession => &mut progs.kspan_kprobe_session,
             Program::SysEnter => &mut progs.kspan_sys_enter,
             Program::SysExit => &mut progs.kspan_sys_exit,
+            Program::TaskExit => &mut progs.kspan_task_exit,
             Program::BtfSchedSwitch => &mut progs.kspan_tp_sched_switch,
             Program::BtfSchedWaking => &mut progs.kspan_tp_sched_waking,
             Program::SchedSwitch => &mut progs.kspan_sched_switch,
@@ -324,6 +329,7 @@ impl Program {
             Program::KprobeSession => &progs.kspan_kprobe_session,
             Program::SysEnter => &progs.kspan_sys_enter,
             Program::SysExit => &progs.kspan_sys_exit,
+            Program::TaskExit => &progs.kspan_task_exit,
             Program::BtfSchedSwitch => &progs.kspan_tp_sched_switch,
             Program::BtfSchedWaking => &progs.kspan_tp_sched_waking,
             Program::SchedSwitch => &progs.kspan_sched_switch,

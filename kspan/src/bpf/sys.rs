@@ -93,6 +93,112 @@ pub(crate) fn load_trampoline_probe(
     owned(fd)
 }
 
+/// Whether programs of `prog_type` (attached as `attach_type` to BTF id
+/// `btf_id`, for tracing programs) may call helper `helper`: a program
+/// calling it with no arguments is loaded, and the verifier either knows
+/// the helper (it loads, or fails checking the arguments) or says
+/// `unknown func` / `invalid func`. `Err` when the program type itself was
+/// refused.
+pub(crate) fn probe_helper(
+    prog_type: libbpf_sys::bpf_prog_type,
+    attach_type: libbpf_sys::bpf_attach_type,
+    btf_id: u32,
+    helper: libbpf_sys::bpf_func_id,
+) -> io::Result<bool> {
+    let insns = [
+        // BPF_JMP | BPF_CALL: call helper
+        libbpf_sys::bpf_insn {
+            code: 0x85,
+            imm: helper as i32,
+            ..Default::default()
+        },
+        // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0
+        libbpf_sys::bpf_insn {
+            code: 0xb7,
+            ..Default::default()
+        },
+        // BPF_JMP | BPF_EXIT
+        libbpf_sys::bpf_insn {
+            code: 0x95,
+            ..Default::default()
+        },
+    ];
+    let mut log = vec![0u8; 4096];
+    let mut opts = libbpf_sys::bpf_prog_load_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
+        expected_attach_type: attach_type,
+        attach_btf_id: btf_id,
+        log_level: 1,
+        log_size: log.len() as u32,
+        log_buf: log.as_mut_ptr().cast(),
+        ..Default::default()
+    };
+    // SAFETY: the name and license are NUL-terminated strings, `insns` holds
+    // the instructions passed, `log` outlives the call with the size given,
+    // and `opts` is initialised with its size.
+    let fd = unsafe {
+        libbpf_sys::bpf_prog_load(
+            prog_type,
+            c"kspan_probe".as_ptr(),
+            c"Dual BSD/GPL".as_ptr(),
+            insns.as_ptr(),
+            insns.len() as _,
+            &mut opts,
+        )
+    };
+    let err = match owned(fd) {
+        Ok(_) => return Ok(true),
+        Err(err) => err,
+    };
+    let log = String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)]);
+    if log.contains("unknown func") || log.contains("invalid func") {
+        return Ok(false);
+    }
+    // Refused before the call was looked at: the program type itself.
+    if log.trim().is_empty() || err.raw_os_error() == Some(libc::EPERM) {
+        return Err(err);
+    }
+    Ok(true)
+}
+
+/// Whether the verifier takes atomics that return a value (BPF_FETCH,
+/// Linux 5.12): a socket filter adding to its stack with
+/// `atomic_fetch_add` is loaded. Kernels before refuse any program holding
+/// one (`BPF_STX uses reserved fields`), reachable or not.
+pub(crate) fn probe_fetch_atomics() -> io::Result<()> {
+    let insn = |code: u8, regs: u8, off: i16, imm: i32| libbpf_sys::bpf_insn {
+        code,
+        _bitfield_1: libbpf_sys::bpf_insn::new_bitfield_1(regs & 0xf, regs >> 4),
+        off,
+        imm,
+        ..Default::default()
+    };
+    let insns = [
+        // r0 = 0; *(u64 *)(r10 - 8) = r0
+        insn(0xb7, 0x00, 0, 0),
+        insn(0x7b, 0x0a, -8, 0),
+        // r1 = 1; r1 = atomic_fetch_add((u64 *)(r10 - 8), r1)
+        insn(0xb7, 0x01, 0, 1),
+        insn(0xdb, 0x1a, -8, 0x01),
+        // r0 = 0; exit
+        insn(0xb7, 0x00, 0, 0),
+        insn(0x95, 0x00, 0, 0),
+    ];
+    // SAFETY: the name and license are NUL-terminated strings, `insns` holds
+    // the instructions passed, and no options are given.
+    let fd = unsafe {
+        libbpf_sys::bpf_prog_load(
+            libbpf_sys::BPF_PROG_TYPE_SOCKET_FILTER,
+            c"kspan_probe".as_ptr(),
+            c"Dual BSD/GPL".as_ptr(),
+            insns.as_ptr(),
+            insns.len() as _,
+            std::ptr::null_mut(),
+        )
+    };
+    owned(fd).map(drop)
+}
+
 /// `prog` attached to the `syscalls:<event>` tracepoint (`sys_enter_read`)
 /// through a perf event and a BPF link.
 pub(crate) fn attach_syscall_tracepoint(prog: BorrowedFd<'_>, event: &str) -> io::Result<OwnedFd> {

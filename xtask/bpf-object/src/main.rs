@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
-//! Compiles `kspan-bpf/src/bpf/kspan.bpf.c` (the one compilation unit: it
+//! Compiles `kspan-bpf/src/bpf/kspan.bpf.c` twice, as the current object
+//! and as the legacy one (`-DKSPAN_LEGACY`, `kspan.<arch>.legacy.bpf.o`:
+//! for kernels without `bpf_loop` or atomics that fetch, before 5.17; the
+//! same maps, programs and globals, checked by comparing their skeletons)
+//! (the one compilation unit: it
 //! includes the other files of `src/bpf`, `BPF_SOURCES` of
 //! `sources_hash.rs`) for one target architecture (`x86` or `arm64`,
 //! libbpf's `__TARGET_ARCH_` names: the kprobe register layout and the UAPI
@@ -91,26 +95,100 @@ fn skeleton(object: &Path, arch: &str) -> Result<(), String> {
     let generated =
         std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bytes = std::fs::read(object).map_err(|e| format!("{}: {e}", object.display()))?;
-    let data = format!("static DATA: [u8; {}] = *include_bytes!(", bytes.len());
-    let mut replaced = 0;
     let mut text = skeleton_stamp(&format!("kspan.{arch}.bpf.o"), &bytes);
     text.push('\n');
+    text.push_str(&opened_from_the_kernel_s_object(&generated, bytes.len())?);
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// libbpf-cargo's skeleton `generated` (of an object of `size` bytes)
+/// opening the object kspan-bpf picks for the running kernel
+/// (`object_for_kernel`: the current one or the legacy one, whose maps,
+/// programs and sections are the same) instead of its inline copy.
+fn opened_from_the_kernel_s_object(generated: &str, size: usize) -> Result<String, String> {
+    let data = format!("static DATA: [u8; {size}] = *include_bytes!(");
+    let open = "ObjectSkeletonConfigBuilder::new(&DATA)";
+    let (mut data_lines, mut open_lines) = (0, 0);
+    let mut lines: Vec<String> = Vec::new();
     for line in generated.lines() {
         if line.trim_start().starts_with(&data) {
-            replaced += 1;
-            text.push_str(&format!("{data}env!(\"KSPAN_BPF_OBJECT\"));\n"));
+            data_lines += 1;
+            // Its attributes (`link_section`) go with it.
+            while lines.last().is_some_and(|l| l.trim_start().starts_with("#[")) {
+                lines.pop();
+            }
+            lines.push("// The object's bytes: `crate::object_for_kernel()`.".to_owned());
+        } else if line.contains(open) {
+            open_lines += 1;
+            lines.push(line.replace(
+                open,
+                "ObjectSkeletonConfigBuilder::new(crate::object_for_kernel())",
+            ));
         } else {
-            text.push_str(line);
-            text.push('\n');
+            lines.push(line.to_owned());
         }
     }
-    if replaced != 1 {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    if (data_lines, open_lines) != (1, 1) {
         return Err(format!(
-            "libbpf-cargo's skeleton has {replaced} lines `{data}...` where one was expected: \
-             its output changed; update kspan-bpf-object"
+            "libbpf-cargo's skeleton has {data_lines} lines `{data}...` and {open_lines} \
+             `{open}` where one of each was expected: its output changed; update \
+             kspan-bpf-object"
         ));
     }
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    Ok(text)
+}
+
+/// The legacy object's path beside `object`'s (`kspan.x86.bpf.o` ->
+/// `kspan.x86.legacy.bpf.o`).
+fn legacy_path(object: &Path) -> PathBuf {
+    let name = object
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".bpf.o").unwrap_or(&name);
+    object.with_file_name(format!("{stem}.legacy.bpf.o"))
+}
+
+/// Fails unless the skeleton of the legacy object at `legacy` is the one
+/// of the current object (`current_skeleton`) but for the object's size:
+/// the same maps, programs and sections, so that one skeleton opens
+/// either.
+fn same_skeleton(legacy: &Path, current_skeleton: &Path) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("kspan-legacy-skel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("kspan.skel.rs");
+    let generated = SkeletonBuilder::new()
+        .obj(legacy)
+        .reference_obj(true)
+        .rustfmt("/nonexistent/kspan-no-rustfmt")
+        .generate(&path)
+        .map_err(|e| format!("generating the legacy object's skeleton: {e:#}"))
+        .and_then(|()| std::fs::read_to_string(&path).map_err(|e| e.to_string()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let size = std::fs::metadata(legacy)
+        .map_err(|e| format!("{}: {e}", legacy.display()))?
+        .len() as usize;
+    let legacy_text = opened_from_the_kernel_s_object(&generated?, size)?;
+    let current = std::fs::read_to_string(current_skeleton)
+        .map_err(|e| format!("{}: {e}", current_skeleton.display()))?;
+    // The current skeleton's first line is its stamp.
+    let current_text = current.split_once('\n').map_or("", |(_, rest)| rest);
+    if legacy_text != current_text {
+        let at = legacy_text
+            .lines()
+            .zip(current_text.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        return Err(format!(
+            "the legacy object's skeleton differs from the current one's at line {} (`{}`): \
+             -DKSPAN_LEGACY may change code only, never maps, programs or globals",
+            at + 2,
+            legacy_text.lines().nth(at).unwrap_or("")
+        ));
+    }
+    Ok(())
 }
 
 /// Fails when a C file of `src/bpf` is missing from `BPF_SOURCES`: the
@@ -178,18 +256,26 @@ fn main() -> ExitCode {
         }
     };
     let prefix_map = format!("-ffile-prefix-map={}=kspan-bpf", here.display());
-    let result = SkeletonBuilder::new()
-        .source("src/bpf/kspan.bpf.c")
-        .clang(CLANG)
-        .obj(&out)
-        .clang_args([
+    let compile = |out: &Path, legacy: bool| {
+        let mut args = vec![
             target.as_str(),
             asm.as_str(),
             prefix_map.as_str(),
             "-Wall",
             "-O2",
-        ])
-        .build();
+        ];
+        if legacy {
+            args.push("-DKSPAN_LEGACY");
+        }
+        SkeletonBuilder::new()
+            .source("src/bpf/kspan.bpf.c")
+            .clang(CLANG)
+            .obj(out)
+            .clang_args(args)
+            .build()
+    };
+    let legacy = legacy_path(&out);
+    let result = compile(&out, false).and_then(|()| compile(&legacy, true));
     let stamp = |out: &std::path::Path| -> std::io::Result<()> {
         let sources = BPF_SOURCES
             .map(|path| Ok((path, std::fs::read(path)?)))
@@ -203,7 +289,9 @@ fn main() -> ExitCode {
     match result
         .map_err(|e| format!("{e:#}"))
         .and_then(|()| stamp(&out).map_err(|e| e.to_string()))
+        .and_then(|()| stamp(&legacy).map_err(|e| e.to_string()))
         .and_then(|()| skeleton(&out, arch))
+        .and_then(|()| same_skeleton(&legacy, &skeleton_path(&out)))
     {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -8,7 +8,9 @@ use std::path::Path;
 use crate::annotation::Mode;
 use crate::attach::multi_links_take_all;
 use crate::bpf::config::ThreadContextSettings;
-use crate::bpf::config::{ring_buffer_size_problem, HistogramSizes, RuntimeSettings};
+use crate::bpf::config::{
+    ring_buffer_size_problem, HistogramSizes, KernelFeatureBits, RuntimeSettings,
+};
 use crate::bpf::{Feature, KernelCapabilities, KernelSymbol};
 use crate::error::{Error, Result};
 use crate::kernel::btf::Btf;
@@ -174,6 +176,7 @@ impl KspanBuilder {
             probes: plans.len() as u32,
             sums: plans.iter().any(|p| p.filter.sum),
             histograms: HistogramSizes::of(plans),
+            kernel: KernelFeatureBits::of(kernel.capabilities()),
         };
         let summed: Vec<(u32, &'static str)> = plans
             .iter()
