@@ -18,9 +18,10 @@ use std::process::ExitCode;
 use kspan_examples::BoxError;
 
 /// Each unlink: the directory fd it is relative to, the path as the kernel
-/// copied it, and the result.
+/// copied it, and the result (an `int` on 6.x, a `long` on 5.10: `i64`
+/// reads either).
 #[kspan::kernel_span("do_unlinkat" | "filename_unlinkat", mode = "fexit")]
-fn unlinkat(dfd: i32, #[capture(path = "name->name")] name: &str, ret: i32) {}
+fn unlinkat(dfd: i32, #[capture(path = "name->name")] name: &str, ret: i64) {}
 
 /// No kernel has this function: left out, with why.
 #[kspan::kernel_span("kspan_example_no_such_function", mode = "fexit", optional)]

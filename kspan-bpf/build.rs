@@ -146,8 +146,8 @@ fn main() {
         legacy_stamp.as_str(),
         skeleton.as_str(),
     ]
-        .into_iter()
-        .chain(BPF_SOURCES)
+    .into_iter()
+    .chain(BPF_SOURCES)
     {
         println!("cargo:rerun-if-changed={path}");
     }

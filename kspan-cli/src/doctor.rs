@@ -55,6 +55,8 @@ pub fn run(args: &[String]) -> Outcome {
         }
     ));
 
+    text.push_str(&programs_section(&caps));
+
     let verdict = Verdict::read(&caps);
     text.push_str("\nmodes:\n");
     text.push_str(&format!("  {}\n", verdict.trampolines_line()));
@@ -379,6 +381,40 @@ fn kernel_has_symbol(name: &str) -> bool {
         text.lines()
             .any(|line| line.split_whitespace().nth(2) == Some(name))
     })
+}
+
+/// What the kernel's verifier takes of what kspan's programs use beyond
+/// Linux 5.8's BPF, by program type, and what the programs do instead
+/// where it lacks something: each said once.
+fn programs_section(caps: &KernelCapabilities) -> String {
+    let mut text = String::from(
+        "\nprograms (what the verifier takes, probed by loading programs that use it):\n",
+    );
+    text.push_str(&format!(
+        "  {:<15} {}\n",
+        "build",
+        match caps.legacy_programs() {
+            None => "current (bpf_loop, atomics that fetch)".to_owned(),
+            Some(why) => format!(
+                "for older kernels ({why}): bounded loops, plain loads and stores in place of \
+                 atomics that fetch"
+            ),
+        }
+    ));
+    for (kind, features) in [
+        ("trampoline/tp_btf", &caps.tracing_programs),
+        ("kprobe", &caps.kprobe_programs),
+        ("tracepoint", &caps.tracepoint_programs),
+    ] {
+        let fallbacks = features.fallbacks();
+        if fallbacks.is_empty() {
+            text.push_str(&format!("  {kind:<15} everything kspan uses\n"));
+        }
+        for line in fallbacks {
+            text.push_str(&format!("  {kind:<15} {line}\n"));
+        }
+    }
+    text
 }
 
 #[cfg(test)]

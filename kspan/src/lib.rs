@@ -255,7 +255,8 @@ pub use annotation::{
 };
 pub use attach::{AttachDecision, AttachError};
 pub use bpf::{
-    Feature, KernelCapabilities, LoadError, MapError, Orphans, DEFAULT_RING_BUFFER_BYTES,
+    Feature, KernelCapabilities, LoadError, MapError, Orphans, ProgramFeatures,
+    DEFAULT_RING_BUFFER_BYTES,
 };
 pub use context::obi::ObiTracesMap;
 pub use error::{Error, Result};

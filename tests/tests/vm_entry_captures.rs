@@ -14,17 +14,18 @@ fn unlink_atomic(
     #[capture(path = "name->name", at = "entry")] name: &str,
     #[capture(path = "name->refcnt.counter", at = "entry")] refs_at_entry: i32,
     #[capture(path = "name->refcnt.counter")] refs_at_exit: i32,
-    ret: i32,
+    ret: i64,
 ) {
 }
 
-/// Kernels where `filename.refcnt` is an `int` (6.1).
+/// Kernels where `filename.refcnt` is an `int` (5.10, 6.1). `ret` is an
+/// `int` on 6.x, a `long` on 5.10: an `i64` reads either.
 #[kspan::kernel_span("do_unlinkat", mode = "fexit")]
 fn unlink_int(
     #[capture(path = "name->name", at = "entry")] name: &str,
     #[capture(path = "name->refcnt", at = "entry")] refs_at_entry: i32,
     #[capture(path = "name->refcnt")] refs_at_exit: i32,
-    ret: i32,
+    ret: i64,
 ) {
 }
 
@@ -34,7 +35,7 @@ fn filename_unlink_atomic(
     #[capture(path = "name->name", at = "entry")] name: &str,
     #[capture(path = "name->refcnt.counter", at = "entry")] refs_at_entry: i32,
     #[capture(path = "name->refcnt.counter")] refs_at_exit: i32,
-    ret: i32,
+    ret: i64,
 ) {
 }
 
@@ -43,7 +44,7 @@ fn filename_unlink_int(
     #[capture(path = "name->name", at = "entry")] name: &str,
     #[capture(path = "name->refcnt", at = "entry")] refs_at_entry: i32,
     #[capture(path = "name->refcnt")] refs_at_exit: i32,
-    ret: i32,
+    ret: i64,
 ) {
 }
 

@@ -346,6 +346,44 @@ fn capabilities_of_the_stock_kernels() {
             at_least(7, 2) && !arm64,
         ),
         ("context_records", &caps.context_records, at_least(6, 13)),
+        // What the verifier takes, probed by loading programs (KERNEL-LAB:
+        // Debian 11's 5.10 lacks all of these).
+        ("fetch_atomics", &caps.fetch_atomics, at_least(5, 12)),
+        (
+            "tracing current_task_btf",
+            &caps.tracing_programs.current_task_btf,
+            at_least(5, 11),
+        ),
+        (
+            "tracing task_storage",
+            &caps.tracing_programs.task_storage,
+            at_least(5, 11),
+        ),
+        (
+            "tracing func_args",
+            &caps.tracing_programs.func_args,
+            at_least(5, 17),
+        ),
+        (
+            "tracing loops",
+            &caps.tracing_programs.loops,
+            at_least(5, 17),
+        ),
+        (
+            "tracing task_pt_regs",
+            &caps.tracing_programs.task_pt_regs,
+            at_least(5, 15),
+        ),
+        (
+            "kprobe attach_cookies",
+            &caps.kprobe_programs.attach_cookies,
+            at_least(5, 15),
+        ),
+        (
+            "tracepoint loops",
+            &caps.tracepoint_programs.loops,
+            at_least(5, 17),
+        ),
     ] {
         assert_eq!(
             feature.is_available(),
@@ -370,9 +408,15 @@ fn capabilities_of_the_stock_kernels() {
         None => "voluntary",
     };
     assert_eq!(model, Some(expected), "{}", caps.preemption);
-    // Debian's arm64 kernels have no dynamic preemption, so no debugfs
-    // file: the version string tells.
-    if !arm64 {
+    assert_eq!(
+        caps.legacy_programs().is_none(),
+        at_least(5, 17),
+        "{:?}",
+        caps.legacy_programs()
+    );
+    // Debian's arm64 kernels, and kernels before 5.12, have no dynamic
+    // preemption, so no debugfs file: the version string tells.
+    if !arm64 && at_least(5, 12) {
         assert_eq!(
             caps.preemption.source,
             kspan::kernel::preemption::DEBUGFS_PREEMPT

@@ -45,6 +45,20 @@ const TRACED: &str = "do_el0_svc";
 #[cfg_attr(target_arch = "aarch64", kspan::kernel_span("el0_svc", mode = "fexit"))]
 fn do_syscall_named() {}
 
+/// Whether the notrace function is in this kernel's BTF; if not, says that
+/// `test` is skipped. Kernels before 5.11 (Debian 11's 5.10) leave
+/// `noinstr` functions out of their BTF: neither a pattern nor a name
+/// reaches it there, and the planner says it is unknown (another test's
+/// message).
+fn notrace_in_btf(test: &str) -> bool {
+    let btf = kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap();
+    let there = btf.has_function(NOTRACE);
+    if !there {
+        eprintln!("SKIPPED {test}: `{NOTRACE}` is not in this kernel's BTF");
+    }
+    there
+}
+
 /// Whether fsession.multi takes fexit patterns on this kernel.
 fn multi_links() -> bool {
     kspan::KernelCapabilities::get()
@@ -118,6 +132,9 @@ async fn a_pattern_attaches_every_traceable_match() {
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
 async fn a_notrace_match_is_left_out_and_the_rest_traced() {
+    if !notrace_in_btf("a_notrace_match_is_left_out_and_the_rest_traced") {
+        return;
+    }
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let kspan = kspan::Kspan::builder(&provider)
         .orphans(kspan::Orphans::NewTrace)
@@ -167,6 +184,9 @@ async fn a_notrace_match_is_left_out_and_the_rest_traced() {
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines; run by `cargo xtask test` in the VM"]
 async fn a_notrace_function_named_in_fexit_mode_is_refused_by_name() {
+    if !notrace_in_btf("a_notrace_function_named_in_fexit_mode_is_refused_by_name") {
+        return;
+    }
     let (provider, _exporter) = kspan_tests::in_memory_provider();
     let err = kspan::Kspan::builder(&provider)
         .probe(&do_syscall_named)

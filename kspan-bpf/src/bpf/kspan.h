@@ -25,6 +25,8 @@
  * where kspan_trampoline_ret looks for the return value without a helper.
  */
 #define KSPAN_MAX_TRAMPOLINE_ARGS 6
+/* kspan_config.ret_slot of a function returning void. */
+#define KSPAN_NO_RET_SLOT 255
 
 /* Values captured per call (arguments, fields through pointers, strings). */
 #define KSPAN_MAX_CAPS 8
@@ -472,11 +474,12 @@ struct kspan_config {
 	 */
 	__u32 kernel_features;
 	/*
-	 * The traced function's own argument count (its BTF prototype): where
-	 * a trampoline's context holds the return value when no helper reads
-	 * it (kernels without bpf_get_func_ret).
+	 * Where a trampoline's context holds the traced function's return
+	 * value, for kernels without bpf_get_func_ret: after its arguments (its
+	 * BTF prototype's count); KSPAN_NO_RET_SLOT for a function returning
+	 * void, whose context has none.
 	 */
-	__u32 func_nr_args;
+	__u32 ret_slot;
 	struct kspan_capture caps[KSPAN_MAX_CAPS];
 };
 

@@ -842,9 +842,11 @@ int kspan_sys_exit(__u64 *ctx)
 
 /*
  * Where stacks are by thread id (no task local storage): a thread's entry
- * goes with the thread (sched_process_exit runs on the exiting thread).
+ * goes with the thread (sched_process_exit runs on the exiting thread). A
+ * raw tracepoint: it needs neither tracefs nor a perf event, so a service
+ * with CAP_BPF and CAP_PERFMON alone attaches it.
  */
-SEC("tracepoint/sched/sched_process_exit")
+SEC("raw_tracepoint/sched_process_exit")
 int kspan_task_exit(void *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();

@@ -300,7 +300,7 @@ static __always_inline __u64 kspan_trampoline_ret(__u64 *ctx)
 	/* Trampolines take at most KSPAN_MAX_TRAMPOLINE_ARGS arguments. */
 #pragma unroll
 	for (int i = 0; i <= KSPAN_MAX_TRAMPOLINE_ARGS; i++)
-		if (i == kspan_cfg.func_nr_args)
+		if (i == kspan_cfg.ret_slot)
 			ret = ctx[i];
 	return ret;
 }

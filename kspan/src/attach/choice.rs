@@ -160,7 +160,7 @@ pub(super) fn passed_over(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::Feature;
+    use crate::bpf::{Feature, ProgramFeatures};
     use crate::kernel::preemption::{Preemption, PreemptionModel};
 
     fn caps(multi: bool, session: bool, kprobe_session: bool) -> KernelCapabilities {
@@ -190,6 +190,11 @@ mod tests {
                 model: Some(PreemptionModel::Voluntary),
                 source: "a test".to_owned(),
             },
+            tracing_programs: ProgramFeatures::all(),
+            kprobe_programs: ProgramFeatures::all(),
+            tracepoint_programs: ProgramFeatures::all(),
+            fetch_atomics: Feature::Available,
+            memcg_accounting: Feature::Available,
         }
     }
 
@@ -203,6 +208,7 @@ mod tests {
             passed_over: Vec::new(),
             multi: false,
             fallbacks: Vec::new(),
+            older_kernel: Vec::new(),
             functions_passed_over: Vec::new(),
             not_attached: None,
         }

@@ -46,6 +46,11 @@ pub struct AttachDecision {
     /// `"do_unlinkat" | "filename_unlinkat"`) that this kernel lacks or
     /// cannot trace, each with why; for a probe not attached, all of them.
     pub functions_passed_over: Vec<(&'static str, String)>,
+    /// What this kernel's verifier lacks that the chosen hook's programs
+    /// use on newer kernels, each with what they do instead (kernels before
+    /// 5.17: `bpf_loop`, atomics that fetch, `bpf_get_func_arg`, task
+    /// local storage, attach cookies); empty where it lacks nothing.
+    pub older_kernel: Vec<String>,
     /// Why the probe is not attached at all: it is optional
     /// (`optional = true`) and this kernel can trace none of its functions.
     /// `function` is then its first function, and `chosen` and
@@ -70,6 +75,7 @@ impl AttachDecision {
             passed_over,
             multi: attachment.is_multi(),
             fallbacks: Vec::new(),
+            older_kernel: Vec::new(),
             functions_passed_over: plan.passed_over.clone(),
             not_attached: None,
         }
@@ -92,6 +98,7 @@ impl AttachDecision {
             passed_over: Vec::new(),
             multi: false,
             fallbacks: Vec::new(),
+            older_kernel: Vec::new(),
             functions_passed_over: left_out.tried.clone(),
             not_attached: Some(format!(
                 "an optional probe, and this kernel can trace none of its functions: {}",

@@ -88,6 +88,7 @@ impl Attacher<'_> {
                 prepared_ahead = true;
                 trampoline::prepare(&mut self, plans, probe_id + 1, &batched.attached);
             }
+            decision.older_kernel = self.capabilities.older_kernel(decision.chosen);
             tracing::info!(
                 function = decision.function,
                 requested = decision.requested.as_str(),
@@ -96,6 +97,7 @@ impl Attacher<'_> {
                 passed_over = %decision.passed_over_summary(),
                 rejected = %decision.rejected_summary(),
                 fallbacks = ?decision.fallbacks,
+                older_kernel = ?decision.older_kernel,
                 "kspan attach plan"
             );
             decisions.push(decision);

@@ -144,6 +144,8 @@ pub(crate) struct KernelFeatureBits {
     /// The programs built for kernels without `bpf_loop` or atomics that
     /// fetch are loaded (`kspan_bpf::LEGACY_OBJECT`).
     pub legacy_programs: bool,
+    /// BPF memory is charged to `RLIMIT_MEMLOCK` (before 5.11).
+    pub memlock_charged: bool,
 }
 
 /// One kind's [`KernelFeatureBits`].
@@ -174,6 +176,7 @@ impl KernelFeatureBits {
             kprobe: ProgramKindBits::of(&caps.kprobe_programs),
             tracepoint: ProgramKindBits::of(&caps.tracepoint_programs),
             legacy_programs: caps.legacy_programs().is_some(),
+            memlock_charged: !caps.memcg_accounting.is_available(),
         }
     }
 
@@ -340,8 +343,25 @@ pub(crate) fn probe_config(
         hist_errno_mask: runtime.histograms.errno_rows.max(1) - 1,
         sched_causes: 0,
         kernel_features: kernel_bits(runtime, hook),
-        func_nr_args: plan.signature.params.len() as u32,
+        // Read only without bpf_get_func_ret: elsewhere 0, so that
+        // functions of other arities share programs (one multi link).
+        ret_slot: if hook.is_trampoline()
+            && kernel_bits(runtime, hook) & c::KSPAN_KF_FUNC_ARGS as u32 == 0
+        {
+            ret_slot(plan)
+        } else {
+            0
+        },
         caps,
+    }
+}
+
+/// Where a trampoline's context holds `plan`'s function's return value
+/// (after its arguments), or `KSPAN_NO_RET_SLOT` where it returns void.
+fn ret_slot(plan: &ProbePlan) -> u32 {
+    match plan.signature.ret.class {
+        crate::kernel::btf::TypeClass::Void => c::KSPAN_NO_RET_SLOT as u32,
+        _ => plan.signature.params.len() as u32,
     }
 }
 
@@ -412,7 +432,10 @@ mod tests {
     #[test]
     fn functions_of_different_return_types_share_programs_unless_the_kernel_judges_it() {
         let btf = Btf::parse(&sample()).unwrap();
-        let runtime = RuntimeSettings::default();
+        // A kernel with bpf_get_func_ret (5.17+): the return value's place
+        // is no setting.
+        let mut runtime = RuntimeSettings::default();
+        runtime.kernel.tracing.bits = c::KSPAN_KF_FUNC_ARGS as u32;
         let set =
             crate::plan::plan_all(&btf, &[&every_kspan_function], &Default::default()).unwrap();
         let keys: std::collections::HashSet<Vec<u8>> = set
@@ -427,6 +450,22 @@ mod tests {
             .collect();
         assert!(returns.len() > 1, "{returns:?}");
         assert_eq!(keys.len(), 1, "one program for {returns:?}");
+        // Without it (5.10): after the arguments, none for void.
+        let slots: std::collections::HashSet<(String, u32)> = set
+            .plans
+            .iter()
+            .map(|p| {
+                let cfg = probe_config(p, Hook::Fexit, ProbeId::Fixed(0), &Default::default());
+                (p.signature.ret.c_name.clone(), cfg.ret_slot)
+            })
+            .collect();
+        for (ret, slot) in &slots {
+            if ret == "void" {
+                assert_eq!(*slot, c::KSPAN_NO_RET_SLOT as u32, "{slots:?}");
+            } else {
+                assert!(*slot < c::KSPAN_NO_RET_SLOT as u32, "{slots:?}");
+            }
+        }
         let hist = probe_config(
             &plan_probe(&btf, &failed_reads_by_errno).unwrap(),
             Hook::Fexit,

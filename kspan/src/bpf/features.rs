@@ -114,6 +114,12 @@ pub struct KernelCapabilities {
     /// The same for its classic tracepoint programs (syscall sources, the
     /// account where BTF tracepoints are refused).
     pub tracepoint_programs: ProgramFeatures,
+    /// BPF memory charged to the memory cgroup (Linux 5.11); before, to
+    /// the process's `RLIMIT_MEMLOCK`, which a service without
+    /// `CAP_SYS_RESOURCE` must have raised for kspan's maps. Probed as
+    /// libbpf does: by a helper of the same release
+    /// (`bpf_ktime_get_coarse_ns`).
+    pub memcg_accounting: Feature,
     /// Atomics that return a value (BPF_FETCH, Linux 5.12). With
     /// `bpf_loop`, what kspan's programs are built with; a kernel lacking
     /// either refuses them whole, so the same programs built without both
@@ -151,6 +157,19 @@ pub struct ProgramFeatures {
 }
 
 impl ProgramFeatures {
+    /// All of them (a 5.17+ kernel's).
+    #[cfg(test)]
+    pub(crate) fn all() -> Self {
+        ProgramFeatures {
+            current_task_btf: Feature::Available,
+            task_storage: Feature::Available,
+            func_args: Feature::Available,
+            loops: Feature::Available,
+            task_pt_regs: Feature::Available,
+            attach_cookies: Feature::Available,
+        }
+    }
+
     /// None of them: what a program type the kernel refuses gets.
     fn none(why: &str) -> Self {
         ProgramFeatures {
@@ -180,12 +199,36 @@ impl ProgramFeatures {
     /// Each missing feature with what kspan does instead, one line each.
     pub fn fallbacks(&self) -> Vec<String> {
         [
-            (&self.current_task_btf, "bpf_get_current_task_btf", "the task read through bpf_probe_read_kernel"),
-            (&self.task_storage, "task local storage", "open calls kept by thread id, emptied at each thread's exit"),
-            (&self.func_args, "bpf_get_func_arg/_ret", "arguments and return value read at offsets from the function's BTF prototype"),
-            (&self.loops, "bpf_loop", "bounded loops (each program takes longer to load)"),
-            (&self.task_pt_regs, "bpf_task_pt_regs", "a wait's system call not read (the account's sleeping time by system call)"),
-            (&self.attach_cookies, "bpf_get_attach_cookie", "a program per function"),
+            (
+                &self.current_task_btf,
+                "bpf_get_current_task_btf",
+                "the task read through bpf_probe_read_kernel",
+            ),
+            (
+                &self.task_storage,
+                "task local storage",
+                "open calls kept by thread id, emptied at each thread's exit",
+            ),
+            (
+                &self.func_args,
+                "bpf_get_func_arg/_ret",
+                "arguments and return value read at offsets from the function's BTF prototype",
+            ),
+            (
+                &self.loops,
+                "bpf_loop",
+                "bounded loops (each program takes longer to load)",
+            ),
+            (
+                &self.task_pt_regs,
+                "bpf_task_pt_regs",
+                "a wait's system call not read (the account's sleeping time by system call)",
+            ),
+            (
+                &self.attach_cookies,
+                "bpf_get_attach_cookie",
+                "a program per function",
+            ),
         ]
         .into_iter()
         .filter_map(|(f, name, instead)| match f {
@@ -231,12 +274,20 @@ fn probe_program_features(
         "Linux 5.11+",
     );
     let func_args = if prog_type == libbpf_sys::BPF_PROG_TYPE_TRACING {
-        helper(libbpf_sys::BPF_FUNC_get_func_arg, "bpf_get_func_arg", "Linux 5.17+")
+        helper(
+            libbpf_sys::BPF_FUNC_get_func_arg,
+            "bpf_get_func_arg",
+            "Linux 5.17+",
+        )
     } else {
         Feature::no("only trampoline programs read arguments through helpers")
     };
     let loops = helper(libbpf_sys::BPF_FUNC_loop, "bpf_loop", "Linux 5.17+");
-    let task_pt_regs = helper(libbpf_sys::BPF_FUNC_task_pt_regs, "bpf_task_pt_regs", "Linux 5.15+");
+    let task_pt_regs = helper(
+        libbpf_sys::BPF_FUNC_task_pt_regs,
+        "bpf_task_pt_regs",
+        "Linux 5.15+",
+    );
     let attach_cookies = helper(
         libbpf_sys::BPF_FUNC_get_attach_cookie,
         "bpf_get_attach_cookie",
@@ -375,6 +426,22 @@ impl KernelCapabilities {
                 ProgramFeatures::none("not probed: missing privileges"),
             ),
         };
+        // SAFETY: a plain libbpf call with no pointers (null options).
+        let coarse = unsafe {
+            libbpf_sys::libbpf_probe_bpf_helper(
+                libbpf_sys::BPF_PROG_TYPE_SOCKET_FILTER,
+                libbpf_sys::BPF_FUNC_ktime_get_coarse_ns,
+                std::ptr::null(),
+            )
+        };
+        let memcg_accounting = if coarse == 1 {
+            Feature::Available
+        } else {
+            Feature::no(
+                "kernel before 5.11 (no bpf_ktime_get_coarse_ns): BPF maps are charged to \
+                 RLIMIT_MEMLOCK",
+            )
+        };
         let fetch_atomics = match super::sys::probe_fetch_atomics() {
             Ok(()) => Feature::Available,
             Err(e) => Feature::Unavailable {
@@ -406,7 +473,54 @@ impl KernelCapabilities {
             kprobe_programs,
             tracepoint_programs,
             fetch_atomics,
+            memcg_accounting,
         }
+    }
+
+    /// What this kernel lacks that `hook`'s programs use on newer
+    /// kernels, each with what they do instead: the programs' build, then
+    /// the helpers of their program type.
+    pub fn older_kernel(&self, hook: Hook) -> Vec<String> {
+        let (features, relevant): (&ProgramFeatures, &[&str]) = match hook {
+            Hook::Fentry | Hook::Fexit => (
+                &self.tracing_programs,
+                &[
+                    "bpf_get_current_task_btf",
+                    "task local storage",
+                    "bpf_get_func_arg/_ret",
+                ],
+            ),
+            Hook::Kprobe | Hook::Kretprobe => (
+                &self.kprobe_programs,
+                &[
+                    "bpf_get_current_task_btf",
+                    "task local storage",
+                    "bpf_get_attach_cookie",
+                ],
+            ),
+            Hook::Syscall => (
+                &self.tracepoint_programs,
+                &["bpf_get_current_task_btf", "task local storage"],
+            ),
+        };
+        let mut lines: Vec<String> = self
+            .legacy_programs()
+            .map(|why| {
+                format!(
+                    "{why}; instead: the programs built without it (bounded loops, plain \
+                     loads and stores: two CPUs may share a sums slot, a rate limit may admit \
+                     one span more, span ids are random)"
+                )
+            })
+            .into_iter()
+            .collect();
+        lines.extend(
+            features
+                .fallbacks()
+                .into_iter()
+                .filter(|line| relevant.iter().any(|name| line.starts_with(name))),
+        );
+        lines
     }
 
     /// Why kspan loads its programs built for older kernels

@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 
 use libbpf_rs::skel::OpenSkel;
-use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject};
+use libbpf_rs::{ErrorExt as _, MapCore, MapFlags, MapHandle, OpenObject};
 
 use super::config::{HistogramSizes, RuntimeSettings};
 use super::context_records::ContextRecordMaps;
@@ -48,6 +48,30 @@ pub(crate) struct MapSpec {
     /// The programs built for older kernels are loaded (see
     /// `kspan_bpf::LEGACY_OBJECT`).
     pub legacy_programs: bool,
+    /// The kernel charges BPF memory to `RLIMIT_MEMLOCK` (before 5.11).
+    pub memlock_charged: bool,
+}
+
+/// What to do where the kernel charges kspan's maps to `RLIMIT_MEMLOCK`
+/// (before Linux 5.11) and refused them, with the limit now.
+fn memlock_fix() -> String {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a live, writable rlimit.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0;
+    let now = match (read, limit.rlim_cur) {
+        (false, _) => "unknown".to_owned(),
+        (true, libc::RLIM_INFINITY) => "unlimited".to_owned(),
+        (true, bytes) => format!("{bytes} bytes"),
+    };
+    format!(
+        "this kernel (before 5.11) charges BPF maps to RLIMIT_MEMLOCK (now {now}), which \
+         kspan could not raise: raise it for the service (systemd `LimitMEMLOCK=infinity`, \
+         `ulimit -l unlimited`, `docker run --ulimit memlock=-1`) or grant it \
+         CAP_SYS_RESOURCE"
+    )
 }
 
 /// Threads whose open calls the map by thread id holds at once (where the
@@ -68,15 +92,37 @@ impl MapSpec {
             account,
             stacks_by_tid: !settings.kernel.task_storage(),
             legacy_programs: settings.kernel.legacy_programs,
+            memlock_charged: settings.kernel.memlock_charged,
         }
     }
 
     /// Makes them ([`create_maps`]).
     pub(crate) fn create(&self) -> Result<SharedMaps, MapError> {
-        create_maps(self).map_err(|failure| MapError {
-            map: "kspan's shared maps",
-            source: failure.source,
-        })
+        let mut maps = create_maps(self).map_err(|failure| {
+            // EPERM and EACCES both.
+            let refused = failure.source.kind() == libbpf_rs::ErrorKind::PermissionDenied;
+            MapError {
+                map: "kspan's shared maps",
+                source: if self.memlock_charged && refused {
+                    failure.source.context(memlock_fix())
+                } else {
+                    failure.source
+                },
+            }
+        })?;
+        // Attached before any probe: no thread's stack outlives it.
+        if let Some(prog) = maps.task_exit.take() {
+            let link = super::sys::attach_raw_tracepoint(prog.as_fd(), c"sched_process_exit")
+                .map_err(|e| MapError {
+                    map: "kspan_stacks_by_tid",
+                    source: libbpf_rs::Error::from(e).context(
+                        "attaching raw_tracepoint/sched_process_exit, which empties each \
+                         thread's stack at its exit",
+                    ),
+                })?;
+            maps.task_exit = Some(link);
+        }
+        Ok(maps)
     }
 }
 
@@ -126,9 +172,11 @@ fn create_maps(spec: &MapSpec) -> Result<SharedMaps, LoadFailure> {
         map.set_autocreate(spec.account)?;
     }
     maps.kspan_stacks.set_autocreate(!spec.stacks_by_tid)?;
-    maps.kspan_stacks_by_tid.set_autocreate(spec.stacks_by_tid)?;
+    maps.kspan_stacks_by_tid
+        .set_autocreate(spec.stacks_by_tid)?;
     if spec.stacks_by_tid {
-        maps.kspan_stacks_by_tid.set_max_entries(STACKS_BY_TID_MAX)?;
+        maps.kspan_stacks_by_tid
+            .set_max_entries(STACKS_BY_TID_MAX)?;
     }
     for program in Program::ALL {
         program
@@ -136,16 +184,16 @@ fn create_maps(spec: &MapSpec) -> Result<SharedMaps, LoadFailure> {
             .set_autoload(spec.stacks_by_tid && program == Program::TaskExit);
     }
     let loaded = open.load()?;
-    // Attached before any probe: no thread's stack outlives it.
-    let task_exit = if spec.stacks_by_tid {
-        let prog = Program::TaskExit.in_loaded(&loaded);
-        Some(
-            super::sys::attach_tracepoint(prog.as_fd(), "sched", "sched_process_exit")
-                .map_err(|e| LoadFailure::new(libbpf_rs::Error::from(e)))?,
-        )
-    } else {
-        None
-    };
+    let task_exit = spec
+        .stacks_by_tid
+        .then(|| {
+            Program::TaskExit
+                .in_loaded(&loaded)
+                .as_fd()
+                .try_clone_to_owned()
+        })
+        .transpose()
+        .map_err(|e| LoadFailure::new(libbpf_rs::Error::from(e)))?;
     let handle = |map: &libbpf_rs::MapMut<'_>| MapHandle::try_from(map);
     let maps = &loaded.maps;
     let shared = SharedMaps {
@@ -156,7 +204,7 @@ fn create_maps(spec: &MapSpec) -> Result<SharedMaps, LoadFailure> {
             handle(&maps.kspan_stacks)?
         },
         stacks_by_tid: spec.stacks_by_tid,
-        _task_exit: task_exit,
+        task_exit,
         counters: handle(&maps.kspan_counters)?,
         counter_values: MappedCounters::new(
             &handle(&maps.kspan_counters)?,
@@ -239,9 +287,9 @@ pub(crate) struct SharedMaps {
     /// (`stacks_by_tid`), emptied at each thread's exit by `task_exit`.
     pub(super) stacks: MapHandle,
     pub(super) stacks_by_tid: bool,
-    /// The link of the program that empties a thread's stack at its
-    /// exit: held, it lives as long as the maps.
-    pub(super) _task_exit: Option<std::os::fd::OwnedFd>,
+    /// The program that empties a thread's stack at its exit, then its
+    /// link: held, it lives as long as the maps.
+    pub(super) task_exit: Option<std::os::fd::OwnedFd>,
     pub(super) counters: MapHandle,
     /// `counters` and `probe_counters`, mapped: read with no system call.
     pub(super) counter_values: MappedCounters,

@@ -29,5 +29,5 @@ pub(crate) mod sys;
 pub use config::{Orphans, DEFAULT_RING_BUFFER_BYTES};
 pub(crate) use error::{errno_of, perf_event_refused, refusal_reason};
 pub use error::{LoadError, MapError};
-pub use features::{Feature, KernelCapabilities};
+pub use features::{Feature, KernelCapabilities, ProgramFeatures};
 pub(crate) use kallsyms::{kernel_symbols, KernelSymbol};

@@ -103,9 +103,15 @@ fn reuse_shared(
         }
     }
     let (stacks, unused) = if shared.stacks_by_tid {
-        (&mut open.maps.kspan_stacks_by_tid, &mut open.maps.kspan_stacks)
+        (
+            &mut open.maps.kspan_stacks_by_tid,
+            &mut open.maps.kspan_stacks,
+        )
     } else {
-        (&mut open.maps.kspan_stacks, &mut open.maps.kspan_stacks_by_tid)
+        (
+            &mut open.maps.kspan_stacks,
+            &mut open.maps.kspan_stacks_by_tid,
+        )
     };
     stacks.reuse_fd(shared.stacks.as_fd())?;
     // Never reached (`kernel_features`): not made, references poisoned.

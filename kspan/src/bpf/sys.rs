@@ -199,6 +199,17 @@ pub(crate) fn probe_fetch_atomics() -> io::Result<()> {
     owned(fd).map(drop)
 }
 
+/// `prog` attached to the raw tracepoint `name` (no tracefs, no perf
+/// event): the returned descriptor holds it.
+pub(crate) fn attach_raw_tracepoint(
+    prog: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is a NUL-terminated string that outlives the call and
+    // `prog` a live program descriptor.
+    owned(unsafe { libbpf_sys::bpf_raw_tracepoint_open(name.as_ptr(), prog.as_raw_fd()) })
+}
+
 /// `prog` attached to the `syscalls:<event>` tracepoint (`sys_enter_read`)
 /// through a perf event and a BPF link.
 pub(crate) fn attach_syscall_tracepoint(prog: BorrowedFd<'_>, event: &str) -> io::Result<OwnedFd> {
