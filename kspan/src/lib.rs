@@ -194,9 +194,12 @@
 //!
 //! # What the kernel must offer
 //!
-//! BTF (`/sys/kernel/btf/vmlinux`), CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN),
-//! and BPF trampolines (Linux 5.17+ for the helpers used, built with
-//! `CONFIG_FUNCTION_TRACER`). Syscall sources and patterns also read tracefs
+//! Linux 5.10 or later with BTF (`/sys/kernel/btf/vmlinux`), CAP_BPF +
+//! CAP_PERFMON (or CAP_SYS_ADMIN), and BPF trampolines (built with
+//! `CONFIG_FUNCTION_TRACER`) or kprobes. What an older verifier lacks
+//! (task local storage, `bpf_loop`, atomics that fetch, ...) is probed at
+//! start by loading programs that use it, and done the older way
+//! ([`KernelCapabilities::older_kernel`], `kspan doctor`). Syscall sources and patterns also read tracefs
 //! (CAP_DAC_READ_SEARCH, as it is root's only by default), and syscall
 //! sources and kprobes without kprobe.multi open perf events (which Debian's
 //! kernels keep from CAP_PERFMON at `kernel.perf_event_paranoid = 3`); the

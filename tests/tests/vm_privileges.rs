@@ -10,27 +10,13 @@
 //! events, which Debian's kernels keep from CAP_PERFMON at their default
 //! `kernel.perf_event_paranoid = 3` (CAP_SYS_ADMIN only); at 2 CAP_PERFMON
 //! opens them. kprobe.multi (6.12) opens no perf event. Before 5.11
-//! (Debian 11's 5.10) BPF memory is charged to RLIMIT_MEMLOCK: there the
-//! service needs it raised, as kspan's error says, and the runs below
-//! raise it (`prlimit`) before dropping to nobody.
+//! (Debian 11's 5.10) BPF memory is charged to RLIMIT_MEMLOCK: Debian's
+//! default 8 MiB holds kspan's default maps, and below what they need
+//! kspan's error names the limit and the fix.
 
 use std::path::{Path, PathBuf};
 
 use kspan_tests::{copy_with_file_caps, example, run_via_with_receiver, ReceivedSpan, AS_NOBODY};
-
-/// `AS_NOBODY`, with RLIMIT_MEMLOCK raised first where the kernel charges
-/// BPF maps to it (before 5.11), as kspan's error asks a service to.
-fn as_nobody_cmd() -> Vec<&'static str> {
-    let mut cmd = Vec::new();
-    if !kspan::KernelCapabilities::get()
-        .memcg_accounting
-        .is_available()
-    {
-        cmd.extend(["prlimit", "--memlock=unlimited", "--"]);
-    }
-    cmd.extend(AS_NOBODY);
-    cmd
-}
 
 const FILE_SIZE: usize = 10_000;
 const BUF: usize = 4096;
@@ -74,9 +60,8 @@ impl Drop for Paranoid {
 /// Runs `program args` as nobody with no OTLP collector (the failing runs
 /// stop before exporting): exit code and stderr.
 fn as_nobody(program: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let nobody = as_nobody_cmd();
-    let out = std::process::Command::new(nobody[0])
-        .args(&nobody[1..])
+    let out = std::process::Command::new(AS_NOBODY[0])
+        .args(&AS_NOBODY[1..])
         .arg(program)
         .args(args)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
@@ -103,10 +88,12 @@ async fn quickstart_as_nobody_with_file_capabilities_exports_vfs_read_spans() {
         .memcg_accounting
         .is_available()
     {
-        // The limit as it is (Debian's 8 MiB): refused, and the error says
-        // the fix.
-        let out = std::process::Command::new(AS_NOBODY[0])
-            .args(&AS_NOBODY[1..])
+        // A limit below what the maps need: refused, the error says the
+        // fix.
+        let out = std::process::Command::new("prlimit")
+            .arg("--memlock=1048576")
+            .arg("--")
+            .args(AS_NOBODY)
             .arg(&program)
             .arg(&file)
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
@@ -117,12 +104,12 @@ async fn quickstart_as_nobody_with_file_capabilities_exports_vfs_read_spans() {
             !out.status.success()
                 && stderr.contains("charges BPF maps to RLIMIT_MEMLOCK")
                 && stderr.contains("LimitMEMLOCK=infinity"),
-            "quickstart as nobody, memlock not raised: {}\n{stderr}",
+            "quickstart as nobody, RLIMIT_MEMLOCK 1 MiB: {}\n{stderr}",
             out.status
         );
     }
     let run = run_via_with_receiver(
-        &as_nobody_cmd(),
+        AS_NOBODY,
         &program,
         &[
             file.to_str().unwrap(),
@@ -214,9 +201,8 @@ fn a_pattern_as_nobody_reads_the_traceable_list_when_the_symbol_table_is_kept_fr
         &scratch.0,
         "cap_bpf,cap_perfmon,cap_dac_read_search+ep",
     );
-    let nobody = as_nobody_cmd();
-    let out = std::process::Command::new(nobody[0])
-        .args(&nobody[1..])
+    let out = std::process::Command::new(AS_NOBODY[0])
+        .args(&AS_NOBODY[1..])
         .arg(&program)
         .arg("fexit")
         .output()
@@ -306,7 +292,7 @@ async fn kprobes_and_syscall_sources_need_perf_events_that_debian_keeps_from_per
     let file = scratch.0.join("data.txt");
     std::fs::write(&file, vec![b'q'; 3000]).unwrap();
     let run = run_via_with_receiver(
-        &as_nobody_cmd(),
+        AS_NOBODY,
         &syscalls,
         &[file.to_str().unwrap(), "1", "--buf", "2048"],
         "kspan-privileges-test",

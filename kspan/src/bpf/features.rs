@@ -241,9 +241,14 @@ impl ProgramFeatures {
 
 /// The helpers a program of `prog_type` may call, by loading one that
 /// calls each (`attach` as [`super::sys::probe_helper`] takes it).
+///
+/// `trampoline`: for tracing programs, a function to load an fentry
+/// program against (`bpf_get_func_arg` is a trampoline's alone, not a BTF
+/// tracepoint's).
 fn probe_program_features(
     prog_type: libbpf_sys::bpf_prog_type,
     attach: Option<(libbpf_sys::bpf_attach_type, u32)>,
+    trampoline: Option<u32>,
     what: &str,
 ) -> ProgramFeatures {
     let (attach_type, btf_id) = attach.unwrap_or((0, 0));
@@ -273,14 +278,27 @@ fn probe_program_features(
         "bpf_task_storage_get",
         "Linux 5.11+",
     );
-    let func_args = if prog_type == libbpf_sys::BPF_PROG_TYPE_TRACING {
-        helper(
+    let func_args = match trampoline {
+        Some(btf_id) => match super::sys::probe_helper(
+            prog_type,
+            libbpf_sys::BPF_TRACE_FENTRY,
+            btf_id,
             libbpf_sys::BPF_FUNC_get_func_arg,
-            "bpf_get_func_arg",
-            "Linux 5.17+",
-        )
-    } else {
-        Feature::no("only trampoline programs read arguments through helpers")
+        ) {
+            Ok(true) => Feature::Available,
+            Ok(false) => Feature::no(
+                "the verifier does not know bpf_get_func_arg in trampoline programs (Linux \
+                 5.17+; a program calling it was refused)",
+            ),
+            Err(e) => Feature::Unavailable {
+                reason: "trampoline programs were refused: not probed".to_owned(),
+                errno: e.raw_os_error(),
+            },
+        },
+        None if prog_type == libbpf_sys::BPF_PROG_TYPE_TRACING => {
+            Feature::no("no trampolines: not probed")
+        }
+        None => Feature::no("only trampoline programs read arguments through helpers"),
     };
     let loops = helper(libbpf_sys::BPF_FUNC_loop, "bpf_loop", "Linux 5.17+");
     let task_pt_regs = helper(
@@ -407,19 +425,26 @@ impl KernelCapabilities {
                 libbpf_sys::BPF_PROG_TYPE_TRACING,
                 btf.type_named("btf_trace_sched_switch")
                     .map(|id| (libbpf_sys::BPF_TRACE_RAW_TP, id)),
+                trampoline_target(btf, &trampolines),
                 "BTF tracepoint",
             ),
             (Ok(btf), _, Feature::Available) => probe_program_features(
                 libbpf_sys::BPF_PROG_TYPE_TRACING,
                 probe_target(btf).map(|(_, id)| (libbpf_sys::BPF_TRACE_FENTRY, id)),
+                trampoline_target(btf, &trampolines),
                 "trampoline",
             ),
             _ => ProgramFeatures::none("no trampolines or BTF tracepoints: not probed"),
         };
         let (kprobe_programs, tracepoint_programs) = match &privileges {
             Feature::Available => (
-                probe_program_features(libbpf_sys::BPF_PROG_TYPE_KPROBE, None, "kprobe"),
-                probe_program_features(libbpf_sys::BPF_PROG_TYPE_TRACEPOINT, None, "tracepoint"),
+                probe_program_features(libbpf_sys::BPF_PROG_TYPE_KPROBE, None, None, "kprobe"),
+                probe_program_features(
+                    libbpf_sys::BPF_PROG_TYPE_TRACEPOINT,
+                    None,
+                    None,
+                    "tracepoint",
+                ),
             ),
             _ => (
                 ProgramFeatures::none("not probed: missing privileges"),
@@ -551,6 +576,15 @@ impl KernelCapabilities {
         };
         (!feature.is_available()).then_some(feature)
     }
+}
+
+/// The BTF id of a function to load a probing fentry program against,
+/// where trampolines load.
+fn trampoline_target(btf: &Btf, trampolines: &Feature) -> Option<u32> {
+    trampolines
+        .is_available()
+        .then(|| probe_target(btf).map(|(_, id)| id))
+        .flatten()
 }
 
 /// A function every kernel has, to load test programs against.

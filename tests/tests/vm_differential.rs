@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0 OR MIT
+//! kspan against bpftrace, call by call, on every kernel of the matrix (run
+//! in the VM by `cargo xtask test`; Debian 11's 5.10 among them, where
+//! kspan loads its programs built for older kernels): one thread reads a
+//! file with buffers of varied sizes, then a closed descriptor, traced by
+//! a kernel function probe (`vfs_read`, `auto`) and a syscall source
+//! (`read`) while bpftrace prints every return of the same function and
+//! system call on that thread. The (size asked, result) pairs of each
+//! must be the same, exactly (as sets with their counts: bpftrace's output
+//! comes through per-CPU buffers, in order within a CPU only).
+//!
+//! bpftrace is the guest's (the host's root: Debian 12's), or the one
+//! `KSPAN_BPFTRACE` names (`cargo xtask` sets it to the kernel's own
+//! Debian release's where it has one).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kspan_tests::span_attr;
+
+#[kspan::kernel_span("vfs_read")]
+fn vfs_read(count: usize, ret: isize) {}
+
+#[kspan::kernel_span(syscall = "read")]
+fn read(fd: u32, count: usize, ret: i64) {}
+
+/// The sizes asked for, in turn, until the file's end.
+const SIZES: [usize; 7] = [1, 7, 64, 4096, 10_000, 65_536, 3];
+const FILE_BYTES: usize = 300_000;
+
+/// bpftrace printing, for thread `tid`, each `vfs_read` return (`v COUNT
+/// RET`) and each `read` system call's (`s COUNT RET`).
+fn start_bpftrace(tid: i64) -> (Child, BufReader<std::process::ChildStdout>) {
+    let bpftrace = std::env::var("KSPAN_BPFTRACE").unwrap_or_else(|_| "bpftrace".to_owned());
+    let script = format!(
+        "kprobe:vfs_read /tid == {tid}/ {{ @v[tid] = arg2; }}
+         kretprobe:vfs_read /tid == {tid}/ {{ printf(\"v %d %d\\n\", @v[tid], retval); delete(@v[tid]); }}
+         tracepoint:syscalls:sys_enter_read /tid == {tid}/ {{ @s[tid] = args->count; }}
+         tracepoint:syscalls:sys_exit_read /tid == {tid}/ {{ printf(\"s %d %d\\n\", @s[tid], args->ret); delete(@s[tid]); }}"
+    );
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec {bpftrace} -e \"$0\"", bpftrace = bpftrace))
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {bpftrace}: {e}"));
+    let mut out = BufReader::new(child.stdout.take().expect("piped"));
+    // It says so once every probe is attached.
+    let started = Instant::now();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = out.read_line(&mut line).expect("bpftrace's output");
+        assert!(n > 0, "bpftrace ended before attaching");
+        if line.starts_with("Attaching") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "bpftrace never attached"
+        );
+    }
+    (child, out)
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs a kernel with BPF trampolines or kprobes, tracepoints and bpftrace; run by `cargo xtask test` in the VM"]
+async fn every_read_is_the_one_bpftrace_saw() {
+    let tid = kspan_tests::gettid();
+    let path = std::env::temp_dir().join(format!("kspan-differential-{}", std::process::id()));
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(&vec![b'd'; FILE_BYTES])
+        .unwrap();
+    let (mut bpftrace, mut out) = start_bpftrace(tid);
+
+    let mut asked = Vec::new();
+    let spans = kspan_tests::traced_on_this_thread(
+        &[&vfs_read, &read],
+        "vfs_read and the read system call",
+        || {
+            let mut file = std::fs::File::open(&path).unwrap();
+            let mut buf = vec![0u8; 65_536];
+            for size in SIZES.iter().cycle() {
+                asked.push(*size);
+                if file.read(&mut buf[..*size]).unwrap() == 0 {
+                    break;
+                }
+            }
+            // A closed descriptor: the system call fails (EBADF) before
+            // any vfs_read.
+            // SAFETY: reads into a live buffer of its length; the
+            // descriptor is not open.
+            let ret = unsafe { libc::read(9999, buf.as_mut_ptr().cast(), 16) };
+            assert_eq!(ret, -1);
+        },
+    )
+    .await;
+    std::fs::remove_file(&path).unwrap();
+
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(bpftrace.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("bpftrace's output");
+    bpftrace.wait().expect("bpftrace ends");
+    let seen = |kind: &str| -> Vec<(i64, i64)> {
+        rest.lines()
+            .filter_map(|l| l.strip_prefix(kind)?.strip_prefix(' '))
+            .map(|l| {
+                let mut numbers = l.split(' ').map(|n| n.parse::<i64>().unwrap());
+                (numbers.next().unwrap(), numbers.next().unwrap())
+            })
+            .collect()
+    };
+    let traced = |name: &str| -> Vec<(i64, i64)> {
+        spans
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| {
+                let int = |key: &str| match span_attr(s, key) {
+                    Some(opentelemetry::Value::I64(n)) => n,
+                    other => panic!("{name} span's {key}: {other:?}"),
+                };
+                (int("kernel.arg.count"), int("kernel.return_value"))
+            })
+            .collect()
+    };
+    let sorted = |mut pairs: Vec<(i64, i64)>| {
+        pairs.sort_unstable();
+        pairs
+    };
+    let (vfs_bt, sys_bt) = (sorted(seen("v")), sorted(seen("s")));
+    let (vfs_kspan, sys_kspan) = (sorted(traced("vfs_read")), sorted(traced("read")));
+    eprintln!(
+        "{} reads asked; vfs_read: bpftrace {}, kspan {}; read(2): bpftrace {}, kspan {}",
+        asked.len(),
+        vfs_bt.len(),
+        vfs_kspan.len(),
+        sys_bt.len(),
+        sys_kspan.len()
+    );
+    // Every read of the file, and the failed one, as the program asked.
+    assert_eq!(sys_bt.len(), asked.len() + 1, "{sys_bt:?}");
+    assert!(sys_bt.contains(&(16, -(libc::EBADF as i64))), "{sys_bt:?}");
+    let mut asked_too: Vec<i64> = asked.iter().map(|&n| n as i64).chain([16]).collect();
+    asked_too.sort_unstable();
+    assert_eq!(
+        sys_bt.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+        asked_too
+    );
+    assert_eq!(
+        sys_bt.iter().map(|(_, r)| (*r).max(0)).sum::<i64>(),
+        FILE_BYTES as i64
+    );
+    assert_eq!(
+        sys_kspan, sys_bt,
+        "the read system call: kspan's spans against bpftrace"
+    );
+    assert_eq!(vfs_bt.len(), asked.len(), "{vfs_bt:?}");
+    assert_eq!(
+        vfs_kspan, vfs_bt,
+        "vfs_read: kspan's spans against bpftrace"
+    );
+}
