@@ -27,9 +27,11 @@ pub(crate) struct CauseChecks {
     locks_classic: Result<(), String>,
     /// `block:block_rq_insert`, `_issue` and `_complete`, by BTF.
     block_btf: Result<(), String>,
-    /// blk-throttle's `__blk_throtl_bio` in BTF, and trampolines to load
-    /// its fexit (which the block programs need as well).
-    throttle: Result<(), String>,
+    /// blk-throttle's decision (`__blk_throtl_bio`, or `blk_throtl_bio`
+    /// in older kernels) in BTF and in the kernel's symbols, and
+    /// trampolines to load its fexit (which the block programs need as
+    /// well): the function.
+    throttle: Result<&'static str, String>,
     /// The memory stall tracepoints the kernel has (each begin/end pair
     /// whole), by BTF and by tracefs, and those it lacks with why.
     memory_btf: Vec<&'static str>,
@@ -81,7 +83,7 @@ impl CauseChecks {
                 locks_btf: off(),
                 locks_classic: off(),
                 block_btf: off(),
-                throttle: off(),
+                throttle: Err("the causes are off".to_owned()),
                 memory_btf: Vec::new(),
                 memory_classic: Vec::new(),
                 memory_missing: Vec::new(),
@@ -195,9 +197,9 @@ impl CauseChecks {
         programs
     }
 
-    /// Whether the throttle's fexit is to be loaded with `mechanism`
-    /// attached: `Err` says why not.
-    pub(crate) fn throttle(&self, mechanism: SchedMechanism) -> Result<(), String> {
+    /// The function the throttle's fexit is to be loaded on with
+    /// `mechanism` attached: `Err` says why none.
+    pub(crate) fn throttle(&self, mechanism: SchedMechanism) -> Result<&'static str, String> {
         self.block(mechanism)?;
         self.throttle.clone()
     }
@@ -220,7 +222,7 @@ impl CauseChecks {
     pub(crate) fn mechanisms(
         &self,
         mechanism: SchedMechanism,
-        throttle: &Result<(), String>,
+        throttle: &Result<&'static str, String>,
     ) -> Vec<CauseMechanism> {
         if !self.on {
             return Vec::new();
@@ -267,10 +269,11 @@ impl CauseChecks {
             },
             CauseMechanism {
                 cause: THROTTLE_CAUSE,
-                how: throttle.clone().map(|()| {
-                    "the fexit of __blk_throtl_bio (the bios it holds, by bio), followed to \
-                     their requests in the throttle's worker"
-                        .to_owned()
+                how: throttle.clone().map(|function| {
+                    format!(
+                        "the fexit of {function} (the bios it holds, by bio), followed to their \
+                         requests in the throttle's worker"
+                    )
                 }),
             },
             CauseMechanism {
@@ -331,23 +334,60 @@ impl CauseChecks {
 pub(crate) const THROTTLE_CAUSE: &str =
     "throttled block I/O: blk-throttle's hold (cgroup v2 io.max, v1 blkio.throttle.*)";
 
-/// Whether the throttle's fexit can be loaded here: its function in the
-/// kernel's BTF (CONFIG_BLK_DEV_THROTTLING), and trampolines.
-fn check_throttle(btf: &Btf) -> Result<(), String> {
-    if btf.function("__blk_throtl_bio").is_none() {
-        return Err(
-            "this kernel's BTF has no __blk_throtl_bio (a kernel without blk-throttle, \
-             CONFIG_BLK_DEV_THROTTLING)"
-                .to_owned(),
-        );
+/// The function the throttle's fexit can be loaded on here, if one:
+/// blk-throttle's decision about a bio in the kernel's BTF
+/// (CONFIG_BLK_DEV_THROTTLING) and symbols, and trampolines.
+fn check_throttle(btf: &Btf) -> Result<&'static str, String> {
+    let function = THROTTLE_FUNCTIONS
+        .into_iter()
+        .find(|function| btf.function(function).is_some())
+        .ok_or_else(|| {
+            "this kernel's BTF has no __blk_throtl_bio or blk_throtl_bio (a kernel without \
+             blk-throttle, CONFIG_BLK_DEV_THROTTLING)"
+                .to_owned()
+        })?;
+    // BTF names functions the compiler inlined everywhere too (Debian
+    // 11's 5.10 has blk_throtl_bio only inside submit_bio_checks).
+    match kallsyms_has(function) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(format!(
+                "this kernel's blk-throttle decides in {function}, which is not in \
+                 /proc/kallsyms (inlined into its callers): no trampoline can attach to it"
+            ))
+        }
+        Err(e) => {
+            return Err(format!(
+                "/proc/kallsyms could not be read to find {function}: {e}"
+            ))
+        }
     }
     let capabilities = crate::bpf::KernelCapabilities::cached(|| Ok(btf));
     match &capabilities.trampolines {
-        crate::bpf::Feature::Available => Ok(()),
+        crate::bpf::Feature::Available => Ok(function),
         refused => Err(format!(
-            "the throttle's hold is read by a trampoline (fexit on __blk_throtl_bio): {refused}"
+            "the throttle's hold is read by a trampoline (fexit on {function}): {refused}"
         )),
     }
+}
+
+/// blk-throttle's decision about a bio, which returns whether it holds
+/// it, `bool (struct bio *)` under both names: `__blk_throtl_bio` in
+/// newer kernels, `blk_throtl_bio` in older ones (5.10).
+const THROTTLE_FUNCTIONS: [&str; 2] = ["__blk_throtl_bio", "blk_throtl_bio"];
+
+/// Whether `/proc/kallsyms` lists the kernel function `name`.
+fn kallsyms_has(name: &str) -> std::io::Result<bool> {
+    use std::io::BufRead;
+    let file = std::io::BufReader::new(std::fs::File::open("/proc/kallsyms")?);
+    for line in file.lines() {
+        let line = line?;
+        let mut fields = line.split_ascii_whitespace().skip(1);
+        if matches!(fields.next(), Some("t" | "T")) && fields.next() == Some(name) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The lock tracepoints, with their fields where the classic programs read
