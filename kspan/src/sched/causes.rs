@@ -399,11 +399,14 @@ fn check_lock_formats() -> Result<(), String> {
         ("contention_end", "lock_addr", 8, 8),
         ("contention_end", "ret", 16, 4),
     ] {
-        let format = tracefs::read_event_format("lock", event).map_err(|e| {
-            format!(
-                "this kernel has no lock:{event} tracepoint (Linux 5.19 and later have it): {e}"
-            )
-        })?;
+        let events = std::path::Path::new(tracefs::TRACEFS).join("events");
+        if events.is_dir() && !events.join("lock").join(event).is_dir() {
+            return Err(format!(
+                "this kernel has no lock:{event} tracepoint (Linux 5.19 and later have it)"
+            ));
+        }
+        let format = tracefs::read_event_format("lock", event)
+            .map_err(|e| format!("lock:{event}'s format could not be read: {e}"))?;
         let found = tracefs::field_layout(&format, field);
         if found != Some((offset, size)) {
             return Err(format!(
