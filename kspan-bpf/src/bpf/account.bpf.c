@@ -53,9 +53,11 @@ struct task_struct___sched {
  * idle loop's way out) is not run-queue time to the kernel but the
  * wakee's time on a CPU, and the task it preempts is queued from that
  * reading (its time since is run-queue time, not CPU time). The run queue is found through a task on it (its
- * scheduling entity's `cfs_rq`, with group scheduling). The tasks are BTF
- * pointers (the tracepoint's, or the current task's), read with plain
- * loads the verifier guards: no helper call a switch.
+ * scheduling entity's `cfs_rq`, with group scheduling). The tasks are the
+ * tracepoint's, or the current task, read with plain loads the verifier
+ * guards where the kernel gives typed task pointers (KSPAN_KF_TASK_BTF:
+ * no helper call a switch), else through bpf_probe_read_kernel
+ * (kspan_task_read).
  */
 struct rq___kspan {
 	__u64 clock;

@@ -43,6 +43,13 @@ pub(crate) struct CauseChecks {
     /// `exceptions:page_fault_user` and `page_fault_kernel`, by BTF
     /// (x86-64 has them; arm64 has no such tracepoints).
     faults_btf: Result<(), String>,
+    /// The flags of why a task blocks that this kernel's `task_struct`
+    /// has, of `in_iowait`, `in_memstall` and `in_thrashing`.
+    block_flags: Vec<&'static str>,
+    /// Whether `bpf_task_pt_regs` finds a task's user registers in BTF
+    /// tracepoint and in classic tracepoint programs (else the programs
+    /// find them at the top of its kernel stack, as the helper does).
+    task_pt_regs: (bool, bool),
 }
 
 /// Where the kernel accounts interrupt time apart from tasks' CPU time.
@@ -89,6 +96,8 @@ impl CauseChecks {
                 memory_missing: Vec::new(),
                 interrupts,
                 faults_btf: off(),
+                block_flags: Vec::new(),
+                task_pt_regs: (false, false),
             };
         }
         let btf_events = |category: &str, events: &[&str]| match events
@@ -117,7 +126,23 @@ impl CauseChecks {
                 memory_missing.push(format!("{what}: no {category}:{begin}/_end tracepoints"));
             }
         }
+        let capabilities = crate::bpf::KernelCapabilities::cached(|| Ok(btf));
+        let task = btf
+            .type_named("struct task_struct")
+            .and_then(|id| btf.composite(id));
+        let block_flags = BLOCK_FLAGS
+            .into_iter()
+            .filter(|flag| {
+                task.as_ref()
+                    .is_some_and(|t| t.members.iter().any(|m| m.name == *flag))
+            })
+            .collect();
         CauseChecks {
+            block_flags,
+            task_pt_regs: (
+                capabilities.tracing_programs.task_pt_regs.is_available(),
+                capabilities.tracepoint_programs.task_pt_regs.is_available(),
+            ),
             on: true,
             throttle: check_throttle(btf),
             locks_btf: btf_events("lock", &["contention_begin", "contention_end"]),
@@ -238,20 +263,16 @@ impl CauseChecks {
         vec![
             CauseMechanism {
                 cause: "blocked: io, memory",
-                how: Ok(
-                    "the leaving thread's in_iowait, in_memstall and in_thrashing flags, \
-                         read at each blocked switch-out"
-                        .to_owned(),
-                ),
+                how: self.block_flags_read(),
             },
             CauseMechanism {
                 cause: "sleeping: futex, poll, timer, receive",
                 how: if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
-                    Ok(
-                        "the system call the leaving thread sleeps in (its saved registers), \
-                        read at each sleeping switch-out"
-                            .to_owned(),
-                    )
+                    Ok(format!(
+                        "the system call the leaving thread sleeps in (its saved registers{}), \
+                         read at each sleeping switch-out",
+                        self.registers_found(mechanism)
+                    ))
                 } else {
                     Err("kspan knows the system call numbers of x86-64 and arm64 only".to_owned())
                 },
@@ -307,6 +328,48 @@ impl CauseChecks {
         ]
     }
 
+    /// Which of the flags of why a task blocks the switch-out reads here,
+    /// and those this kernel lacks.
+    fn block_flags_read(&self) -> Result<String, String> {
+        let lacking: Vec<&str> = BLOCK_FLAGS
+            .into_iter()
+            .filter(|flag| !self.block_flags.contains(flag))
+            .collect();
+        let read = match &self.block_flags[..] {
+            [] => {
+                return Err(format!(
+                    "this kernel's task_struct has none of the flags {} (its BTF)",
+                    BLOCK_FLAGS.join(", ")
+                ))
+            }
+            [one] => format!("{one} flag"),
+            [rest @ .., last] => format!("{} and {last} flags", rest.join(", ")),
+        };
+        let lacking = if lacking.is_empty() {
+            String::new()
+        } else {
+            format!(" (this kernel's task_struct has no {})", lacking.join(", "))
+        };
+        Ok(format!(
+            "the leaving thread's {read}{lacking}, read at each blocked switch-out"
+        ))
+    }
+
+    /// Where the programs of `mechanism` find a task's user registers,
+    /// where not through `bpf_task_pt_regs`.
+    fn registers_found(&self, mechanism: SchedMechanism) -> &'static str {
+        let helper = match mechanism {
+            SchedMechanism::BtfTracepoints => self.task_pt_regs.0,
+            SchedMechanism::Tracepoints => self.task_pt_regs.1,
+        };
+        if helper {
+            ""
+        } else {
+            ", found at the top of its kernel stack as the kernel's task_pt_regs() finds them: \
+             this kernel has no bpf_task_pt_regs for these programs"
+        }
+    }
+
     /// How a span's page faults are read with `mechanism`.
     fn faults_read(&self, mechanism: SchedMechanism) -> String {
         let counts = match (&self.faults_btf, mechanism) {
@@ -328,6 +391,11 @@ impl CauseChecks {
         format!("{counts}, and its user registers at each waiting switch-out")
     }
 }
+
+/// The flags of a task that say why it blocks (include/linux/sched.h),
+/// read by the account's switch-out where the kernel has them:
+/// `in_thrashing` is newer than the others.
+const BLOCK_FLAGS: [&str; 3] = ["in_iowait", "in_memstall", "in_thrashing"];
 
 /// The cause a throttled request's time is, as
 /// [`Kspan::scheduler_causes`](crate::Kspan::scheduler_causes) names it.
@@ -440,3 +508,57 @@ const MEMORY_EVENTS: [(&str, &str, &str, &str); 3] = [
         "compaction (CONFIG_COMPACTION)",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checks(block_flags: Vec<&'static str>, task_pt_regs: (bool, bool)) -> CauseChecks {
+        let off = || Err("off".to_owned());
+        CauseChecks {
+            on: true,
+            locks_btf: off(),
+            locks_classic: off(),
+            block_btf: off(),
+            throttle: Err("off".to_owned()),
+            memory_btf: Vec::new(),
+            memory_classic: Vec::new(),
+            memory_missing: Vec::new(),
+            interrupts: INTERRUPTS_IN,
+            faults_btf: off(),
+            block_flags,
+            task_pt_regs,
+        }
+    }
+
+    #[test]
+    fn the_block_flags_read_are_those_the_kernel_has_and_the_rest_are_said() {
+        assert_eq!(
+            checks(BLOCK_FLAGS.to_vec(), (true, true)).block_flags_read(),
+            Ok(
+                "the leaving thread's in_iowait, in_memstall and in_thrashing flags, read at \
+                each blocked switch-out"
+                    .to_owned()
+            )
+        );
+        // Linux 5.10's task_struct.
+        assert_eq!(
+            checks(vec!["in_iowait", "in_memstall"], (false, false)).block_flags_read(),
+            Ok(
+                "the leaving thread's in_iowait and in_memstall flags (this kernel's \
+                task_struct has no in_thrashing), read at each blocked switch-out"
+                    .to_owned()
+            )
+        );
+        assert!(checks(Vec::new(), (true, true)).block_flags_read().is_err());
+    }
+
+    #[test]
+    fn registers_found_without_bpf_task_pt_regs_say_so_per_mechanism() {
+        let c = checks(BLOCK_FLAGS.to_vec(), (true, false));
+        assert_eq!(c.registers_found(SchedMechanism::BtfTracepoints), "");
+        assert!(c
+            .registers_found(SchedMechanism::Tracepoints)
+            .contains("no bpf_task_pt_regs"));
+    }
+}
