@@ -158,10 +158,11 @@ mod tests {
         // 14 * 4 + 8 + MAX_CAPS * (12 + 8 * MAX_STEPS)
         // then 8 u32s, two u64s, MAX_CLAUSES clauses of 16 bytes,
         // `wait_min_ns`, then the probe counters' stride, the histogram's
-        // rows and errno mask and the account's causes switch
+        // rows and errno mask and the account's causes switch, then the
+        // kernel's feature bits and the function's argument count
         assert_eq!(
             std::mem::size_of::<types::kspan_config>(),
-            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8 + 8 + 16
+            64 + 8 * 76 + 32 + 16 + 16 * 4 + 8 + 8 + 16 + 8
         );
         // An errno row: its key, then the row.
         assert_eq!(

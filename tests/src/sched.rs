@@ -38,6 +38,18 @@ pub use throttle::{
 };
 pub use truth::every_span_s_figures_equal_the_kernel_s_under_contention;
 
+/// Says that the running case is skipped on this kernel, and why (the
+/// probe's answer: `scheduler_causes()`, `KernelCapabilities`), as
+/// `SKIPPED <test>: <why>` on stderr; the test's name is its thread's
+/// (the test harness names each test's thread so).
+pub fn skipped(why: &str) {
+    let current = std::thread::current();
+    eprintln!(
+        "SKIPPED {}: {why}",
+        current.name().unwrap_or("(unnamed test)")
+    );
+}
+
 fn int(span: &SpanData, key: &str) -> i64 {
     match span.attributes.iter().find(|kv| kv.key.as_str() == key) {
         Some(kv) => match kv.value {

@@ -36,7 +36,8 @@ pub struct Delays {
 
 /// `kernel.task_delayacct` switched on while alive.
 pub struct DelayAccounting {
-    before: String,
+    /// The switch's setting before, where the kernel has the switch.
+    before: Option<String>,
 }
 
 const SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
@@ -44,16 +45,35 @@ const SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
 impl DelayAccounting {
     /// Switches delay accounting on (root only), for threads' waits that
     /// start from now on.
+    /// Kernels before 5.14 have no switch: delay accounting is on from
+    /// boot there, unless the kernel was booted with `nodelayacct`.
     pub fn on() -> io::Result<Self> {
-        let before = std::fs::read_to_string(SYSCTL)?;
+        let before = match std::fs::read_to_string(SYSCTL) {
+            Ok(before) => before,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let cmdline = std::fs::read_to_string("/proc/cmdline")?;
+                if cmdline.split_whitespace().any(|arg| arg == "nodelayacct") {
+                    return Err(io::Error::other(
+                        "this kernel has no kernel.task_delayacct switch and was booted with \
+                         nodelayacct: delay accounting is off",
+                    ));
+                }
+                return Ok(DelayAccounting { before: None });
+            }
+            Err(e) => return Err(e),
+        };
         std::fs::write(SYSCTL, "1")?;
-        Ok(DelayAccounting { before })
+        Ok(DelayAccounting {
+            before: Some(before),
+        })
     }
 }
 
 impl Drop for DelayAccounting {
     fn drop(&mut self) {
-        let _ = std::fs::write(SYSCTL, self.before.trim());
+        if let Some(before) = &self.before {
+            let _ = std::fs::write(SYSCTL, before.trim());
+        }
     }
 }
 

@@ -191,18 +191,32 @@ async fn every_request_says_why_it_waited() {
         stdout.contains(&format!("O_DIRECT reads of {disk}")),
         "the example reads the slow disk: {stdout}"
     );
-    // Every cause is read on this kernel.
-    for cause in [
-        "blocked: io",
-        "sleeping: futex",
-        "kernel locks",
-        "block requests",
-    ] {
+    // Every cause is read on this kernel, but kernel locks where the
+    // example's line of the account's causes (`scheduler_causes()`, the
+    // probe's answer) says the kernel lacks their tracepoints (before
+    // Linux 5.19): then the kernel-lock request's checks are skipped.
+    let cause_line = |cause: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(cause))
+            .unwrap_or_else(|| panic!("{cause} is among the account's causes: {stdout}"))
+    };
+    for cause in ["blocked: io", "sleeping: futex", "block requests"] {
         assert!(
-            stdout
-                .lines()
-                .any(|l| l.trim_start().starts_with(cause) && !l.contains("not read")),
+            !cause_line(cause).contains("not read"),
             "{cause} is read here: {stdout}"
+        );
+    }
+    let locks = cause_line("kernel locks");
+    let locks_read = !locks.contains(": not read (");
+    if !locks_read {
+        assert!(
+            locks.contains("has no lock:contention_begin tracepoint"),
+            "kernel locks are read here: {locks}"
+        );
+        eprintln!(
+            "SKIPPED every_request_says_why_it_waited: the kernel-lock request's checks: {}",
+            locks.trim()
         );
     }
 
@@ -298,6 +312,21 @@ async fn every_request_says_why_it_waited() {
             s.int(w::REQUEST_DEVICE_NS)
         );
     }
+    // Its other blocked waits, with where they waited: what took the time
+    // if the disk does not dominate (one run on Debian 11's 5.10, with the
+    // host loaded, had 108 ms blocked unattributed in 6 waits).
+    for s in children(req, "off-cpu blocked")
+        .into_iter()
+        .filter(|s| s.str(w::BLOCK_CAUSE) != Some("io"))
+    {
+        eprintln!(
+            "  {} {} ns ({:?}): {:?}",
+            s.name,
+            duration_ns(s),
+            s.str(w::BLOCK_CAUSE),
+            s.str(w::STACK)
+        );
+    }
     // Off CPU for the disk, within the reads.
     let io = dominates(req, "blocked io", reads * (DISK_MS - 2) * MS);
     assert!(
@@ -326,70 +355,72 @@ async fn every_request_says_why_it_waited() {
     let want: Vec<i64> = (0..reads).map(|i| i * stride / 512).collect();
     assert_eq!(sectors, want, "every read's sector, named by an I/O wait");
 
-    // The kernel lock: the request waited for the holder's write.
-    let (req, holder) = (requests["kernel-lock"], requests["kernel-lock-holder"]);
-    let waited = cause_figure(req, c::LOCK_MUTEX_NS);
-    eprintln!(
-        "kernel-lock: mutex {waited} ns in {} contentions, blocked on it {} ns, sleeping on it \
-         {} ns, the request {} ns",
-        cause_figure(req, c::LOCK_MUTEX_COUNT),
-        cause_figure(req, c::BLOCKED_LOCK_NS),
-        cause_figure(req, c::SLEEPING_LOCK_NS),
-        duration_ns(req)
-    );
-    assert_eq!(cause_figure(req, c::LOCK_MUTEX_COUNT), 1, "one contention");
-    assert_eq!(
-        cause_figure(holder, c::LOCK_MUTEX_COUNT),
-        0,
-        "the holder's none"
-    );
-    assert!(
-        2 * waited >= duration_ns(req),
-        "the mutex wait {waited} ns is most of the request's {} ns",
-        duration_ns(req)
-    );
-    let off_on_lock =
-        cause_figure(req, c::BLOCKED_LOCK_NS) + cause_figure(req, c::SLEEPING_LOCK_NS);
-    assert!(
-        off_on_lock <= waited,
-        "off CPU on the lock {off_on_lock} ns, within the wait {waited} ns"
-    );
-    let lock_waits = children(req, "kernel lock wait");
-    let [wait] = lock_waits[..] else {
-        panic!("one kernel lock wait under the request: {lock_waits:#?}");
-    };
-    eprintln!(
-        "  kernel lock wait: {:?} links {:?}",
-        wait.attributes, wait.links
-    );
-    assert_eq!(wait.str(w::STATE), Some("lock"));
-    assert_eq!(wait.str(w::LOCK_KIND), Some("mutex"));
-    assert_eq!(
-        wait.int(w::LOCK_OWNER_TID),
-        holder.int("app.thread.tid"),
-        "the owner is the holder's thread: {wait:?}"
-    );
-    assert_eq!(wait.int(w::LOCK_OWNER_PID), Some(i64::from(run.pid)));
-    assert_eq!(wait.str(w::LOCK_OWNER_COMM), Some("lock-holder"));
-    assert!(
-        wait.links.contains(&holder.span_id),
-        "the lock wait links to the holder's span {}: {wait:?}",
-        hex(&holder.span_id)
-    );
-    assert!(
-        wait.str(w::LOCK_ADDRESS)
-            .is_some_and(|s| s.starts_with("0x")),
-        "{wait:?}"
-    );
-    assert!(
-        wait.str(w::STACK).is_some_and(|s| s.contains("write")),
-        "the lock is taken in the write: {wait:?}"
-    );
-    assert!(
-        (duration_ns(wait) - waited).abs() <= 50_000,
-        "the lock wait lasts {} ns, the request's mutex total is {waited} ns",
-        duration_ns(wait)
-    );
+    if locks_read {
+        // The kernel lock: the request waited for the holder's write.
+        let (req, holder) = (requests["kernel-lock"], requests["kernel-lock-holder"]);
+        let waited = cause_figure(req, c::LOCK_MUTEX_NS);
+        eprintln!(
+            "kernel-lock: mutex {waited} ns in {} contentions, blocked on it {} ns, sleeping on it \
+             {} ns, the request {} ns",
+            cause_figure(req, c::LOCK_MUTEX_COUNT),
+            cause_figure(req, c::BLOCKED_LOCK_NS),
+            cause_figure(req, c::SLEEPING_LOCK_NS),
+            duration_ns(req)
+        );
+        assert_eq!(cause_figure(req, c::LOCK_MUTEX_COUNT), 1, "one contention");
+        assert_eq!(
+            cause_figure(holder, c::LOCK_MUTEX_COUNT),
+            0,
+            "the holder's none"
+        );
+        assert!(
+            2 * waited >= duration_ns(req),
+            "the mutex wait {waited} ns is most of the request's {} ns",
+            duration_ns(req)
+        );
+        let off_on_lock =
+            cause_figure(req, c::BLOCKED_LOCK_NS) + cause_figure(req, c::SLEEPING_LOCK_NS);
+        assert!(
+            off_on_lock <= waited,
+            "off CPU on the lock {off_on_lock} ns, within the wait {waited} ns"
+        );
+        let lock_waits = children(req, "kernel lock wait");
+        let [wait] = lock_waits[..] else {
+            panic!("one kernel lock wait under the request: {lock_waits:#?}");
+        };
+        eprintln!(
+            "  kernel lock wait: {:?} links {:?}",
+            wait.attributes, wait.links
+        );
+        assert_eq!(wait.str(w::STATE), Some("lock"));
+        assert_eq!(wait.str(w::LOCK_KIND), Some("mutex"));
+        assert_eq!(
+            wait.int(w::LOCK_OWNER_TID),
+            holder.int("app.thread.tid"),
+            "the owner is the holder's thread: {wait:?}"
+        );
+        assert_eq!(wait.int(w::LOCK_OWNER_PID), Some(i64::from(run.pid)));
+        assert_eq!(wait.str(w::LOCK_OWNER_COMM), Some("lock-holder"));
+        assert!(
+            wait.links.contains(&holder.span_id),
+            "the lock wait links to the holder's span {}: {wait:?}",
+            hex(&holder.span_id)
+        );
+        assert!(
+            wait.str(w::LOCK_ADDRESS)
+                .is_some_and(|s| s.starts_with("0x")),
+            "{wait:?}"
+        );
+        assert!(
+            wait.str(w::STACK).is_some_and(|s| s.contains("write")),
+            "the lock is taken in the write: {wait:?}"
+        );
+        assert!(
+            (duration_ns(wait) - waited).abs() <= 50_000,
+            "the lock wait lasts {} ns, the request's mutex total is {waited} ns",
+            duration_ns(wait)
+        );
+    }
 
     // The futex: the request waited for the holder's unlock.
     let (req, holder) = (requests["futex"], requests["futex-holder"]);

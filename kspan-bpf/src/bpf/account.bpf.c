@@ -53,9 +53,11 @@ struct task_struct___sched {
  * idle loop's way out) is not run-queue time to the kernel but the
  * wakee's time on a CPU, and the task it preempts is queued from that
  * reading (its time since is run-queue time, not CPU time). The run queue is found through a task on it (its
- * scheduling entity's `cfs_rq`, with group scheduling). The tasks are BTF
- * pointers (the tracepoint's, or the current task's), read with plain
- * loads the verifier guards: no helper call a switch.
+ * scheduling entity's `cfs_rq`, with group scheduling). The tasks are the
+ * tracepoint's, or the current task, read with plain loads the verifier
+ * guards where the kernel gives typed task pointers (KSPAN_KF_TASK_BTF:
+ * no helper call a switch), else through bpf_probe_read_kernel
+ * (kspan_task_read).
  */
 struct rq___kspan {
 	__u64 clock;
@@ -99,11 +101,11 @@ static __always_inline __u32 kspan_block_cause(struct kspan_sched_task *t, void 
 {
 	struct task_struct___causes *f = task;
 
-	if (f && bpf_core_field_exists(f->in_memstall) && BPF_CORE_READ_BITFIELD(f, in_memstall))
+	if (f && bpf_core_field_exists(f->in_memstall) && kspan_task_read_bits(f, in_memstall))
 		return KSPAN_BLOCK_MEMORY;
-	if (f && bpf_core_field_exists(f->in_thrashing) && BPF_CORE_READ_BITFIELD(f, in_thrashing))
+	if (f && bpf_core_field_exists(f->in_thrashing) && kspan_task_read_bits(f, in_thrashing))
 		return KSPAN_BLOCK_MEMORY;
-	if (f && bpf_core_field_exists(f->in_iowait) && BPF_CORE_READ_BITFIELD(f, in_iowait))
+	if (f && bpf_core_field_exists(f->in_iowait) && kspan_task_read_bits(f, in_iowait))
 		return KSPAN_BLOCK_IO;
 	if (t->lock_addr)
 		return KSPAN_BLOCK_LOCK;
@@ -130,14 +132,14 @@ static __always_inline long kspan_syscall_nr(void *task)
 {
 	long nr = -1;
 #if defined(__TARGET_ARCH_x86)
-	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+	struct pt_regs___kspan *regs = kspan_task_regs(task);
 	long ax = 0;
 
 	/* In a system call its entry keeps -ENOSYS in `ax` until it returns. */
 	if (regs && !bpf_core_read(&ax, sizeof(ax), &regs->ax) && ax == -38)
 		bpf_core_read(&nr, sizeof(nr), &regs->orig_ax);
 #elif defined(__TARGET_ARCH_arm64)
-	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+	struct pt_regs___kspan *regs = kspan_task_regs(task);
 	int no = -1;
 
 	if (regs)
@@ -159,14 +161,14 @@ static __always_inline long kspan_syscall_nr(void *task)
 static __always_inline int kspan_in_user_fault(void *task)
 {
 #if defined(__TARGET_ARCH_x86)
-	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+	struct pt_regs___kspan *regs = kspan_task_regs(task);
 	long orig_ax = 0;
 
 	if (!regs || bpf_core_read(&orig_ax, sizeof(orig_ax), &regs->orig_ax))
 		return 0;
 	return orig_ax == -1;
 #elif defined(__TARGET_ARCH_arm64)
-	struct pt_regs___kspan *regs = (void *)bpf_task_pt_regs(task);
+	struct pt_regs___kspan *regs = kspan_task_regs(task);
 	int no = 0;
 
 	if (!regs || bpf_core_read(&no, sizeof(no), &regs->syscallno))
@@ -263,7 +265,7 @@ static __always_inline __u64 kspan_kernel_run_delay(struct task_struct___rq *pre
 {
 	if (!kspan_kernel_queue_known(prev))
 		return KSPAN_QUEUED_UNKNOWN;
-	return prev->sched_info.run_delay;
+	return kspan_task_read(prev, sched_info.run_delay);
 }
 
 /* This CPU's run queue, through the task `prev` leaving it; NULL: not known. */
@@ -273,10 +275,10 @@ static __always_inline struct rq___kspan *kspan_kernel_rq(struct task_struct___r
 
 	if (!kspan_kernel_queue_known(prev))
 		return NULL;
-	cfs_rq = prev->se.cfs_rq;
+	cfs_rq = kspan_task_read(prev, se.cfs_rq);
 	if (!cfs_rq)
 		return NULL;
-	return cfs_rq->rq;
+	return kspan_task_read(cfs_rq, rq);
 }
 
 /*
@@ -287,7 +289,7 @@ static __always_inline __u64 kspan_kernel_clock(struct task_struct___rq *prev)
 {
 	struct rq___kspan *rq = kspan_kernel_rq(prev);
 
-	return rq ? rq->clock : KSPAN_QUEUED_UNKNOWN;
+	return rq ? kspan_task_read(rq, clock) : KSPAN_QUEUED_UNKNOWN;
 }
 
 /*
@@ -307,7 +309,7 @@ static __always_inline __u64 kspan_kernel_irq_ns(struct task_struct___rq *prev)
 	if (!bpf_core_field_exists(struct rq___kspan, prev_irq_time))
 		return 0;
 	rq = kspan_kernel_rq(prev);
-	return rq ? rq->prev_irq_time : 0;
+	return rq ? kspan_task_read(rq, prev_irq_time) : 0;
 }
 
 /*
@@ -330,19 +332,19 @@ static __always_inline __u64 kspan_kernel_queued_ns(struct task_struct___rq *pre
 
 	if (run_delay_out == KSPAN_QUEUED_UNKNOWN || !kspan_kernel_queue_known(prev))
 		return KSPAN_QUEUED_UNKNOWN;
-	cfs_rq = prev->se.cfs_rq;
+	cfs_rq = kspan_task_read(prev, se.cfs_rq);
 	if (!cfs_rq)
 		return KSPAN_QUEUED_UNKNOWN;
-	rq = cfs_rq->rq;
+	rq = kspan_task_read(cfs_rq, rq);
 	if (!rq)
 		return KSPAN_QUEUED_UNKNOWN;
 	/* The scheduler names the task coming in before the tracepoint. */
-	next = rq->curr;
-	if (!next || (__u32)next->pid != next_tid)
+	next = kspan_task_read(rq, curr);
+	if (!next || (__u32)kspan_task_read(next, pid) != next_tid)
 		return KSPAN_QUEUED_UNKNOWN;
-	clock = rq->clock;
-	queued = next->sched_info.last_queued;
-	run_delay = next->sched_info.run_delay;
+	clock = kspan_task_read(rq, clock);
+	queued = kspan_task_read(next, sched_info.last_queued);
+	run_delay = kspan_task_read(next, sched_info.run_delay);
 	if (!queued || queued > clock || run_delay < run_delay_out)
 		return KSPAN_QUEUED_UNKNOWN;
 	if (run_delay == run_delay_out)
@@ -893,12 +895,68 @@ static __always_inline void kspan_sched_wakeup(__u32 tid)
 #define KSPAN_REPORT_MAX 0x100
 
 /*
- * sched_switch as a BTF tracepoint (raw arguments: the raw state of
- * `prev`, and whether it was preempted).
+ * sched_switch's BTF prototype since Linux 5.18, whose last argument is
+ * the raw state `prev` leaves in, as the scheduler read it before taking
+ * the task off its run queue.
+ */
+typedef void (*btf_trace_sched_switch___kspan)(void *, _Bool, struct task_struct *,
+					       struct task_struct *, unsigned int);
+
+/* A task's raw state: `__state` since Linux 5.14, `state` before. */
+struct task_struct___state {
+	unsigned int __state;
+} __attribute__((preserve_access_index));
+
+struct task_struct___state_old {
+	long state;
+} __attribute__((preserve_access_index));
+
+/* What the scheduler noted of a task as it took it off its run queue. */
+struct task_struct___dequeued {
+	int on_rq;
+	unsigned sched_contributes_to_load : 1;
+} __attribute__((preserve_access_index));
+
+/*
+ * Where the switch's tracepoint gives the state `prev` waits in as read
+ * at the tracepoint (before Linux 5.18: its raw state read there, or the
+ * classic tracepoint's report of it), a waker on another CPU may have set
+ * it waking meanwhile (TASK_WAKING, reported as running): a task the
+ * scheduler took off its run queue (`on_rq` 0) waits all the same, and
+ * blocked exactly when the scheduler counted it to the load as it took
+ * it off (`sched_contributes_to_load`: uninterruptible, not NOLOAD). Its
+ * state then, or -1 where it is still on its run queue (it runs on).
+ */
+static __always_inline int kspan_dequeued_state(void *prev)
+{
+	struct task_struct___dequeued *t = prev;
+
+	if (!prev || !bpf_core_field_exists(t->sched_contributes_to_load) ||
+	    BPF_CORE_READ(t, on_rq))
+		return -1;
+	return BPF_CORE_READ_BITFIELD_PROBED(t, sched_contributes_to_load) ? KSPAN_SCHED_BLOCKED
+									      : KSPAN_SCHED_SLEEPING;
+}
+
+/* `prev`'s raw state as its switch's BTF tracepoint runs (see above). */
+static __always_inline __u32 kspan_raw_state(void *prev)
+{
+	struct task_struct___state *t = prev;
+	struct task_struct___state_old *old = prev;
+
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return (__u32)BPF_CORE_READ(old, state);
+}
+
+/*
+ * sched_switch as a BTF tracepoint (raw arguments: whether `prev` was
+ * preempted and, since Linux 5.18, its raw state; before, its state is
+ * read from it).
  */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(kspan_tp_sched_switch, _Bool preempt, struct task_struct *prev,
-	     struct task_struct *next, unsigned int prev_state)
+	     struct task_struct *next)
 {
 	/*
 	 * First: the scheduler charges what runs from here on to the task
@@ -911,24 +969,31 @@ int BPF_PROG(kspan_tp_sched_switch, _Bool preempt, struct task_struct *prev,
 
 	if (p->tgid == target && kspan_sched_enabled()) {
 		__u64 pid_tgid = ((__u64)target << 32) | (__u32)p->pid;
-		__u32 state;
+		__u32 state, prev_state, from_arg = bpf_core_type_matches(btf_trace_sched_switch___kspan);
+		int dequeued;
 
+		/* The argument is read only where the prototype has it. */
+		prev_state = from_arg ? (__u32)ctx[3] : kspan_raw_state(prev);
 		if (prev_state & KSPAN_TASK_DEAD) {
 			__u32 tid = p->pid;
 
 			bpf_map_delete_elem(&kspan_sched_tasks, &tid);
 		} else {
-			if (preempt || !prev_state)
+			if (preempt)
 				state = KSPAN_SCHED_PREEMPTED;
 			else if (prev_state & KSPAN_TASK_UNINTERRUPTIBLE)
 				state = prev_state & KSPAN_TASK_NOLOAD ? KSPAN_SCHED_OTHER
 								       : KSPAN_SCHED_BLOCKED;
 			else if (prev_state & KSPAN_TASK_INTERRUPTIBLE)
 				state = KSPAN_SCHED_SLEEPING;
+			else if (!from_arg && (dequeued = kspan_dequeued_state(prev)) >= 0)
+				state = dequeued;
+			else if (!prev_state)
+				state = KSPAN_SCHED_PREEMPTED;
 			else
 				state = KSPAN_SCHED_OTHER;
-			kspan_sched_out(ctx, pid_tgid, state, !preempt && prev_state, 0, prev,
-					now);
+			kspan_sched_out(ctx, pid_tgid, state, state != KSPAN_SCHED_PREEMPTED, 0,
+					prev, now);
 		}
 	}
 	if (n->tgid == target)
@@ -946,10 +1011,12 @@ int BPF_PROG(kspan_tp_sched_switch, _Bool preempt, struct task_struct *prev,
 static __always_inline int kspan_entered_from_user_by_interrupt(struct task_struct *task)
 {
 #if defined(__TARGET_ARCH_x86)
-	struct pt_regs *regs = (void *)bpf_task_pt_regs(task);
+	struct pt_regs *regs = kspan_task_regs(task);
 	long orig_rax = 0;
 	__u64 cs = 0;
 
+	if (!regs)
+		return 0;
 	bpf_probe_read_kernel(&orig_rax, sizeof(orig_rax), &regs->orig_rax);
 	bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
 	return (cs & 3) == 3 && orig_rax < 0;
@@ -974,7 +1041,7 @@ int BPF_PROG(kspan_tp_sched_waking, struct task_struct *p)
 	 * interrupt taken in user space runs too on x86-64: then (or in what
 	 * the task does on its way back to user space) the stack tells.
 	 */
-	current = bpf_get_current_task_btf();
+	current = kspan_current_task();
 	if (!kspan_call_of(ctx, current))
 		interrupt = 1;
 	else if (kspan_entered_from_user_by_interrupt(current))
@@ -1025,15 +1092,21 @@ int kspan_sched_switch(struct kspan_sched_switch_args *args)
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 target = kspan_cfg.target_tgid;
+	void *task = kspan_current_task();
 
 	if ((__u32)(pid_tgid >> 32) == target && kspan_sched_enabled()) {
 		__s64 reported = args->prev_state;
 		__u32 tid = (__u32)pid_tgid, state;
+		int dequeued;
 
 		if (reported & KSPAN_REPORT_EXITING) {
 			bpf_map_delete_elem(&kspan_sched_tasks, &tid);
 		} else {
-			if (!reported || reported >= KSPAN_REPORT_MAX)
+			if (reported >= KSPAN_REPORT_MAX)
+				state = KSPAN_SCHED_PREEMPTED;
+			else if (!reported && (dequeued = kspan_dequeued_state(task)) >= 0)
+				state = dequeued;
+			else if (!reported)
 				state = KSPAN_SCHED_PREEMPTED;
 			else if (reported & KSPAN_TASK_UNINTERRUPTIBLE)
 				state = KSPAN_SCHED_BLOCKED;
@@ -1042,11 +1115,10 @@ int kspan_sched_switch(struct kspan_sched_switch_args *args)
 			else
 				state = KSPAN_SCHED_OTHER;
 			kspan_sched_out(args, pid_tgid, state,
-					reported && reported < KSPAN_REPORT_MAX, 1,
-					bpf_get_current_task_btf(), now);
+					state != KSPAN_SCHED_PREEMPTED, 1, task, now);
 		}
 	}
-	kspan_sched_in((__u32)args->next_pid, target, NULL, bpf_get_current_task_btf(), now);
+	kspan_sched_in((__u32)args->next_pid, target, NULL, task, now);
 	return 0;
 }
 

@@ -237,7 +237,7 @@ static __always_inline void kspan_lock_end(void *ctx, __u64 lock)
 SEC("tp_btf/contention_begin")
 int BPF_PROG(kspan_tp_lock_begin, void *lock, unsigned int flags)
 {
-	if (kspan_call_of(ctx, bpf_get_current_task_btf()))
+	if (kspan_call_of(ctx, kspan_current_task()))
 		kspan_lock_begin((__u64)lock, flags);
 	return 0;
 }
@@ -245,7 +245,7 @@ int BPF_PROG(kspan_tp_lock_begin, void *lock, unsigned int flags)
 SEC("tp_btf/contention_end")
 int BPF_PROG(kspan_tp_lock_end, void *lock, int ret)
 {
-	if (kspan_call_of(ctx, bpf_get_current_task_btf()))
+	if (kspan_call_of(ctx, kspan_current_task()))
 		kspan_lock_end(ctx, (__u64)lock);
 	return 0;
 }
@@ -370,15 +370,39 @@ int BPF_PROG(kspan_fexit_throttle, struct bio___kspan *bio, _Bool held)
 	return 0;
 }
 
+/*
+ * Before Linux 5.11 a request names its partition by a `struct hd_struct`
+ * (its number in the disk `rq_disk`), not by a block device.
+ */
+struct hd_struct___kspan {
+	int partno;
+} __attribute__((preserve_access_index));
+
+struct request___kspan_hd {
+	struct gendisk___kspan *rq_disk;
+	struct hd_struct___kspan *part;
+} __attribute__((preserve_access_index));
+
 /* The kernel's dev_t of `rq`'s device (MKDEV: major << 20 | minor). */
 static __always_inline __u64 kspan_request_dev(struct request___kspan *rq)
 {
-	struct block_device___kspan *part = rq->part;
+	struct block_device___kspan *part;
 	struct gendisk___kspan *disk;
 
+	if (bpf_core_type_exists(struct hd_struct___kspan)) {
+		struct request___kspan_hd *old = (void *)rq;
+		struct hd_struct___kspan *hd = old->part;
+		__u32 partno = hd ? hd->partno : 0;
+
+		disk = old->rq_disk;
+		if (!disk)
+			return 0;
+		return ((__u64)disk->major << 20) | (__u32)(disk->first_minor + partno);
+	}
+	part = rq->part;
 	if (part)
 		return part->bd_dev;
-	if (!rq->q)
+	if (!rq->q || !bpf_core_field_exists(rq->q->disk))
 		return 0;
 	disk = rq->q->disk;
 	if (!disk)

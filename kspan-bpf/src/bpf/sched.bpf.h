@@ -11,6 +11,50 @@
 #include "core.bpf.h"
 
 /*
+ * `ptr->field` of a task (or of what a task points to): a typed load
+ * where the program's task pointers are typed (KSPAN_KF_TASK_BTF), else a
+ * CO-RE read through bpf_probe_read_kernel (kernels before 5.11 give only
+ * the current task's address). A tracepoint's own task arguments are typed
+ * on every kernel, but go the same way: the account reads them only for
+ * the process's own switches.
+ */
+#define kspan_task_read(ptr, field)                                                        \
+	(kspan_has(KSPAN_KF_TASK_BTF) ? (ptr)->field : BPF_CORE_READ(ptr, field))
+
+/* The same for a bitfield (BPF_CORE_READ_BITFIELD). */
+#define kspan_task_read_bits(ptr, field)                                                   \
+	(kspan_has(KSPAN_KF_TASK_BTF) ? BPF_CORE_READ_BITFIELD(ptr, field)                 \
+				       : BPF_CORE_READ_BITFIELD_PROBED(ptr, field))
+
+/* Only the size of the kernel's struct pt_regs is needed here. */
+struct pt_regs___size {
+	long unused;
+} __attribute__((preserve_access_index));
+
+/*
+ * A task's user registers, saved by its entry into the kernel: through
+ * bpf_task_pt_regs where the kernel has it (KSPAN_KF_TASK_PT_REGS), else
+ * found where that helper finds them, at the top of the task's kernel
+ * stack (task_pt_regs() of x86-64 and arm64: the stack's base plus
+ * THREAD_SIZE, less a struct pt_regs). NULL: not known. Read them with
+ * bpf_probe_read_kernel (or bpf_core_read).
+ */
+static __always_inline void *kspan_task_regs(void *task)
+{
+	struct task_struct___kspan *t = task;
+	void *stack;
+
+	if (kspan_has(KSPAN_KF_TASK_PT_REGS) && kspan_has(KSPAN_KF_TASK_BTF))
+		return (void *)bpf_task_pt_regs(task);
+	if (!task)
+		return NULL;
+	stack = BPF_CORE_READ(t, stack);
+	if (!stack)
+		return NULL;
+	return stack + KSPAN_THREAD_SIZE - bpf_core_type_size(struct pt_regs___size);
+}
+
+/*
  * Each thread's entry, by tid (kspan.h): what its switch-in, its wake-up
  * and its causes need of its switch-out.
  */

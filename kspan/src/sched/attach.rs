@@ -16,7 +16,8 @@ use kspan_bpf::types::kspan_config;
 use super::causes::CauseChecks;
 use super::error::AccountError;
 use super::{CauseMechanism, SchedMechanism, SchedulerAccount};
-use crate::bpf::config::RuntimeSettings;
+use crate::annotation::Hook;
+use crate::bpf::config::{kernel_bits, RuntimeSettings};
 use crate::bpf::links::{Link, LinkKind, Links};
 use crate::bpf::maps::SharedMaps;
 use crate::bpf::object::{self, LoadRequest};
@@ -56,11 +57,18 @@ fn map_call_guard(mechanism: SchedMechanism) -> Option<String> {
         .then(|| format!("the scheduler's account through {mechanism}"))
 }
 
-/// The settings of the account's programs: this process's threads
-/// (whatever other processes the probes trace), the thread context, the
-/// ring buffer, the shortest off-CPU interval that is a wait span (0: none
-/// is), and whether the causes are read.
-pub(crate) fn config(runtime: &RuntimeSettings, account: &SchedulerAccount) -> kspan_config {
+/// The settings of the account's programs attached with `mechanism`:
+/// this process's threads (whatever other processes the probes trace),
+/// the thread context, the ring buffer, the shortest off-CPU interval that
+/// is a wait span (0: none is), whether the causes are read, and what the
+/// kernel offers programs of the mechanism's type (BTF tracepoints are
+/// tracing programs, as trampolines are; classic ones are tracepoint
+/// programs).
+pub(crate) fn config(
+    runtime: &RuntimeSettings,
+    account: &SchedulerAccount,
+    mechanism: SchedMechanism,
+) -> kspan_config {
     let context = &runtime.thread_context;
     kspan_config {
         target_tgid: std::process::id(),
@@ -77,7 +85,16 @@ pub(crate) fn config(runtime: &RuntimeSettings, account: &SchedulerAccount) -> k
         thread_ctx_offset: context.slot_offset,
         wait_min_ns: account.wait_min_ns(),
         sched_causes: u32::from(account.causes()),
+        kernel_features: kernel_bits(runtime, hook_of(mechanism)),
         ..kspan_config::default()
+    }
+}
+
+/// The probes' hook whose programs are of `mechanism`'s program type.
+fn hook_of(mechanism: SchedMechanism) -> Hook {
+    match mechanism {
+        SchedMechanism::BtfTracepoints => Hook::Fexit,
+        SchedMechanism::Tracepoints => Hook::Syscall,
     }
 }
 
@@ -91,8 +108,10 @@ pub(crate) fn attach(
     maps: &SharedMaps,
     links: &mut Links,
 ) -> Result<AccountAttached, AccountError> {
-    let config = config(runtime, account);
-    let mut try_mechanism = |mechanism| attach_with(&config, maps, links, mechanism, checks);
+    let mut try_mechanism = |mechanism| {
+        let config = config(runtime, account, mechanism);
+        attach_with(&config, maps, links, mechanism, checks)
+    };
     let (mechanism, btf_passed_over) = match account.only_mechanism() {
         Some(only) => (try_mechanism(only).map(|()| only)?, None),
         None => match try_mechanism(SchedMechanism::BtfTracepoints) {
@@ -114,9 +133,10 @@ pub(crate) fn attach(
     );
     // The throttle's fexit, apart: a kernel that refuses trampolines
     // (where the tracepoints load) costs the account that cause only.
-    let throttle = checks
-        .throttle(mechanism)
-        .and_then(|()| attach_throttle(&config, maps, links));
+    let throttle = checks.throttle(mechanism).and_then(|function| {
+        let config = config(runtime, account, mechanism);
+        attach_throttle(function, &config, maps, links).map(|()| function)
+    });
     if let Err(why) = &throttle {
         if checks.on() {
             tracing::debug!(
@@ -134,15 +154,16 @@ pub(crate) fn attach(
     })
 }
 
-/// Loads and attaches the fexit of `__blk_throtl_bio` over the shared
-/// `maps`, into `links`; `Err` says why it could not.
+/// Loads and attaches the fexit of blk-throttle's `function` over the
+/// shared `maps`, into `links`; `Err` says why it could not.
 fn attach_throttle(
+    function: &str,
     config: &kspan_config,
     maps: &SharedMaps,
     links: &mut Links,
 ) -> Result<(), String> {
     let mut loaded = object::load(&LoadRequest {
-        attach_target: None,
+        attach_target: Some(function),
         config,
         programs: &[Program::FexitThrottle],
         shared: maps,
@@ -153,22 +174,21 @@ fn attach_throttle(
             .map(|log| format!("; the verifier said: {log}"))
             .unwrap_or_default();
         format!(
-            "its fexit on __blk_throtl_bio was not loaded: {}{log}",
+            "its fexit on {function} was not loaded: {}{log}",
             failure.source
         )
     })?;
     let fd = loaded
         .take(Program::FexitThrottle)
-        .ok_or("its fexit on __blk_throtl_bio was not among the programs loaded")?;
+        .ok_or_else(|| format!("its fexit on {function} was not among the programs loaded"))?;
     let link = sys::attach_trace(fd.as_fd(), libbpf_rs::libbpf_sys::BPF_TRACE_FEXIT).map_err(
         |e| match e.raw_os_error() {
-            Some(libc::EOPNOTSUPP) | Some(524) => {
-                "its fexit on __blk_throtl_bio loads but does not attach (ENOTSUPP): this kernel \
+            Some(libc::EOPNOTSUPP) | Some(524) => format!(
+                "its fexit on {function} loads but does not attach (ENOTSUPP): this kernel \
                  cannot attach BPF trampolines on this architecture (arm64 before 6.0, or \
                  without CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS)"
-                    .to_owned()
-            }
-            _ => format!("its fexit on __blk_throtl_bio was not attached: {e}"),
+            ),
+            _ => format!("its fexit on {function} was not attached: {e}"),
         },
     )?;
     links.keep(None, Link::new(LinkKind::Trampoline, link), [Some(fd)]);

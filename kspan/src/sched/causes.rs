@@ -27,9 +27,11 @@ pub(crate) struct CauseChecks {
     locks_classic: Result<(), String>,
     /// `block:block_rq_insert`, `_issue` and `_complete`, by BTF.
     block_btf: Result<(), String>,
-    /// blk-throttle's `__blk_throtl_bio` in BTF, and trampolines to load
-    /// its fexit (which the block programs need as well).
-    throttle: Result<(), String>,
+    /// blk-throttle's decision (`__blk_throtl_bio`, or `blk_throtl_bio`
+    /// in older kernels) in BTF and in the kernel's symbols, and
+    /// trampolines to load its fexit (which the block programs need as
+    /// well): the function.
+    throttle: Result<&'static str, String>,
     /// The memory stall tracepoints the kernel has (each begin/end pair
     /// whole), by BTF and by tracefs, and those it lacks with why.
     memory_btf: Vec<&'static str>,
@@ -41,6 +43,13 @@ pub(crate) struct CauseChecks {
     /// `exceptions:page_fault_user` and `page_fault_kernel`, by BTF
     /// (x86-64 has them; arm64 has no such tracepoints).
     faults_btf: Result<(), String>,
+    /// The flags of why a task blocks that this kernel's `task_struct`
+    /// has, of `in_iowait`, `in_memstall` and `in_thrashing`.
+    block_flags: Vec<&'static str>,
+    /// Whether `bpf_task_pt_regs` finds a task's user registers in BTF
+    /// tracepoint and in classic tracepoint programs (else the programs
+    /// find them at the top of its kernel stack, as the helper does).
+    task_pt_regs: (bool, bool),
 }
 
 /// Where the kernel accounts interrupt time apart from tasks' CPU time.
@@ -81,12 +90,14 @@ impl CauseChecks {
                 locks_btf: off(),
                 locks_classic: off(),
                 block_btf: off(),
-                throttle: off(),
+                throttle: Err("the causes are off".to_owned()),
                 memory_btf: Vec::new(),
                 memory_classic: Vec::new(),
                 memory_missing: Vec::new(),
                 interrupts,
                 faults_btf: off(),
+                block_flags: Vec::new(),
+                task_pt_regs: (false, false),
             };
         }
         let btf_events = |category: &str, events: &[&str]| match events
@@ -115,7 +126,23 @@ impl CauseChecks {
                 memory_missing.push(format!("{what}: no {category}:{begin}/_end tracepoints"));
             }
         }
+        let capabilities = crate::bpf::KernelCapabilities::cached(|| Ok(btf));
+        let task = btf
+            .type_named("struct task_struct")
+            .and_then(|id| btf.composite(id));
+        let block_flags = BLOCK_FLAGS
+            .into_iter()
+            .filter(|flag| {
+                task.as_ref()
+                    .is_some_and(|t| t.members.iter().any(|m| m.name == *flag))
+            })
+            .collect();
         CauseChecks {
+            block_flags,
+            task_pt_regs: (
+                capabilities.tracing_programs.task_pt_regs.is_available(),
+                capabilities.tracepoint_programs.task_pt_regs.is_available(),
+            ),
             on: true,
             throttle: check_throttle(btf),
             locks_btf: btf_events("lock", &["contention_begin", "contention_end"]),
@@ -195,9 +222,9 @@ impl CauseChecks {
         programs
     }
 
-    /// Whether the throttle's fexit is to be loaded with `mechanism`
-    /// attached: `Err` says why not.
-    pub(crate) fn throttle(&self, mechanism: SchedMechanism) -> Result<(), String> {
+    /// The function the throttle's fexit is to be loaded on with
+    /// `mechanism` attached: `Err` says why none.
+    pub(crate) fn throttle(&self, mechanism: SchedMechanism) -> Result<&'static str, String> {
         self.block(mechanism)?;
         self.throttle.clone()
     }
@@ -220,7 +247,7 @@ impl CauseChecks {
     pub(crate) fn mechanisms(
         &self,
         mechanism: SchedMechanism,
-        throttle: &Result<(), String>,
+        throttle: &Result<&'static str, String>,
     ) -> Vec<CauseMechanism> {
         if !self.on {
             return Vec::new();
@@ -236,20 +263,16 @@ impl CauseChecks {
         vec![
             CauseMechanism {
                 cause: "blocked: io, memory",
-                how: Ok(
-                    "the leaving thread's in_iowait, in_memstall and in_thrashing flags, \
-                         read at each blocked switch-out"
-                        .to_owned(),
-                ),
+                how: self.block_flags_read(),
             },
             CauseMechanism {
                 cause: "sleeping: futex, poll, timer, receive",
                 how: if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
-                    Ok(
-                        "the system call the leaving thread sleeps in (its saved registers), \
-                        read at each sleeping switch-out"
-                            .to_owned(),
-                    )
+                    Ok(format!(
+                        "the system call the leaving thread sleeps in (its saved registers{}), \
+                         read at each sleeping switch-out",
+                        self.registers_found(mechanism)
+                    ))
                 } else {
                     Err("kspan knows the system call numbers of x86-64 and arm64 only".to_owned())
                 },
@@ -267,10 +290,11 @@ impl CauseChecks {
             },
             CauseMechanism {
                 cause: THROTTLE_CAUSE,
-                how: throttle.clone().map(|()| {
-                    "the fexit of __blk_throtl_bio (the bios it holds, by bio), followed to \
-                     their requests in the throttle's worker"
-                        .to_owned()
+                how: throttle.clone().map(|function| {
+                    format!(
+                        "the fexit of {function} (the bios it holds, by bio), followed to their \
+                         requests in the throttle's worker"
+                    )
                 }),
             },
             CauseMechanism {
@@ -304,6 +328,48 @@ impl CauseChecks {
         ]
     }
 
+    /// Which of the flags of why a task blocks the switch-out reads here,
+    /// and those this kernel lacks.
+    fn block_flags_read(&self) -> Result<String, String> {
+        let lacking: Vec<&str> = BLOCK_FLAGS
+            .into_iter()
+            .filter(|flag| !self.block_flags.contains(flag))
+            .collect();
+        let read = match &self.block_flags[..] {
+            [] => {
+                return Err(format!(
+                    "this kernel's task_struct has none of the flags {} (its BTF)",
+                    BLOCK_FLAGS.join(", ")
+                ))
+            }
+            [one] => format!("{one} flag"),
+            [rest @ .., last] => format!("{} and {last} flags", rest.join(", ")),
+        };
+        let lacking = if lacking.is_empty() {
+            String::new()
+        } else {
+            format!(" (this kernel's task_struct has no {})", lacking.join(", "))
+        };
+        Ok(format!(
+            "the leaving thread's {read}{lacking}, read at each blocked switch-out"
+        ))
+    }
+
+    /// Where the programs of `mechanism` find a task's user registers,
+    /// where not through `bpf_task_pt_regs`.
+    fn registers_found(&self, mechanism: SchedMechanism) -> &'static str {
+        let helper = match mechanism {
+            SchedMechanism::BtfTracepoints => self.task_pt_regs.0,
+            SchedMechanism::Tracepoints => self.task_pt_regs.1,
+        };
+        if helper {
+            ""
+        } else {
+            ", found at the top of its kernel stack as the kernel's task_pt_regs() finds them: \
+             this kernel has no bpf_task_pt_regs for these programs"
+        }
+    }
+
     /// How a span's page faults are read with `mechanism`.
     fn faults_read(&self, mechanism: SchedMechanism) -> String {
         let counts = match (&self.faults_btf, mechanism) {
@@ -326,28 +392,70 @@ impl CauseChecks {
     }
 }
 
+/// The flags of a task that say why it blocks (include/linux/sched.h),
+/// read by the account's switch-out where the kernel has them:
+/// `in_thrashing` is newer than the others.
+const BLOCK_FLAGS: [&str; 3] = ["in_iowait", "in_memstall", "in_thrashing"];
+
 /// The cause a throttled request's time is, as
 /// [`Kspan::scheduler_causes`](crate::Kspan::scheduler_causes) names it.
 pub(crate) const THROTTLE_CAUSE: &str =
     "throttled block I/O: blk-throttle's hold (cgroup v2 io.max, v1 blkio.throttle.*)";
 
-/// Whether the throttle's fexit can be loaded here: its function in the
-/// kernel's BTF (CONFIG_BLK_DEV_THROTTLING), and trampolines.
-fn check_throttle(btf: &Btf) -> Result<(), String> {
-    if btf.function("__blk_throtl_bio").is_none() {
-        return Err(
-            "this kernel's BTF has no __blk_throtl_bio (a kernel without blk-throttle, \
-             CONFIG_BLK_DEV_THROTTLING)"
-                .to_owned(),
-        );
+/// The function the throttle's fexit can be loaded on here, if one:
+/// blk-throttle's decision about a bio in the kernel's BTF
+/// (CONFIG_BLK_DEV_THROTTLING) and symbols, and trampolines.
+fn check_throttle(btf: &Btf) -> Result<&'static str, String> {
+    let function = THROTTLE_FUNCTIONS
+        .into_iter()
+        .find(|function| btf.function(function).is_some())
+        .ok_or_else(|| {
+            "this kernel's BTF has no __blk_throtl_bio or blk_throtl_bio (a kernel without \
+             blk-throttle, CONFIG_BLK_DEV_THROTTLING)"
+                .to_owned()
+        })?;
+    // BTF names functions the compiler inlined everywhere too (Debian
+    // 11's 5.10 has blk_throtl_bio only inside submit_bio_checks).
+    match kallsyms_has(function) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(format!(
+                "this kernel's blk-throttle decides in {function}, which is not in \
+                 /proc/kallsyms (inlined into its callers): no trampoline can attach to it"
+            ))
+        }
+        Err(e) => {
+            return Err(format!(
+                "/proc/kallsyms could not be read to find {function}: {e}"
+            ))
+        }
     }
     let capabilities = crate::bpf::KernelCapabilities::cached(|| Ok(btf));
     match &capabilities.trampolines {
-        crate::bpf::Feature::Available => Ok(()),
+        crate::bpf::Feature::Available => Ok(function),
         refused => Err(format!(
-            "the throttle's hold is read by a trampoline (fexit on __blk_throtl_bio): {refused}"
+            "the throttle's hold is read by a trampoline (fexit on {function}): {refused}"
         )),
     }
+}
+
+/// blk-throttle's decision about a bio, which returns whether it holds
+/// it, `bool (struct bio *)` under both names: `__blk_throtl_bio` in
+/// newer kernels, `blk_throtl_bio` in older ones (5.10).
+const THROTTLE_FUNCTIONS: [&str; 2] = ["__blk_throtl_bio", "blk_throtl_bio"];
+
+/// Whether `/proc/kallsyms` lists the kernel function `name`.
+fn kallsyms_has(name: &str) -> std::io::Result<bool> {
+    use std::io::BufRead;
+    let file = std::io::BufReader::new(std::fs::File::open("/proc/kallsyms")?);
+    for line in file.lines() {
+        let line = line?;
+        let mut fields = line.split_ascii_whitespace().skip(1);
+        if matches!(fields.next(), Some("t" | "T")) && fields.next() == Some(name) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The lock tracepoints, with their fields where the classic programs read
@@ -359,11 +467,14 @@ fn check_lock_formats() -> Result<(), String> {
         ("contention_end", "lock_addr", 8, 8),
         ("contention_end", "ret", 16, 4),
     ] {
-        let format = tracefs::read_event_format("lock", event).map_err(|e| {
-            format!(
-                "this kernel has no lock:{event} tracepoint (Linux 5.19 and later have it): {e}"
-            )
-        })?;
+        let events = std::path::Path::new(tracefs::TRACEFS).join("events");
+        if events.is_dir() && !events.join("lock").join(event).is_dir() {
+            return Err(format!(
+                "this kernel has no lock:{event} tracepoint (Linux 5.19 and later have it)"
+            ));
+        }
+        let format = tracefs::read_event_format("lock", event)
+            .map_err(|e| format!("lock:{event}'s format could not be read: {e}"))?;
         let found = tracefs::field_layout(&format, field);
         if found != Some((offset, size)) {
             return Err(format!(
@@ -397,3 +508,57 @@ const MEMORY_EVENTS: [(&str, &str, &str, &str); 3] = [
         "compaction (CONFIG_COMPACTION)",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checks(block_flags: Vec<&'static str>, task_pt_regs: (bool, bool)) -> CauseChecks {
+        let off = || Err("off".to_owned());
+        CauseChecks {
+            on: true,
+            locks_btf: off(),
+            locks_classic: off(),
+            block_btf: off(),
+            throttle: Err("off".to_owned()),
+            memory_btf: Vec::new(),
+            memory_classic: Vec::new(),
+            memory_missing: Vec::new(),
+            interrupts: INTERRUPTS_IN,
+            faults_btf: off(),
+            block_flags,
+            task_pt_regs,
+        }
+    }
+
+    #[test]
+    fn the_block_flags_read_are_those_the_kernel_has_and_the_rest_are_said() {
+        assert_eq!(
+            checks(BLOCK_FLAGS.to_vec(), (true, true)).block_flags_read(),
+            Ok(
+                "the leaving thread's in_iowait, in_memstall and in_thrashing flags, read at \
+                each blocked switch-out"
+                    .to_owned()
+            )
+        );
+        // Linux 5.10's task_struct.
+        assert_eq!(
+            checks(vec!["in_iowait", "in_memstall"], (false, false)).block_flags_read(),
+            Ok(
+                "the leaving thread's in_iowait and in_memstall flags (this kernel's \
+                task_struct has no in_thrashing), read at each blocked switch-out"
+                    .to_owned()
+            )
+        );
+        assert!(checks(Vec::new(), (true, true)).block_flags_read().is_err());
+    }
+
+    #[test]
+    fn registers_found_without_bpf_task_pt_regs_say_so_per_mechanism() {
+        let c = checks(BLOCK_FLAGS.to_vec(), (true, false));
+        assert_eq!(c.registers_found(SchedMechanism::BtfTracepoints), "");
+        assert!(c
+            .registers_found(SchedMechanism::Tracepoints)
+            .contains("no bpf_task_pt_regs"));
+    }
+}

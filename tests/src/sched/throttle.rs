@@ -446,9 +446,9 @@ pub fn throttled_io_is_said_read_or_not(account: kspan::SchedulerAccount) {
             "the reason names what is missing: {why}"
         ),
         (Err(why), true) => assert!(
-            why.contains("__blk_throtl_bio") || why.contains("BTF tracepoints"),
-            "with trampolines, only a kernel without blk-throttle (or block requests) says no: \
-             {why}"
+            why.contains("blk_throtl_bio") || why.contains("BTF tracepoints"),
+            "with trampolines, only a kernel without blk-throttle's function (or block \
+             requests) says no: {why}"
         ),
         (Ok(how), false) => panic!("read without trampolines? {how}"),
     }
