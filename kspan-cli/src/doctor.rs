@@ -102,20 +102,22 @@ pub fn run(args: &[String]) -> Outcome {
             match (
                 btf && event("block", "block_rq_complete"),
                 &caps.trampolines,
-                kernel_has_symbol("__blk_throtl_bio"),
+                // `blk_throtl_bio` before 5.12 (Debian 11's 5.10).
+                kernel_has_symbol("__blk_throtl_bio") || kernel_has_symbol("blk_throtl_bio"),
             ) {
                 (false, ..) => "no (it needs the block requests)".to_owned(),
                 (true, Feature::Available, true) => {
-                    "yes (fexit on __blk_throtl_bio: cgroup v2 io.max, v1 blkio.throttle.*)"
+                    "yes (fexit on __blk_throtl_bio or blk_throtl_bio: cgroup v2 io.max, v1 \
+                     blkio.throttle.*)"
                         .to_owned()
                 }
                 (true, Feature::Available, false) => {
-                    "no (no __blk_throtl_bio in /proc/kallsyms: a kernel without \
-                     CONFIG_BLK_DEV_THROTTLING)"
+                    "no (neither __blk_throtl_bio nor blk_throtl_bio in /proc/kallsyms: a \
+                     kernel without CONFIG_BLK_DEV_THROTTLING)"
                         .to_owned()
                 }
                 (true, refused, _) => {
-                    format!("no (it needs a trampoline on __blk_throtl_bio: {refused})")
+                    format!("no (it needs a trampoline on blk-throttle's decision: {refused})")
                 }
             },
             if event("vmscan", "mm_vmscan_direct_reclaim_begin") {
