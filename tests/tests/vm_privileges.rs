@@ -10,13 +10,28 @@
 //! events, which Debian's kernels keep from CAP_PERFMON at their default
 //! `kernel.perf_event_paranoid = 3` (CAP_SYS_ADMIN only); at 2 CAP_PERFMON
 //! opens them. kprobe.multi (6.12) opens no perf event. Before 5.11
-//! (Debian 11's 5.10) BPF memory is charged to RLIMIT_MEMLOCK: Debian's
-//! default 8 MiB holds kspan's default maps, and below what they need
-//! kspan's error names the limit and the fix.
+//! (Debian 11's 5.10) BPF memory is charged to RLIMIT_MEMLOCK: below what
+//! kspan's maps need its error names the limit and the fix (asserted at
+//! 1 MiB), and the runs here raise it (`prlimit`) before dropping to
+//! nobody, as that error asks.
 
 use std::path::{Path, PathBuf};
 
 use kspan_tests::{copy_with_file_caps, example, run_via_with_receiver, ReceivedSpan, AS_NOBODY};
+
+/// `AS_NOBODY`, with RLIMIT_MEMLOCK raised first where the kernel charges
+/// BPF maps to it (before 5.11), as kspan's error there asks.
+fn as_nobody_cmd() -> Vec<&'static str> {
+    let mut cmd = Vec::new();
+    if !kspan::KernelCapabilities::get()
+        .memcg_accounting
+        .is_available()
+    {
+        cmd.extend(["prlimit", "--memlock=unlimited", "--"]);
+    }
+    cmd.extend(AS_NOBODY);
+    cmd
+}
 
 const FILE_SIZE: usize = 10_000;
 const BUF: usize = 4096;
@@ -60,8 +75,9 @@ impl Drop for Paranoid {
 /// Runs `program args` as nobody with no OTLP collector (the failing runs
 /// stop before exporting): exit code and stderr.
 fn as_nobody(program: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(AS_NOBODY[0])
-        .args(&AS_NOBODY[1..])
+    let nobody = as_nobody_cmd();
+    let out = std::process::Command::new(nobody[0])
+        .args(&nobody[1..])
         .arg(program)
         .args(args)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
@@ -109,7 +125,7 @@ async fn quickstart_as_nobody_with_file_capabilities_exports_vfs_read_spans() {
         );
     }
     let run = run_via_with_receiver(
-        AS_NOBODY,
+        &as_nobody_cmd(),
         &program,
         &[
             file.to_str().unwrap(),
@@ -201,8 +217,9 @@ fn a_pattern_as_nobody_reads_the_traceable_list_when_the_symbol_table_is_kept_fr
         &scratch.0,
         "cap_bpf,cap_perfmon,cap_dac_read_search+ep",
     );
-    let out = std::process::Command::new(AS_NOBODY[0])
-        .args(&AS_NOBODY[1..])
+    let nobody = as_nobody_cmd();
+    let out = std::process::Command::new(nobody[0])
+        .args(&nobody[1..])
         .arg(&program)
         .arg("fexit")
         .output()
@@ -292,7 +309,7 @@ async fn kprobes_and_syscall_sources_need_perf_events_that_debian_keeps_from_per
     let file = scratch.0.join("data.txt");
     std::fs::write(&file, vec![b'q'; 3000]).unwrap();
     let run = run_via_with_receiver(
-        AS_NOBODY,
+        &as_nobody_cmd(),
         &syscalls,
         &[file.to_str().unwrap(), "1", "--buf", "2048"],
         "kspan-privileges-test",
