@@ -4,19 +4,25 @@
 //! release").
 //!
 //! The guest's userland is the host's (Debian 12), whose own bpftrace
-//! (`cargo xtask deps` installs it) is Debian 12's. For sid's kernel, sid's
-//! bpftrace is fetched like the kernel packages ([`crate::kernel`]): a
-//! private apt state for sid on the machine's Debian mirror, the dependency
-//! closure from sid's package index ([`crate::packages`]), each package
-//! unpacked with `dpkg -x` into `<target>/kspan-vm/bpftrace/<suite>/root/`;
-//! nothing is installed and no file of the machine's apt state is touched.
+//! (`cargo xtask deps` installs it) is Debian 12's. For sid's kernel
+//! (`debian14`) sid's bpftrace, and for Debian 11's 5.10 (`debian11`)
+//! bullseye's (0.11), is fetched like the kernel packages
+//! ([`crate::kernel`]): a private apt state for the suite on the machine's
+//! Debian mirror, the dependency closure from the suite's package index
+//! ([`crate::packages`]), each package unpacked with `dpkg -x` into
+//! `<target>/kspan-vm/bpftrace/<suite>/root/`; nothing is installed and no
+//! file of the machine's apt state is touched.
 //!
 //! Sid's bpftrace needs sid's libraries, glibc and libstdc++ among them
-//! (newer than the host's, so the host's cannot stand in), so it runs
-//! through sid's own dynamic loader with sid's library directories only.
+//! (newer than the host's, so the host's cannot stand in); bullseye's needs
+//! bullseye's (its bcc, LLVM 11, and libraries of sonames the host no
+//! longer has). Either runs through its suite's own dynamic loader with
+//! that suite's library directories only.
 //! The wrapper `<target>/kspan-vm/bpftrace/<suite>/bpftrace-<suite>` does
 //! `exec <root>/usr/lib64/ld-linux-x86-64.so.2 --library-path <root's lib
-//! dirs> <root>/usr/bin/bpftrace "$@"`:
+//! dirs> <root>/usr/bin/bpftrace "$@"` (bullseye's loader is at
+//! `lib64/`, and takes no `--argv0`, which glibc 2.33 added: bpftrace's
+//! `argv[0]` is then its path):
 //! - the library path is given on the loader's command line, not in
 //!   `LD_LIBRARY_PATH`, so the programs bpftrace starts (`-c`) run with the
 //!   host's environment and libraries, as they would under the host's
@@ -36,13 +42,15 @@ use crate::packages;
 use crate::util::{opt_value, output, which};
 
 /// The suites whose own bpftrace the bench fetches, when the machine is of
-/// another suite. Trixie (Debian 13) works the same way: adding it here
+/// another suite: sid's (0.27) for debian14, bullseye's (0.11, with its
+/// bcc, LLVM 11 and glibc 2.31) for debian11's 5.10. Trixie (Debian 13)
+/// works the same way: adding it here
 /// gives trixie's bpftrace 0.23.2 (22 packages, glibc 2.41), which ran
 /// `--version` and a `-c` latency script in the debian13 guest on
 /// 2026-12-01. It is left out so that the Debian 13 figures keep the
 /// baseline they were measured against, the host's Debian 12 bpftrace,
 /// until they are measured again.
-const OWN_BPFTRACE: &[&str] = &["sid"];
+const OWN_BPFTRACE: &[&str] = &["bullseye", "sid"];
 
 /// The multiarch and plain library directories of an unpacked root, in the
 /// loader's order of search.
@@ -54,10 +62,13 @@ const LIB_DIRS: &[&str] = &[
 ];
 
 /// The dynamic loader, where glibc's package puts it since Debian 13 (its
-/// files moved to `/usr`) and before.
+/// files moved to `/usr`), in Debian 12, and in Debian 11 (whose
+/// `/lib64/ld-linux-x86-64.so.2` is an absolute link to
+/// `/lib/x86_64-linux-gnu/ld-2.31.so`, the host's path, not the root's).
 const LOADERS: &[&str] = &[
     "usr/lib64/ld-linux-x86-64.so.2",
     "lib64/ld-linux-x86-64.so.2",
+    "lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
 ];
 
 /// The bpftrace a benchmark runs in the guest.
@@ -185,7 +196,8 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
         .filter(|d| has_shared_objects(&root.join(d)))
         .collect();
     let wrapper = tmp.join(wrapper_name(suite));
-    fs::write(&wrapper, wrapper_script(suite, loader, &lib_dirs))?;
+    let argv0 = loader_takes_argv0(&root.join(loader));
+    fs::write(&wrapper, wrapper_script(suite, loader, &lib_dirs, argv0))?;
     make_executable(&wrapper)?;
     check_libraries(&root, loader, &lib_dirs)?;
     // It runs here as in the guest (the same files, the host's kernel): a
@@ -219,10 +231,22 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether the dynamic loader `loader` takes `--argv0` (glibc 2.33 and
+/// later: its `--help` lists it; bullseye's 2.31 has no `--help` either).
+fn loader_takes_argv0(loader: &Path) -> bool {
+    Command::new(loader)
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--argv0"))
+}
+
 /// The wrapper: runs the unpacked bpftrace through the unpacked loader, the
-/// paths taken from the wrapper's own directory (the cache can move).
-fn wrapper_script(suite: &str, loader: &str, lib_dirs: &[&str]) -> String {
+/// paths taken from the wrapper's own directory (the cache can move);
+/// `argv0`: the loader sets bpftrace's `argv[0]` to `bpftrace` (where it
+/// can, see [`loader_takes_argv0`]).
+fn wrapper_script(suite: &str, loader: &str, lib_dirs: &[&str], argv0: bool) -> String {
     let lib_path: Vec<String> = lib_dirs.iter().map(|d| format!("$here/root/{d}")).collect();
+    let argv0 = if argv0 { " --argv0 bpftrace" } else { "" };
     format!(
         "#!/bin/sh\n\
          # {suite}'s bpftrace, unpacked by `cargo xtask` with the packages it needs\n\
@@ -232,7 +256,7 @@ fn wrapper_script(suite: &str, loader: &str, lib_dirs: &[&str]) -> String {
          # starts (-c) runs with the host's libraries. `exec`: bpftrace keeps this\n\
          # script's pid (cpid, -p, $$).\n\
          here=$(cd \"$(dirname \"$0\")\" && pwd) || exit 127\n\
-         exec \"$here/root/{loader}\" --argv0 bpftrace --library-path \"{}\" \"$here/root/usr/bin/bpftrace\" \"$@\"\n",
+         exec \"$here/root/{loader}\"{argv0} --library-path \"{}\" \"$here/root/usr/bin/bpftrace\" \"$@\"\n",
         lib_path.join(":"),
     )
 }
@@ -324,6 +348,10 @@ mod tests {
         assert_eq!(own_suite(&sid, Some("bookworm")), Some("sid"));
         // On a sid machine, the host's bpftrace is sid's.
         assert_eq!(own_suite(&sid, Some("sid")), None);
+        // Debian 11's 5.10 with bullseye's bpftrace (0.11).
+        let bullseye = KernelSpec::parse("debian11").unwrap();
+        assert_eq!(own_suite(&bullseye, Some("bookworm")), Some("bullseye"));
+        assert_eq!(own_suite(&bullseye, Some("bullseye")), None);
         for other in ["debian12", "debian13"] {
             let k = KernelSpec::parse(other).unwrap();
             assert_eq!(own_suite(&k, Some("bookworm")), None, "{other}");
@@ -363,7 +391,7 @@ mod tests {
 
     #[test]
     fn the_wrapper_execs_the_loader() {
-        let s = wrapper_script("sid", LOADERS[0], &LIB_DIRS[..1]);
+        let s = wrapper_script("sid", LOADERS[0], &LIB_DIRS[..1], true);
         assert!(s.starts_with("#!/bin/sh\n"), "{s}");
         let exec = s.lines().last().unwrap();
         assert_eq!(
@@ -373,5 +401,13 @@ mod tests {
              \"$here/root/usr/bin/bpftrace\" \"$@\""
         );
         assert!(!s.contains("LD_LIBRARY_PATH="), "{s}");
+        // Bullseye's loader (glibc 2.31, /lib64) without --argv0.
+        let s = wrapper_script("bullseye", LOADERS[1], &LIB_DIRS[..2], false);
+        assert_eq!(
+            s.lines().last().unwrap(),
+            "exec \"$here/root/lib64/ld-linux-x86-64.so.2\" \
+             --library-path \"$here/root/usr/lib/x86_64-linux-gnu:$here/root/lib/x86_64-linux-gnu\" \
+             \"$here/root/usr/bin/bpftrace\" \"$@\""
+        );
     }
 }
