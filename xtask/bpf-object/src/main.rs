@@ -114,7 +114,10 @@ fn opened_from_the_kernel_s_object(generated: &str, size: usize) -> Result<Strin
         if line.trim_start().starts_with(&data) {
             data_lines += 1;
             // Its attributes (`link_section`) go with it.
-            while lines.last().is_some_and(|l| l.trim_start().starts_with("#[")) {
+            while lines
+                .last()
+                .is_some_and(|l| l.trim_start().starts_with("#["))
+            {
                 lines.pop();
             }
             lines.push("// The object's bytes: `crate::object_for_kernel()`.".to_owned());
