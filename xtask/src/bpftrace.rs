@@ -79,6 +79,18 @@ pub struct Bpftrace {
     pub command: String,
     /// Which bpftrace that is, for the report.
     pub about: String,
+    /// Whether it attaches `kfunc:`/`kretfunc:` probes on the guest's
+    /// kernel. Bullseye's 0.11 does not on Debian 11's 5.10, which has the
+    /// trampolines: it probes for them with an fentry program on `strlen`,
+    /// which that kernel's BTF does not hold (seen 2026-12-07: `--info`
+    /// says `kfunc: no`). Its baseline is then the `kprobe:` pair.
+    pub kfunc: bool,
+}
+
+/// Whether `suite`'s bpftrace attaches `kfunc:` probes (see
+/// [`Bpftrace::kfunc`]).
+fn has_kfunc(suite: &str) -> bool {
+    suite != "bullseye"
 }
 
 /// The suite whose bpftrace goes with `kernel`, when that is not the host's
@@ -107,6 +119,7 @@ pub fn for_kernel(kernel: &KernelSpec, cache: &Path) -> Result<Bpftrace> {
             .find_map(|l| l.strip_prefix("bpftrace "))
             .unwrap_or("of unknown version");
         return Ok(Bpftrace {
+            kfunc: has_kfunc(suite),
             command: wrapper.to_string_lossy().into_owned(),
             about: format!(
                 "{suite}'s package {version}, through {suite}'s own loader ({})",
@@ -118,6 +131,7 @@ pub fn for_kernel(kernel: &KernelSpec, cache: &Path) -> Result<Bpftrace> {
         bail!("bpftrace not found: run `cargo xtask deps`");
     }
     Ok(Bpftrace {
+        kfunc: true,
         command: "bpftrace".into(),
         about: format!(
             "the host's package ({})",
@@ -352,6 +366,7 @@ mod tests {
         let bullseye = KernelSpec::parse("debian11").unwrap();
         assert_eq!(own_suite(&bullseye, Some("bookworm")), Some("bullseye"));
         assert_eq!(own_suite(&bullseye, Some("bullseye")), None);
+        assert!(!has_kfunc("bullseye") && has_kfunc("sid"));
         for other in ["debian12", "debian13"] {
             let k = KernelSpec::parse(other).unwrap();
             assert_eq!(own_suite(&k, Some("bookworm")), None, "{other}");
