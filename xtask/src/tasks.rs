@@ -307,9 +307,11 @@ impl GuestScript {
 /// one from the start; lane two builds for arm64 first, at a lower
 /// priority (the guest beside it keeps its core). So the four guests of
 /// CI's run and the build share the two lanes as their times fall, not
-/// by their places (with about 300 s for the build and 240 to 350 s a
-/// guest, as on 2026-12-07: lane one debian11, debian12, debian14, lane
-/// two the build then debian13). Each guest's console is printed
+/// by their places (with the times of CI's last run, about 300 s for the
+/// build and 310 to 350 s a guest, and debian11's 236 s alone on
+/// 2026-12-07: lane one debian11, debian12, debian14, lane two the build
+/// then debian13; about 890 s for both lanes, against 653 s for three
+/// guests). Each guest's console is printed
 /// whole when it ends. The arm64 guests run after both lanes, alone: a
 /// thread per guest CPU, their timing wants both cores. Returns the
 /// lanes' stages, in the order a sequential run has them, and the arm64
@@ -321,14 +323,9 @@ fn x86_guests_beside_the_arm64_build(
     build_arm64: bool,
 ) -> (Vec<Stage>, Option<GuestScript>) {
     let beside = kernels.len() + usize::from(build_arm64) > 1;
-    // The next kernel a free lane boots.
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let guests = || -> Vec<Stage> {
+    let guest = |k: &KernelSpec| -> Vec<Stage> {
         let mut stages = Vec::new();
-        let Some(script) = script else {
-            return stages;
-        };
-        while let Some(k) = kernels.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+        if let Some(script) = script {
             let opts = VmOptions {
                 kernel: k.clone(),
                 hold_console: beside,
@@ -343,35 +340,32 @@ fn x86_guests_beside_the_arm64_build(
         }
         stages
     };
-    let (first, (built, second)) = std::thread::scope(|s| {
-        let lane_two = s.spawn(|| {
-            let mut stages = Vec::new();
-            let mut arm64 = None;
-            if build_arm64 {
-                stage(&mut stages, "arm64 build", || {
-                    let toolchain = crate::cross::prepare()?.in_background(beside);
-                    let binaries = crate::cross::build_for_guest(&toolchain)?;
-                    let n = binaries.len();
-                    arm64 = Some(GuestScript::new(&binaries));
-                    Ok(format!("{n} test binaries"))
-                });
-            }
-            ((stages, arm64), guests())
-        });
-        let first = guests();
-        let second = lane_two.join().unwrap_or_else(|_| {
+    let build = || {
+        let mut stages = Vec::new();
+        let mut arm64 = None;
+        if build_arm64 {
+            stage(&mut stages, "arm64 build", || {
+                let toolchain = crate::cross::prepare()?.in_background(beside);
+                let binaries = crate::cross::build_for_guest(&toolchain)?;
+                let n = binaries.len();
+                arm64 = Some(GuestScript::new(&binaries));
+                Ok(format!("{n} test binaries"))
+            });
+        }
+        (stages, arm64)
+    };
+    let (first, lane_two) = two_lanes(kernels, build, guest);
+    let (built, second) = lane_two.unwrap_or_else(|_| {
+        (
             (
-                (
-                    vec![Stage::failed("arm64 build", "its lane panicked")],
-                    None,
-                ),
-                Vec::new(),
-            )
-        });
-        (first, second)
+                vec![Stage::failed("arm64 build", "its lane panicked")],
+                None,
+            ),
+            Vec::new(),
+        )
     });
     let (built, arm64) = built;
-    let mut stages: Vec<Stage> = first.into_iter().chain(second).collect();
+    let mut stages: Vec<Stage> = first.into_iter().chain(second).flatten().collect();
     // Kernels in `kernels`' order, then the arm64 build.
     stages.sort_by_key(|s| {
         kernels
@@ -381,6 +375,35 @@ fn x86_guests_beside_the_arm64_build(
     });
     stages.extend(built);
     (stages, arm64)
+}
+
+/// Runs `run` on every item of `items`, in two lanes (threads) that each
+/// take the next item whenever they are free: lane one from the start,
+/// lane two after `lane_two_first`. Returns lane one's results and lane
+/// two's (what `lane_two_first` gave, and its results), or lane two's
+/// panic.
+fn two_lanes<K: Sync, R: Send, P: Send>(
+    items: &[K],
+    lane_two_first: impl FnOnce() -> P + Send,
+    run: impl Fn(&K) -> R + Sync,
+) -> (Vec<R>, std::thread::Result<(P, Vec<R>)>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let lane = || -> Vec<R> {
+        let mut results = Vec::new();
+        while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
+            results.push(run(item));
+        }
+        results
+    };
+    std::thread::scope(|s| {
+        let two = s.spawn(|| {
+            let first = lane_two_first();
+            (first, lane())
+        });
+        let one = lane();
+        (one, two.join())
+    })
 }
 
 /// One guest run of the test script, as a stage.
@@ -1219,6 +1242,39 @@ mod tests {
             })
             .collect();
         assert_eq!(labels, ["debian11", "debian12", "debian13", "debian14"]);
+    }
+
+    #[test]
+    fn two_lanes_run_each_item_once_the_free_lane_taking_the_next() {
+        use std::sync::mpsc;
+        use std::sync::Mutex;
+        // Lane two starts only once lane one has run three items: lane
+        // one takes each of them as it frees, lane two the fourth.
+        let (tx, rx) = mpsc::channel::<()>();
+        let tx = Mutex::new(tx);
+        let (one, two) = two_lanes(
+            &[1, 2, 3, 4],
+            move || {
+                for _ in 0..3 {
+                    rx.recv().unwrap();
+                }
+                "built"
+            },
+            |k| {
+                let _ = tx.lock().unwrap().send(());
+                *k * 10
+            },
+        );
+        let (first, two) = two.unwrap();
+        assert_eq!(first, "built");
+        let mut all: Vec<i32> = one.iter().chain(&two).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, [10, 20, 30, 40]);
+        assert!(one.len() >= 3, "lane one ran {one:?}, lane two {two:?}");
+        // No item: both lanes end at once, lane two's prelude run all the same.
+        let (one, two) = two_lanes(&[] as &[i32], || 7, |k| *k);
+        assert!(one.is_empty());
+        assert_eq!(two.unwrap(), (7, Vec::new()));
     }
 
     #[test]
