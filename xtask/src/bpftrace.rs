@@ -4,19 +4,26 @@
 //! release").
 //!
 //! The guest's userland is the host's (Debian 12), whose own bpftrace
-//! (`cargo xtask deps` installs it) is Debian 12's. For sid's kernel, sid's
-//! bpftrace is fetched like the kernel packages ([`crate::kernel`]): a
-//! private apt state for sid on the machine's Debian mirror, the dependency
-//! closure from sid's package index ([`crate::packages`]), each package
-//! unpacked with `dpkg -x` into `<target>/kspan-vm/bpftrace/<suite>/root/`;
-//! nothing is installed and no file of the machine's apt state is touched.
+//! (`cargo xtask deps` installs it) is Debian 12's. For sid's kernel
+//! (`debian14`) sid's bpftrace, and for Debian 11's 5.10 (`debian11`)
+//! bullseye's (0.11), is fetched like the kernel packages
+//! ([`crate::kernel`]): a private apt state for the suite on the machine's
+//! Debian mirror, the dependency closure from the suite's package index
+//! ([`crate::packages`]), each package unpacked with `dpkg -x` into
+//! `<target>/kspan-vm/bpftrace/<suite>/root/`; nothing is installed and no
+//! file of the machine's apt state is touched.
 //!
 //! Sid's bpftrace needs sid's libraries, glibc and libstdc++ among them
-//! (newer than the host's, so the host's cannot stand in), so it runs
-//! through sid's own dynamic loader with sid's library directories only.
+//! (newer than the host's, so the host's cannot stand in); bullseye's needs
+//! bullseye's (its bcc, LLVM 11, and libraries of sonames the host no
+//! longer has). Either runs through its suite's own dynamic loader with
+//! that suite's library directories only.
 //! The wrapper `<target>/kspan-vm/bpftrace/<suite>/bpftrace-<suite>` does
 //! `exec <root>/usr/lib64/ld-linux-x86-64.so.2 --library-path <root's lib
-//! dirs> <root>/usr/bin/bpftrace "$@"`:
+//! dirs> <root>/usr/bin/bpftrace "$@"` (bullseye's 0.11 is started
+//! directly instead, its binary made to name bullseye's loader and
+//! libraries: it uprobes its own `BEGIN_trigger` through `/proc/self/exe`,
+//! see [`uprobes_itself`]):
 //! - the library path is given on the loader's command line, not in
 //!   `LD_LIBRARY_PATH`, so the programs bpftrace starts (`-c`) run with the
 //!   host's environment and libraries, as they would under the host's
@@ -36,13 +43,15 @@ use crate::packages;
 use crate::util::{opt_value, output, which};
 
 /// The suites whose own bpftrace the bench fetches, when the machine is of
-/// another suite. Trixie (Debian 13) works the same way: adding it here
+/// another suite: sid's (0.27) for debian14, bullseye's (0.11, with its
+/// bcc, LLVM 11 and glibc 2.31) for debian11's 5.10. Trixie (Debian 13)
+/// works the same way: adding it here
 /// gives trixie's bpftrace 0.23.2 (22 packages, glibc 2.41), which ran
 /// `--version` and a `-c` latency script in the debian13 guest on
 /// 2026-12-01. It is left out so that the Debian 13 figures keep the
 /// baseline they were measured against, the host's Debian 12 bpftrace,
 /// until they are measured again.
-const OWN_BPFTRACE: &[&str] = &["sid"];
+const OWN_BPFTRACE: &[&str] = &["bullseye", "sid"];
 
 /// The multiarch and plain library directories of an unpacked root, in the
 /// loader's order of search.
@@ -54,10 +63,13 @@ const LIB_DIRS: &[&str] = &[
 ];
 
 /// The dynamic loader, where glibc's package puts it since Debian 13 (its
-/// files moved to `/usr`) and before.
+/// files moved to `/usr`), in Debian 12, and in Debian 11 (whose
+/// `/lib64/ld-linux-x86-64.so.2` is an absolute link to
+/// `/lib/x86_64-linux-gnu/ld-2.31.so`, the host's path, not the root's).
 const LOADERS: &[&str] = &[
     "usr/lib64/ld-linux-x86-64.so.2",
     "lib64/ld-linux-x86-64.so.2",
+    "lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
 ];
 
 /// The bpftrace a benchmark runs in the guest.
@@ -68,6 +80,18 @@ pub struct Bpftrace {
     pub command: String,
     /// Which bpftrace that is, for the report.
     pub about: String,
+    /// Whether it attaches `kfunc:`/`kretfunc:` probes on the guest's
+    /// kernel. Bullseye's 0.11 does not on Debian 11's 5.10, which has the
+    /// trampolines: it probes for them with an fentry program on `strlen`,
+    /// which that kernel's BTF does not hold (seen 2026-12-07: `--info`
+    /// says `kfunc: no`). Its baseline is then the `kprobe:` pair.
+    pub kfunc: bool,
+}
+
+/// Whether `suite`'s bpftrace attaches `kfunc:` probes (see
+/// [`Bpftrace::kfunc`]).
+fn has_kfunc(suite: &str) -> bool {
+    suite != "bullseye"
 }
 
 /// The suite whose bpftrace goes with `kernel`, when that is not the host's
@@ -96,6 +120,7 @@ pub fn for_kernel(kernel: &KernelSpec, cache: &Path) -> Result<Bpftrace> {
             .find_map(|l| l.strip_prefix("bpftrace "))
             .unwrap_or("of unknown version");
         return Ok(Bpftrace {
+            kfunc: has_kfunc(suite),
             command: wrapper.to_string_lossy().into_owned(),
             about: format!(
                 "{suite}'s package {version}, through {suite}'s own loader ({})",
@@ -107,6 +132,7 @@ pub fn for_kernel(kernel: &KernelSpec, cache: &Path) -> Result<Bpftrace> {
         bail!("bpftrace not found: run `cargo xtask deps`");
     }
     Ok(Bpftrace {
+        kfunc: true,
         command: "bpftrace".into(),
         about: format!(
             "the host's package ({})",
@@ -141,16 +167,135 @@ pub fn command(args: &[String]) -> Result<u8> {
 /// returns its wrapper.
 fn fetch(suite: &str, cache: &Path) -> Result<PathBuf> {
     let dir = cache.join("bpftrace").join(suite);
-    kernel::fill_once(&dir, |tmp| fetch_into(suite, tmp))
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    kernel::fill_once(&dir, |tmp| fetch_into(suite, tmp, &dir))
         .with_context(|| format!("fetching {suite}'s bpftrace into {}", dir.display()))?;
-    Ok(dir.join(wrapper_name(suite)))
+    let wrapper = dir.join(wrapper_name(suite));
+    // A bpftrace made to start its loader from `dir` (see
+    // [`uprobes_itself`]) runs only there: checked on every use.
+    if fs::read_to_string(dir.join("direct")).is_ok() {
+        check_version(Command::new(&wrapper).arg("--version")).with_context(|| {
+            format!(
+                "{suite}'s bpftrace starts its loader from where it was unpacked: remove {} \
+                 (moved?) for it to be fetched again",
+                dir.display()
+            )
+        })?;
+    }
+    Ok(wrapper)
+}
+
+/// Whether the bpftrace binary `exe` attaches its `BEGIN` and `END` probes
+/// as uprobes on its own symbols (`BEGIN_trigger`), which it finds through
+/// `/proc/self/exe` (0.11 does; 0.27 does not): started by an explicit
+/// loader, `/proc/self/exe` is the loader, and `BEGIN` fails ("Could not
+/// resolve symbol: /proc/self/exe:BEGIN_trigger", seen with 0.11). Such a
+/// bpftrace is started directly instead, its loader and libraries written
+/// into the binary ([`direct_start`]).
+fn uprobes_itself(exe: &Path) -> Result<bool> {
+    let bytes = fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
+    Ok(bytes.windows(13).any(|w| w == b"BEGIN_trigger"))
+}
+
+/// Makes `root`'s bpftrace start `final_root`'s loader (its `PT_INTERP`)
+/// and find its libraries in `root`'s library directories (an `RPATH` of
+/// `$ORIGIN`-relative directories, which also serves the libraries'
+/// own dependencies and comes before `LD_LIBRARY_PATH`): with the
+/// suite's `patchelf`, unpacked into `tools` and run through the suite's
+/// loader. `/proc/self/exe` is then bpftrace itself, and what it starts
+/// (`-c`) keeps the host's environment. A library's own `RUNPATH` (libLLVM's
+/// `$ORIGIN/../lib`) would stop the search of its dependencies at the
+/// executable's `RPATH` (on to the host's `ld.so.cache`, which has libffi 8,
+/// not bullseye's 7): the libraries' are removed.
+fn direct_start(
+    apt_opts: &[String],
+    index: &std::collections::BTreeMap<String, packages::Package>,
+    tmp: &Path,
+    loader: &str,
+    lib_dirs: &[&str],
+    final_root: &Path,
+) -> Result<()> {
+    let root = tmp.join("root");
+    let tools = tmp.join("tools");
+    let patchelf = index
+        .get("patchelf")
+        .ok_or_else(|| anyhow!("no patchelf package in the suite's index"))?;
+    kernel::download_and_unpack(
+        apt_opts,
+        &[format!("patchelf={}", patchelf.version)],
+        &tmp.join("dl"),
+        &tools,
+    )?;
+    let rpath: Vec<String> = lib_dirs
+        .iter()
+        .map(|d| format!("$ORIGIN/../../{d}"))
+        .collect();
+    let patchelf = || {
+        let mut cmd = Command::new(root.join(loader));
+        cmd.arg("--library-path")
+            .arg(root_lib_path(&root, lib_dirs))
+            .arg(tools.join("usr/bin/patchelf"));
+        cmd
+    };
+    for d in lib_dirs {
+        for e in fs::read_dir(root.join(d))?.flatten() {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.contains(".so") || e.file_type().is_ok_and(|t| t.is_symlink()) {
+                continue;
+            }
+            let printed = patchelf().arg("--print-rpath").arg(&path).output()?;
+            if printed.status.success()
+                && !String::from_utf8_lossy(&printed.stdout).trim().is_empty()
+            {
+                crate::util::run(patchelf().arg("--remove-rpath").arg(&path))?;
+            }
+        }
+    }
+    let exe = root.join("usr/bin/bpftrace");
+    let mut cmd = patchelf();
+    cmd.arg("--set-interpreter")
+        .arg(final_root.join(loader))
+        .args(["--force-rpath", "--set-rpath"])
+        .arg(rpath.join(":"))
+        .arg(&exe);
+    crate::util::run(&mut cmd)?;
+    let _ = fs::remove_dir_all(&tools);
+    Ok(())
+}
+
+/// `root`'s library directories `lib_dirs`, as a search path.
+fn root_lib_path(root: &Path, lib_dirs: &[&str]) -> String {
+    lib_dirs
+        .iter()
+        .map(|d| root.join(d).to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Runs `cmd` (a bpftrace `--version`); an error unless it printed a version.
+fn check_version(cmd: &mut Command) -> Result<()> {
+    let version = cmd
+        .output()
+        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    let printed = String::from_utf8_lossy(&version.stdout);
+    if !version.status.success() || !printed.starts_with("bpftrace v") {
+        bail!(
+            "{:?} --version failed ({}): {}{}",
+            cmd.get_program(),
+            version.status,
+            printed,
+            String::from_utf8_lossy(&version.stderr)
+        );
+    }
+    Ok(())
 }
 
 fn wrapper_name(suite: &str) -> String {
     format!("bpftrace-{suite}")
 }
 
-fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
+fn fetch_into(suite: &str, tmp: &Path, dir: &Path) -> Result<()> {
     let apt_opts = kernel::private_apt(suite, "amd64", &tmp.join("apt"))?;
     let index = output(Command::new("apt-cache").args(&apt_opts).arg("dumpavail"))?;
     let index = packages::parse_index(&index);
@@ -167,7 +312,6 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
     );
     let root = tmp.join("root");
     kernel::download_and_unpack(&apt_opts, &pinned, &tmp.join("dl"), &root)?;
-    let _ = fs::remove_dir_all(tmp.join("apt"));
     let loader = LOADERS
         .iter()
         .find(|l| root.join(l).exists())
@@ -184,25 +328,37 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
         .copied()
         .filter(|d| has_shared_objects(&root.join(d)))
         .collect();
+    let direct = uprobes_itself(&root.join("usr/bin/bpftrace"))?;
+    if direct {
+        direct_start(&apt_opts, &index, tmp, loader, &lib_dirs, &dir.join("root"))?;
+        fs::write(tmp.join("direct"), "")?;
+    }
+    let _ = fs::remove_dir_all(tmp.join("apt"));
     let wrapper = tmp.join(wrapper_name(suite));
-    fs::write(&wrapper, wrapper_script(suite, loader, &lib_dirs))?;
+    let launch = if direct {
+        Launch::Direct
+    } else {
+        Launch::Loader {
+            argv0: loader_takes_argv0(&root.join(loader)),
+        }
+    };
+    fs::write(&wrapper, wrapper_script(suite, loader, &lib_dirs, launch))?;
     make_executable(&wrapper)?;
-    check_libraries(&root, loader, &lib_dirs)?;
+    check_libraries(&root, loader, &lib_dirs, direct)?;
     // It runs here as in the guest (the same files, the host's kernel): a
     // library it cannot load fails now rather than in the bench's guest.
-    let version = Command::new(&wrapper)
-        .arg("--version")
-        .output()
-        .with_context(|| format!("cannot run {}", wrapper.display()))?;
-    let printed = String::from_utf8_lossy(&version.stdout);
-    if !version.status.success() || !printed.starts_with("bpftrace v") {
-        bail!(
-            "{} --version failed ({}): {}{}",
-            wrapper.display(),
-            version.status,
-            printed,
-            String::from_utf8_lossy(&version.stderr)
-        );
+    // (Started directly, it starts the loader of where it goes once made:
+    // through the loader here, and checked there by `fetch`.)
+    if direct {
+        check_version(
+            Command::new(root.join(loader))
+                .arg("--library-path")
+                .arg(root_lib_path(&root, &lib_dirs))
+                .arg(root.join("usr/bin/bpftrace"))
+                .arg("--version"),
+        )?;
+    } else {
+        check_version(Command::new(&wrapper).arg("--version"))?;
     }
     let mut list: String = closure
         .packages
@@ -219,10 +375,50 @@ fn fetch_into(suite: &str, tmp: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether the dynamic loader `loader` takes `--argv0` (glibc 2.33 and
+/// later: its `--help` lists it; bullseye's 2.31 has no `--help` either).
+fn loader_takes_argv0(loader: &Path) -> bool {
+    Command::new(loader)
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--argv0"))
+}
+
+/// How the wrapper starts bpftrace.
+#[derive(Clone, Copy, Debug)]
+enum Launch {
+    /// Through the unpacked loader, the library path its option; `argv0`:
+    /// the loader sets bpftrace's `argv[0]` to `bpftrace` (where it can,
+    /// see [`loader_takes_argv0`]).
+    Loader { argv0: bool },
+    /// Directly: the binary names its loader and libraries
+    /// ([`direct_start`]).
+    Direct,
+}
+
 /// The wrapper: runs the unpacked bpftrace through the unpacked loader, the
-/// paths taken from the wrapper's own directory (the cache can move).
-fn wrapper_script(suite: &str, loader: &str, lib_dirs: &[&str]) -> String {
+/// paths taken from the wrapper's own directory (the cache can move, but
+/// for a [`Launch::Direct`] one).
+fn wrapper_script(suite: &str, loader: &str, lib_dirs: &[&str], launch: Launch) -> String {
     let lib_path: Vec<String> = lib_dirs.iter().map(|d| format!("$here/root/{d}")).collect();
+    let argv0 = match launch {
+        Launch::Loader { argv0: true } => " --argv0 bpftrace",
+        Launch::Loader { argv0: false } => "",
+        Launch::Direct => {
+            return format!(
+                "#!/bin/sh\n\
+                 # {suite}'s bpftrace, unpacked by `cargo xtask` with the packages it needs\n\
+                 # (listed in `packages` beside this script).\n\
+                 # It starts {suite}'s own dynamic loader, and finds {suite}'s libraries, as\n\
+                 # its binary says (PT_INTERP, RPATH), written there by `cargo xtask`: it\n\
+                 # uprobes its own BEGIN_trigger through /proc/self/exe, which must be\n\
+                 # bpftrace, not the loader. `exec`: bpftrace keeps this script's pid\n\
+                 # (cpid, -p, $$).\n\
+                 here=$(cd \"$(dirname \"$0\")\" && pwd) || exit 127\n\
+                 exec \"$here/root/usr/bin/bpftrace\" \"$@\"\n"
+            );
+        }
+    };
     format!(
         "#!/bin/sh\n\
          # {suite}'s bpftrace, unpacked by `cargo xtask` with the packages it needs\n\
@@ -232,7 +428,7 @@ fn wrapper_script(suite: &str, loader: &str, lib_dirs: &[&str]) -> String {
          # starts (-c) runs with the host's libraries. `exec`: bpftrace keeps this\n\
          # script's pid (cpid, -p, $$).\n\
          here=$(cd \"$(dirname \"$0\")\" && pwd) || exit 127\n\
-         exec \"$here/root/{loader}\" --argv0 bpftrace --library-path \"{}\" \"$here/root/usr/bin/bpftrace\" \"$@\"\n",
+         exec \"$here/root/{loader}\"{argv0} --library-path \"{}\" \"$here/root/usr/bin/bpftrace\" \"$@\"\n",
         lib_path.join(":"),
     )
 }
@@ -255,14 +451,15 @@ fn make_executable(path: &Path) -> Result<()> {
 /// loader falls back to the host's directories (and its `ld.so.cache`) for
 /// what the library path lacks, which would mix in the host's older
 /// libraries unnoticed.
-fn check_libraries(root: &Path, loader: &str, lib_dirs: &[&str]) -> Result<()> {
-    let lib_path: Vec<String> = lib_dirs
-        .iter()
-        .map(|d| root.join(d).to_string_lossy().into_owned())
-        .collect();
-    let out = Command::new(root.join(loader))
-        .arg("--library-path")
-        .arg(lib_path.join(":"))
+///
+/// `direct`: bpftrace names its own library directories ([`direct_start`]),
+/// and the loader is given none.
+fn check_libraries(root: &Path, loader: &str, lib_dirs: &[&str], direct: bool) -> Result<()> {
+    let mut cmd = Command::new(root.join(loader));
+    if !direct {
+        cmd.arg("--library-path").arg(root_lib_path(root, lib_dirs));
+    }
+    let out = cmd
         .arg("--list")
         .arg(root.join("usr/bin/bpftrace"))
         .output()
@@ -324,6 +521,11 @@ mod tests {
         assert_eq!(own_suite(&sid, Some("bookworm")), Some("sid"));
         // On a sid machine, the host's bpftrace is sid's.
         assert_eq!(own_suite(&sid, Some("sid")), None);
+        // Debian 11's 5.10 with bullseye's bpftrace (0.11).
+        let bullseye = KernelSpec::parse("debian11").unwrap();
+        assert_eq!(own_suite(&bullseye, Some("bookworm")), Some("bullseye"));
+        assert_eq!(own_suite(&bullseye, Some("bullseye")), None);
+        assert!(!has_kfunc("bullseye") && has_kfunc("sid"));
         for other in ["debian12", "debian13"] {
             let k = KernelSpec::parse(other).unwrap();
             assert_eq!(own_suite(&k, Some("bookworm")), None, "{other}");
@@ -363,7 +565,12 @@ mod tests {
 
     #[test]
     fn the_wrapper_execs_the_loader() {
-        let s = wrapper_script("sid", LOADERS[0], &LIB_DIRS[..1]);
+        let s = wrapper_script(
+            "sid",
+            LOADERS[0],
+            &LIB_DIRS[..1],
+            Launch::Loader { argv0: true },
+        );
         assert!(s.starts_with("#!/bin/sh\n"), "{s}");
         let exec = s.lines().last().unwrap();
         assert_eq!(
@@ -373,5 +580,25 @@ mod tests {
              \"$here/root/usr/bin/bpftrace\" \"$@\""
         );
         assert!(!s.contains("LD_LIBRARY_PATH="), "{s}");
+        // Bullseye's loader (glibc 2.31, /lib64) without --argv0.
+        let s = wrapper_script(
+            "bullseye",
+            LOADERS[1],
+            &LIB_DIRS[..2],
+            Launch::Loader { argv0: false },
+        );
+        assert_eq!(
+            s.lines().last().unwrap(),
+            "exec \"$here/root/lib64/ld-linux-x86-64.so.2\" \
+             --library-path \"$here/root/usr/lib/x86_64-linux-gnu:$here/root/lib/x86_64-linux-gnu\" \
+             \"$here/root/usr/bin/bpftrace\" \"$@\""
+        );
+        // Started directly (0.11 uprobes its own BEGIN_trigger).
+        let s = wrapper_script("bullseye", LOADERS[2], &LIB_DIRS[..2], Launch::Direct);
+        assert_eq!(
+            s.lines().last().unwrap(),
+            "exec \"$here/root/usr/bin/bpftrace\" \"$@\""
+        );
+        assert!(!s.contains("--library-path"), "{s}");
     }
 }

@@ -18,8 +18,8 @@
 //!   guest's tests run.
 //! * `vm [--kernel K] [--timeout SECS] [--mem SIZE] [--no-otlp-forward] -- CMD...`:
 //!   runs `CMD` as root inside a QEMU guest (software emulation) booting a
-//!   stock Debian kernel (`debian12`, `debian13`, `debian14`: sid's, the
-//!   newest; or a path). The guest sees the host's root file system
+//!   stock Debian kernel (`debian11`, `debian12`, `debian13`, `debian14`:
+//!   sid's, the newest; or a path). The guest sees the host's root file system
 //!   read-only, the repository writable at its own path, a fresh `/tmp`,
 //!   tracefs, debugfs and bpffs; `CMD` runs in the caller's working directory
 //!   and its output streams out live. The guest's exit status becomes ours.
@@ -29,8 +29,8 @@
 //!   forwarding.
 //! * `test [--host-only|--vm-only] [--arch A] [--kernel K]... [--kernels K1,K2]`: the one
 //!   test command: host build and tests, then the `#[ignore]`d tests of the
-//!   `kspan-tests` package inside one VM per kernel (by default Debian 12's,
-//!   13's and sid's; two guests at a time, the arm64 build beside the
+//!   `kspan-tests` package inside one VM per kernel (by default Debian 11's,
+//!   12's, 13's and sid's; two guests at a time, the arm64 build beside the
 //!   first), then, cross-built, in an arm64 VM per arm64 kernel (sid's by
 //!   default, Debian 13's too with `--arch arm64`), alone.
 //! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
@@ -43,7 +43,8 @@
 //! * `bench [--kernel K] ...`: kspan against the bpftrace package of the
 //!   kernel's Debian release, in the VM (see `tasks::bench`).
 //! * `bpftrace [--kernel K]`: fetches the bpftrace that `bench` compares
-//!   against on kernel K (sid's own for `debian14`) and prints the command
+//!   against on kernel K (sid's own for `debian14`, bullseye's for
+//!   `debian11`) and prints the command
 //!   that runs it, e.g. for `cargo xtask vm --kernel K -- <command> ...`.
 //!
 //! # Shape
@@ -56,8 +57,9 @@
 //!   `target/kspan-vm/kernels/`, and ordering the modules the guest needs.
 //! * [`rootfs`]: the arm64 guest's root, Debian 12 arm64 packages unpacked
 //!   under `target/kspan-vm/arm64-root/bookworm/`.
-//! * [`bpftrace`]: the bench's bpftrace: the host's, or sid's unpacked under
-//!   `target/kspan-vm/bpftrace/sid/` and run through sid's own loader.
+//! * [`bpftrace`]: the bench's bpftrace: the host's, or sid's (bullseye's)
+//!   unpacked under `target/kspan-vm/bpftrace/sid/` (`bullseye/`) and run
+//!   through that suite's own loader.
 //! * [`packages`]: a Debian package index and a package's dependency closure.
 //! * [`cpio`]: a tiny `newc` archive writer for the initramfs.
 //! * [`vm`]: the initramfs (busybox, modules, `/init`), the QEMU command
@@ -116,10 +118,10 @@ commands:
                         Debian 12 arm64 packages; no OTLP forwarding)
       --with-bpftrace   (arm64) a root that also holds Debian 12's arm64
                         bpftrace (fetched once), on the guest's PATH
-      --kernel K        debian12 (default; 6.1), debian13 (6.12), debian14 (the
-                        newest Debian kernel, sid's: 7.x; also `sid`, `forky`),
-                        or a path to a vmlinuz file or an unpacked kernel
-                        package directory
+      --kernel K        debian12 (default; 6.1), debian11 (5.10), debian13
+                        (6.12), debian14 (the newest Debian kernel, sid's:
+                        7.x; also `sid`, `forky`), or a path to a vmlinuz
+                        file or an unpacked kernel package directory
       --timeout SECS    kill the VM after SECS seconds (default 900)
       --mem SIZE        guest memory (default 2G)
       --smp N           guest CPUs (default 2)
@@ -136,8 +138,8 @@ commands:
       --verbose         also show the guest's boot console
   test [opts]           host build + tests, then the VM tests per kernel
       --host-only | --vm-only
-      --kernel K        (repeatable) kernels of the VM matrix (default debian12,
-                        debian13 and debian14)
+      --kernel K        (repeatable) kernels of the VM matrix (default debian11,
+                        debian12, debian13 and debian14)
       --kernels K1,K2   same, comma separated
       --timeout SECS    per VM
   demo [--kernel K]     run kspan-receive -- examples/quickstart in the VM
@@ -158,7 +160,8 @@ commands:
                         debian14 also sessions against the pairs, and ~1,000
                         functions through trampolines); against the bpftrace
                         of the kernel's Debian release for debian14 (sid's,
-                        fetched), else the host's
+                        fetched) and debian11 (bullseye's 0.11, fetched),
+                        else the host's
       --only others     the last part alone
       --only attach     the first two parts
       --only percall    the cost per traced call alone
