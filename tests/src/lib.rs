@@ -601,6 +601,16 @@ pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Says that test `test` (or a part of it) is skipped on this kernel, and
+/// why (the probe's answer: `KernelCapabilities`, `scheduler_causes()`,
+/// the kernel's BTF), as `SKIPPED <test>: <why>` on stderr. Written to the
+/// stderr handle itself, past the test harness's capture, so that a passing
+/// test's skip is in the log too, never silent.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
 /// The kernel's id of the calling thread (what kspan's `kspan.tid` holds).
 pub fn gettid() -> i64 {
     std::fs::read_link("/proc/thread-self")

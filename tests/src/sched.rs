@@ -44,10 +44,7 @@ pub use truth::every_span_s_figures_equal_the_kernel_s_under_contention;
 /// (the test harness names each test's thread so).
 pub fn skipped(why: &str) {
     let current = std::thread::current();
-    eprintln!(
-        "SKIPPED {}: {why}",
-        current.name().unwrap_or("(unnamed test)")
-    );
+    crate::skipped(current.name().unwrap_or("(unnamed test)"), why);
 }
 
 fn int(span: &SpanData, key: &str) -> i64 {

@@ -54,7 +54,7 @@ fn notrace_in_btf(test: &str) -> bool {
     let btf = kspan::kernel::read_btf(std::path::Path::new(kspan::KERNEL_BTF)).unwrap();
     let there = btf.has_function(NOTRACE);
     if !there {
-        eprintln!("SKIPPED {test}: `{NOTRACE}` is not in this kernel's BTF");
+        kspan_tests::skipped(test, &format!("`{NOTRACE}` is not in this kernel's BTF"));
     }
     there
 }

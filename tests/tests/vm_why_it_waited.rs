@@ -214,9 +214,9 @@ async fn every_request_says_why_it_waited() {
             locks.contains("has no lock:contention_begin tracepoint"),
             "kernel locks are read here: {locks}"
         );
-        eprintln!(
-            "SKIPPED every_request_says_why_it_waited: the kernel-lock request's checks: {}",
-            locks.trim()
+        kspan_tests::skipped(
+            "every_request_says_why_it_waited",
+            &format!("the kernel-lock request's checks: {}", locks.trim()),
         );
     }
 
