@@ -37,28 +37,31 @@ const FILE_BYTES: usize = 300_000;
 fn start_bpftrace(tid: i64) -> (Child, BufReader<std::process::ChildStdout>) {
     let bpftrace = std::env::var("KSPAN_BPFTRACE").unwrap_or_else(|_| "bpftrace".to_owned());
     let script = format!(
-        "kprobe:vfs_read /tid == {tid}/ {{ @v[tid] = arg2; }}
+        "BEGIN {{ printf(\"ready\\n\"); }}
+         kprobe:vfs_read /tid == {tid}/ {{ @v[tid] = arg2; }}
          kretprobe:vfs_read /tid == {tid}/ {{ printf(\"v %d %d\\n\", @v[tid], retval); delete(@v[tid]); }}
          kprobe:ksys_read /tid == {tid}/ {{ @s[tid] = arg2; }}
          tracepoint:syscalls:sys_exit_read /tid == {tid}/ {{ printf(\"s %d %d\\n\", @s[tid], args->ret); delete(@s[tid]); }}"
     );
     let mut child = Command::new("sh")
         .arg("-c")
-        .arg(format!("exec {bpftrace} -e \"$0\"", bpftrace = bpftrace))
+        // Line-buffered: each return is read as it comes.
+        .arg(format!("exec {bpftrace} -B line -e \"$0\"", bpftrace = bpftrace))
         .arg(&script)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap_or_else(|e| panic!("starting {bpftrace}: {e}"));
     let mut out = BufReader::new(child.stdout.take().expect("piped"));
-    // It says so once every probe is attached.
+    // BEGIN runs once every probe is attached ("Attaching N probes" comes
+    // before).
     let started = Instant::now();
     let mut line = String::new();
     loop {
         line.clear();
         let n = out.read_line(&mut line).expect("bpftrace's output");
         assert!(n > 0, "bpftrace ended before attaching");
-        if line.starts_with("Attaching") {
+        if line.trim() == "ready" {
             break;
         }
         assert!(
@@ -72,42 +75,84 @@ fn start_bpftrace(tid: i64) -> (Child, BufReader<std::process::ChildStdout>) {
 #[tokio::test(flavor = "current_thread")]
 #[ignore = "needs a kernel with BPF trampolines or kprobes, tracepoints and bpftrace; run by `cargo xtask test` in the VM"]
 async fn every_read_is_the_one_bpftrace_saw() {
-    let tid = kspan_tests::gettid();
     let path = std::env::temp_dir().join(format!("kspan-differential-{}", std::process::id()));
     std::fs::File::create(&path)
         .unwrap()
         .write_all(&vec![b'd'; FILE_BYTES])
         .unwrap();
-    let (mut bpftrace, mut out) = start_bpftrace(tid);
-
-    let mut asked = Vec::new();
-    let spans = kspan_tests::traced_on_this_thread(
-        &[&vfs_read, &read],
-        "vfs_read and the read system call",
-        || {
-            let mut file = std::fs::File::open(&path).unwrap();
-            let mut buf = vec![0u8; 65_536];
-            for size in SIZES.iter().cycle() {
-                asked.push(*size);
-                if file.read(&mut buf[..*size]).unwrap() == 0 {
-                    break;
-                }
+    let (provider, exporter) = kspan_tests::in_memory_provider();
+    let kspan = kspan::Kspan::builder(&provider)
+        .orphans(kspan::Orphans::NewTrace)
+        .probes([&vfs_read, &read])
+        .start()
+        .unwrap_or_else(|e| panic!("vfs_read and the read system call: {e}"));
+    // A thread of its own, which reads nothing but the file once both
+    // tracers are attached (kspan's start reads files on its caller's).
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let file_path = path.clone();
+    let reader = std::thread::spawn(move || {
+        tid_tx.send(kspan_tests::gettid()).unwrap();
+        go_rx.recv().unwrap();
+        let mut asked = Vec::new();
+        let mut file = std::fs::File::open(&file_path).unwrap();
+        let mut buf = vec![0u8; 65_536];
+        for size in SIZES.iter().cycle() {
+            asked.push(*size);
+            if file.read(&mut buf[..*size]).unwrap() == 0 {
+                break;
             }
-            // A closed descriptor: the system call fails (EBADF) before
-            // any vfs_read.
-            // SAFETY: reads into a live buffer of its length; the
-            // descriptor is not open.
-            let ret = unsafe { libc::read(9999, buf.as_mut_ptr().cast(), 16) };
-            assert_eq!(ret, -1);
-        },
-    )
-    .await;
+        }
+        // A closed descriptor: the system call fails (EBADF) before any
+        // vfs_read.
+        // SAFETY: reads into a live buffer of its length; the descriptor
+        // is not open.
+        let ret = unsafe { libc::read(9999, buf.as_mut_ptr().cast(), 16) };
+        assert_eq!(ret, -1);
+        asked
+    });
+    let tid = tid_rx.recv().unwrap();
+    let (mut bpftrace, out) = start_bpftrace(tid);
+    go_tx.send(()).unwrap();
+    let asked = reader.join().expect("the reader thread");
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.lost(), 0, "{stats:?}");
     std::fs::remove_file(&path).unwrap();
+    let spans: Vec<_> = exporter
+        .get_finished_spans()
+        .expect("the in-memory exporter keeps spans")
+        .into_iter()
+        .filter(|s| span_attr(s, "kspan.tid") == Some(tid.into()))
+        .collect();
 
+    // bpftrace prints what its perf buffers hold as it polls them: read
+    // until it has printed as many returns as the thread made (the file's
+    // reads, and the failed one for the system call), or 60 s.
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines() {
+            if lines_tx.send(line.expect("bpftrace's output")).is_err() {
+                break;
+            }
+        }
+    });
+    let expected = 2 * asked.len() + 1;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut rest = String::new();
+    let mut returns = 0;
+    while returns < expected {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines_rx.recv_timeout(left) {
+            Ok(line) => {
+                returns += usize::from(line.starts_with("v ") || line.starts_with("s "));
+                rest.push_str(&line);
+                rest.push('\n');
+            }
+            Err(_) => break,
+        }
+    }
     // SAFETY: a signal to the child this test started.
     unsafe { libc::kill(bpftrace.id() as i32, libc::SIGINT) };
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).expect("bpftrace's output");
     bpftrace.wait().expect("bpftrace ends");
     let seen = |kind: &str| -> Vec<(i64, i64)> {
         rest.lines()
