@@ -46,7 +46,10 @@ fn start_bpftrace(tid: i64) -> (Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new("sh")
         .arg("-c")
         // Line-buffered: each return is read as it comes.
-        .arg(format!("exec {bpftrace} -B line -e \"$0\"", bpftrace = bpftrace))
+        .arg(format!(
+            "exec {bpftrace} -B line -e \"$0\"",
+            bpftrace = bpftrace
+        ))
         .arg(&script)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
