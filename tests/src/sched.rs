@@ -333,9 +333,14 @@ pub fn a_span_s_figures_equal_the_kernel_s_own_accounting(
 /// times; the last run checks everything whatever it missed. `case` gets
 /// whether it is the last, and returns false when it stopped short for a
 /// missed interval.
-fn measured_again_when_disturbed(mut case: impl FnMut(bool) -> bool) {
-    for attempt in 1..=3 {
-        if case(attempt == 3) {
+fn measured_again_when_disturbed(case: impl FnMut(bool) -> bool) {
+    measured_again(3, case);
+}
+
+/// [`measured_again_when_disturbed`] with `attempts` runs at most.
+fn measured_again(attempts: u32, mut case: impl FnMut(bool) -> bool) {
+    for attempt in 1..=attempts {
+        if case(attempt == attempts) {
             return;
         }
         eprintln!("attempt {attempt} stopped short (said above); measuring again");
