@@ -295,7 +295,11 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
              the collector; 0 lost"
         )),
         "README's service prints its settled figures ({kernel_spans} read spans received):\n\
-         {stdout}"
+         {stdout}\nreceived: {:?}",
+        spans
+            .iter()
+            .map(|s| (s.name.as_str(), s.int("kspan.tid"), s.start_ns))
+            .collect::<Vec<_>>()
     );
     assert!(
         !stderr.contains("kspan: warning"),
