@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 OR MIT
 //! `kspan doctor`: the mechanisms this kernel offers for tracing, each with
-//! its status and errno, and the [`Verdict`] on which modes work. `list`
+//! its status and errno, and the [`Verdict`] on which modes work; it exits
+//! 1 when none does for this process. `list`
 //! and `gen` repeat the verdict, in its words, where a kernel function
 //! cannot be traced ([`cannot_trace_note`]).
 
@@ -137,7 +138,16 @@ pub fn run(args: &[String]) -> Outcome {
          kprobes come first)\n",
         verdict.kretprobe_ladder
     ));
-    print(&text)
+    print(&text)?;
+    // A report, and a status a script or a container's start can act on:
+    // nothing kspan traces works for this process here.
+    match (&verdict.trampolines, &verdict.kprobes, &verdict.syscalls) {
+        (Err(fexit), Err(kprobes), Err(syscalls)) => Err(Failure::Failed(format!(
+            "nothing kspan traces works for this process on this kernel: fexit/fentry {fexit}, \
+             kprobes {kprobes}, syscall sources {syscalls} (the report above says why)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Which modes work on a kernel: `kspan doctor`'s verdict, which `list`

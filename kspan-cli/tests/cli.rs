@@ -568,6 +568,54 @@ fn doctor_reports_every_mechanism_as_the_library_sees_it() {
 }
 
 #[test]
+fn doctor_fails_where_nothing_works_for_the_process() {
+    // Unprivileged (as nobody, from a copy it can run; or this process
+    // when it is not root), nothing kspan traces works here.
+    let dir = std::env::temp_dir().join(format!("kspan-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("kspan");
+    std::fs::copy(env!("CARGO_BIN_EXE_kspan"), &copy).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for path in [&dir, &copy] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The effective uid, second of /proc/self/status's `Uid:`.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let root = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        == Some("0");
+    let mut cmd = if root {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ])
+        .arg(&copy);
+        cmd
+    } else {
+        Command::new(&copy)
+    };
+    let out = cmd.arg("doctor").output().expect("kspan doctor runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stdout.contains("mechanisms:"), "the report first: {stdout}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("nothing kspan traces works for this process on this kernel")
+            && stderr.contains("privileges"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn usage() {
     for args in [
         &["help"][..],

@@ -178,6 +178,44 @@ async fn auto_on_the_host_lists_every_mechanism_it_tried() {
     );
 }
 
+#[kspan::kernel_span("vfs_read", optional)]
+fn vfs_read_optional(count: usize, ret: isize) {}
+
+#[kspan::kernel_span(syscall = "read")]
+fn read_syscall(fd: u32, ret: i64) {}
+
+#[tokio::test]
+async fn an_optional_probe_no_mechanism_can_trace_is_left_out() {
+    // The host refuses trampolines and has no kprobes: the optional
+    // probe is left out, said in the plan and Stats; the syscall source
+    // beside it runs.
+    let kspan = kspan::Kspan::builder(&provider())
+        .orphans(kspan::Orphans::NewTrace)
+        .probe(&vfs_read_optional)
+        .probe(&read_syscall)
+        .start()
+        .expect("an optional probe does not stop the start");
+    let plan = kspan.attach_plan().to_vec();
+    let left_out = plan
+        .iter()
+        .find(|d| d.function == "vfs_read")
+        .expect("the optional probe's decision");
+    let why = left_out.not_attached.as_deref().expect("said not attached");
+    assert!(
+        why.contains("no mechanism this kernel offers can trace it")
+            && why.contains("[fexit]")
+            && why.contains("[kretprobe]"),
+        "{why}"
+    );
+    assert!(
+        plan.iter()
+            .any(|d| d.function == "read" && d.not_attached.is_none()),
+        "{plan:?}"
+    );
+    let stats = kspan.shutdown().await.expect("shuts down");
+    assert_eq!(stats.probes_not_attached, 1, "{stats:?}");
+}
+
 #[kspan::kernel_span("vfs_read", mode = "fentry")]
 fn vfs_read_fentry(count: usize) {}
 

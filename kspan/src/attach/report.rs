@@ -107,6 +107,26 @@ impl AttachDecision {
         }
     }
 
+    /// The decision for an optional probe whose function this kernel has
+    /// but no mechanism of it can trace (`refused`: the attempt's
+    /// [`AttachError::NoMechanism`]).
+    pub(crate) fn unattachable(plan: &ProbePlan, refused: &AttachError) -> Self {
+        let chosen = Hook::candidates(plan.mode())
+            .first()
+            .copied()
+            .unwrap_or(Hook::Fexit);
+        let mut decision =
+            AttachDecision::new(plan, chosen, Attachment::ladder(chosen)[0], Vec::new());
+        if let AttachError::NoMechanism { tried, .. } = refused {
+            decision.rejected = tried.clone();
+        }
+        decision.multi = false;
+        decision.not_attached = Some(format!(
+            "an optional probe, and no mechanism this kernel offers can trace it: {refused}"
+        ));
+        decision
+    }
+
     /// The attachments passed over and why, on one line (`-` for none).
     pub fn passed_over_summary(&self) -> String {
         one_line(&self.passed_over)

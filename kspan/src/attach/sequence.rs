@@ -67,7 +67,25 @@ impl Attacher<'_> {
                 Some(decision) => decision,
                 None => {
                     let refused = batched.refused.remove(&probe_id);
-                    self.attach_one(plan, probe_id as u32, refused)?
+                    match self.attach_one(plan, probe_id as u32, refused) {
+                        Ok(decision) => decision,
+                        // An optional probe that no mechanism of this
+                        // kernel can trace is left out, as one whose
+                        // functions it lacks.
+                        Err(e @ AttachError::NoMechanism { .. }) if plan.probe.spec.optional => {
+                            let decision = AttachDecision::unattachable(plan, &e);
+                            crate::diagnostics::warn_user!(
+                                function = plan.function(),
+                                location = plan.probe.spec.location,
+                                reason = e.to_string().as_str(),
+                                "kspan starts without an optional probe: no mechanism this \
+                                 kernel offers can trace it"
+                            );
+                            decisions.push(decision);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             };
             if decision.requested == Mode::Auto

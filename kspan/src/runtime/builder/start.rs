@@ -102,7 +102,13 @@ impl KspanBuilder {
             ledger: self.ledger,
             pipeline_capacity: crate::export::batch_capacity(&provider_debug),
             programs: lock(&links).programs(),
-            probes_not_attached: planned.not_attached.len() as u64,
+            // Planning's and attaching's (an optional probe no mechanism
+            // of this kernel can trace).
+            probes_not_attached: probes
+                .decisions
+                .iter()
+                .filter(|d| d.not_attached.is_some())
+                .count() as u64,
             obi_failures_before,
         });
         let _ = consuming.figures.set(figures.clone());
