@@ -505,7 +505,16 @@ async fn every_request_says_why_it_waited() {
         Some(hop_waiting),
         "the link says the wait's time waiting as its span does"
     );
-    assert!(hop_waiting >= (DISK_MS - DISK_MARGIN_MS) * MS, "{hop:?}");
+    // The disk took its latency over the request; the thread waited off
+    // CPU for part of it, less where its CPU was held up between issuing
+    // the request and leaving (a vCPU the host keeps: CI's 5.10 guest
+    // waited 8.97 ms of an 11 ms request).
+    assert!(
+        hop.int(w::REQUEST_DEVICE_NS)
+            .is_some_and(|ns| ns >= (DISK_MS - DISK_MARGIN_MS) * MS),
+        "{hop:?}"
+    );
+    assert!(hop_waiting > 0, "{hop:?}");
     // The root: the disk's request, completed by its interrupt.
     assert_eq!(
         hop.str(w::REQUEST_DEVICE),
