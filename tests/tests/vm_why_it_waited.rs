@@ -609,12 +609,19 @@ async fn every_request_says_why_it_waited() {
     );
     let whole = held_ns + queued + on_device;
     let slack = SLACK_MS * MS + whole * PERCENT / 100;
+    // A thread preempted between submitting a read and sleeping on it
+    // waits in the run queue while its bio is held, not blocked: on a busy
+    // machine that is most of the gap (CI's 6.12 guest: 123.7 ms in the
+    // run queue, blocked 387.6 ms of 509.4 ms held, queued and on the
+    // device).
+    let run_queue = figure(req, a::RUN_QUEUE_NS);
     assert!(
-        (whole - io).abs() <= slack && whole <= took,
+        io <= whole + slack && whole - io <= slack + run_queue && whole <= took,
         "held, queued and on the device {whole} ns (held {held_ns}), blocked on I/O {io} ns \
-         (allowed {slack} apart), the reads took {took} ns"
+         (allowed {slack} apart, and the span's {run_queue} ns in the run queue), the reads \
+         took {took} ns"
     );
-    dominates(req, "blocked io", whole - slack);
+    dominates(req, "blocked io", whole - slack - run_queue);
     // The limit's own arithmetic: the bytes at the limit, less what the
     // throttle may admit early (its slice, 100 ms by default, twice over).
     let rbps = figure(req, "app.cgroup.rbps");
