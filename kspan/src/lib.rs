@@ -194,9 +194,11 @@
 //!
 //! # What the kernel must offer
 //!
-//! Linux 5.10 or later with BTF (`/sys/kernel/btf/vmlinux`), CAP_BPF +
-//! CAP_PERFMON (or CAP_SYS_ADMIN), and BPF trampolines (built with
-//! `CONFIG_FUNCTION_TRACER`) or kprobes. What an older verifier lacks
+//! Linux 5.10 or later with BTF (`/sys/kernel/btf/vmlinux`) and CAP_BPF +
+//! CAP_PERFMON (or CAP_SYS_ADMIN). Kernel functions need BPF trampolines
+//! (built with `CONFIG_FUNCTION_TRACER`) or kprobes, and mode `auto` (the
+//! default) takes whichever this kernel allows; syscall sources need
+//! neither, only tracefs. What an older verifier lacks
 //! (task local storage, `bpf_loop`, atomics that fetch, ...) is probed at
 //! start by loading programs that use it, and done the older way
 //! ([`KernelCapabilities::older_kernel`], `kspan doctor`). Syscall sources and patterns also read tracefs
@@ -216,6 +218,12 @@
     doc = "[`EnteredSpanLayer`]: context::EnteredSpanLayer"
 )]
 #![cfg_attr(not(feature = "tracing"), doc = "[`EnteredSpanLayer`]: #feature-flags")]
+
+// The crate's README (its crates.io page) compiles as a doctest: its program
+// is the one a newcomer copies first.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadme;
 
 // The macro's expansion names `::kspan`; this lets the crate's own tests use it.
 #[cfg(test)]

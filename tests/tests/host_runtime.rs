@@ -173,8 +173,9 @@ async fn auto_on_the_host_lists_every_mechanism_it_tried() {
         "{msg}"
     );
     assert!(
-        msg.contains("syscall sources work here"),
-        "what does work is named: {msg}"
+        msg.contains("syscall sources work here")
+            && msg.contains("`#[kernel_span(syscall = \"read\")]`"),
+        "what does work is named, with the syscall that leads to vfs_read: {msg}"
     );
 }
 

@@ -15,6 +15,7 @@
 
 mod attacher;
 mod choice;
+mod hint;
 mod kprobe;
 mod report;
 mod sequence;

@@ -197,9 +197,8 @@ impl Attacher<'_> {
         let tracepoints = self.capabilities.tracepoints.is_available()
             || std::path::Path::new(crate::kernel::tracefs::TRACEFS).is_dir();
         let hint = if tracepoints && !self.disabled.contains(&Mechanism::Tracepoints) {
-            "; syscall sources work here: trace the system call instead \
-             (`#[kernel_span(syscall = \"read\")]` for a read path)"
-                .to_owned()
+            let syscalls = crate::kernel::tracefs::syscall_names().ok();
+            super::hint::syscall_instead(plan.function(), syscalls.as_deref())
         } else {
             String::new()
         };
