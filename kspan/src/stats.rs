@@ -212,6 +212,26 @@ impl Stats {
         self.spans_in_pipeline + self.spans_in_export
     }
 
+    /// What is worth a word at shutdown, each as `<count> <what>` (empty
+    /// when nothing is): said by [`Kspan::shutdown`](crate::Kspan::shutdown)'s
+    /// warning, or by its error's message when it fails.
+    pub(crate) fn troubles(&self) -> Vec<String> {
+        [
+            (self.lost(), "kernel spans lost"),
+            (
+                self.unsettled(),
+                "kernel spans not settled when the flush gave up",
+            ),
+            (self.skipped_by_kernel, "program runs skipped by the kernel"),
+            (self.handler_panics, "handler panics"),
+            (self.obi_map_failures, "writes to OBI's traces map refused"),
+        ]
+        .into_iter()
+        .filter(|&(n, _)| n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect()
+    }
+
     /// Calls not recorded on purpose, by reason (the names of kspan's
     /// `kspan.calls.skipped` metric); none is a loss.
     pub fn skips(&self) -> [(&'static str, u64); 8] {
