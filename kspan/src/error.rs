@@ -205,6 +205,61 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_shutdown_says_the_loss_once_with_where_and_the_fix() {
+        let stats = crate::stats::Stats {
+            spans_to_pipeline: 2,
+            spans_export_failed: 2,
+            pipeline_accounted: true,
+            ..Default::default()
+        };
+        let e = Error::Shutdown {
+            stats: Box::new(stats),
+            source: Box::new(Error::Flush(
+                opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                    "TonicTracesClient export failed: Connection refused".into(),
+                ),
+            )),
+        };
+        let said = e.to_string();
+        assert!(
+            said.starts_with("kspan shut down with 2 kernel spans lost: exporting to the "),
+            "{said}"
+        );
+        assert!(
+            said.contains(
+                "the exporter failed (Operation failed: TonicTracesClient export failed: \
+                 Connection refused)"
+            ),
+            "{said}"
+        );
+        assert!(
+            said.contains("check that the collector runs and is reachable there"),
+            "{said}"
+        );
+        assert!(
+            said.ends_with(
+                "kspan's final figures: 2 kernel spans handed to the pipeline, 0 acknowledged \
+                 by the collector; 2 lost (export_failed 2)"
+            ),
+            "{said}"
+        );
+        assert_eq!(said.matches("lost").count(), 2, "the lead and the figures: {said}");
+        // `Error: {e:?}` from `main` adds nothing: every cause is in it.
+        assert_eq!(format!("{e:?}"), said);
+        let e = Error::Shutdown {
+            stats: Box::new(stats),
+            source: Box::new(Error::FlushTimeout(std::time::Duration::from_secs(20))),
+        };
+        let said = e.to_string();
+        assert!(
+            said.contains("did not finish within kspan's shutdown budget of 20s")
+                && said.contains("`KspanBuilder::shutdown_timeout`")
+                && said.contains("terminationGracePeriodSeconds"),
+            "the budget, how to set it, what it must fit: {said}"
+        );
+    }
+
+    #[test]
     fn debug_adds_only_causes_the_message_does_not_give() {
         let sdk =
             opentelemetry_sdk::error::OTelSdkError::InternalFailure("the exporter hung up".into());

@@ -275,8 +275,8 @@ mod tests {
             ))
         );
         // Not a fold: as it came.
-        let plain = OTelSdkError::InternalFailure("the exporter hung up".into());
-        assert_eq!(debug(unfold(plain.clone())), debug(plain));
+        let plain = || OTelSdkError::InternalFailure("the exporter hung up".into());
+        assert_eq!(debug(unfold(plain())), debug(plain()));
         assert_eq!(
             debug(unfold(OTelSdkError::AlreadyShutdown)),
             debug(OTelSdkError::AlreadyShutdown)
