@@ -64,8 +64,8 @@ fn message(dropped: Dropped) -> String {
          application span to hang under. Make the calls inside one (`tracer.in_span`, or a \
          `tracing` span through tracing-opentelemetry: kspan's context observer publishes it \
          to the kernel), or export them as traces of their own with \
-         `.orphans(kspan::Orphans::NewTrace)` on `Kspan::builder`; `Stats::orphans_dropped` \
-         counts them all (said once)",
+         `.orphans(kspan::Orphans::NewTrace)` on `Kspan::builder`. Housekeeping calls of no \
+         interest need nothing. `Stats::orphans_dropped` counts them all (said once)",
         dropped.orphans
     )
 }
