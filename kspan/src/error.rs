@@ -143,9 +143,12 @@ pub(crate) fn shutdown_message(source: &Error, stats: &crate::stats::Stats) -> S
 /// names the OTLP exporter's settings from the environment.
 fn collector() -> String {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let set = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
-        .into_iter()
-        .find_map(|name| var(name).map(|value| (name, value)));
+    let set = [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .into_iter()
+    .find_map(|name| var(name).map(|value| (name, value)));
     match set {
         Some((name, value)) => format!(
             "the collector at {value} ({name}, unless the exporter was built with an \
@@ -243,7 +246,11 @@ mod tests {
             ),
             "{said}"
         );
-        assert_eq!(said.matches("lost").count(), 2, "the lead and the figures: {said}");
+        assert_eq!(
+            said.matches("lost").count(),
+            2,
+            "the lead and the figures: {said}"
+        );
         // `Error: {e:?}` from `main` adds nothing: every cause is in it.
         assert_eq!(format!("{e:?}"), said);
         let e = Error::Shutdown {

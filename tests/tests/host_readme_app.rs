@@ -388,16 +388,14 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
         "with the collector down the figures show the loss: {figures}"
     );
     let said: Vec<&str> = stderr.lines().filter(|l| l.contains("lost")).collect();
-    assert_eq!(
-        said.len(),
-        1,
-        "the loss is said once on stderr:\n{stderr}"
-    );
+    assert_eq!(said.len(), 1, "the loss is said once on stderr:\n{stderr}");
     let said = said[0];
     assert!(
         said.starts_with("kspan: kspan shut down with ")
             && said.contains(" kernel spans lost")
-            && said.contains(&format!("the collector at {endpoint} (OTEL_EXPORTER_OTLP_ENDPOINT"))
+            && said.contains(&format!(
+                "the collector at {endpoint} (OTEL_EXPORTER_OTLP_ENDPOINT"
+            ))
             && said.contains("check that the collector runs and is reachable there")
             && said.contains("TonicTracesClient export failed"),
         "in kspan's words, naming the endpoint and the fix, with the exporter's cause: {said}"

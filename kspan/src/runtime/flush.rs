@@ -65,7 +65,7 @@ pub(super) fn unfold(error: OTelSdkError) -> OTelSdkError {
     let mut said = Vec::new();
     let mut timeouts = Vec::new();
     let mut rest = list;
-    while let Some(at) = rest.find(|c| c == 'I' || c == 'T' || c == 'A') {
+    while let Some(at) = rest.find(['I', 'T', 'A']) {
         rest = &rest[at..];
         if let Some(quoted) = rest.strip_prefix("InternalFailure(\"") {
             let Some((words, after)) = debug_string(quoted) else {
@@ -241,10 +241,14 @@ mod tests {
     #[test]
     fn the_providers_fold_is_unfolded_into_the_exporters_words() {
         // What README's service got with the collector down.
-        let said = "TonicTracesClient export failed with gRPC code: Unavailable: \"quoted\" \\ \u{1b}";
+        let said =
+            "TonicTracesClient export failed with gRPC code: Unavailable: \"quoted\" \\ \u{1b}";
         let folded = OTelSdkError::InternalFailure(format!(
             "errs: {:?}",
-            [Ok(()), Err::<(), _>(OTelSdkError::InternalFailure(said.into()))]
+            [
+                Ok(()),
+                Err::<(), _>(OTelSdkError::InternalFailure(said.into()))
+            ]
         ));
         assert_eq!(
             debug(unfold(folded)),
