@@ -323,13 +323,20 @@ impl Kspan {
                     .and_then(crate::ExportLedger::last_error)
                     .filter(|_| stats.lost_after_kspan() > 0);
                 match failed_export {
-                    Some(said) => crate::diagnostics::warn_user!(
-                        "{}",
-                        crate::error::shutdown_message(
-                            &Error::Flush(OTelSdkError::InternalFailure(said)),
-                            &stats
+                    Some(said) => {
+                        // The ledger keeps the error's `Display`, which
+                        // `InternalFailure` would prefix again.
+                        let said = said
+                            .strip_prefix("Operation failed: ")
+                            .map_or(said.clone(), str::to_owned);
+                        crate::diagnostics::warn_user!(
+                            "{}",
+                            crate::error::shutdown_message(
+                                &Error::Flush(OTelSdkError::InternalFailure(said)),
+                                &stats
+                            )
                         )
-                    ),
+                    }
                     None if !troubles.is_empty() => crate::diagnostics::warn_user!(
                         figures = %stats,
                         "kspan shut down with {}",

@@ -405,6 +405,29 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
         "not the SDK's Debug: {said}"
     );
 
+    // A collector that accepts the connection and never answers, with the
+    // exporter's default 10 s timeout: the export fails inside a flush the
+    // SDK cut at 5 s, kspan's flush then finishes, and the shutdown
+    // succeeds with the loss, said once by its warning, in the same words.
+    let silent = SilentCollector::start();
+    let late = run_reading_process_context(&program, &silent.endpoint(), &[]).await;
+    let (stdout, stderr) = (late.stdout(), late.stderr());
+    assert!(late.output.status.success(), "{stdout}\n{stderr}");
+    let figures = the_figures(&stdout, &stderr);
+    assert!(
+        figures.contains(" 0 acknowledged by the collector") && !figures.contains("; 0 lost"),
+        "{figures}"
+    );
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("lost")).collect();
+    assert_eq!(said.len(), 1, "the loss is said once on stderr:\n{stderr}");
+    assert!(
+        said[0].contains(&format!("the collector at {}", silent.endpoint()))
+            && said[0].contains("the exporter failed (Operation failed: TonicTracesClient")
+            && !said[0].contains("errs: ["),
+        "in kspan's words, the exporter's cause once: {}",
+        said[0]
+    );
+
     // A collector that accepts the connection and never answers: the
     // service still stops within 25 s by default (kspan's budget covers the
     // provider's shutdown), its figures printed and settled, exit 0.
