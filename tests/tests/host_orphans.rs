@@ -34,7 +34,7 @@ fn orphan_warnings() -> Vec<String> {
 const PAST_A_TICK: Duration = Duration::from_millis(1500);
 
 #[tokio::test(flavor = "multi_thread")]
-async fn orphans_dropped_with_no_span_exported_are_said_once_per_runtime_with_the_fix() {
+async fn orphans_dropped_are_said_once_per_runtime_with_the_count_and_the_fix() {
     kspan_tests::warnings::capture();
     let (provider, exporter) = kspan_tests::in_memory_provider();
     let builder = || kspan::Kspan::builder(&provider).probe(&getppid);
