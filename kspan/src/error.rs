@@ -79,25 +79,87 @@ pub enum Error {
     /// The consumer thread could not start, or died.
     #[error("the kspan consumer failed: {0}")]
     Consumer(String),
-    /// Flushing the tracer provider failed at shutdown.
-    #[error("flushing spans at shutdown failed: {0}")]
+    /// Flushing the tracer provider failed at shutdown: an export returned
+    /// an error. The SDK's error holds the exporter's own words (the
+    /// provider's fold of its processors' results, `errs: [Ok(()),
+    /// Err(..)]`, is unfolded into them).
+    #[error("the exporter failed ({0})")]
     Flush(#[source] opentelemetry_sdk::error::OTelSdkError),
-    /// Flushing the tracer provider did not finish within
-    /// [`KspanBuilder::shutdown_timeout`](crate::KspanBuilder::shutdown_timeout).
+    /// Flushing the tracer provider (and, with
+    /// [`Kspan::shutdown_with_provider`](crate::Kspan::shutdown_with_provider),
+    /// shutting it down) did not finish within
+    /// [`KspanBuilder::shutdown_timeout`](crate::KspanBuilder::shutdown_timeout),
+    /// the budget given.
     #[error(
-        "flushing spans at shutdown did not finish within {0:?} (the exporter may be stuck; \
-         raise `KspanBuilder::shutdown_timeout` to wait longer)"
+        "the exporter did not finish within kspan's shutdown budget of {0:?} (the collector \
+         may be unreachable or not answering; `KspanBuilder::shutdown_timeout` sets the \
+         budget, which must fit the time the service is given to stop: Kubernetes' \
+         `terminationGracePeriodSeconds`, `docker stop`'s timeout)"
     )]
     FlushTimeout(std::time::Duration),
+    /// The tracer provider's own shutdown failed, after a flush that
+    /// finished ([`Kspan::shutdown_with_provider`](crate::Kspan::shutdown_with_provider)).
+    #[error("shutting the tracer provider down failed ({0})")]
+    ProviderShutdown(#[source] opentelemetry_sdk::error::OTelSdkError),
     /// [`Kspan::shutdown`](crate::Kspan::shutdown) failed: why, and the
-    /// final figures all the same.
-    #[error("{source}; kspan's final figures: {stats}")]
+    /// final figures all the same. Its message is the one place kspan says
+    /// what was lost at shutdown (no warning repeats it): what went wrong,
+    /// where the exporter sends, what to do, and the figures.
+    #[error("{}", crate::error::shutdown_message(.source, .stats))]
     Shutdown {
         /// The final figures.
         stats: Box<crate::stats::Stats>,
         /// What failed.
         source: Box<Error>,
     },
+}
+
+/// What [`Error::Shutdown`] says (and the shutdown's warning, when the
+/// flush finished but exports failed): the troubles the figures show, what
+/// failed, where the exporter sends and the fix, then the figures.
+pub(crate) fn shutdown_message(source: &Error, stats: &crate::stats::Stats) -> String {
+    let troubles = stats.troubles();
+    let lead = if troubles.is_empty() {
+        "kspan shut down".to_owned()
+    } else {
+        format!("kspan shut down with {}", troubles.join(", "))
+    };
+    match source {
+        Error::Flush(_) | Error::ProviderShutdown(_) => format!(
+            "{lead}: exporting to {}, {source}; check that the collector runs and is reachable \
+             there, or point the exporter at one that does; kspan's final figures: {stats}",
+            collector()
+        ),
+        Error::FlushTimeout(_) => format!(
+            "{lead}: exporting to {}, {source}; kspan's final figures: {stats}",
+            collector()
+        ),
+        _ => format!("{lead}: {source}; kspan's final figures: {stats}"),
+    }
+}
+
+/// The collector the application's exporter most likely sends to: kspan
+/// sees the exporter only as a `SpanExporter`, which does not say, so this
+/// names the OTLP exporter's settings from the environment.
+fn collector() -> String {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let set = [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .into_iter()
+    .find_map(|name| var(name).map(|value| (name, value)));
+    match set {
+        Some((name, value)) => format!(
+            "the collector at {value} ({name}, unless the exporter was built with an \
+             endpoint of its own)"
+        ),
+        None => "the exporter's collector (OTEL_EXPORTER_OTLP_ENDPOINT is not set: the OTLP \
+                 exporter's default is http://localhost:4317 for gRPC, \
+                 http://localhost:4318 for HTTP, unless it was built with an endpoint of its \
+                 own)"
+            .to_owned(),
+    }
 }
 
 impl std::fmt::Debug for Error {
@@ -143,6 +205,65 @@ mod tests {
         );
         let e = Error::from(crate::context::ObserverTaken);
         assert_eq!(format!("{e:?}"), e.to_string());
+    }
+
+    #[test]
+    fn a_failed_shutdown_says_the_loss_once_with_where_and_the_fix() {
+        let stats = crate::stats::Stats {
+            spans_to_pipeline: 2,
+            spans_export_failed: 2,
+            pipeline_accounted: true,
+            ..Default::default()
+        };
+        let e = Error::Shutdown {
+            stats: Box::new(stats),
+            source: Box::new(Error::Flush(
+                opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                    "TonicTracesClient export failed: Connection refused".into(),
+                ),
+            )),
+        };
+        let said = e.to_string();
+        assert!(
+            said.starts_with("kspan shut down with 2 kernel spans lost: exporting to the "),
+            "{said}"
+        );
+        assert!(
+            said.contains(
+                "the exporter failed (Operation failed: TonicTracesClient export failed: \
+                 Connection refused)"
+            ),
+            "{said}"
+        );
+        assert!(
+            said.contains("check that the collector runs and is reachable there"),
+            "{said}"
+        );
+        assert!(
+            said.ends_with(
+                "kspan's final figures: 2 kernel spans handed to the pipeline, 0 acknowledged \
+                 by the collector; 2 lost (export_failed 2)"
+            ),
+            "{said}"
+        );
+        assert_eq!(
+            said.matches("lost").count(),
+            2,
+            "the lead and the figures: {said}"
+        );
+        // `Error: {e:?}` from `main` adds nothing: every cause is in it.
+        assert_eq!(format!("{e:?}"), said);
+        let e = Error::Shutdown {
+            stats: Box::new(stats),
+            source: Box::new(Error::FlushTimeout(std::time::Duration::from_secs(20))),
+        };
+        let said = e.to_string();
+        assert!(
+            said.contains("did not finish within kspan's shutdown budget of 20s")
+                && said.contains("`KspanBuilder::shutdown_timeout`")
+                && said.contains("terminationGracePeriodSeconds"),
+            "the budget, how to set it, what it must fit: {said}"
+        );
     }
 
     #[test]

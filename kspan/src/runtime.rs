@@ -12,13 +12,17 @@
 //!    spans ([`crate::span`]), then switch recording on.
 //!
 //! Dropping [`Kspan`] detaches everything; [`Kspan::shutdown`] also drains
-//! the ring buffer and flushes the tracer provider.
+//! the ring buffer and flushes the tracer provider, and
+//! [`Kspan::shutdown_with_provider`] shuts the provider down too, within
+//! the same budget.
 
 use std::sync::Arc;
 
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use opentelemetry_sdk::error::OTelSdkError;
 
 use crate::attach::AttachDecision;
 use crate::bpf::links::Links;
@@ -38,7 +42,7 @@ mod setup;
 
 pub use builder::KspanBuilder;
 use figures::Figures;
-use flush::flush;
+use flush::{bounded, flush, unfold};
 use records::Registrar;
 pub use records::ThreadContextReads;
 pub use setup::SetupGap;
@@ -184,11 +188,15 @@ impl Kspan {
     }
 
     /// Detaches every probe, exports every span still in the ring buffer,
-    /// flushes the tracer provider and returns the final figures.
+    /// flushes the tracer provider and returns the final figures; the
+    /// provider stays usable (for the application's own spans, or another
+    /// runtime). A service that is stopping wants
+    /// [`Self::shutdown_with_provider`], which shuts the provider down too
+    /// within the same budget.
     ///
-    /// [`KspanBuilder::shutdown_timeout`] bounds the flush, whatever the
-    /// SDK's own limit (its batch processor stops waiting after 5 s; kspan
-    /// asks again). What a user gets:
+    /// [`KspanBuilder::shutdown_timeout`] bounds it all (20 s by default),
+    /// whatever the SDK's own limit (its batch processor stops waiting for
+    /// a flush after 5 s; kspan asks again). What a user gets:
     /// - the flush finished: `Ok`, every span acknowledged or counted
     ///   under its loss, what never reached the exporter as dropped before
     ///   it ([`Stats::unsettled`] is 0);
@@ -200,7 +208,42 @@ impl Kspan {
     ///   deliver it. Shut the provider down, then
     ///   [`ExportLedger::final_figures`](crate::ExportLedger::final_figures)
     ///   says what became of it.
-    pub async fn shutdown(mut self) -> Result<Stats> {
+    ///
+    /// Losses and other troubles are said once: by the error's message
+    /// when it fails, else as a warning (`kspan shut down with ...`).
+    pub async fn shutdown(self) -> Result<Stats> {
+        self.shut_down(false).await
+    }
+
+    /// [`Self::shutdown`], then the tracer provider's own shutdown (the
+    /// SDK's `shutdown_with_timeout`), all within
+    /// [`KspanBuilder::shutdown_timeout`] (20 s by default: Kubernetes
+    /// gives a pod 30 s between SIGTERM and SIGKILL by default; see the
+    /// guide's deployment page), and the figures made final: nothing is
+    /// left unsettled, since nothing waits for the pipeline any more.
+    ///
+    /// The flush gets the budget less a part kept for the provider's
+    /// shutdown (a quarter, at most 5 s), which exports the application's
+    /// spans still queued and shuts the exporter down; the provider's
+    /// shutdown gets what remains. With an export ledger (the pipeline of
+    /// `.with_kspan(&pipeline, exporter)`), the figures are then
+    /// [`ExportLedger::final_figures`](crate::ExportLedger::final_figures):
+    /// what the collector did not take by then is counted as lost.
+    ///
+    /// Errors are those of [`Self::shutdown`], and
+    /// [`Error::ProviderShutdown`] when the flush finished but the
+    /// provider's shutdown failed; a provider shutdown that did not finish
+    /// in time is [`Error::FlushTimeout`]. Calling the provider's
+    /// `shutdown` afterwards returns the SDK's `AlreadyShutdown`.
+    pub async fn shutdown_with_provider(self) -> Result<Stats> {
+        self.shut_down(true).await
+    }
+
+    /// Both shutdowns; `with_provider`: the provider's too.
+    async fn shut_down(mut self, with_provider: bool) -> Result<Stats> {
+        let budget = self.shutdown_timeout;
+        let deadline = Instant::now() + budget;
+        let left = || deadline.saturating_duration_since(Instant::now());
         // No new records once the links are gone.
         {
             let _quiet = crate::context::suppress();
@@ -215,46 +258,99 @@ impl Kspan {
             latency.publish();
         }
         let consumer = self.consumer.stop().map_err(Error::Consumer);
+        // The part of the budget kept for the provider's own shutdown.
+        let kept = if with_provider {
+            (budget / 4).min(Duration::from_secs(5))
+        } else {
+            Duration::ZERO
+        };
         let flushed = match consumer {
-            Ok(()) => flush(self.provider.clone(), self.shutdown_timeout).await,
+            Ok(()) => flush(self.provider.clone(), left().saturating_sub(kept))
+                .await
+                // The budget is what the user set; the flush's part of it
+                // is kspan's business.
+                .map_err(|e| match e {
+                    Error::FlushTimeout(_) => Error::FlushTimeout(budget),
+                    e => e,
+                }),
             Err(e) => Err(e),
+        };
+        let finished = matches!(flushed, Ok(()) | Err(Error::Flush(_)));
+        let provider_shut = if with_provider {
+            let provider = self.provider.clone();
+            let timeout = left();
+            bounded("kspan-provider-shutdown", timeout, move || {
+                provider.shutdown_with_timeout(timeout)
+            })
+            .await
+        } else {
+            None
         };
         // After the flush: what the exporter made of the last spans counts.
         let mut stats = self.stats()?;
-        if stats.pipeline_accounted && matches!(flushed, Ok(()) | Err(Error::Flush(_))) {
-            // A flush that finished left nothing queued: what never reached
-            // the exporter was dropped on the way.
-            stats.spans_dropped_before_export += stats.spans_in_pipeline;
-            stats.spans_in_pipeline = 0;
+        match &self.figures.ledger {
+            Some(ledger) if with_provider => stats = ledger.final_figures(&stats),
+            _ if stats.pipeline_accounted && finished => {
+                // A flush that finished left nothing queued: what never
+                // reached the exporter was dropped on the way.
+                stats.spans_dropped_before_export += stats.spans_in_pipeline;
+                stats.spans_in_pipeline = 0;
+            }
+            _ => {}
         }
-        let troubles: Vec<String> = [
-            (stats.lost(), "spans lost"),
-            (
-                stats.unsettled(),
-                "spans not settled when the flush gave up",
-            ),
-            (
-                stats.skipped_by_kernel,
-                "program runs skipped by the kernel",
-            ),
-            (stats.handler_panics, "handler panics"),
-            (stats.obi_map_failures, "writes to OBI's traces map refused"),
-        ]
-        .into_iter()
-        .filter(|&(n, _)| n > 0)
-        .map(|(n, what)| format!("{n} {what}"))
-        .collect();
-        if !troubles.is_empty() {
-            crate::diagnostics::warn_user!(
-                figures = %stats,
-                "kspan shut down with {}",
-                troubles.join(", ")
-            );
+        let result = match (flushed, with_provider, provider_shut) {
+            (Err(e), _, _) => Err(e),
+            (Ok(()), false, _) => Ok(()),
+            (Ok(()), true, Some(Ok(()))) => Ok(()),
+            (Ok(()), true, Some(Err(e))) => match unfold(e) {
+                OTelSdkError::Timeout(_) => Err(Error::FlushTimeout(budget)),
+                e => Err(Error::ProviderShutdown(e)),
+            },
+            (Ok(()), true, None) => Err(Error::FlushTimeout(budget)),
+        };
+        match result {
+            Ok(()) => {
+                // Said here only when nothing failed: a failure's message
+                // says it all, once.
+                let troubles = stats.troubles();
+                // Exports failed before the last flush (or inside one the
+                // SDK cut and kspan asked again): the same words as a
+                // failed flush's, with the exporter's last error.
+                let failed_export = self
+                    .figures
+                    .ledger
+                    .as_ref()
+                    .and_then(crate::ExportLedger::last_error)
+                    .filter(|_| stats.lost_after_kspan() > 0);
+                match failed_export {
+                    Some(said) => {
+                        // The ledger keeps the error's `Display`, which
+                        // `InternalFailure` would prefix again.
+                        let said = said
+                            .strip_prefix("Operation failed: ")
+                            .map_or(said.clone(), str::to_owned);
+                        crate::diagnostics::warn_user!(
+                            "{}",
+                            crate::error::shutdown_message(
+                                &Error::Flush(OTelSdkError::InternalFailure(said)),
+                                &stats
+                            )
+                        )
+                    }
+                    None if !troubles.is_empty() => crate::diagnostics::warn_user!(
+                        figures = %stats,
+                        "kspan shut down with {}",
+                        troubles.join(", ")
+                    ),
+                    None => {}
+                }
+                Ok(stats)
+            }
+            Err(source) => Err(Error::Shutdown {
+                stats: Box::new(stats),
+                source: Box::new(source),
+            }),
         }
-        flushed.map(|()| stats).map_err(|source| Error::Shutdown {
-            stats: Box::new(stats),
-            source: Box::new(source),
-        })
     }
 }
 

@@ -6,7 +6,8 @@
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Spans handed to the application's pipeline (its tracer).
+    /// Kernel spans handed to the application's pipeline (its tracer); the
+    /// application's own spans are not counted, here or in any figure.
     pub spans_to_pipeline: u64,
     /// Whether the figures of the pipeline below are kept: the application
     /// exports through an [`AccountedExporter`](crate::AccountedExporter)
@@ -211,6 +212,26 @@ impl Stats {
         self.spans_in_pipeline + self.spans_in_export
     }
 
+    /// What is worth a word at shutdown, each as `<count> <what>` (empty
+    /// when nothing is): said by [`Kspan::shutdown`](crate::Kspan::shutdown)'s
+    /// warning, or by its error's message when it fails.
+    pub(crate) fn troubles(&self) -> Vec<String> {
+        [
+            (self.lost(), "kernel spans lost"),
+            (
+                self.unsettled(),
+                "kernel spans not settled when the flush gave up",
+            ),
+            (self.skipped_by_kernel, "program runs skipped by the kernel"),
+            (self.handler_panics, "handler panics"),
+            (self.obi_map_failures, "writes to OBI's traces map refused"),
+        ]
+        .into_iter()
+        .filter(|&(n, _)| n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect()
+    }
+
     /// Calls not recorded on purpose, by reason (the names of kspan's
     /// `kspan.calls.skipped` metric); none is a loss.
     pub fn skips(&self) -> [(&'static str, u64); 8] {
@@ -227,11 +248,16 @@ impl Stats {
     }
 }
 
-/// The figures a user reads first: what became of the spans, lost by
-/// reason (only those that happened), and what is not known yet.
+/// The figures a user reads first: what became of the kernel spans (the
+/// application's own spans are not counted), lost by reason (only those
+/// that happened), what is not known yet, and the calls dropped as orphans.
 impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} spans handed to the pipeline", self.spans_to_pipeline)?;
+        write!(
+            f,
+            "{} kernel spans handed to the pipeline",
+            self.spans_to_pipeline
+        )?;
         if self.pipeline_accounted {
             write!(
                 f,
@@ -259,6 +285,15 @@ impl std::fmt::Display for Stats {
                 self.unsettled(),
                 self.spans_in_pipeline,
                 self.spans_in_export
+            )?;
+        }
+        if self.orphans_dropped > 0 {
+            // Not a loss, but calls the user may have meant to see: kspan
+            // warns of them once with the fix, and the figures keep them.
+            write!(
+                f,
+                "; {} calls dropped as orphans (no application span active)",
+                self.orphans_dropped
             )?;
         }
         if self.skipped_by_kernel > 0 {
@@ -325,11 +360,22 @@ mod tests {
             said.contains("6144 not known yet (2048 queued, 4096 in an export"),
             "{said}"
         );
+        assert!(said.starts_with("0 kernel spans handed"), "{said}");
+        assert!(!said.contains("orphans"), "{said}");
+        let orphans = Stats {
+            orphans_dropped: 100,
+            ..s
+        }
+        .to_string();
+        assert!(
+            orphans.contains("; 100 calls dropped as orphans (no application span active)"),
+            "{orphans}"
+        );
         let none = Stats::default().to_string();
         // Without the ledger a loss after kspan is not seen: not 0.
         assert_eq!(
             none,
-            "0 spans handed to the pipeline (not followed past it: no export ledger); 0 lost \
+            "0 kernel spans handed to the pipeline (not followed past it: no export ledger); 0 lost \
              in kspan, after it unknown"
         );
     }

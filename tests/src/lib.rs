@@ -879,7 +879,7 @@ impl PrintedFigures {
     /// Reads them from `text`: `None` without figures followed past the
     /// pipeline.
     pub fn parse(text: &str) -> Option<Self> {
-        let (before, after) = text.split_once(" spans handed to the pipeline, ")?;
+        let (before, after) = text.split_once(" kernel spans handed to the pipeline, ")?;
         let handed = before
             .rsplit(|c: char| !c.is_ascii_digit())
             .next()?

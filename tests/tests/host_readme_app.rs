@@ -11,8 +11,12 @@
 //!   account's figures on that span; an outside reader finds the OTEP 4719
 //!   process context naming the provider's service; the printed figures
 //!   are settled (all acknowledged) and kspan warns of nothing;
-//! - against a closed port: the printed figures show the loss, and kspan's
-//!   warning of it reaches stderr with no `tracing` subscriber set.
+//! - against a closed port: the printed figures show the loss, said once
+//!   on stderr (no `tracing` subscriber set) in kspan's words: the
+//!   endpoint, the fix, the exporter's cause without the SDK's fold;
+//! - against a collector that accepts and never answers: the service stops
+//!   within 25 s (kspan's default budget covers the provider's shutdown),
+//!   exit 0, its figures printed with nothing left unknown.
 //!
 //! Stripped, it still has kspan's thread-context symbol in `.dynsym`
 //! (README's `build.rs`). The same build makes `readme-app-fexit`, the
@@ -282,7 +286,7 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
     // process context while the service runs.
     let program = target.join("debug/readme-app");
     let receiver = Receiver::start().await.expect("start the OTLP receiver");
-    let up = run_reading_process_context(&program, &receiver.endpoint()).await;
+    let up = run_reading_process_context(&program, &receiver.endpoint(), &[]).await;
     let (stdout, stderr) = (up.stdout(), up.stderr());
     assert!(up.output.status.success(), "{stdout}\n{stderr}");
     let size = std::fs::metadata("/etc/os-release").unwrap().len();
@@ -291,8 +295,8 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
     let kernel_spans = spans.iter().filter(|s| s.name == "read").count();
     assert!(
         stdout.contains(&format!(
-            "kspan: {kernel_spans} spans handed to the pipeline, {kernel_spans} acknowledged by \
-             the collector; 0 lost"
+            "kspan: {kernel_spans} kernel spans handed to the pipeline, {kernel_spans} \
+             acknowledged by the collector; 0 lost"
         )),
         "README's service prints its settled figures ({kernel_spans} read spans received):\n\
          {stdout}\nreceived: {:?}",
@@ -363,18 +367,19 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
     assert_eq!(ids.len(), spans.len(), "span ids are unique");
 
     // Down: nothing listens at the endpoint. The loss is in the figures the
-    // service prints and in a warning on stderr, though it sets no
-    // `tracing` subscriber.
+    // service prints, said once on stderr (though it sets no `tracing`
+    // subscriber), in kspan's words: what was lost, where the exporter
+    // sends, the fix, the exporter's own words without the SDK's fold.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let down = run_reading_process_context(&program, &endpoint).await;
+    let down = run_reading_process_context(&program, &endpoint, &[]).await;
     let (stdout, stderr) = (down.stdout(), down.stderr());
-    let printed = format!("{stdout}{stderr}");
-    let figures = printed
-        .lines()
-        .find(|l| l.starts_with("kspan: ") && l.contains("spans handed to the pipeline"))
-        .unwrap_or_else(|| panic!("the service printed no figures:\n{printed}"));
+    assert!(
+        down.output.status.success(),
+        "README's service exits 0 with the collector down, as README says:\n{stdout}\n{stderr}"
+    );
+    let figures = the_figures(&stdout, &stderr);
     assert!(
         figures.contains(" 0 acknowledged by the collector")
             && figures.contains("lost (")
@@ -382,12 +387,131 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
             && figures.contains("export_failed"),
         "with the collector down the figures show the loss: {figures}"
     );
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("lost")).collect();
+    assert_eq!(said.len(), 1, "the loss is said once on stderr:\n{stderr}");
+    let said = said[0];
     assert!(
-        stderr
-            .lines()
-            .any(|l| l.starts_with("kspan: warning: ") && l.contains("lost")),
-        "kspan warns of the loss on stderr with no subscriber set:\n{stderr}"
+        said.starts_with("kspan: kspan shut down with ")
+            && said.contains(" kernel spans lost")
+            && said.contains(&format!(
+                "the collector at {endpoint} (OTEL_EXPORTER_OTLP_ENDPOINT"
+            ))
+            && said.contains("check that the collector runs and is reachable there")
+            && said.contains("TonicTracesClient export failed"),
+        "in kspan's words, naming the endpoint and the fix, with the exporter's cause: {said}"
     );
+    assert!(
+        !said.contains("errs: [") && !said.contains("InternalFailure(") && !said.contains("Ok(())"),
+        "not the SDK's Debug: {said}"
+    );
+
+    // A collector that accepts the connection and never answers, with the
+    // exporter's default 10 s timeout: the export fails inside a flush the
+    // SDK cut at 5 s, kspan's flush then finishes, and the shutdown
+    // succeeds with the loss, said once by its warning, in the same words.
+    let silent = SilentCollector::start();
+    let late = run_reading_process_context(&program, &silent.endpoint(), &[]).await;
+    let (stdout, stderr) = (late.stdout(), late.stderr());
+    assert!(late.output.status.success(), "{stdout}\n{stderr}");
+    let figures = the_figures(&stdout, &stderr);
+    assert!(
+        figures.contains(" 0 acknowledged by the collector") && !figures.contains("; 0 lost"),
+        "{figures}"
+    );
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("lost")).collect();
+    assert_eq!(said.len(), 1, "the loss is said once on stderr:\n{stderr}");
+    assert!(
+        said[0].contains(&format!("the collector at {}", silent.endpoint()))
+            && said[0].contains("the exporter failed (Operation failed: TonicTracesClient")
+            && !said[0].contains("errs: ["),
+        "in kspan's words, the exporter's cause once: {}",
+        said[0]
+    );
+
+    // A collector that accepts the connection and never answers: the
+    // service still stops within 25 s by default (kspan's budget covers the
+    // provider's shutdown), its figures printed and settled, exit 0.
+    let silent = SilentCollector::start();
+    let started = std::time::Instant::now();
+    // The exporter's own timeout (OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by
+    // default) would end its export first: set past any grace period, as a
+    // service may, only kspan's budget is left to bound the shutdown.
+    let hung = run_reading_process_context(
+        &program,
+        &silent.endpoint(),
+        &[("OTEL_EXPORTER_OTLP_TIMEOUT", "120000")],
+    )
+    .await;
+    let took = started.elapsed();
+    let (stdout, stderr) = (hung.stdout(), hung.stderr());
+    assert!(
+        silent.accepted() > 0,
+        "the service connected to the silent collector:\n{stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(25),
+        "README's service took {took:?} to stop with a collector that never answers:\n\
+         {stdout}\n{stderr}"
+    );
+    assert!(
+        hung.output.status.success(),
+        "README's service exits 0 as README says:\n{stdout}\n{stderr}"
+    );
+    let figures = the_figures(&stdout, &stderr);
+    assert!(
+        figures.contains(" 0 acknowledged by the collector")
+            && !figures.contains("; 0 lost")
+            && !figures.contains("not known yet"),
+        "what the collector never took is counted as lost, nothing left unknown: {figures}"
+    );
+    assert!(
+        stderr.lines().filter(|l| l.contains("lost")).count() == 1
+            && stderr.contains("shutdown budget of 20s"),
+        "said once, naming the budget: {stderr}"
+    );
+    eprintln!("README's service stopped in {took:?} with a silent collector:\n{stderr}");
+}
+
+/// The line README's service printed its figures on (stdout when the
+/// shutdown succeeded, stderr in its error's message when it failed).
+fn the_figures<'a>(stdout: &'a str, stderr: &'a str) -> &'a str {
+    stdout
+        .lines()
+        .chain(stderr.lines())
+        .find(|l| l.starts_with("kspan: ") && l.contains("kernel spans handed to the pipeline"))
+        .unwrap_or_else(|| panic!("the service printed no figures:\n{stdout}\n{stderr}"))
+}
+
+/// An OTLP collector that accepts every connection and never answers,
+/// holding the connections open until dropped.
+struct SilentCollector {
+    address: std::net::SocketAddr,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SilentCollector {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+        let address = listener.local_addr().unwrap();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming().flatten() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                held.push(stream);
+            }
+        });
+        SilentCollector { address, accepted }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// What running README's service gave, with what an outside reader found of
@@ -409,14 +533,19 @@ impl ContextRun {
 }
 
 /// Runs `program` exporting to `endpoint`, with `OTEL_SERVICE_NAME` set to
-/// another name than its provider's, and reads its process context from
+/// another name than its provider's (and `env` besides), and reads its process context from
 /// outside (OTEP 4719's reading protocol, `/proc/PID/mem`) until it has one
 /// naming a service or the program exits.
-async fn run_reading_process_context(program: &Path, endpoint: &str) -> ContextRun {
+async fn run_reading_process_context(
+    program: &Path,
+    endpoint: &str,
+    env: &[(&str, &str)],
+) -> ContextRun {
     let mut child = tokio::process::Command::new(program)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_SERVICE_NAME", "readme-app")
         .env("OTEL_EXPORTER_OTLP_TIMEOUT", "10000")
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

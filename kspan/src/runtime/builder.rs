@@ -26,6 +26,11 @@ mod orphans;
 mod record;
 mod start;
 
+/// [`KspanBuilder::shutdown_timeout`]'s default: with the provider's own
+/// shutdown inside it, a stopping service's exporter is cut well before
+/// Kubernetes' default 30 s grace ends in SIGKILL.
+const DEFAULT_SHUTDOWN_BUDGET: Duration = Duration::from_secs(20);
+
 /// Configures and starts kspan.
 #[derive(Debug)]
 pub struct KspanBuilder {
@@ -63,7 +68,7 @@ impl KspanBuilder {
             thread_context: true,
             context_observer: true,
             process_context: true,
-            shutdown_timeout: Duration::from_secs(30),
+            shutdown_timeout: DEFAULT_SHUTDOWN_BUDGET,
             ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
             ledger: None,
             meter: None,
@@ -186,9 +191,19 @@ impl KspanBuilder {
         self
     }
 
-    /// How long [`Kspan::shutdown`](crate::Kspan::shutdown) waits for the tracer provider's flush
-    /// (30 s by default); past it, `shutdown` returns the final figures with
-    /// an error saying the flush did not finish.
+    /// The shutdown's budget (20 s by default): how long
+    /// [`Kspan::shutdown`](crate::Kspan::shutdown) takes at most to detach,
+    /// drain and flush the tracer provider, and
+    /// [`Kspan::shutdown_with_provider`](crate::Kspan::shutdown_with_provider)
+    /// to do that and shut the provider down. Past it, they return the
+    /// final figures with [`Error::FlushTimeout`](crate::Error::FlushTimeout).
+    ///
+    /// It must fit the time the service is given to stop, with the
+    /// service's own shutdown beside it: the default leaves 10 s of
+    /// Kubernetes' default 30 s grace (`terminationGracePeriodSeconds`);
+    /// `docker stop` gives 10 s unless told otherwise (`--stop-timeout`,
+    /// Compose's `stop_grace_period`). The guide's deployment page says
+    /// how to fit each.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self

@@ -73,8 +73,8 @@ impl KspanBuilder {
             move || {
                 let Some(f) = figures.get() else { return };
                 let spans = f.counters.spans.load(Ordering::Relaxed);
-                if let Some(n) = watch.check(spans, || Some(f.maps.counters().orphans)) {
-                    orphans::warn(n);
+                if let Some(dropped) = watch.check(spans, || Some(f.maps.counters().orphans)) {
+                    orphans::warn(dropped);
                 }
             }
         };
