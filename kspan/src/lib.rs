@@ -32,12 +32,12 @@
 //! let tracer = provider.tracer("my-service");
 //! let text = tracer.in_span("load_config", |_cx| std::fs::read_to_string("/etc/os-release"))?;
 //!
-//! let stats = kspan.shutdown().await?; // detach, drain, flush
+//! // Detach, drain, flush, shut the provider down: within one budget.
+//! let stats = kspan.shutdown_with_provider().await?;
 //! assert!(stats.spans_to_pipeline >= 2, "{stats}"); // the data's read, and the one at its end
 //! assert_eq!(stats.spans_acknowledged, stats.spans_to_pipeline, "{stats}");
 //! assert_eq!(stats.lost(), 0, "{stats}");
 //! # let _ = text;
-//! # provider.shutdown()?;
 //! # Ok(()) }
 //! ```
 //!
