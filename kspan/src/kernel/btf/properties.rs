@@ -37,6 +37,9 @@ enum Shape {
     Enum,
 }
 
+/// A function's parameters: name, which integer, how its type is written.
+type Params = Vec<(String, usize, Shape)>;
+
 #[derive(Debug, Clone)]
 struct Generated {
     /// (name, bytes, signed).
@@ -46,7 +49,7 @@ struct Generated {
     /// Members: name, which integer, byte offset.
     members: Vec<(String, usize, u32)>,
     /// Name, return type (an integer, or void), parameters.
-    functions: Vec<(String, Option<usize>, Vec<(String, usize, Shape)>)>,
+    functions: Vec<(String, Option<usize>, Params)>,
 }
 
 fn ident() -> impl Strategy<Value = String> {
