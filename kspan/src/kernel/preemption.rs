@@ -215,8 +215,7 @@ fn parse_cmdline(text: &str) -> Option<PreemptionModel> {
     text.split_whitespace()
         .filter_map(|w| w.strip_prefix("preempt="))
         .filter_map(PreemptionModel::from_name)
-        .filter(|&m| m != PreemptionModel::Rt)
-        .next_back()
+        .rfind(|&m| m != PreemptionModel::Rt)
 }
 
 /// The model a kernel config builds as its default.
