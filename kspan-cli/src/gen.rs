@@ -291,14 +291,16 @@ pub enum Target {
 /// suggestions of functions that take them too.
 fn parse_params(text: &str) -> Result<Vec<String>, String> {
     let names: Vec<String> = text.split(',').map(|n| n.trim().to_owned()).collect();
+    let usage = "`--params` takes the handler's parameter names, comma-separated (`--params \
+                 dfd,name`)";
     match names
         .iter()
         .find(|n| rust_ident(n).is_err() || n.is_empty())
     {
-        Some(bad) => Err(format!(
-            "`--params` takes the handler's parameter names, comma-separated (`--params \
-             dfd,name`); `{bad}` is not a parameter name"
+        Some(bad) if bad.is_empty() => Err(format!(
+            "{usage}; a name is empty (nothing given, or a comma with no name after or before it)"
         )),
+        Some(bad) => Err(format!("{usage}; `{bad}` is not a parameter name")),
         None => Ok(names),
     }
 }
@@ -309,6 +311,9 @@ fn takes_params(sig: &FuncSignature, names: &[String]) -> bool {
         .iter()
         .all(|wanted| sig.params.iter().any(|(name, _)| name == wanted))
 }
+
+#[cfg(test)]
+mod properties;
 
 #[cfg(test)]
 mod tests {
@@ -327,6 +332,20 @@ mod tests {
             let err = parse_params(bad).unwrap_err();
             assert!(err.contains("comma-separated"), "{bad}: {err}");
         }
+        // Found by `any_params_are_read_or_the_bad_one_named`: an empty
+        // name was named as ``.
+        for empty in ["", "dfd,", ",dfd", "a,,b", " "] {
+            let err = parse_params(empty).unwrap_err();
+            assert!(
+                err.ends_with(
+                    "; a name is empty (nothing given, or a comma with no name after or before it)"
+                ),
+                "{empty:?}: {err}"
+            );
+        }
+        assert!(parse_params("1x")
+            .unwrap_err()
+            .ends_with("; `1x` is not a parameter name"));
         let unlink = FuncSignature {
             name: "filename_unlinkat".into(),
             btf_id: 1,

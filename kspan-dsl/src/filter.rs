@@ -244,6 +244,8 @@ impl Lexer<'_> {
 /// Parses `min_duration = "..."` into nanoseconds: a number (decimals
 /// allowed) and a unit, `ns`, `us` (or `µs`), `ms` or `s`; more than zero.
 pub fn parse_duration(text: &str) -> Result<u64, FilterSyntaxError> {
+    // Offsets count in the text as written, leading whitespace included.
+    let lead = text.len() - text.trim_start().len();
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
@@ -256,20 +258,25 @@ pub fn parse_duration(text: &str) -> Result<u64, FilterSyntaxError> {
         "s" => 1_000_000_000,
         "" => {
             return Err(error(
-                split,
+                lead + split,
                 "a duration needs a unit: `ns`, `us`, `ms` or `s`, e.g. \"1ms\"",
             ))
         }
         other => {
             return Err(error(
-                split,
+                lead + split,
                 format!("unknown unit `{other}`: use `ns`, `us`, `ms` or `s`, e.g. \"250us\""),
             ))
         }
     };
     let number = number.replace('_', "");
     let (whole, fraction) = number.split_once('.').unwrap_or((&number, ""));
-    let bad = || error(0, "expected a number and a unit, e.g. \"1ms\" or \"1.5us\"");
+    let bad = || {
+        error(
+            lead,
+            "expected a number and a unit, e.g. \"1ms\" or \"1.5us\"",
+        )
+    };
     if whole.is_empty() && fraction.is_empty() {
         return Err(bad());
     }
@@ -289,10 +296,10 @@ pub fn parse_duration(text: &str) -> Result<u64, FilterSyntaxError> {
     let ns = whole
         .checked_mul(unit_ns)
         .and_then(|n| n.checked_add(fraction_ns))
-        .ok_or_else(|| error(0, "the duration is too long"))?;
+        .ok_or_else(|| error(lead, "the duration is too long"))?;
     if ns == 0 {
         return Err(error(
-            0,
+            lead,
             "a minimum duration of zero keeps every call: remove `min_duration`",
         ));
     }
@@ -370,6 +377,12 @@ mod tests {
         assert!(parse_duration("ms").unwrap_err().message.contains("number"));
         assert!(parse_duration("0ms").unwrap_err().message.contains("zero"));
         assert!(parse_duration("1.2.3ms").is_err());
+        // Found by the property tests: offsets counted in the trimmed text
+        // fell inside a leading multi-byte space.
+        let e = parse_duration("\u{a0}1").unwrap_err();
+        assert_eq!(e.at, 3, "{e}");
+        assert_eq!(parse_duration("  1 min").unwrap_err().at, 3);
+        assert_eq!(parse_duration(" 0ms").unwrap_err().at, 1);
         assert!(parse_duration("99999999999s")
             .unwrap_err()
             .message

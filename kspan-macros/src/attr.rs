@@ -512,6 +512,9 @@ impl Parse for CaptureArgs {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use quote::quote;

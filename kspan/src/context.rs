@@ -112,6 +112,8 @@ mod arena;
 mod layers;
 pub mod obi;
 mod process;
+#[cfg(test)]
+mod properties;
 mod publisher;
 mod registry;
 pub(crate) mod thread_pointer;

@@ -1457,6 +1457,9 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, String> {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::io::{BufRead, BufReader};

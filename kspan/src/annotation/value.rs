@@ -150,7 +150,8 @@ pub enum Capture<'a> {
     Scalar(u64),
     /// A string, invalid UTF-8 replaced.
     Str {
-        /// The text, cut at the bound.
+        /// The text, cut at the bound (before a character the bound would
+        /// split).
         text: std::borrow::Cow<'a, str>,
         /// Whether the kernel's string was longer than the bound.
         truncated: bool,

@@ -4,6 +4,8 @@
 //! Turning records into spans is the next stage's, given as the callback.
 
 mod claim;
+#[cfg(test)]
+mod properties;
 mod record;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -107,6 +107,11 @@ pub(crate) fn decode_capture<'a>(
             // only invalid text takes the replacing path.
             let text = match std::str::from_utf8(bytes) {
                 Ok(text) => Cow::Borrowed(text),
+                // Valid text the bound cut inside a character: cut before
+                // that character rather than replace its first bytes.
+                Err(e) if truncated && e.error_len().is_none() => {
+                    Cow::Borrowed(std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""))
+                }
                 Err(_) => String::from_utf8_lossy(bytes),
             };
             Capture::Str { text, truncated }

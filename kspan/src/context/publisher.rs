@@ -67,19 +67,26 @@ impl AttrBytes {
 
     /// `entries` encoded, in order, as far as they fit; the second value
     /// counts the values cut short or left out.
-    fn encode<'a>(entries: impl IntoIterator<Item = (u8, &'a [u8])>) -> (AttrBytes, u64) {
+    pub(super) fn encode<'a>(
+        entries: impl IntoIterator<Item = (u8, &'a [u8])>,
+    ) -> (AttrBytes, u64) {
         let mut out = AttrBytes::EMPTY;
         let mut cut = 0;
         let mut at = 0;
         for (key, value) in entries {
-            let room = ATTRS_CAPACITY.saturating_sub(at + 2).min(255);
-            if room == 0 {
+            // Room for the value after the entry's key and length.
+            let Some(room) = ATTRS_CAPACITY.checked_sub(at + 2) else {
                 cut += 1;
                 continue;
-            }
-            let value = if value.len() > room {
+            };
+            let value = if value.len() > room.min(255) {
                 cut += 1;
-                truncate_utf8(value, room)
+                match truncate_utf8(value, room.min(255)) {
+                    // Cut to nothing (its first character does not fit):
+                    // left out, not published as an empty value.
+                    [] => continue,
+                    kept => kept,
+                }
             } else {
                 value
             };
@@ -376,6 +383,25 @@ mod tests {
             ATTRS_CAPACITY - 5 - 2 - 1,
             "an odd room, one byte short"
         );
+    }
+
+    /// Found by `context::properties`: a value whose first character did
+    /// not fit was published as an empty value, and an empty value that
+    /// fitted exactly was left out.
+    #[test]
+    fn values_that_do_not_fit_are_left_out_and_empty_ones_that_do_are_kept() {
+        let filler = "x".repeat(ATTRS_CAPACITY - 2 - 2 - 1); // leaves 3 bytes
+        let (bytes, cut) = AttrBytes::encode([(0, filler.as_bytes()), (1, "€".as_bytes())]);
+        assert_eq!(bytes.entries().count(), 1, "{bytes:?}");
+        assert_eq!(cut, 1);
+        let filler = "x".repeat(ATTRS_CAPACITY - 2 - 2); // leaves 2 bytes
+        let (bytes, cut) = AttrBytes::encode([(0, filler.as_bytes()), (1, b"".as_slice())]);
+        assert_eq!(
+            bytes.entries().nth(1),
+            Some((1, b"".as_slice())),
+            "{bytes:?}"
+        );
+        assert_eq!((usize::from(bytes.len), cut), (ATTRS_CAPACITY, 0));
     }
 
     #[test]

@@ -193,6 +193,9 @@ pub fn render_stack(table: &KernelSymbolTable, frames: &[u64], keep: usize) -> S
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -208,12 +208,14 @@ fn parse_debugfs(text: &str) -> Option<PreemptionModel> {
         .and_then(PreemptionModel::from_name)
 }
 
-/// The last `preempt=` of a command line, as the kernel takes it.
+/// The `preempt=` of a command line in force, as the kernel takes it:
+/// each in order, one naming no mode it takes (`none`, `voluntary`,
+/// `full`, `lazy`) ignored.
 fn parse_cmdline(text: &str) -> Option<PreemptionModel> {
     text.split_whitespace()
         .filter_map(|w| w.strip_prefix("preempt="))
-        .next_back()
-        .and_then(PreemptionModel::from_name)
+        .filter_map(PreemptionModel::from_name)
+        .rfind(|&m| m != PreemptionModel::Rt)
 }
 
 /// The model a kernel config builds as its default.
@@ -227,6 +229,9 @@ fn parse_config(text: &str) -> Option<PreemptionModel> {
         _ => None,
     })
 }
+
+#[cfg(test)]
+mod properties;
 
 #[cfg(test)]
 mod tests {
@@ -293,6 +298,16 @@ mod tests {
         );
         assert_eq!(parse_cmdline("console=ttyS0 nopreempt=full"), None);
         assert_eq!(parse_cmdline("preempt=sometimes"), None);
+        // Found by the property tests: a later `preempt=` the kernel
+        // refuses leaves the one before in force.
+        assert_eq!(
+            parse_cmdline("preempt=full preempt=sometimes"),
+            Some(PreemptionModel::Full)
+        );
+        assert_eq!(
+            parse_cmdline("preempt=none preempt=rt"),
+            Some(PreemptionModel::None)
+        );
         let config = || {
             Some((
                 "# CONFIG_PREEMPT_NONE is not set\nCONFIG_PREEMPT_VOLUNTARY=y\n".to_owned(),

@@ -109,6 +109,9 @@ pub fn signature(btf: &Btf, name: &str, enter_format: &str) -> Option<FuncSignat
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -175,7 +175,11 @@ fn waker_during_attributes(w: &kspan_wait_record) -> Vec<KeyValue> {
         .chain(sleeping.into_iter().zip(d.sleeping_ns))
         .chain([(attr::WAKER_OTHER_OFF_CPU_NS, d.other_ns)])
         .collect();
-    let off_cpu: u64 = parts.iter().map(|&(_, v)| v).sum::<u64>() + d.run_queue_ns;
+    // Saturating: a record's figures are the kernel's, and a sum past
+    // u64 is not a reason to panic on the consumer's thread.
+    let off_cpu = parts
+        .iter()
+        .fold(d.run_queue_ns, |sum, &(_, v)| sum.saturating_add(v));
     let on_cpu = overlap.saturating_sub(off_cpu.saturating_add(d.uncovered_ns));
     let mut attributes = vec![
         KeyValue::new(attr::WAKER_OVERLAP_NS, n(overlap)),
@@ -388,6 +392,9 @@ pub(crate) fn state_name(state: u32) -> &'static str {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -405,6 +412,20 @@ mod tests {
     fn a_waker_not_followed_says_nothing() {
         let w = kspan_wait_record::default();
         assert!(waker_during_attributes(&w).is_empty());
+    }
+
+    /// Found by `any_wait_record_becomes_a_span_without_a_panic`: parts
+    /// whose sum passed u64 overflowed (a panic in a debug build).
+    #[test]
+    fn parts_past_u64_leave_no_time_on_cpu() {
+        let mut w = kspan_wait_record::default();
+        let d = &mut w.waker_during;
+        (d.from_ns, d.to_ns) = (1, 1_000);
+        d.blocked_ns = [u64::MAX / 2; 4];
+        d.run_queue_ns = u64::MAX;
+        let attributes = waker_during_attributes(&w);
+        assert_eq!(figure(&attributes, attr::WAKER_ON_CPU_NS), Some(0));
+        assert_eq!(figure(&attributes, attr::WAKER_OVERLAP_NS), Some(999));
     }
 
     #[test]

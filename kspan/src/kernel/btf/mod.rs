@@ -30,6 +30,8 @@ use std::ops::Range;
 pub(crate) mod builder;
 mod functions;
 mod parse;
+#[cfg(test)]
+mod properties;
 mod types;
 
 use functions::FunctionTable;
