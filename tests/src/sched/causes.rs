@@ -339,6 +339,58 @@ fn thread_read_bytes() -> u64 {
         .expect("read_bytes in /proc/thread-self/io")
 }
 
+/// Another process (`dd`) reading a file of 32 MiB in `dir` with O_DIRECT,
+/// again and again, until [`DiskReader::stop`].
+struct DiskReader {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    passes: std::thread::JoinHandle<u32>,
+    path: std::path::PathBuf,
+}
+
+impl DiskReader {
+    /// Starts it, and returns once its first pass has begun.
+    fn start(dir: &std::path::Path) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let path = dir.join(format!("kspan-beside-{}.bin", std::process::id()));
+        let file = std::fs::File::create(&path).expect("the reader's file");
+        std::io::Write::write_all(&mut &file, &vec![5u8; 32 << 20]).expect("writing it");
+        file.sync_all().expect("syncing it");
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(Barrier::new(2));
+        let passes = {
+            let (stop, started, path) = (stop.clone(), started.clone(), path.clone());
+            std::thread::spawn(move || {
+                let mut passes = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut dd = std::process::Command::new("dd")
+                        .arg(format!("if={}", path.display()))
+                        .args(["of=/dev/null", "bs=1M", "iflag=direct", "status=none"])
+                        .spawn()
+                        .expect("dd");
+                    if passes == 0 {
+                        started.wait();
+                    }
+                    assert!(dd.wait().expect("dd ends").success(), "dd read");
+                    passes += 1;
+                }
+                passes
+            })
+        };
+        started.wait();
+        // Its first requests queued.
+        std::thread::sleep(Duration::from_millis(20));
+        DiskReader { stop, passes, path }
+    }
+
+    /// Stops it after its pass; returns its passes.
+    fn stop(self) -> u32 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let passes = self.passes.join().expect("the reader's thread");
+        let _ = std::fs::remove_file(&self.path);
+        passes
+    }
+}
+
 /// Where [`a_span_s_block_requests_are_its_reads`] reads: a raw block
 /// device (the VM's slow disk: its name, and each read's sector known), or
 /// a file it writes and syncs first (the host's /tmp: its device the file
@@ -353,7 +405,9 @@ pub enum ReadTarget<'a> {
 /// Inside one span, `reads` O_DIRECT reads of 4 KiB at offsets 64 KiB
 /// apart. The span's block requests are exactly its reads, in count and
 /// bytes, and the bytes are `/proc/thread-self/io`'s; their time queued
-/// and on the device is the reads' own (within `slack_ms` + `percent`);
+/// and on the device lies within the reads' wall time and is at least the
+/// reads' time off CPU by the kernel's clocks (less `slack_ms` +
+/// `percent`);
 /// each blocked I/O wait span names its request, and on a raw device
 /// every read's sector is named by one.
 pub fn a_span_s_block_requests_are_its_reads(
@@ -403,6 +457,10 @@ pub fn a_span_s_block_requests_are_its_reads(
         "block requests are read on this kernel: {causes:#?}"
     );
     let tracer = provider.tracer("sched-block");
+    // On a disk with a file system, another process reads the same disk
+    // meanwhile: the thread that runs the disk's queue issues whatever the
+    // I/O scheduler hands out, its requests too, which are not the span's.
+    let beside = made.then(|| DiskReader::start(path.parent().unwrap()));
     let cx = Context::current_with_span(tracer.start("reads"));
     let id = cx.span().span_context().span_id();
     let (read_bytes, took, clocks) = {
@@ -426,6 +484,12 @@ pub fn a_span_s_block_requests_are_its_reads(
         )
     };
     drop(cx);
+    if let Some(beside) = beside {
+        eprintln!(
+            "dd read the same disk meanwhile: {} passes of 32 MiB",
+            beside.stop()
+        );
+    }
     let stats = shutdown(kspan);
     // SAFETY: allocated above with this layout.
     unsafe { std::alloc::dealloc(buf, layout) };
