@@ -474,7 +474,8 @@ fn figures_once(
         let before = kernel_figures();
         let span = tracer.start("work");
         let cx = Context::current_with_span(span);
-        let (blocked_read, started, elapsed, cpu_in, cpu_out, read_took, waits_took, slept_took);
+        let (blocked_read, started, elapsed, cpu_in, cpu_out, read_took, waits_took);
+        let (join_took, slept_took);
         {
             let _attached = cx.clone().attach();
             // The span's bounds on this thread, as closely as they can be
@@ -484,16 +485,25 @@ fn figures_once(
             cpu_in = thread_cpu_ns();
             started = Instant::now();
             busy(Duration::from_millis(30));
-            let sleeping_from = Instant::now();
+            // The kernel's clocks around the sleep and around the barrier
+            // and the lock: their time off CPU, the truth of the causes
+            // (their wall time holds the wait for a CPU after each
+            // wake-up: 4.1 ms of a 50 ms sleep beside two CPU hogs).
+            let sleeping_from = Clocks::now();
             std::thread::sleep(Duration::from_millis(50));
-            slept_took = sleeping_from.elapsed();
+            let slept = Clocks::now();
             held.wait();
             taking.store(crate::gettid(), std::sync::atomic::Ordering::Release);
             drop(lock.lock().unwrap());
+            let locked = Clocks::now();
+            let mut waits_off = (
+                slept.off_cpu_after(&sleeping_from),
+                locked.off_cpu_after(&slept),
+            );
             let reading = Instant::now();
             // The sleep, the barrier (until the holder has the lock) and
             // the lock: what can sleep here besides the read.
-            waits_took = reading - sleeping_from;
+            waits_took = Duration::from_nanos(locked.wall_after(&sleeping_from) as u64);
             blocked_read = direct_read(&disk_file, read_blocks);
             read_took = reading.elapsed();
             // Run-queue wait: a second busy thread on this thread's CPU.
@@ -503,7 +513,16 @@ fn figures_once(
                 busy(Duration::from_millis(40));
             });
             busy(Duration::from_millis(40));
+            // It may sleep here too: the rival, preempted by others, can
+            // end well after this thread's share (63 ms beside two CPU
+            // hogs).
+            let joining = Clocks::now();
             rival.join().unwrap();
+            let joined = Clocks::now();
+            join_took = Duration::from_nanos(joined.wall_after(&joining) as u64);
+            // A futex wait too.
+            waits_off.1 += joined.off_cpu_after(&joining);
+            slept_took = waits_off;
             elapsed = started.elapsed();
             cpu_out = thread_cpu_ns();
         }
@@ -523,6 +542,7 @@ fn figures_once(
             read_took,
             waits_took,
             slept_took,
+            join_took,
         )
     });
     let (
@@ -536,6 +556,7 @@ fn figures_once(
         read_took,
         waits_took,
         slept_took,
+        join_took,
     ) = worker.join().unwrap();
     let holder_id = holder.join().unwrap();
     let stats = shutdown(kspan);
@@ -617,11 +638,12 @@ fn figures_once(
     // The sleep and the mutex wait (50 + 40 ms at least), interruptibly,
     // and the read where the file system waits interruptibly (9p on 6.12);
     // at most as long as they took, with the barrier before the lock (the
-    // holder's thread may start late).
-    let most = (waits_took + read_took).as_nanos() as i64 + ms;
+    // holder's thread may start late) and the rival's join.
+    let most = (waits_took + read_took + join_took).as_nanos() as i64 + ms;
     assert!(
         (88_000_000..most).contains(&sleeping),
-        "sleeping {sleeping} ns (the sleep, barrier and lock took {waits_took:?}, the read {read_took:?})"
+        "sleeping {sleeping} ns (the sleep, barrier and lock took {waits_took:?}, the read \
+         {read_took:?}, the rival's join {join_took:?})"
     );
     if blocked_read {
         assert!(blocked > 0, "an O_DIRECT read blocks in D");
@@ -673,18 +695,19 @@ fn figures_once(
         "{mutex:#?}"
     );
     if account.causes() {
-        // The sleep is the timer's, the barrier and the lock the futex's,
-        // as the test's own clocks measured them (up to each wake-up).
+        // The sleep is the timer's, the barrier, the lock and the join the
+        // futex's, as the kernel's clocks measured them (up to each
+        // wake-up).
         causes::closed_split(work, blocked, sleeping);
         let (timer, futex) = (
             cause_int(work, c::SLEEPING_TIMER_NS),
             cause_int(work, c::SLEEPING_FUTEX_NS),
         );
-        let want_timer = slept_took.as_nanos() as i64;
-        let want_futex = (waits_took - slept_took).as_nanos() as i64;
+        let (want_timer, want_futex) = slept_took;
         eprintln!(
-            "sleeping: timer {timer} (the sleep {want_timer}), futex {futex} (the barrier and \
-             the lock {want_futex})"
+            "sleeping: timer {timer} (the sleep off CPU {want_timer}), futex {futex} (the \
+             barrier, the lock and the rival's join off CPU {want_futex}; the sleep, barrier \
+             and lock {waits_took:?} on the wall clock)"
         );
         close(
             "sleeping on a timer",
