@@ -46,6 +46,9 @@
 //!   against on kernel K (sid's own for `debian14`, bullseye's for
 //!   `debian11`) and prints the command
 //!   that runs it, e.g. for `cargo xtask vm --kernel K -- <command> ...`.
+//! * `busy [--cpu N] [--disk] -- CMD...`: runs CMD on a busy machine (CPU
+//!   hogs and a disk reader beside it), as the tests that hold kspan to the
+//!   kernel must bear: `cargo xtask busy -- cargo xtask test`.
 //!
 //! # Shape
 //!
@@ -77,11 +80,13 @@
 //!   to other processes, to the traced process's switches, and to a
 //!   service's requests a second.
 //! * [`jaeger`]: the `jaeger` command.
+//! * [`busy`]: the `busy` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
 mod arch;
 mod bpf;
 mod bpftrace;
+mod busy;
 mod consumer;
 mod cpio;
 mod cross;
@@ -184,6 +189,11 @@ commands:
                               kernel.bpf_stats_enabled=1: ns a program run
   bpftrace [--kernel K] fetch the bpftrace bench compares against on kernel K
                         and print the command that runs it (in the VM)
+  busy [--cpu N] [--disk] -- CMD...
+                        run CMD beside N spinning threads and a reader of a
+                        512 MiB file with O_DIRECT (dd, in a loop; the file
+                        kept under target/tmp); without either option, a
+                        spinner per CPU and the reader
 ";
 
 fn main() -> ExitCode {
@@ -202,6 +212,7 @@ fn main() -> ExitCode {
         "jaeger" => jaeger::command(rest),
         "bench" => tasks::bench(rest),
         "bpftrace" => bpftrace::command(rest),
+        "busy" => busy::command(rest),
         "__guest-relay" => relay::guest_relay(rest),
         "__host-connect" => relay::host_connect(rest),
         "help" | "-h" | "--help" => {

@@ -397,6 +397,30 @@ fn faults_once(
     true
 }
 
+/// The wait spans under span `id`, a line each: name, length and
+/// attributes (the stack left out).
+fn waits_under(exported: &[SpanData], id: SpanId) -> String {
+    exported
+        .iter()
+        .filter(|s| s.parent_span_id == id)
+        .map(|s| {
+            let attributes: Vec<String> = s
+                .attributes
+                .iter()
+                .filter(|kv| kv.key.as_str() != kspan::sched::wait_attributes::STACK)
+                .map(|kv| format!("{}={}", kv.key, kv.value))
+                .collect();
+            format!(
+                "    {} {} ns {}",
+                s.name,
+                super::duration_ns(s),
+                attributes.join(" ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Moves the calling thread onto CPU `cpu` (the kernel's stopper preempts
 /// it and moves it between run queues), and back to every CPU.
 fn hop_to(cpu: usize, cpus: usize) {
@@ -519,7 +543,13 @@ fn moving_once(
             missed,
             missed,
         ) {
-            wrong.push(format!("run queue: {line}"));
+            // Its intervals as the account kept them (those over the wait
+            // spans' minimum): which one holds the difference, and how it
+            // was woken.
+            wrong.push(format!(
+                "run queue: {line}\n{}",
+                waits_under(&exported, window.id)
+            ));
         }
         if !within(
             c.on_cpu,
@@ -563,7 +593,7 @@ fn moving_once(
         ));
     }
     if !wrong.is_empty() && !last {
-        eprintln!("differs: {wrong:#?}");
+        eprintln!("differs:\n{}", wrong.join("\n"));
         return false;
     }
     assert!(

@@ -14,7 +14,8 @@ use opentelemetry::Context;
 use opentelemetry_sdk::trace::SpanData;
 
 use super::{
-    cause_int, duration_ns, int, optional_int, provider, shutdown, start, string, ONE_AT_A_TIME,
+    cause_int, duration_ns, int, optional_int, provider, shutdown, start, string, Clocks,
+    ONE_AT_A_TIME,
 };
 
 /// Asserts that `span`'s blocked time (`blocked`) and sleeping time
@@ -338,6 +339,58 @@ fn thread_read_bytes() -> u64 {
         .expect("read_bytes in /proc/thread-self/io")
 }
 
+/// Another process (`dd`) reading a file of 32 MiB in `dir` with O_DIRECT,
+/// again and again, until [`DiskReader::stop`].
+struct DiskReader {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    passes: std::thread::JoinHandle<u32>,
+    path: std::path::PathBuf,
+}
+
+impl DiskReader {
+    /// Starts it, and returns once its first pass has begun.
+    fn start(dir: &std::path::Path) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let path = dir.join(format!("kspan-beside-{}.bin", std::process::id()));
+        let file = std::fs::File::create(&path).expect("the reader's file");
+        std::io::Write::write_all(&mut &file, &vec![5u8; 32 << 20]).expect("writing it");
+        file.sync_all().expect("syncing it");
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(Barrier::new(2));
+        let passes = {
+            let (stop, started, path) = (stop.clone(), started.clone(), path.clone());
+            std::thread::spawn(move || {
+                let mut passes = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut dd = std::process::Command::new("dd")
+                        .arg(format!("if={}", path.display()))
+                        .args(["of=/dev/null", "bs=1M", "iflag=direct", "status=none"])
+                        .spawn()
+                        .expect("dd");
+                    if passes == 0 {
+                        started.wait();
+                    }
+                    assert!(dd.wait().expect("dd ends").success(), "dd read");
+                    passes += 1;
+                }
+                passes
+            })
+        };
+        started.wait();
+        // Its first requests queued.
+        std::thread::sleep(Duration::from_millis(20));
+        DiskReader { stop, passes, path }
+    }
+
+    /// Stops it after its pass; returns its passes.
+    fn stop(self) -> u32 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let passes = self.passes.join().expect("the reader's thread");
+        let _ = std::fs::remove_file(&self.path);
+        passes
+    }
+}
+
 /// Where [`a_span_s_block_requests_are_its_reads`] reads: a raw block
 /// device (the VM's slow disk: its name, and each read's sector known), or
 /// a file it writes and syncs first (the host's /tmp: its device the file
@@ -352,7 +405,9 @@ pub enum ReadTarget<'a> {
 /// Inside one span, `reads` O_DIRECT reads of 4 KiB at offsets 64 KiB
 /// apart. The span's block requests are exactly its reads, in count and
 /// bytes, and the bytes are `/proc/thread-self/io`'s; their time queued
-/// and on the device is the reads' own (within `slack_ms` + `percent`);
+/// and on the device lies within the reads' wall time and is at least the
+/// reads' time off CPU by the kernel's clocks (less `slack_ms` +
+/// `percent`);
 /// each blocked I/O wait span names its request, and on a raw device
 /// every read's sector is named by one.
 pub fn a_span_s_block_requests_are_its_reads(
@@ -402,21 +457,39 @@ pub fn a_span_s_block_requests_are_its_reads(
         "block requests are read on this kernel: {causes:#?}"
     );
     let tracer = provider.tracer("sched-block");
+    // On a disk with a file system, another process reads the same disk
+    // meanwhile: the thread that runs the disk's queue issues whatever the
+    // I/O scheduler hands out, its requests too, which are not the span's.
+    let beside = made.then(|| DiskReader::start(path.parent().unwrap()));
     let cx = Context::current_with_span(tracer.start("reads"));
     let id = cx.span().span_context().span_id();
-    let (read_bytes, took) = {
+    let (read_bytes, took, clocks) = {
         let _attached = cx.clone().attach();
         let before = thread_read_bytes();
         let mut took = Duration::ZERO;
+        // The kernel's clocks around the reads, the loop's one wait off
+        // CPU: their time blocked is the truth the requests are held to.
+        let clocks_before = Clocks::now();
         for i in 0..reads as u64 {
             let at = Instant::now();
             let n = file.read_at(slice, i * STRIDE).expect("an O_DIRECT read");
             took += at.elapsed();
             assert_eq!(n, READ, "a whole read");
         }
-        (thread_read_bytes() - before, took)
+        let clocks_after = Clocks::now();
+        (
+            thread_read_bytes() - before,
+            took,
+            (clocks_before, clocks_after),
+        )
     };
     drop(cx);
+    if let Some(beside) = beside {
+        eprintln!(
+            "dd read the same disk meanwhile: {} passes of 32 MiB",
+            beside.stop()
+        );
+    }
     let stats = shutdown(kspan);
     // SAFETY: allocated above with this layout.
     unsafe { std::alloc::dealloc(buf, layout) };
@@ -460,11 +533,29 @@ pub fn a_span_s_block_requests_are_its_reads(
         bytes as u64, read_bytes,
         "/proc/thread-self/io's read_bytes"
     );
-    let want = took.as_nanos() as i64;
-    let slack = slack_ms * 1_000_000 + want * percent / 100;
+    // The requests lie within the reads: no longer than the reads took.
+    // They are at least the reads' time off CPU, which the kernel measured
+    // (the thread's wall time less its CPU time and schedstat's run-queue
+    // time): not the reads' wall time, which holds their system calls' CPU
+    // time and, on a busy machine, the wait for a CPU after each
+    // completion's wake-up (31 ms of 59 ms with two CPU hogs and a disk
+    // reader beside it on the host).
+    let (clocks_before, clocks_after) = clocks;
+    let took = took.as_nanos() as i64;
+    let off_cpu = clocks_after.off_cpu_after(&clocks_before);
+    let (run_queue, cpu) = (
+        clocks_after.run_queue_after(&clocks_before),
+        clocks_after.cpu_after(&clocks_before),
+    );
+    eprintln!(
+        "the reads took {took} ns: {run_queue} ns waiting for a CPU and {cpu} ns on one (the \
+         kernel's, over the loop), so {off_cpu} ns off CPU, the truth the requests are held to"
+    );
+    let slack = slack_ms * 1_000_000 + off_cpu * percent / 100;
     assert!(
-        queued + on_device <= want && want - (queued + on_device) <= slack,
-        "queued and on the device {} ns, the reads took {want} ns (allowed {slack} below)",
+        queued + on_device <= took && off_cpu - (queued + on_device) <= slack,
+        "queued and on the device {} ns, the reads took {took} ns, {off_cpu} ns of it off CPU \
+         (allowed {slack} below that)",
         queued + on_device
     );
     let by_device = by_device.expect("the span says its requests by device");
@@ -760,9 +851,14 @@ pub fn a_chain_of_wake_ups_names_each_hop(
     // interrupted (a busy machine's other processes): the account reads
     // the waker's stack to tell it from that task only for a wait whose
     // waiting alone makes it a wait span, and says `unknown` for the rest.
+    // It decides at the waking, by the tracepoints' clock; the waiting it
+    // says runs from the switch's run-queue clock reading to the enqueue's,
+    // a path longer each side (issue 50: about a microsecond natively):
+    // beside CPU hogs and a disk reader, a read waiting 20,911 ns against
+    // a 20 us minimum was `unknown`. Held where it is 10 us past.
     let waker_kind = string(read_wait, w::WAKER_KIND);
     let read_waiting = int(read_wait, w::WAITING_NS);
-    if read_waiting >= wait_min.as_nanos() as i64 {
+    if read_waiting >= wait_min.as_nanos() as i64 + 10_000 {
         assert_eq!(
             waker_kind.as_deref(),
             Some("interrupt"),

@@ -14,7 +14,7 @@ use opentelemetry::Context;
 
 use super::{
     busy, direct_read, direct_read_file, int, kernel_figures, optional_int, provider, shutdown,
-    start, stolen_ns, thread_cpu_ns, KernelFigures, ONE_AT_A_TIME,
+    start, stolen_ns, thread_cpu_ns, Clocks, KernelFigures, ONE_AT_A_TIME,
 };
 use crate::taskstats::{DelayAccounting, Delays, Taskstats};
 
@@ -34,43 +34,6 @@ struct Around {
     reading: i64,
     waiting: i64,
     stolen: i64,
-}
-
-/// The wall clock, the thread's CPU clock and its run-queue total
-/// (schedstat), read together.
-struct Clocks {
-    wall: Instant,
-    cpu: u64,
-    run_queue: i64,
-}
-
-impl Clocks {
-    fn now() -> Self {
-        let wall = Instant::now();
-        let cpu = thread_cpu_ns();
-        // Only schedstat, right after the CPU clock: a fuller read (status
-        // too) would widen the window these three readings share.
-        let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-        let run_queue = schedstat
-            .split_whitespace()
-            .nth(1)
-            .and_then(|w| w.parse().ok())
-            .unwrap();
-        Clocks {
-            wall,
-            cpu,
-            run_queue,
-        }
-    }
-
-    /// The time since `self` neither on a CPU nor waiting for one: asleep
-    /// or blocked, by the kernel's own figures.
-    fn off_cpu_since(&self) -> i64 {
-        let now = Clocks::now();
-        (now.wall - self.wall).as_nanos() as i64
-            - (now.cpu - self.cpu) as i64
-            - (now.run_queue - self.run_queue)
-    }
 }
 
 /// `threads` threads, each through `spans` spans of `rounds` rounds: an
@@ -153,11 +116,14 @@ fn phase(
         .collect()
 }
 
-/// Each span's run-queue and blocked time within 0.2 ms + 1% of the
-/// kernel's (schedstat's run_delay, taskstats' block-I/O delay), its
-/// time on CPU within 0.2 ms + 1% plus what the hypervisor stole meanwhile
-/// (see `stolen_ns`), its switches the kernel's count; a span that says it
-/// missed an interval is the only one allowed to differ.
+/// Each span's run-queue time within 0.2 ms + 1% of the kernel's
+/// (schedstat's run_delay), its blocked and sleeping time the reads' and
+/// the sleeps' time off CPU by the kernel's clocks around each (wall less
+/// CPU less run queue, read as one: `Clocks`) and its I/O time taskstats'
+/// block-I/O delay where that lies within the reads', all within 0.2 ms +
+/// 1%, its time on CPU within 0.2 ms + 1% plus what the hypervisor stole
+/// meanwhile (see `stolen_ns`), its switches the kernel's count; a span
+/// that says it missed an interval is the only one allowed to differ.
 ///
 /// Measured again (up to three times) when a span differs: about one span
 /// in 160 here has its run-queue time 0.4 ms above the kernel's with its
@@ -178,6 +144,7 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
     let kspan = start(&provider, &sums, account);
     let tracer = provider.tracer("sched-truth");
     let file = Arc::new(direct_read_file(disk));
+    super::CLOCKS_REREAD.store(0, std::sync::atomic::Ordering::Relaxed);
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     // A lone reader first, on idle CPUs: each completion's interrupt wakes
     // an idle CPU, whose way out of idle the kernel counts as CPU time,
@@ -187,6 +154,7 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
     let stats = shutdown(kspan);
     let _ = std::fs::remove_file(&*file);
     let spans = exporter.get_finished_spans().unwrap();
+    let reread = super::CLOCKS_REREAD.swap(0, std::sync::atomic::Ordering::Relaxed);
     let (mut checked, mut said_missed, mut blkio_unknown) = (0, 0, 0);
     let mut disturbed = Vec::new();
     let mut failures = Vec::new();
@@ -275,33 +243,36 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
         // barrier's. The reads' time stolen after the wake-up (the vCPU
         // resuming from its halt: about 0.1 ms a completion here) is off
         // CPU to the kernel's clocks and on CPU to the account.
-        let lone = around.name.starts_with("lone");
-        if lone
-            && (blocked > around.reading + 200_000 + around.reading / 100
-                || blocked < around.reading - stolen - 200_000 - around.reading / 100)
+        if blocked > around.reading + 200_000 + around.reading / 100
+            || blocked < around.reading - stolen - 200_000 - around.reading / 100
         {
             wrong.push("blocked");
         }
-        // The lone reader blocks only in its O_DIRECT reads, each through
+        // The threads block only in their O_DIRECT reads, each through
         // io_schedule: all of it is waiting on I/O.
-        if lone && !within(blocked_io, blocked, 0) {
+        if !within(blocked_io, blocked, 0) {
             wrong.push("blocked on I/O");
         }
-        // With more threads than CPUs the windows' reads are themselves
-        // preempted and delayed: they read off CPU up to 0.7 ms more or
-        // less than the account in a span in four here, and together more
-        // than the thread's whole time off CPU at times: not figures to
-        // hold the account to there.
-        if lone && !within(sleeping, around.waiting, 0) {
+        // With more threads than CPUs the readings around each window are
+        // themselves preempted: read as one (`Clocks`), the crowd's windows
+        // are the account's within 20 us on the host beside two CPU hogs
+        // and a disk reader (before, up to 0.7 ms apart in a span in four).
+        if !within(sleeping, around.waiting, 0) {
             wrong.push("sleeping");
         }
-        // Taskstats' block-I/O delay where it is the kernel's figure: no
-        // more than the reads' time off CPU (KERNEL-LAB: on 6.18 some
-        // threads get about the seconds since boot, most several ms more
-        // than their reads were off CPU).
+        // Taskstats' block-I/O delay where it is the kernel's figure:
+        // within the reads' time off CPU (the bracket above, schedstat's).
+        // KERNEL-LAB: on 6.18 some threads get about the seconds since
+        // boot, most several ms more than their reads were off CPU; beside
+        // two CPU hogs and a disk reader, a crowd span in 20 got 0.6 to
+        // 1.5 ms less, where the bracket and the account agreed within
+        // 20 us (a start stamped late: EEVDF's delayed dequeue, 6.12+, is
+        // the suspect for both, not confirmed).
         // It counts the thread's time blocked in io_schedule, as
         // `kspan.sched.blocked.io_ns` does.
-        if (0..=around.reading + 200_000).contains(&want_blocked) {
+        let reads_most = around.reading + 200_000 + around.reading / 100;
+        let reads_least = around.reading - stolen - 200_000 - around.reading / 100;
+        if (reads_least.max(0)..=reads_most).contains(&want_blocked) {
             if !within(blocked_io, want_blocked, 0) {
                 wrong.push("blocked (taskstats)");
             }
@@ -315,7 +286,8 @@ fn contention_once(account: kspan::SchedulerAccount, disk: &std::path::Path, las
     eprintln!(
         "{checked} spans checked, {said_missed} say they missed an interval, \
          {} disturbed {disturbed:?}, {blkio_unknown} without a block-I/O figure from \
-         taskstats; {stats}",
+         taskstats; {reread} of the kernel's readings taken again for a switch among them; \
+         {stats}",
         disturbed.len()
     );
     if !failures.is_empty() && !last {
