@@ -111,8 +111,8 @@ mod arena;
 #[cfg(feature = "tracing")]
 mod layers;
 pub mod obi;
-mod process;
-mod publisher;
+pub(crate) mod process;
+pub(crate) mod publisher;
 mod registry;
 pub(crate) mod thread_pointer;
 

@@ -39,6 +39,8 @@ mod setup;
 pub use builder::KspanBuilder;
 use figures::Figures;
 use flush::flush;
+#[cfg(feature = "fuzzing")]
+pub(crate) use processor::FuzzProcessor;
 use records::Registrar;
 pub use records::ThreadContextReads;
 pub use setup::SetupGap;

@@ -251,6 +251,16 @@ impl WaitSpans {
         spans
     }
 
+    /// With `symbols` for the stacks and the causes read, for the fuzz
+    /// targets (nothing read from the system).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn with_symbols(symbols: KernelSymbolTable) -> Self {
+        WaitSpans {
+            symbols: WaitSymbols(OnceCell::from(symbols)),
+            causes: true,
+        }
+    }
+
     /// Makes the wait record in `bytes` a span under its application span
     /// through `factory`; `false` when they hold no whole wait record.
     pub(crate) fn process<T: Tracer>(&self, factory: &SpanFactory<T>, bytes: &[u8]) -> bool {
