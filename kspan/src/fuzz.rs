@@ -313,3 +313,129 @@ pub fn env(value: &[u8]) {
     use std::os::unix::ffi::OsStrExt;
     let _ = crate::diagnostics::log_off(Some(std::ffi::OsStr::from_bytes(value)));
 }
+
+/// The bytes of plain-old-data `value`.
+fn bytes_of<T: Copy>(value: &T) -> Vec<u8> {
+    // SAFETY: `T` is one of the BPF interface's plain-old-data structs
+    // (integers and byte arrays, zeroed by `Default` padding included),
+    // viewed for its size only while `value` is borrowed.
+    unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+}
+
+/// Ring-buffer records in [`Records::process`]'s framing, made as the BPF
+/// programs make them, for the `records` target's seeds: a `vfs_read` span
+/// of probe 0 (`count`, an 8-byte string, `ret`) under an application
+/// span, a kernel span nested in it, one whose capture faulted, and a
+/// scheduler account's wait record with its stacks and waker.
+pub fn record_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use kspan_bpf::consts as c;
+    use kspan_bpf::types::{kspan_record, kspan_wait_record};
+    let span = |span_id: u64, parent: u64, ret: i64, text: &[u8]| {
+        let mut header = kspan_record {
+            trace_id: [7; 16],
+            span_id,
+            parent_span_id: parent,
+            start_ns: 1_000,
+            end_ns: 3_000,
+            ret: ret as u64,
+            probe_id: 0,
+            pid: 42,
+            tid: 43,
+            flags: kspan_bpf::REC_HAS_RET,
+            ..Default::default()
+        };
+        header.vals[0] = 4096;
+        header.vals[1] = text.len() as u64 + 1;
+        let mut bytes = bytes_of(&header);
+        let mut slot = [0u8; 10];
+        slot[..text.len()].copy_from_slice(text);
+        bytes.extend_from_slice(&slot);
+        bytes
+    };
+    let framed = |records: &[Vec<u8>]| {
+        let mut out = Vec::new();
+        for r in records {
+            out.extend_from_slice(&(r.len() as u16).to_le_bytes());
+            out.extend_from_slice(r);
+        }
+        out
+    };
+    let mut wait = kspan_wait_record::default();
+    wait.rec.trace_id = [7; 16];
+    wait.rec.span_id = 0x51;
+    wait.rec.parent_span_id = 0x11;
+    wait.rec.start_ns = 2_000;
+    wait.rec.end_ns = 2_900;
+    wait.rec.probe_id = c::KSPAN_WAIT_PROBE_ID as u32;
+    wait.rec.flags = c::KSPAN_REC_WAIT as u32;
+    wait.rec.pid = 42;
+    wait.rec.tid = 43;
+    wait.wake_ns = 2_500;
+    wait.state = c::KSPAN_SCHED_SLEEPING as u32;
+    wait.cause = c::KSPAN_SLEEP_FUTEX as u32;
+    wait.waker_kind = c::KSPAN_WAKER_TASK as u32;
+    wait.waker_pid = 42;
+    wait.waker_tid = 44;
+    wait.waker_comm[..6].copy_from_slice(b"worker");
+    wait.waker_span_id = 0x12;
+    wait.nframes = 3;
+    wait.frames[..3].copy_from_slice(&[
+        0xffff_ffff_8100_0010,
+        0xffff_ffff_8100_0110,
+        0xffff_ffff_8100_0210,
+    ]);
+    wait.waker_nframes = 1;
+    wait.waker_frames[0] = 0xffff_ffff_8100_0310;
+    let mut faulted = span(0x13, 0x11, 5, b"x");
+    faulted[std::mem::offset_of!(kspan_record, cap_flags) + 1] = c::KSPAN_CAPF_FAULT as u8;
+    vec![
+        ("span", framed(&[span(0x11, 0x22, 5, b"data.bin")])),
+        (
+            "nested",
+            framed(&[span(0x12, 0x11, 0, b""), span(0x11, 0x22, 8, b"abcdefgh")]),
+        ),
+        ("fault", framed(&[faulted])),
+        (
+            "wait",
+            framed(&[span(0x11, 0x22, 3, b"abc"), bytes_of(&wait)]),
+        ),
+    ]
+}
+
+/// Kallsyms text naming the addresses of [`record_seeds`]' wait stacks,
+/// for the `records` target's symbol table.
+pub const RECORD_KALLSYMS: &str = "ffffffff81000000 T _stext\n\
+    ffffffff81000100 T __schedule\n\
+    ffffffff81000200 T futex_wait\n\
+    ffffffff81000300 t try_to_wake_up\n\
+    ffffffff82000000 D jiffies\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each record seed is read whole by the consumer (a layout change of
+    /// the BPF interface changes them: `KSPAN_WRITE_SEEDS=DIR` writes them
+    /// anew into `DIR/records`, and the sample BTF into `DIR/btf`: `DIR`
+    /// is the fuzz crate's `seeds`).
+    #[test]
+    fn record_seeds_are_whole_records() {
+        for (name, framed) in record_seeds() {
+            let mut data = &framed[..];
+            while let [lo, hi, rest @ ..] = data {
+                let len = usize::from(u16::from_le_bytes([*lo, *hi]));
+                assert!(len <= rest.len(), "{name}");
+                let record = &rest[..len];
+                assert!(crate::consume::parse_record(record).is_ok(), "{name}");
+                data = &rest[len..];
+            }
+            Records::new(plans(&[]), RECORD_KALLSYMS).process(&framed);
+            if let Some(dir) = std::env::var_os("KSPAN_WRITE_SEEDS") {
+                std::fs::write(Path::new(&dir).join("records").join(name), &framed).unwrap();
+            }
+        }
+        if let Some(dir) = std::env::var_os("KSPAN_WRITE_SEEDS") {
+            std::fs::write(Path::new(&dir).join("btf/sample"), sample_btf_blob()).unwrap();
+        }
+    }
+}
