@@ -175,7 +175,12 @@ fn waker_during_attributes(w: &kspan_wait_record) -> Vec<KeyValue> {
         .chain(sleeping.into_iter().zip(d.sleeping_ns))
         .chain([(attr::WAKER_OTHER_OFF_CPU_NS, d.other_ns)])
         .collect();
-    let off_cpu: u64 = parts.iter().map(|&(_, v)| v).sum::<u64>() + d.run_queue_ns;
+    // Saturating: the figures are the kernel's, and a record is outside
+    // input (found by the `records` fuzz target: a sum past u64::MAX).
+    let off_cpu: u64 = parts
+        .iter()
+        .map(|&(_, v)| v)
+        .fold(d.run_queue_ns, u64::saturating_add);
     let on_cpu = overlap.saturating_sub(off_cpu.saturating_add(d.uncovered_ns));
     let mut attributes = vec![
         KeyValue::new(attr::WAKER_OVERLAP_NS, n(overlap)),
@@ -415,6 +420,25 @@ mod tests {
     fn a_waker_not_followed_says_nothing() {
         let w = kspan_wait_record::default();
         assert!(waker_during_attributes(&w).is_empty());
+    }
+
+    /// The `records` fuzz target's first find: figures whose sum passes
+    /// u64::MAX panicked (overflow checks) or wrapped into a wrong on-CPU
+    /// time.
+    #[test]
+    fn waker_figures_past_u64_max_saturate() {
+        let mut w = kspan_wait_record::default();
+        w.waker_during.from_ns = 1;
+        w.waker_during.to_ns = 1_000;
+        w.waker_during.blocked_ns[1] = u64::MAX - 5;
+        w.waker_during.sleeping_ns[2] = 0x5555_5555_5555_5556;
+        w.waker_during.run_queue_ns = 10;
+        let attributes = waker_during_attributes(&w);
+        assert_eq!(figure(&attributes, attr::WAKER_ON_CPU_NS), Some(0));
+        assert_eq!(
+            figure(&attributes, attr::WAKER_BLOCKED_IO_NS),
+            Some(i64::MAX)
+        );
     }
 
     #[test]
