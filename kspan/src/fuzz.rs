@@ -416,7 +416,7 @@ mod tests {
 
     /// Each record seed is read whole by the consumer (a layout change of
     /// the BPF interface changes them: `KSPAN_WRITE_SEEDS=DIR` writes them
-    /// anew into `DIR/records`, and the sample BTF into `DIR/btf`: `DIR`
+    /// anew into `DIR/records`, and the `btf` target's into `DIR/btf`: `DIR`
     /// is the fuzz crate's `seeds`).
     #[test]
     fn record_seeds_are_whole_records() {
@@ -435,7 +435,14 @@ mod tests {
             }
         }
         if let Some(dir) = std::env::var_os("KSPAN_WRITE_SEEDS") {
-            std::fs::write(Path::new(&dir).join("btf/sample"), sample_btf_blob()).unwrap();
+            // The `btf` target's forms: a whole blob (even first byte), and
+            // a real kernel's, unedited (odd first byte, then its index).
+            let dir = Path::new(&dir).join("btf");
+            let blob = [&[0u8][..], &sample_btf_blob()].concat();
+            std::fs::write(dir.join("sample"), blob).unwrap();
+            for kernel in 0..3u8 {
+                std::fs::write(dir.join(format!("kernel-{kernel}")), [1, kernel]).unwrap();
+            }
         }
     }
 }

@@ -9,8 +9,9 @@
 //! (run by the compiler, not linked with libFuzzer) are built without them.
 //!
 //! Each target runs for `--seconds` over its corpus in
-//! `target/fuzz/corpus/<target>`, seeded from `fuzz/seeds/<target>` (and,
-//! for `btf`, the host's and the VM kernels' BTF, too large to commit); a
+//! `target/fuzz/corpus/<target>`, seeded from `fuzz/seeds/<target>` (the
+//! `btf` target also edits the host's and the VM kernels' BTF, too large
+//! to commit, from `target/fuzz/large/btf`); a
 //! crash, timeout or out-of-memory input is kept under
 //! `target/fuzz/artifacts/<target>/`, named with the command that replays
 //! it.
@@ -23,7 +24,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::util::{display, opt_value, repo_root, run, target_dir};
+use crate::util::{display, opt_value, repo_root, run, sh_quote, target_dir};
 
 /// The flags `cargo fuzz build` gives rustc (cargo-fuzz 0.12/0.13), less
 /// its nightly-only sanitizer: coverage of edges with 8-bit counters and
@@ -173,9 +174,11 @@ pub fn elf_btf_section(elf: &[u8]) -> Option<&[u8]> {
     })
 }
 
-/// Large real inputs copied into the `btf` corpus at run time (not
-/// committed): the host's BTF and each VM kernel's `.BTF`.
-fn large_btf_inputs(corpus: &Path) -> Result<()> {
+/// Large real inputs, for the `btf` target to edit (not committed, nor in
+/// its corpus, which would keep a copy of one per mutation found): the
+/// host's BTF and each VM kernel's `.BTF`, written into `dir`.
+fn large_btf_inputs(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut inputs: Vec<(String, Vec<u8>)> = Vec::new();
     if let Ok(data) = std::fs::read("/sys/kernel/btf/vmlinux") {
         inputs.push(("host-vmlinux".to_owned(), data));
@@ -201,7 +204,7 @@ fn large_btf_inputs(corpus: &Path) -> Result<()> {
         }
     }
     for (name, data) in inputs {
-        let path = corpus.join(name);
+        let path = dir.join(name);
         if !path.exists() {
             std::fs::write(&path, data).with_context(|| format!("writing {}", path.display()))?;
         }
@@ -220,9 +223,6 @@ fn corpus(target: &str) -> Result<PathBuf> {
             std::fs::copy(seed.path(), &to)
                 .with_context(|| format!("copying {}", seed.path().display()))?;
         }
-    }
-    if target == "btf" {
-        large_btf_inputs(&corpus)?;
     }
     Ok(corpus)
 }
@@ -285,24 +285,18 @@ fn run_target(bin_dir: &Path, target: &str, seconds: u64) -> Result<Outcome> {
     let log_path = logs.join(format!("{target}.log"));
     let log = std::fs::File::create(&log_path)?;
     let program = bin_dir.join(target);
-    // The largest input: a kernel's BTF is several MB, past libFuzzer's
-    // default cap of 1 MB, which would cut it.
-    let largest = list(&corpus)
-        .iter()
-        .filter_map(|p| p.metadata().ok())
-        .map(|m| m.len())
-        .max()
-        .unwrap_or(0);
     let mut cmd = Command::new(&program);
+    if target == "btf" {
+        let large = target_dir().join("fuzz/large/btf");
+        large_btf_inputs(&large)?;
+        cmd.env("KSPAN_FUZZ_BTF_DIR", &large);
+    }
     cmd.arg(format!("-max_total_time={seconds}"))
         // A parse of a whole kernel's BTF takes well under a second.
         .arg("-timeout=20")
         .arg("-rss_limit_mb=2048")
         .arg("-print_final_stats=1")
         .arg(format!("-artifact_prefix={}/", artifacts.display()));
-    if largest > 1 << 20 {
-        cmd.arg(format!("-max_len={largest}"));
-    }
     cmd.arg(&corpus)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -339,12 +333,18 @@ fn run_target(bin_dir: &Path, target: &str, seconds: u64) -> Result<Outcome> {
             log_path.display(),
             tail.join("\n")
         );
+        // The target's environment (`btf`'s blobs), then the program
+        // with the input: one run.
+        let env: String = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some(format!("{}={} ", k.to_str()?, sh_quote(v?.to_str()?))))
+            .collect();
         for input in &found {
             why.push_str(&format!(
-                "\nreproducer: {}\nreplay: {} {}",
+                "\nreproducer: {}\nreplay: {env}{} {}",
                 input.display(),
-                program.display(),
-                input.display()
+                sh_quote(&program.display().to_string()),
+                sh_quote(&input.display().to_string())
             ));
         }
         if found.is_empty() {
