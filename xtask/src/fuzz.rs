@@ -131,7 +131,7 @@ pub fn build() -> Result<PathBuf> {
     let build_dir = target_dir().join("fuzz/build");
     let mut cmd = crate::util::cargo();
     cmd.current_dir(fuzz_dir())
-        .args(["build", "--release", "--bins", "--locked", "--target"])
+        .args(["build", "--release", "--bins", "--target"])
         .arg(&triple)
         .arg("--target-dir")
         .arg(&build_dir)
