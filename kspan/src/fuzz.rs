@@ -287,9 +287,10 @@ pub fn tracefs(text: &str) {
 }
 
 /// Procfs (and sysfs) text kspan reads: the preemption model from
-/// debugfs, the kernel's version, its command line and config (`data`'s
-/// first four NUL-separated parts), `CapEff` of `/proc/self/status`,
-/// `perf_event_paranoid`, and a block device's `uevent`.
+/// debugfs, the kernel's version, its command line and config (`text`'s
+/// first four NUL-separated parts), and the whole text as
+/// `/proc/self/status` (its `CapEff`), `perf_event_paranoid` and a block
+/// device's `uevent`.
 pub fn procfs(text: &str) {
     let mut parts = text.split('\0');
     let mut next = || parts.next();
