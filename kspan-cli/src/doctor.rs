@@ -13,12 +13,17 @@ use kspan::{Attachment, Feature, Hook, KernelCapabilities, Mode};
 use crate::common::{enter_format_path, print, Failure, Outcome};
 
 /// `kspan doctor`, which takes no arguments.
-pub fn run(args: &[String]) -> Outcome {
-    if let Some(extra) = args.first() {
-        return Err(Failure::Usage(format!(
+pub fn parse(args: &[String]) -> Result<(), Failure> {
+    match args.first() {
+        Some(extra) => Err(Failure::Usage(format!(
             "`kspan doctor` takes no arguments; remove `{extra}`"
-        )));
+        ))),
+        None => Ok(()),
     }
+}
+
+/// `kspan doctor`.
+pub fn run() -> Outcome {
     let release = match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
         Ok(text) => text.trim().to_owned(),
         Err(e) => format!("unknown (cannot read /proc/sys/kernel/osrelease: {e})"),

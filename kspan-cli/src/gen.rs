@@ -24,8 +24,32 @@ use crate::doctor::cannot_trace_note;
 use capture::{rust_ident, MAX_ARGS};
 use handler::{render_handler, TypeHints};
 
-/// `kspan gen`, with its arguments after `gen`.
-pub fn run(args: &[String]) -> Outcome {
+/// `kspan gen`'s arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GenArgs {
+    /// `kspan gen --syscall NAME`.
+    Syscall(String),
+    /// `kspan gen FUNCTION [--mode MODE] [--params NAMES]`.
+    Function {
+        /// The kernel function.
+        name: String,
+        /// The mode (`auto` when not given).
+        mode: Mode,
+        /// The handler's parameter names, for suggestions.
+        params: Vec<String>,
+    },
+}
+
+/// `kspan gen`, with its arguments.
+pub fn run(args: GenArgs) -> Outcome {
+    match args {
+        GenArgs::Syscall(name) => generate_syscall(&name),
+        GenArgs::Function { name, mode, params } => generate_function(&name, mode, &params),
+    }
+}
+
+/// Reads `kspan gen`'s arguments (after `gen`).
+pub fn parse(args: &[String]) -> Result<GenArgs, Failure> {
     let mut mode: Option<Mode> = None;
     let mut params: Option<Vec<String>> = None;
     let mut syscall = false;
@@ -105,13 +129,13 @@ pub fn run(args: &[String]) -> Outcome {
                     .to_owned(),
             ));
         }
-        generate_syscall(name)
+        Ok(GenArgs::Syscall(name.to_owned()))
     } else {
-        generate_function(
-            name,
-            mode.unwrap_or(Mode::Auto),
-            &params.unwrap_or_default(),
-        )
+        Ok(GenArgs::Function {
+            name: name.to_owned(),
+            mode: mode.unwrap_or(Mode::Auto),
+            params: params.unwrap_or_default(),
+        })
     }
 }
 

@@ -16,8 +16,28 @@ use crate::common::{
 };
 use crate::doctor::cannot_trace_note;
 
-/// `kspan list`, with its arguments after `list`.
-pub fn run(args: &[String]) -> Outcome {
+/// `kspan list`'s arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListArgs {
+    /// `--syscalls`: system calls rather than kernel functions.
+    pub syscalls: bool,
+    /// `--all`: also the functions kspan cannot trace.
+    pub all: bool,
+    /// The pattern (`*` when none is given).
+    pub pattern: String,
+}
+
+/// `kspan list`, with its arguments.
+pub fn run(args: &ListArgs) -> Outcome {
+    if args.syscalls {
+        list_syscalls(&args.pattern)
+    } else {
+        list_functions(&args.pattern, args.all)
+    }
+}
+
+/// Reads `kspan list`'s arguments (after `list`).
+pub fn parse(args: &[String]) -> Result<ListArgs, Failure> {
     let mut syscalls = false;
     let mut all = false;
     let mut pattern: Option<&str> = None;
@@ -42,16 +62,18 @@ pub fn run(args: &[String]) -> Outcome {
             }
         }
     }
-    let pattern = pattern.unwrap_or("*");
-    match (syscalls, all) {
-        (true, true) => Err(Failure::Usage(
+    if syscalls && all {
+        return Err(Failure::Usage(
             "`--all` is for kernel functions; every system call with tracepoints is listed \
              already"
                 .to_owned(),
-        )),
-        (true, false) => list_syscalls(pattern),
-        (false, _) => list_functions(pattern, all),
+        ));
     }
+    Ok(ListArgs {
+        syscalls,
+        all,
+        pattern: pattern.unwrap_or("*").to_owned(),
+    })
 }
 
 fn list_functions(pattern: &str, all: bool) -> Outcome {

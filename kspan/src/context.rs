@@ -111,10 +111,10 @@ mod arena;
 #[cfg(feature = "tracing")]
 mod layers;
 pub mod obi;
-mod process;
+pub(crate) mod process;
 #[cfg(test)]
 mod properties;
-mod publisher;
+pub(crate) mod publisher;
 mod registry;
 pub(crate) mod thread_pointer;
 

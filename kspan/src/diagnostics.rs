@@ -62,10 +62,16 @@ fn stderr_dispatch() -> Option<&'static Dispatch> {
     static DISPATCH: OnceLock<Option<Dispatch>> = OnceLock::new();
     DISPATCH
         .get_or_init(|| {
-            let off = std::env::var("KSPAN_LOG").is_ok_and(|v| v.eq_ignore_ascii_case("off"));
+            let off = log_off(std::env::var_os("KSPAN_LOG").as_deref());
             (!off).then(|| Dispatch::new(StderrWarnings::default()))
         })
         .as_ref()
+}
+
+/// Whether `KSPAN_LOG`'s value (`None`: unset) turns the fallback writer
+/// off: `off`, in any case.
+pub(crate) fn log_off(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| v.eq_ignore_ascii_case("off"))
 }
 
 /// Writes kspan's own warnings and errors to stderr, each distinct line

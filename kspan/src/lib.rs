@@ -237,6 +237,10 @@ extern crate self as kspan;
 // only: `#[doc(hidden)]`, so `cargo doc` shows the service API alone, and
 // without any stability promise. What a service needs of them is re-exported
 // below.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+#[path = "fuzz.rs"]
+pub mod __fuzz;
 mod annotation;
 mod attach;
 mod bpf;

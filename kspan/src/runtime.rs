@@ -43,6 +43,8 @@ mod setup;
 pub use builder::KspanBuilder;
 use figures::Figures;
 use flush::{bounded, flush, unfold};
+#[cfg(feature = "fuzzing")]
+pub(crate) use processor::FuzzProcessor;
 use records::Registrar;
 pub use records::ThreadContextReads;
 pub use setup::SetupGap;

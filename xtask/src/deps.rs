@@ -14,9 +14,11 @@ use crate::util::{is_root, run, which};
 /// the programs it runs),
 /// bpftrace (a benchmark baseline), curl (`cargo xtask jaeger` asks the
 /// UI's API with it) and libcap2-bin (`setcap`/`getcap`: the privilege tests
-/// give a copy of an example the file capabilities README documents).
+/// give a copy of an example the file capabilities README documents),
+/// and g++ (libfuzzer-sys compiles libFuzzer, C++, for `cargo xtask fuzz`).
 pub const PACKAGES: &[&str] = &[
     "clang-16",
+    "g++",
     "llvm",
     "libelf-dev",
     "zlib1g-dev",

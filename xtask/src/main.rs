@@ -33,6 +33,12 @@
 //!   12's, 13's and sid's; two guests at a time, the arm64 build beside the
 //!   first), then, cross-built, in an arm64 VM per arm64 kernel (sid's by
 //!   default, Debian 13's too with `--arch arm64`), alone.
+//! * `fuzz [--seconds N] [--target NAME]... [--jobs J]`: builds the fuzz
+//!   crate (`fuzz/`) with stable cargo, instrumented as `cargo fuzz`
+//!   instruments it, and runs each libFuzzer target for N seconds (10 by
+//!   default) over its corpus in `target/fuzz/corpus/`, J at a time; a
+//!   crash, hang or out-of-memory input fails it, named with the command
+//!   that replays it. `test` runs every target briefly.
 //! * `demo [--kernel K]`: runs `kspan-receive -- examples/quickstart` in the VM.
 //! * `jaeger [--example E] [--kernel K] [--ui ADDR] [--screenshot PNG]`: the
 //!   file service in the VM (or, with `--example where_time_went`, the
@@ -81,6 +87,7 @@
 //!   service's requests a second.
 //! * [`jaeger`]: the `jaeger` command.
 //! * [`busy`]: the `busy` command.
+//! * [`fuzz`]: the `fuzz` command.
 //! * [`util`]: running commands, shell quoting, workspace metadata.
 
 mod arch;
@@ -93,6 +100,7 @@ mod cross;
 mod deps;
 mod devtools;
 mod filters;
+mod fuzz;
 mod hot;
 mod jaeger;
 mod kernel;
@@ -147,6 +155,11 @@ commands:
                         debian12, debian13 and debian14)
       --kernels K1,K2   same, comma separated
       --timeout SECS    per VM
+  fuzz [opts]           build the fuzz targets (fuzz/, stable cargo) and run each
+                        over its corpus in target/fuzz/corpus/<target>
+      --seconds N       per target (default 10)
+      --target NAME     (repeatable) only these targets (default: all)
+      --jobs J          targets run at once (default 1)
   demo [--kernel K]     run kspan-receive -- examples/quickstart in the VM
   jaeger [--kernel K] [--ui ADDR] [--screenshot PNG]
                         the file service in the VM, its traces in the embedded
@@ -209,6 +222,7 @@ fn main() -> ExitCode {
         "cross" => cross::command(rest),
         "test" => tasks::test(rest),
         "demo" => tasks::demo(rest),
+        "fuzz" => fuzz::command(rest),
         "jaeger" => jaeger::command(rest),
         "bench" => tasks::bench(rest),
         "bpftrace" => bpftrace::command(rest),

@@ -54,7 +54,7 @@ impl AttrBytes {
     }
 
     /// `(key index, value)` of each entry.
-    fn entries(&self) -> impl Iterator<Item = (u8, &[u8])> {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (u8, &[u8])> {
         let mut at = 0;
         let data = self.as_slice();
         std::iter::from_fn(move || {
@@ -67,7 +67,7 @@ impl AttrBytes {
 
     /// `entries` encoded, in order, as far as they fit; the second value
     /// counts the values cut short or left out.
-    pub(super) fn encode<'a>(
+    pub(crate) fn encode<'a>(
         entries: impl IntoIterator<Item = (u8, &'a [u8])>,
     ) -> (AttrBytes, u64) {
         let mut out = AttrBytes::EMPTY;

@@ -34,7 +34,7 @@ fn split(dev: u64) -> (u64, u64) {
 }
 
 /// `DEVNAME=` of a device's `uevent` text.
-fn devname(uevent: &str) -> Option<String> {
+pub(crate) fn devname(uevent: &str) -> Option<String> {
     uevent
         .lines()
         .find_map(|line| line.strip_prefix("DEVNAME="))

@@ -196,12 +196,25 @@ pub fn name_of(errno: Option<i32>) -> Cow<'static, str> {
 
 /// If `ret` follows the `-errno` convention, the errno (positive).
 pub fn from_return(ret: i64) -> Option<i64> {
-    (-MAX_ERRNO..=-1).contains(&ret).then_some(-ret)
+    // `then`, not `then_some`: `-ret` must not be computed for i64::MIN.
+    (-MAX_ERRNO..=-1).contains(&ret).then(|| -ret)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `records` fuzz target's find: a return of i64::MIN overflowed
+    /// its negation (computed whether or not it was an errno).
+    #[test]
+    fn returns_outside_the_errno_range_are_none() {
+        assert_eq!(from_return(i64::MIN), None);
+        assert_eq!(from_return(i64::MAX), None);
+        assert_eq!(from_return(-4096), None);
+        assert_eq!(from_return(-4095), Some(4095));
+        assert_eq!(from_return(-1), Some(1));
+        assert_eq!(from_return(0), None);
+    }
 
     #[test]
     fn names() {

@@ -124,7 +124,7 @@ impl Preemption {
     }
 
     /// The model from what the kernel's files say (pure, for tests).
-    fn from_sources(s: &Sources<'_>) -> Preemption {
+    pub(crate) fn from_sources(s: &Sources<'_>) -> Preemption {
         let found = |model, source: String| Preemption {
             model: Some(model),
             source,
@@ -192,12 +192,12 @@ impl fmt::Display for Preemption {
 }
 
 /// What [`Preemption::from_sources`] reads, each `None` where unreadable.
-struct Sources<'a> {
-    debugfs: Option<&'a str>,
-    version: Option<&'a str>,
-    cmdline: Option<&'a str>,
+pub(crate) struct Sources<'a> {
+    pub(crate) debugfs: Option<&'a str>,
+    pub(crate) version: Option<&'a str>,
+    pub(crate) cmdline: Option<&'a str>,
     /// The kernel's config and its path, read only when needed.
-    config: &'a dyn Fn() -> Option<(String, String)>,
+    pub(crate) config: &'a dyn Fn() -> Option<(String, String)>,
 }
 
 /// The running mode in debugfs's list: the one in parentheses

@@ -487,7 +487,7 @@ pub(crate) fn check_start(probes: &[&Probe]) -> Result<(), MissingPrivileges> {
         perf_events,
         perf_event_paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
             .ok()
-            .and_then(|s| s.trim().parse().ok()),
+            .and_then(|s| parse_paranoid(&s)),
         // Only asked when it matters: a refused perf event and kprobes.
         kprobe_multi: kprobes && perf_events.is_err() && kernel_has_fprobe(),
     };
@@ -541,6 +541,11 @@ pub(crate) fn parse_cap_eff(status: &str) -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// The level of `/proc/sys/kernel/perf_event_paranoid` text.
+pub(crate) fn parse_paranoid(text: &str) -> Option<i32> {
+    text.trim().parse().ok()
 }
 
 /// This process's effective capabilities; all assumed present when they cannot

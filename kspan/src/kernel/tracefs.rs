@@ -113,11 +113,16 @@ pub fn read_syscall_formats(syscalls: &[&'static str]) -> Result<SyscallFormats,
 /// refuses.
 pub fn traceable_functions() -> std::io::Result<HashSet<String>> {
     let text = std::fs::read_to_string(Path::new(TRACEFS).join("available_filter_functions"))?;
-    Ok(text
-        .lines()
+    Ok(parse_filter_functions(&text))
+}
+
+/// The function names of `available_filter_functions` text (`name` or
+/// `name [module]` lines).
+pub fn parse_filter_functions(text: &str) -> HashSet<String> {
+    text.lines()
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_owned)
-        .collect())
+        .collect()
 }
 
 /// The formats of the `sched:<event>` tracepoints, mounting tracefs first

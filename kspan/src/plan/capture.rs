@@ -619,13 +619,13 @@ fn rust_types_for(kernel: &KernelType) -> String {
             "`{}` is {} {}-bit: use {}",
             kernel.c_name,
             if signed { "signed" } else { "unsigned" },
-            bytes * 8,
+            u64::from(bytes) * 8,
             ints(bytes, signed)
         ),
         TypeClass::Enum { bytes, .. } => format!(
             "`{}` is a {}-bit enum: use {} or {}",
             kernel.c_name,
-            bytes * 8,
+            u64::from(bytes) * 8,
             ints(bytes, false),
             ints(bytes, true)
         ),
@@ -644,5 +644,36 @@ fn rust_types_for(kernel: &KernelType) -> String {
              scalar parameter instead",
             kernel.c_name
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `btf` fuzz target's find: a BTF integer or enum of 2^29 bytes
+    /// or more overflowed its width in bits in the type hint.
+    #[test]
+    fn hints_of_integers_too_wide_for_bits_in_u32() {
+        let kernel = |class| KernelType {
+            c_name: "huge".to_owned(),
+            class,
+            id: 1,
+            is_user_pointer: false,
+            points_to_char: false,
+        };
+        let int = kernel(TypeClass::Int {
+            bytes: u32::MAX,
+            signed: true,
+        });
+        assert_eq!(
+            rust_types_for(&int),
+            "`huge` is signed 34359738360-bit: use no Rust integer type"
+        );
+        let en = kernel(TypeClass::Enum {
+            bytes: 1 << 29,
+            signed: false,
+        });
+        assert!(rust_types_for(&en).contains("4294967296-bit enum"));
     }
 }

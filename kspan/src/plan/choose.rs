@@ -83,7 +83,11 @@ pub(super) fn fits(
     syscalls: &SyscallFormats,
     function: &str,
 ) -> bool {
-    btf.has_function(function) && plan_function(btf, probe, intern(function), syscalls).is_ok()
+    // `function`, not `has_function`: a name BTF lists without a signature
+    // would fail planning as unknown, whose suggestions would ask this
+    // again of every name, without end (the `btf` fuzz target's find).
+    btf.function(function).is_some()
+        && plan_function(btf, probe, intern(function), syscalls).is_ok()
 }
 
 /// Functions of this kernel `probe` may have meant by `function`.

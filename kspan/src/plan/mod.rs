@@ -421,6 +421,22 @@ mod tests {
     #[kernel_span("vfs_read")]
     fn count_and_ret(count: usize, ret: isize) {}
 
+    /// The `btf` fuzz target's find: a near name that BTF lists as a
+    /// function without a prototype failed planning as unknown, whose
+    /// suggestions planned it again, without end (a hang, then a stack
+    /// overflow).
+    #[test]
+    fn a_function_without_a_prototype_is_no_suggestion() {
+        let mut b = crate::kernel::btf::builder::BtfBuilder::new();
+        let int = b.int("int", 4, true);
+        b.func_typed("vfs_reads", int);
+        b.func_typed("vfs_readv", 0);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert!(btf.has_function("vfs_reads") && btf.function("vfs_reads").is_none());
+        let e = plan_probe(&btf, &count_and_ret).unwrap_err().to_string();
+        assert!(e.starts_with("unknown kernel function `vfs_read`"), "{e}");
+    }
+
     #[kernel_span(
         "vfs_read",
         filter = "count >= 65536 && ret > 0 || ret == -11",

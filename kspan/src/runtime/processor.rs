@@ -74,3 +74,36 @@ impl Processor {
             .store(self.factory.waiting() as u64, Ordering::Relaxed);
     }
 }
+
+/// The consumer's processor, for the fuzz targets: every record goes
+/// through [`Processor::process`] as it does under a running kspan.
+#[cfg(feature = "fuzzing")]
+pub(crate) struct FuzzProcessor(Processor);
+
+#[cfg(feature = "fuzzing")]
+impl FuzzProcessor {
+    /// A processor of `plans`' records (probe id = index) and of wait
+    /// records, spans made by `factory`.
+    pub(crate) fn new(
+        plans: Vec<ProbePlan>,
+        factory: SpanFactory<SdkTracer>,
+        waits: WaitSpans,
+    ) -> Self {
+        FuzzProcessor(Processor {
+            plans,
+            factory,
+            stats: Arc::default(),
+            waits,
+        })
+    }
+
+    /// Processes one ring-buffer record.
+    pub(crate) fn process(&mut self, bytes: &[u8]) {
+        self.0.process(bytes);
+    }
+
+    /// Hands the spans still waiting for their parents on.
+    pub(crate) fn release_waiting(&mut self) {
+        self.0.release_waiting();
+    }
+}

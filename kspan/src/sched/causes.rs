@@ -446,9 +446,14 @@ const THROTTLE_FUNCTIONS: [&str; 2] = ["__blk_throtl_bio", "blk_throtl_bio"];
 
 /// Whether `/proc/kallsyms` lists the kernel function `name`.
 fn kallsyms_has(name: &str) -> std::io::Result<bool> {
-    use std::io::BufRead;
     let file = std::io::BufReader::new(std::fs::File::open("/proc/kallsyms")?);
-    for line in file.lines() {
+    kallsyms_lists(file, name)
+}
+
+/// Whether kallsyms text (`address type name [module]` lines) lists the
+/// kernel function `name`.
+pub(crate) fn kallsyms_lists(text: impl std::io::BufRead, name: &str) -> std::io::Result<bool> {
+    for line in text.lines() {
         let line = line?;
         let mut fields = line.split_ascii_whitespace().skip(1);
         if matches!(fields.next(), Some("t" | "T")) && fields.next() == Some(name) {

@@ -88,7 +88,7 @@
 use std::time::Duration;
 
 mod attach;
-mod causes;
+pub(crate) mod causes;
 mod error;
 mod keys;
 pub(crate) mod time;

@@ -255,6 +255,16 @@ impl WaitSpans {
         spans
     }
 
+    /// With `symbols` for the stacks and the causes read, for the fuzz
+    /// targets (nothing read from the system).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn with_symbols(symbols: KernelSymbolTable) -> Self {
+        WaitSpans {
+            symbols: WaitSymbols(OnceCell::from(symbols)),
+            causes: true,
+        }
+    }
+
     /// Makes the wait record in `bytes` a span under its application span
     /// through `factory`; `false` when they hold no whole wait record.
     pub(crate) fn process<T: Tracer>(&self, factory: &SpanFactory<T>, bytes: &[u8]) -> bool {
@@ -426,6 +436,25 @@ mod tests {
         let attributes = waker_during_attributes(&w);
         assert_eq!(figure(&attributes, attr::WAKER_ON_CPU_NS), Some(0));
         assert_eq!(figure(&attributes, attr::WAKER_OVERLAP_NS), Some(999));
+    }
+
+    /// The `records` fuzz target's first find: figures whose sum passes
+    /// u64::MAX panicked (overflow checks) or wrapped into a wrong on-CPU
+    /// time.
+    #[test]
+    fn waker_figures_past_u64_max_saturate() {
+        let mut w = kspan_wait_record::default();
+        w.waker_during.from_ns = 1;
+        w.waker_during.to_ns = 1_000;
+        w.waker_during.blocked_ns[1] = u64::MAX - 5;
+        w.waker_during.sleeping_ns[2] = 0x5555_5555_5555_5556;
+        w.waker_during.run_queue_ns = 10;
+        let attributes = waker_during_attributes(&w);
+        assert_eq!(figure(&attributes, attr::WAKER_ON_CPU_NS), Some(0));
+        assert_eq!(
+            figure(&attributes, attr::WAKER_BLOCKED_IO_NS),
+            Some(i64::MAX)
+        );
     }
 
     #[test]

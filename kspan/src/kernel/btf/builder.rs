@@ -164,6 +164,12 @@ impl BtfBuilder {
         self.header(name, KIND_FUNC, 1, false, proto)
     }
 
+    /// A function whose type is `ty` as written, a prototype or not (a
+    /// corrupt blob's).
+    pub fn func_typed(&mut self, name: &str, ty: u32) -> u32 {
+        self.header(name, KIND_FUNC, 0, false, ty)
+    }
+
     pub fn build(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&BTF_MAGIC.to_le_bytes());

@@ -26,7 +26,10 @@
 use std::fmt;
 use std::ops::Range;
 
-#[cfg(test)]
+// The unit tests' BTF blobs, also the fuzz targets' sample (which uses
+// only some of the builder).
+#[cfg(any(test, feature = "fuzzing"))]
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod builder;
 mod functions;
 mod parse;
