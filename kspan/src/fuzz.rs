@@ -27,8 +27,8 @@ use crate::kernel::{block, preemption, privileges, syscall, tracefs};
 use crate::plan::{plan_probe, ProbePlan};
 use crate::runtime::FuzzProcessor;
 use crate::sched::WaitSpans;
+use crate::span::KernelSpanIds;
 use crate::span::{ClockOffset, SpanFactory};
-use crate::KernelSpanIds;
 
 /// The BTF the text targets resolve against: the running kernel's where
 /// it is readable (`KSPAN_FUZZ_BTF` names another file), else the unit

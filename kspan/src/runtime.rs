@@ -322,7 +322,7 @@ impl Kspan {
                     .figures
                     .ledger
                     .as_ref()
-                    .and_then(crate::ExportLedger::last_error)
+                    .and_then(crate::export::ExportLedger::last_error)
                     .filter(|_| stats.lost_after_kspan() > 0);
                 match failed_export {
                     Some(said) => {

@@ -5,7 +5,7 @@
 
 mod claim;
 #[cfg(test)]
-mod properties;
+pub(crate) mod properties;
 mod record;
 
 use std::sync::atomic::{AtomicBool, Ordering};

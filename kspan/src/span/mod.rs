@@ -9,6 +9,8 @@ mod clock;
 mod held;
 mod ids;
 mod panics;
+#[cfg(test)]
+mod properties;
 
 pub use clock::ClockOffset;
 pub(crate) use ids::provider_has_kernel_ids;
@@ -488,7 +490,7 @@ mod tests {
         let provider = configure(
             SdkTracerProvider::builder()
                 .with_simple_exporter(exporter.clone())
-                .with_id_generator(crate::KernelSpanIds::default()),
+                .with_id_generator(crate::span::KernelSpanIds::default()),
         )
         .build();
         let factory = SpanFactory::new(

@@ -68,7 +68,7 @@ fn process(bytes: &[u8]) -> (bool, Vec<opentelemetry_sdk::trace::SpanData>) {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
-        .with_id_generator(crate::KernelSpanIds::default())
+        .with_id_generator(crate::span::KernelSpanIds::default())
         .build();
     let factory = SpanFactory::new(
         provider.tracer("kspan-test"),
