@@ -135,9 +135,35 @@ fn write_crate(dir: &Path, repo: &Path) {
     )
     .unwrap();
     std::fs::write(dir.join("src/main.rs"), main_rs).unwrap();
+    let crate_readme =
+        std::fs::read_to_string(repo.join("kspan/README.md")).expect("kspan/README.md");
+    std::fs::write(
+        dir.join("src/bin/crate-readme-app.rs"),
+        crate_readme_program(&crate_readme, &dependencies),
+    )
+    .unwrap();
     std::fs::write(dir.join("build.rs"), readme_block(&readme, "build.rs")).unwrap();
     // The versions the workspace was tested with.
     std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+}
+
+/// The program of the crate's own README (its crates.io page), after
+/// checking that every dependency it lists is one README's crate has.
+fn crate_readme_program(crate_readme: &str, dependencies: &str) -> String {
+    let block = |fence: &str| {
+        crate_readme
+            .split_once(&format!("```{fence}\n"))
+            .and_then(|(_, rest)| rest.split_once("```"))
+            .map(|(block, _)| block.to_owned())
+            .unwrap_or_else(|| panic!("kspan/README.md has a ```{fence} block"))
+    };
+    for line in block("toml").lines().filter(|l| l.contains(" = ")) {
+        assert!(
+            dependencies.lines().any(|d| d.trim() == line.trim()),
+            "the crate README's dependency `{line}` is README's too:\n{dependencies}"
+        );
+    }
+    block("rust,no_run")
 }
 
 /// README's service with the kernel-function probe its comment gives in
@@ -470,6 +496,43 @@ async fn readme_service_builds_without_clang_and_nests_its_reads_over_otlp() {
         "said once, naming the budget: {stderr}"
     );
     eprintln!("README's service stopped in {took:?} with a silent collector:\n{stderr}");
+
+    crate_readme_program_exports_its_reads(&target.join("debug/crate-readme-app")).await;
+}
+
+/// The crate README's program, as a newcomer copies it from crates.io: on
+/// the host, which traces no kernel function, its optional `vfs_read` is
+/// left out with a warning and its `read` syscall source exports, children
+/// of its `load_config` span, every one acknowledged.
+async fn crate_readme_program_exports_its_reads(program: &Path) {
+    let receiver = Receiver::start().await.expect("start the OTLP receiver");
+    let run = run_reading_process_context(program, &receiver.endpoint(), &[]).await;
+    let (stdout, stderr) = (run.stdout(), run.stderr());
+    assert!(
+        run.output.status.success(),
+        "the crate README's program runs on a kernel without trampolines or kprobes:\n\
+         {stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("kspan: warning") && stderr.contains("vfs_read"),
+        "its optional kernel function is left out with a warning:\n{stderr}"
+    );
+    let spans = receiver.spans();
+    let app = the_span(&spans, "load_config");
+    let reads = spans_of_thread(&spans, "read", i64::from(run.pid), app.start_ns, app.end_ns);
+    assert!(
+        !reads.is_empty(),
+        "its reads reach the collector: {spans:?}"
+    );
+    assert_children_of(&reads, app);
+    let kernel_spans = spans.iter().filter(|s| s.name == "read").count();
+    assert!(
+        stdout.contains(&format!(
+            "kspan: {kernel_spans} kernel spans handed to the pipeline, {kernel_spans} \
+             acknowledged by the collector; 0 lost"
+        )),
+        "{stdout}"
+    );
 }
 
 /// The line README's service printed its figures on (stdout when the
