@@ -190,6 +190,20 @@ pub fn test(args: &[String]) -> Result<u8> {
                 "-D",
                 "warnings",
             ]))?;
+            // The fuzz entries exist only with the feature.
+            run(cargo().args([
+                "clippy",
+                "-p",
+                "kspan",
+                "-p",
+                "kspan-cli",
+                "--all-targets",
+                "--features",
+                "kspan/fuzzing,kspan-cli/fuzzing",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
             // The library's documentation, broken links included.
             run(cargo()
                 .args([
@@ -238,6 +252,17 @@ pub fn test(args: &[String]) -> Result<u8> {
             // busy cores would disturb (about a minute and a half to
             // build, 50 s to run).
             ok &= stage(&mut stages, "fuzz", || {
+                // The fuzz entries' own tests (the seeds are whole records,
+                // each target's finds), built only with the feature.
+                run(cargo().args([
+                    "test",
+                    "-p",
+                    "kspan",
+                    "--features",
+                    "fuzzing",
+                    "--lib",
+                    "__fuzz",
+                ]))?;
                 crate::fuzz::fuzz(&crate::fuzz::FuzzArgs {
                     seconds: CI_FUZZ_SECONDS,
                     targets: Vec::new(),
