@@ -535,6 +535,18 @@ impl Drop for TempDir {
 
 /// Runs `cmd` in a guest, in directory `cwd`; returns the guest's exit status.
 pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
+    run_vm_verdicts(opts, cmd, cwd).map(|(status, _)| status)
+}
+
+/// The lines of a guest's console that say what failed: the test script's
+/// `==> kspan-vm: FAILED: ...` and `==> kspan-vm: HUNG: ...`, gathered so a
+/// run's summary names them, not only its long console.
+pub const VERDICT_PREFIXES: [&str; 2] = ["==> kspan-vm: FAILED:", "==> kspan-vm: HUNG:"];
+
+/// [`run_vm`], and the console's verdict lines ([`VERDICT_PREFIXES`]); a
+/// run that times out names them, and the last `==> kspan-vm: running`
+/// line and test started, in its error.
+pub fn run_vm_verdicts(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<(u8, Vec<String>)> {
     let t0 = Instant::now();
     opts.check()?;
     let arch = opts.arch;
@@ -715,15 +727,19 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
     let outcome = console(child, &markers, opts, t0)?;
     let total = t0.elapsed().as_secs_f64();
     match outcome {
-        Outcome::Exit { status, booted } => {
+        Outcome::Exit {
+            status,
+            booted,
+            verdicts,
+        } => {
             eprintln!(
                 "kspan-vm: {}{release}: exit status {status} (guest ready after {:.1}s, total {total:.1}s)",
                 opts.kernel.name(),
                 booted.as_secs_f64()
             );
-            Ok(status)
+            Ok((status, verdicts))
         }
-        Outcome::Failed { why, tail } => {
+        Outcome::Failed { why, tail, running } => {
             eprintln!(
                 "kspan-vm: ---- guest console tail (last {} lines) ----",
                 tail.len()
@@ -733,16 +749,67 @@ pub fn run_vm(opts: &VmOptions, cmd: &[String], cwd: &Path) -> Result<u8> {
             }
             eprintln!("kspan-vm: ---- end of guest console tail ----");
             bail!(
-                "VM run on {}{release} failed after {total:.1}s: {why}",
-                opts.kernel.name()
+                "VM run on {}{release} failed after {total:.1}s: {why}{}",
+                opts.kernel.name(),
+                if running.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", running.join("; "))
+                }
             )
         }
     }
 }
 
 enum Outcome {
-    Exit { status: u8, booted: Duration },
-    Failed { why: String, tail: VecDeque<String> },
+    Exit {
+        status: u8,
+        booted: Duration,
+        verdicts: Vec<String>,
+    },
+    Failed {
+        why: String,
+        tail: VecDeque<String>,
+        /// The verdicts so far, the last binary and the last test started.
+        running: Vec<String>,
+    },
+}
+
+/// What a console says was running and what failed, line by line.
+#[derive(Default)]
+pub(crate) struct Progress {
+    verdicts: Vec<String>,
+    binary: Option<String>,
+    test: Option<String>,
+}
+
+impl Progress {
+    pub(crate) fn line(&mut self, line: &str) {
+        if VERDICT_PREFIXES.iter().any(|p| line.starts_with(p)) {
+            self.verdicts
+                .push(line.trim_start_matches("==> kspan-vm: ").to_string());
+        } else if let Some(b) = line.strip_prefix("==> kspan-vm: running ") {
+            self.binary = Some(b.to_string());
+            self.test = None;
+        } else if let Some(t) = line.strip_prefix("test ") {
+            // `test NAME ... ok`; a hung test leaves `test NAME ...`.
+            if let Some((name, _)) = t.split_once(" ...") {
+                self.test = Some(name.to_string());
+            }
+        }
+    }
+
+    /// For a run that never finished: its verdicts, then where it stopped.
+    pub(crate) fn stopped(self) -> Vec<String> {
+        let mut out = self.verdicts;
+        if let Some(b) = self.binary {
+            out.push(match self.test {
+                Some(t) => format!("last running {b}, its last test started {t}"),
+                None => format!("last running {b}"),
+            });
+        }
+        out
+    }
 }
 
 enum Event {
@@ -780,6 +847,7 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
     // An empty line is held back: the one just before the exit marker is ours.
     let mut held_empty = false;
     let mut out = ConsoleOut::new(opts.hold_console);
+    let mut progress = Progress::default();
     loop {
         let limit = match status {
             // After the marker, give `poweroff -f` a little time.
@@ -817,6 +885,9 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
                     tail.pop_front();
                 }
                 tail.push_back(printable(&line));
+                if started.is_some() {
+                    progress.line(&line);
+                }
                 if started.is_none() {
                     // Boot noise (firmware escape sequences, kernel messages).
                     if opts.verbose {
@@ -853,6 +924,7 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
         return Ok(Outcome::Exit {
             status,
             booted: started.unwrap_or_default(),
+            verdicts: progress.verdicts,
         });
     }
     let why = if timed_out {
@@ -872,7 +944,11 @@ fn console(mut child: Child, markers: &Markers, opts: &VmOptions, t0: Instant) -
     } else {
         format!("QEMU exited ({qemu_status}) without the guest's exit marker")
     };
-    Ok(Outcome::Failed { why, tail })
+    Ok(Outcome::Failed {
+        why,
+        tail,
+        running: progress.stopped(),
+    })
 }
 
 /// Where the command's console lines go: to stdout as they come, or held
