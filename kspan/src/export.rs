@@ -39,12 +39,27 @@ struct Ledger {
     last_error: Mutex<Option<String>>,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+/// The bits of a span's number that count within its stream; the bits
+/// above name the stream (a consumer worker of the runtime).
+const STREAM_SHIFT: u32 = 40;
+
+/// Streams the ledger follows: a runtime's workers, capped far below.
+const MAX_STREAMS: u32 = 1024;
+
+/// The number of the `n`th span of stream `stream`: a worker numbers its
+/// spans in the order it hands them on, and the batch processor keeps each
+/// worker's order, not the order between workers.
+pub(crate) fn sequence(stream: u32, n: u64) -> u64 {
+    (u64::from(stream) << STREAM_SHIFT) | n
+}
+
+#[derive(Debug, Default, Clone)]
 struct Counts {
     /// Kernel spans that reached the exporter with a number.
     numbered: u64,
-    /// One more than the highest number seen (0: none yet).
-    numbers_seen: u64,
+    /// Per stream, one more than the highest number seen (0: none yet);
+    /// summed, how many spans were numbered up to the highest numbers seen.
+    seen_per_stream: Vec<u64>,
     /// Kernel spans that reached it without one (settled like the others).
     unnumbered: u64,
     acknowledged: u64,
@@ -97,16 +112,17 @@ impl ExportLedger {
     }
 
     pub(crate) fn figures(&self) -> ExportFigures {
-        let c = *self.counts();
+        let c = self.counts();
         let settled = c.acknowledged + c.failed + c.timed_out;
+        let numbers_seen = c.seen_per_stream.iter().sum::<u64>();
         ExportFigures {
             received: c.numbered,
-            dropped_before_export: c.numbers_seen.saturating_sub(c.numbered),
+            dropped_before_export: numbers_seen.saturating_sub(c.numbered),
             acknowledged: c.acknowledged,
             failed: c.failed,
             timed_out: c.timed_out,
             in_export: (c.numbered + c.unnumbered).saturating_sub(settled),
-            numbers_seen: c.numbers_seen,
+            numbers_seen,
         }
     }
 
@@ -145,7 +161,8 @@ impl ExportLedger {
     /// Takes kspan's numbers off the kernel spans of `batch`; returns how
     /// many kernel spans it holds.
     fn receive(&self, batch: &mut [SpanData]) -> u64 {
-        let (mut kernel, mut numbered, mut highest) = (0, 0, None::<u64>);
+        let (mut kernel, mut numbered) = (0, 0);
+        let mut highest: Vec<(u32, u64)> = Vec::new();
         for span in batch
             .iter_mut()
             .filter(|s| s.instrumentation_scope.name() == SCOPE_NAME)
@@ -158,17 +175,34 @@ impl ExportLedger {
                 .position(|kv| kv.key.as_str() == SEQUENCE);
             if let Some(at) = at {
                 let number = span.attributes.remove(at);
-                if let opentelemetry::Value::I64(n) = number.value {
+                // Another tracer's attribute of that name, not one of
+                // kspan's numbers, counts as unnumbered.
+                let ours = match number.value {
+                    opentelemetry::Value::I64(n) if n >= 0 => Some((
+                        (n as u64 >> STREAM_SHIFT) as u32,
+                        n as u64 & ((1 << STREAM_SHIFT) - 1),
+                    )),
+                    _ => None,
+                };
+                if let Some((stream, n)) = ours.filter(|(stream, _)| *stream < MAX_STREAMS) {
                     numbered += 1;
-                    highest = highest.max(Some(n as u64));
+                    match highest.iter_mut().find(|(s, _)| *s == stream) {
+                        Some((_, h)) => *h = (*h).max(n),
+                        None => highest.push((stream, n)),
+                    }
                 }
             }
         }
         let mut c = self.counts();
         c.numbered += numbered;
         c.unnumbered += kernel - numbered;
-        if let Some(h) = highest {
-            c.numbers_seen = c.numbers_seen.max(h + 1);
+        for (stream, h) in highest {
+            let stream = stream as usize;
+            if c.seen_per_stream.len() <= stream {
+                c.seen_per_stream.resize(stream + 1, 0);
+            }
+            let seen = &mut c.seen_per_stream[stream];
+            *seen = (*seen).max(h + 1);
         }
         kernel
     }
@@ -352,6 +386,41 @@ mod tests {
             .iter()
             .all(|s| s.attributes.iter().all(|kv| kv.key.as_str() != SEQUENCE)));
         assert_eq!(exported[0].attributes.len(), 1);
+    }
+
+    #[test]
+    fn each_worker_s_stream_is_followed_apart_whatever_the_order_between_them() {
+        let exporter = AccountedExporter::new(InMemorySpanExporter::default());
+        let ledger = exporter.ledger();
+        let n = |stream, i| Some(sequence(stream, i) as i64);
+        // Stream 1 ends its spans 0..3 before stream 0's 0 and 1 reach the
+        // queue: nothing is missing yet.
+        let early = vec![
+            span(SCOPE_NAME, n(1, 0)),
+            span(SCOPE_NAME, n(1, 1)),
+            span(SCOPE_NAME, n(1, 2)),
+        ];
+        futures_executor_block_on(exporter.export(early)).unwrap();
+        assert_eq!(ledger.figures().dropped_before_export, 0);
+        // Stream 0's 0 and 2 arrive: its 1 was dropped on the way.
+        let late = vec![span(SCOPE_NAME, n(0, 0)), span(SCOPE_NAME, n(0, 2))];
+        futures_executor_block_on(exporter.export(late)).unwrap();
+        let f = ledger.figures();
+        assert_eq!(
+            (f.received, f.dropped_before_export, f.numbers_seen),
+            (5, 1, 6),
+            "{f:?}"
+        );
+        // Not kspan's numbers (negative, or a stream past any runtime's):
+        // unnumbered, settled like the others.
+        let odd = vec![span(SCOPE_NAME, Some(-3)), span(SCOPE_NAME, Some(i64::MAX))];
+        futures_executor_block_on(exporter.export(odd)).unwrap();
+        let f = ledger.figures();
+        assert_eq!(
+            (f.received, f.numbers_seen, f.acknowledged),
+            (5, 6, 7),
+            "{f:?}"
+        );
     }
 
     #[test]

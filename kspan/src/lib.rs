@@ -282,7 +282,7 @@ pub use opentelemetry::KeyValue;
 pub use pipeline::{Pipeline, TracerProviderBuilderExt};
 pub use plan::fieldpath::{FieldPathError, PathSyntaxError, SegmentProblem};
 pub use plan::PlanError;
-pub use runtime::{Kspan, KspanBuilder, SetupGap, ThreadContextReads};
+pub use runtime::{default_span_workers, Kspan, KspanBuilder, SetupGap, ThreadContextReads};
 pub use sched::{CauseMechanism, SchedMechanism, SchedulerAccount};
 pub use span::KernelSpanIds;
 // For kspan's benches and tests (see above).

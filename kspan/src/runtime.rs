@@ -40,7 +40,7 @@ mod processor;
 mod records;
 mod setup;
 
-pub use builder::KspanBuilder;
+pub use builder::{default_span_workers, KspanBuilder};
 use figures::Figures;
 use flush::{bounded, flush, unfold};
 #[cfg(feature = "fuzzing")]

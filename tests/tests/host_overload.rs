@@ -3,7 +3,9 @@
 //! the host with a syscall source: with the consumer held, a burst of 7/8
 //! of the ring's records is taken whole (the room kept is for the exits of
 //! open calls and a margin of 1/32, not half the ring), and past the ring's
-//! room calls are declined and counted, none lost to a full ring.
+//! room calls are declined and counted, none lost to a full ring. With
+//! several span workers, the reader's batches for a held worker are room
+//! too, bounded: past them, the same.
 
 use std::sync::Arc;
 
@@ -26,12 +28,16 @@ fn calls(n: u64) {
     }
 }
 
+/// A process runs one kspan runtime at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A ring of 1 MiB; a `getppid` record takes 160 bytes of it.
 const RING: u32 = 1 << 20;
 const SLOT: u64 = 160;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_fills_the_ring_but_for_its_margin_and_then_is_declined() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let gate = Arc::new(ConsumerGate::default());
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
@@ -43,6 +49,9 @@ async fn a_burst_fills_the_ring_but_for_its_margin_and_then_is_declined() {
         .probe(&getppid)
         .orphans(kspan::Orphans::NewTrace)
         .ring_buffer_size(RING)
+        // The reader builds the spans: with the consumer held, the ring
+        // is the only room (workers have their batches too: below).
+        .span_workers(1)
         .start()
         .expect("syscall sources start on the host");
     let capacity = u64::from(RING) / SLOT;
@@ -72,6 +81,59 @@ async fn a_burst_fills_the_ring_but_for_its_margin_and_then_is_declined() {
     assert_eq!(
         stats.spans_to_pipeline + stats.dropped_overload,
         1 + burst + capacity / 4,
+        "{stats:?}"
+    );
+    assert_eq!(stats.lost(), stats.dropped_overload, "{stats:?}");
+    let exported = exporter.get_finished_spans().unwrap().len() as u64;
+    assert_eq!(exported, stats.spans_to_pipeline);
+    provider.shutdown().unwrap();
+}
+
+/// What the reader may hold for one worker besides the ring: four batches
+/// on their way and one gathering, of 64 KiB each (`consume::fanout`).
+const WORKER_ROOM: u64 = 5 * 64 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_span_workers_a_held_worker_s_calls_are_declined_past_its_room_and_counted() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let gate = Arc::new(ConsumerGate::default());
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(GateProcessor(gate.clone()))
+        .with_simple_exporter(exporter.clone())
+        .with_id_generator(kspan::KernelSpanIds::default())
+        .build();
+    let kspan = Kspan::builder(&provider)
+        .probe(&getppid)
+        .orphans(kspan::Orphans::NewTrace)
+        .ring_buffer_size(RING)
+        .span_workers(3)
+        .start()
+        .expect("syscall sources start on the host");
+    let capacity = u64::from(RING) / SLOT;
+    gate.set_closed(true);
+    calls(1);
+    gate.wait_holding();
+    // One thread's calls go to one worker, held in the gate: the reader
+    // fills that worker's batches, then waits, and the ring fills.
+    let burst = capacity * 7 / 8;
+    calls(burst);
+    let held = kspan.stats().expect("live figures");
+    calls(capacity / 2);
+    let over = kspan.stats().expect("live figures");
+    gate.set_closed(false);
+    assert_eq!(held.dropped_overload, 0, "{held:?}");
+    assert!(over.dropped_overload > 0, "{over:?}");
+    let taken = capacity / 2 - over.dropped_overload;
+    assert!(
+        burst + taken <= capacity * 31 / 32 + WORKER_ROOM / SLOT + 1,
+        "at most 31/32 of the ring and the worker's batches: {taken} more taken: {over:?}"
+    );
+    let stats = kspan.shutdown().await.expect("kspan shuts down");
+    assert_eq!(stats.dropped_ring_buffer_full, 0, "{stats:?}");
+    assert_eq!(
+        stats.spans_to_pipeline + stats.dropped_overload,
+        1 + burst + capacity / 2,
         "{stats:?}"
     );
     assert_eq!(stats.lost(), stats.dropped_overload, "{stats:?}");

@@ -22,6 +22,8 @@
 //! of all threads together (paced; unpaced by default): with the default
 //! ring (4 MiB) at 3,600 calls a second for 10 s, the same run is the
 //! benchmark of BENCHMARKS.md ("Declines under a file workload").
+//! `KSPAN_TREES_WORKERS=N` sets `KspanBuilder::span_workers` (the default:
+//! one a CPU), for the table of "Span workers" there.
 
 use std::collections::{HashMap, HashSet};
 
@@ -259,6 +261,9 @@ async fn nested_probes_under_overload_keep_whole_trees_and_count_every_call() {
     if let Some(ledger) = ledger {
         kspan = kspan.export_ledger(ledger);
     }
+    if let Some(workers) = env_u64("KSPAN_TREES_WORKERS") {
+        kspan = kspan.span_workers(workers as usize);
+    }
     let kspan = kspan.start().expect("the probes attach");
     for a in kspan.attach_plan() {
         eprintln!("vm_trees: {} by {:?}", a.function, a.attachment);
@@ -409,6 +414,9 @@ async fn a_tree_larger_than_the_ring_says_how_many_descendants_it_lacks() {
         .probes([&iterate_dir, &filldir64])
         // Four pages: about a hundred `filldir64` records.
         .ring_buffer_size(16 * 1024)
+        // The reader builds the spans: with the consumer held, the ring
+        // is the only room, and the tree is larger than it.
+        .span_workers(1)
         .start()
         .expect("the probes attach");
     gate.set_closed(true);

@@ -4,6 +4,7 @@
 //! Turning records into spans is the next stage's, given as the callback.
 
 mod claim;
+mod fanout;
 #[cfg(test)]
 pub(crate) mod properties;
 mod record;
@@ -19,6 +20,7 @@ use crate::bpf::maps::SharedMaps;
 use crate::bpf::MapError;
 
 pub(crate) use claim::{Claim, PROCESS};
+pub(crate) use fanout::{panic_message, Fanout};
 pub(crate) use record::decode_capture;
 pub use record::{parse_record, DecodeError, RecordHeader, RecordView};
 
@@ -62,20 +64,25 @@ pub(crate) struct Consumer {
 
 impl Consumer {
     /// Starts consuming `ring` on a new thread, holding `claim` while it
-    /// lives, within `runtime` if given;
-    /// `on_death` runs on that thread if it ends without being asked to (the
-    /// ring buffer cannot be polled, or the pipeline panicked), before the
-    /// panic goes on; `on_drained` runs there once the ring is drained after
-    /// a stop, for what the callback still holds; `on_tick` runs there about
-    /// every [`TICK`] between records, and once more after `on_drained`.
-    pub(crate) fn start(
+    /// lives, within `runtime` if given, with `hooks` run on that thread.
+    pub(crate) fn start<D, E, T, C>(
         ring: RingBuffer<'static>,
         claim: Claim,
         runtime: Option<tokio::runtime::Handle>,
-        on_death: impl FnOnce() + Send + 'static,
-        on_drained: impl FnOnce() + Send + 'static,
-        mut on_tick: impl FnMut() + Send + 'static,
-    ) -> std::io::Result<Self> {
+        hooks: Hooks<D, E, T, C>,
+    ) -> std::io::Result<Self>
+    where
+        D: FnOnce() + Send + 'static,
+        E: FnOnce() + Send + 'static,
+        T: FnMut() + Send + 'static,
+        C: FnMut() + Send + 'static,
+    {
+        let Hooks {
+            on_death,
+            on_drained,
+            mut on_tick,
+            mut on_consumed,
+        } = hooks;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::Builder::new()
@@ -86,13 +93,19 @@ impl Consumer {
                 // processors' exports) make no kernel spans.
                 let _quiet = crate::context::suppress();
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run(&ring, &stopped, &mut on_tick)
+                    run(&ring, &stopped, &mut on_tick, &mut on_consumed)
                 }));
-                match ran {
-                    Ok(true) => {
+                // What the callback still holds is handed on before the
+                // consumer counts as ended.
+                let ran = match ran {
+                    Ok(true) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         on_drained();
-                        on_tick();
-                    }
+                        true
+                    })),
+                    other => other,
+                };
+                match ran {
+                    Ok(true) => on_tick(),
                     Ok(false) => on_death(),
                     Err(panic) => {
                         on_death();
@@ -112,11 +125,7 @@ impl Consumer {
     pub(crate) fn stop(&mut self) -> Result<(), String> {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.take().map(JoinHandle::join) {
-            Some(Err(panic)) => Err(panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "the consumer thread panicked".to_owned())),
+            Some(Err(panic)) => Err(panic_message(&*panic)),
             _ => Ok(()),
         }
     }
@@ -128,9 +137,29 @@ impl Drop for Consumer {
     }
 }
 
+/// What runs on the consumer's thread besides the ring's callback.
+pub(crate) struct Hooks<D, E, T, C> {
+    /// When the thread ends without being asked to (the ring buffer cannot
+    /// be polled, or the pipeline panicked), before the panic goes on.
+    pub on_death: D,
+    /// Once the ring is drained after a stop, for what the callback still
+    /// holds.
+    pub on_drained: E,
+    /// About every [`TICK`] between records, and once more after
+    /// `on_drained`.
+    pub on_tick: T,
+    /// After each time the ring was read to its end.
+    pub on_consumed: C,
+}
+
 /// Waits for records until `stop`, with `on_tick` about every [`TICK`],
 /// then drains the rest; `false` when it had to give up first.
-fn run(ring: &RingBuffer<'static>, stop: &AtomicBool, on_tick: &mut dyn FnMut()) -> bool {
+fn run(
+    ring: &RingBuffer<'static>,
+    stop: &AtomicBool,
+    on_tick: &mut dyn FnMut(),
+    on_consumed: &mut dyn FnMut(),
+) -> bool {
     let mut ticked = Instant::now();
     // The kernel wakes the consumer only once KSPAN_WAKEUP_BYTES wait (a
     // wakeup per record would tax every traced call); the timeout collects a
@@ -143,6 +172,7 @@ fn run(ring: &RingBuffer<'static>, stop: &AtomicBool, on_tick: &mut dyn FnMut())
             crate::diagnostics::error_user!(error = %e, "kspan stops consuming its ring buffer");
             return false;
         }
+        on_consumed();
         if ticked.elapsed() >= TICK {
             on_tick();
             ticked = Instant::now();
@@ -152,6 +182,7 @@ fn run(ring: &RingBuffer<'static>, stop: &AtomicBool, on_tick: &mut dyn FnMut())
     if let Err(e) = ring.consume() {
         crate::diagnostics::error_user!(error = %e, "kspan ring buffer consume failed");
     }
+    on_consumed();
     true
 }
 

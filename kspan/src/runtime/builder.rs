@@ -24,6 +24,8 @@ mod kernel;
 mod load;
 mod orphans;
 mod record;
+
+pub use record::default_span_workers;
 mod start;
 
 /// [`KspanBuilder::shutdown_timeout`]'s default: with the provider's own
@@ -46,6 +48,7 @@ pub struct KspanBuilder {
     process_context: bool,
     shutdown_timeout: Duration,
     ring_buffer_bytes: u32,
+    span_workers: Option<usize>,
     ledger: Option<ExportLedger>,
     meter: Option<Meter>,
     sums: Option<KernelSums>,
@@ -70,6 +73,7 @@ impl KspanBuilder {
             process_context: true,
             shutdown_timeout: DEFAULT_SHUTDOWN_BUDGET,
             ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
+            span_workers: None,
             ledger: None,
             meter: None,
             sums: None,
@@ -188,6 +192,26 @@ impl KspanBuilder {
     /// so it sees the double.
     pub fn ring_buffer_size(mut self, bytes: u32) -> Self {
         self.ring_buffer_bytes = bytes;
+        self
+    }
+
+    /// At most `threads` threads turn records into spans (at least 1; by
+    /// default the CPUs this process may run on, see
+    /// [`default_span_workers`](crate::default_span_workers)). With one,
+    /// the thread that reads the ring buffer builds every span; with more,
+    /// it shares the records out by the thread that made them (a thread's
+    /// spans stay on one worker, in order), and the workers build spans
+    /// and hand them to the application's processors side by side.
+    ///
+    /// More workers keep up with more calls a second, as long as there are
+    /// CPUs for them: each is a thread competing with the service's own.
+    /// Fewer leave the service more CPU and, past what they keep up with,
+    /// have the kernel decline calls (counted in
+    /// [`Stats::dropped_ring_buffer_full`](crate::Stats::dropped_ring_buffer_full)).
+    /// The guide's performance page has the measured rates.
+    #[doc(alias = "consumer_threads")]
+    pub fn span_workers(mut self, threads: usize) -> Self {
+        self.span_workers = Some(threads);
         self
     }
 

@@ -13,13 +13,24 @@ use crate::span::{Outcome, SpanFactory};
 
 use super::figures::Counters;
 
-/// Turns records into spans, inside the ring buffer's callback.
+/// Turns records into spans: inside the ring buffer's callback, or on a
+/// span worker; the counters are shared by every worker's processor.
 pub(super) struct Processor {
-    pub(super) plans: Vec<ProbePlan>,
+    pub(super) plans: Arc<[ProbePlan]>,
     pub(super) factory: SpanFactory<SdkTracer>,
     pub(super) stats: Arc<Counters>,
     /// The scheduler account's records: its wait spans.
     pub(super) waits: WaitSpans,
+    /// This processor's share of the shared gauges, as last added.
+    pub(super) reported: Reported,
+}
+
+/// A processor's part of the gauges the workers share, so that each adds
+/// what changed since.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Reported {
+    unresolved: u64,
+    waiting: u64,
 }
 
 impl Processor {
@@ -64,14 +75,27 @@ impl Processor {
         self.count_handed(handed);
     }
 
-    fn count_handed(&self, before: u64) {
+    fn count_handed(&mut self, before: u64) {
         let s = &self.stats;
         s.spans
             .fetch_add(self.factory.handed() - before, Ordering::Release);
-        s.unresolved
-            .store(self.factory.unresolved(), Ordering::Relaxed);
-        s.waiting
-            .store(self.factory.waiting() as u64, Ordering::Relaxed);
+        // Both only grow (unresolved) or move by the difference (waiting):
+        // the sum over the workers' processors.
+        let unresolved = self.factory.unresolved();
+        if unresolved != self.reported.unresolved {
+            s.unresolved
+                .fetch_add(unresolved - self.reported.unresolved, Ordering::Relaxed);
+            self.reported.unresolved = unresolved;
+        }
+        let waiting = self.factory.waiting() as u64;
+        if waiting > self.reported.waiting {
+            s.waiting
+                .fetch_add(waiting - self.reported.waiting, Ordering::Relaxed);
+        } else if waiting < self.reported.waiting {
+            s.waiting
+                .fetch_sub(self.reported.waiting - waiting, Ordering::Relaxed);
+        }
+        self.reported.waiting = waiting;
     }
 }
 
@@ -90,10 +114,11 @@ impl FuzzProcessor {
         waits: WaitSpans,
     ) -> Self {
         FuzzProcessor(Processor {
-            plans,
+            plans: plans.into(),
             factory,
             stats: Arc::default(),
             waits,
+            reported: Reported::default(),
         })
     }
 

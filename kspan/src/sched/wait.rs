@@ -5,7 +5,7 @@
 //! kernel stack and who woke it, exported through the core's
 //! [`SpanFactory`] like any kernel span.
 
-use std::cell::OnceCell;
+use std::sync::{Arc, OnceLock};
 
 use kspan_bpf::consts as c;
 use kspan_bpf::types::kspan_wait_record;
@@ -211,8 +211,9 @@ fn waker_during_attributes(w: &kspan_wait_record) -> Vec<KeyValue> {
 }
 
 /// The kernel's symbols, read on first use or up front ([`WaitSpans::new`]).
-#[derive(Debug, Default)]
-struct WaitSymbols(OnceCell<KernelSymbolTable>);
+/// Shared by the span workers' copies: one table a runtime.
+#[derive(Debug, Default, Clone)]
+struct WaitSymbols(Arc<OnceLock<KernelSymbolTable>>);
 
 impl WaitSymbols {
     fn table(&self) -> &KernelSymbolTable {
@@ -234,7 +235,7 @@ fn c_str(bytes: &[u8]) -> String {
 /// The account's half of turning records into spans: its wait records,
 /// and what making them needs (the kernel's symbols, whether the causes
 /// are read).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct WaitSpans {
     symbols: WaitSymbols,
     /// The causes are read: blocked and sleeping waits say theirs.
@@ -260,7 +261,7 @@ impl WaitSpans {
     #[cfg(feature = "fuzzing")]
     pub(crate) fn with_symbols(symbols: KernelSymbolTable) -> Self {
         WaitSpans {
-            symbols: WaitSymbols(OnceCell::from(symbols)),
+            symbols: WaitSymbols(Arc::new(OnceLock::from(symbols))),
             causes: true,
         }
     }

@@ -207,6 +207,17 @@ impl<T: Tracer> SpanFactory<T> {
         self
     }
 
+    /// Numbers this factory's spans in stream `stream` of its runtime, one
+    /// stream per consumer worker ([`crate::export::sequence`]): each
+    /// worker hands its spans on in its own order, and the export ledger
+    /// follows each stream apart. With [`Self::numbered`] on.
+    pub(crate) fn sequence_stream(mut self, stream: u32) -> Self {
+        if self.next_number.is_some() {
+            self.next_number = Some(Cell::new(crate::export::sequence(stream, 0)));
+        }
+        self
+    }
+
     /// Whether each span carries `process.pid`: wanted when other processes
     /// are traced too; spans of the application's own process are already
     /// told apart by the application's resource.

@@ -71,6 +71,14 @@ impl KspanBuilder {
                 reason,
             });
         }
+        if self.span_workers == Some(0) {
+            return Err(Error::InvalidSetting {
+                setting: "KspanBuilder::span_workers",
+                reason: "0 threads would turn no record into a span: give at least 1 \
+                         (or leave it out for one a CPU, at most 8)"
+                    .to_owned(),
+            });
+        }
         if !crate::span::provider_has_kernel_ids(provider_debug) {
             return Err(Error::NoKernelSpanIds);
         }

@@ -13,7 +13,7 @@ use crate::attach::{registration_skips, AttachDecision};
 use crate::bpf::links::Links;
 use crate::bpf::maps::SharedMaps;
 use crate::bpf::{KernelCapabilities, Orphans};
-use crate::consume::{self, Claim, Consumer};
+use crate::consume::{self, Claim, Consumer, Fanout};
 use crate::error::{Error, Result};
 use crate::plan::ProbePlan;
 use crate::sched::time::FaultCounts;
@@ -36,9 +36,10 @@ pub(super) struct Consuming {
 }
 
 impl KspanBuilder {
-    /// Starts the consumer thread (within `runtime`, if any): records to
-    /// spans through the application's tracer, the account's wait records
-    /// through its [`WaitSpans`].
+    /// Starts the consumer thread (within `runtime`, if any), and the span
+    /// workers it shares records out to when there are several: records
+    /// to spans through the application's tracer, the account's wait
+    /// records through its [`WaitSpans`].
     pub(super) fn start_consumer(
         &self,
         plans: Vec<ProbePlan>,
@@ -48,24 +49,61 @@ impl KspanBuilder {
         runtime: Option<tokio::runtime::Handle>,
     ) -> Result<Consuming> {
         let counters = Arc::new(Counters::default());
-        // Shared with the consumer's last act (the spans still waiting for
-        // their parents); the lock is never contended.
-        let processor = Arc::new(Mutex::new(Processor {
-            plans,
-            factory: SpanFactory::new(self.provider.tracer(SCOPE_NAME), ClockOffset::measure())
+        let plans: Arc<[ProbePlan]> = plans.into();
+        let clock = ClockOffset::measure();
+        let waits = self
+            .scheduler
+            .as_ref()
+            .map(WaitSpans::new)
+            .unwrap_or_default();
+        let processor = |stream: u32| Processor {
+            plans: plans.clone(),
+            factory: SpanFactory::new(self.provider.tracer(SCOPE_NAME), clock)
                 .with_process_pid(self.all_processes)
-                .numbered(self.ledger.is_some()),
+                .numbered(self.ledger.is_some())
+                .sequence_stream(stream),
             stats: counters.clone(),
-            waits: self
-                .scheduler
-                .as_ref()
-                .map(WaitSpans::new)
-                .unwrap_or_default(),
-        }));
-        let ring = consume::ring_buffer(maps, {
-            let processor = processor.clone();
-            move |bytes| lock(&processor).process(bytes)
-        })?;
+            waits: waits.clone(),
+            reported: Default::default(),
+        };
+        let workers = self.span_workers.unwrap_or_else(default_span_workers);
+        let (ring, on_drained, on_consumed): (_, DrainedHook, ConsumedHook) = if workers <= 1 {
+            // One thread reads and builds: no copy of the records.
+            // Shared with the consumer's last act (the spans still
+            // waiting for their parents); the lock is never contended.
+            let processor = Arc::new(Mutex::new(processor(0)));
+            let ring = consume::ring_buffer(maps, {
+                let processor = processor.clone();
+                move |bytes| lock(&processor).process(bytes)
+            })?;
+            (
+                ring,
+                Box::new(move || lock(&processor).release_waiting()),
+                Box::new(|| {}),
+            )
+        } else {
+            let fanout = start_workers(workers, processor, runtime.clone())?;
+            let fanout = Arc::new(Mutex::new(fanout));
+            let ring = consume::ring_buffer(maps, {
+                let fanout = fanout.clone();
+                move |bytes| lock(&fanout).push(bytes)
+            })?;
+            let finish = fanout.clone();
+            (
+                ring,
+                // A worker's panic is the consumer's: said by `stop`.
+                Box::new(move || {
+                    if let Err(died) = lock(&finish).finish() {
+                        std::panic::panic_any(died.0);
+                    }
+                }),
+                Box::new(move || {
+                    if let Err(died) = lock(&fanout).flush() {
+                        std::panic::panic_any(died.0);
+                    }
+                }),
+            )
+        };
         let figures: Arc<OnceLock<Arc<Figures>>> = Arc::default();
         let on_tick = {
             let figures = figures.clone();
@@ -78,25 +116,25 @@ impl KspanBuilder {
                 }
             }
         };
-        let consumer = Consumer::start(
-            ring,
-            claim,
-            runtime,
-            {
-                let links = links.clone();
-                // A consumer that dies stops the recording it can no longer
-                // turn into spans.
-                move || {
-                    crate::diagnostics::error_user!(
-                        "kspan's consumer died: kspan detaches every probe"
-                    );
-                    lock(&links).detach_all();
-                }
-            },
-            move || lock(&processor).release_waiting(),
+        let on_death = {
+            let links = links.clone();
+            // A consumer that dies stops the recording it can no longer
+            // turn into spans.
+            move || {
+                crate::diagnostics::error_user!(
+                    "kspan's consumer died: kspan detaches every probe"
+                );
+                lock(&links).detach_all();
+            }
+        };
+        let hooks = consume::Hooks {
+            on_death,
+            on_drained,
             on_tick,
-        )
-        .map_err(|e| Error::Consumer(format!("cannot start the consumer thread: {e}")))?;
+            on_consumed,
+        };
+        let consumer = Consumer::start(ring, claim, runtime, hooks)
+            .map_err(|e| Error::Consumer(format!("cannot start the consumer thread: {e}")))?;
         Ok(Consuming {
             consumer,
             counters,
@@ -142,6 +180,51 @@ impl KspanBuilder {
         warn_causes_not_read(attached);
         Ok(())
     }
+}
+
+/// What the consumer runs once the ring is drained at a stop.
+type DrainedHook = Box<dyn FnOnce() + Send>;
+/// What the consumer runs each time it has read the ring to its end.
+type ConsumedHook = Box<dyn FnMut() + Send>;
+
+/// The span workers' default: the CPUs this process may run on (its
+/// affinity and its cgroup's CPU quota, as the standard library reads
+/// them), at most 8.
+pub fn default_span_workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(MAX_DEFAULT_SPAN_WORKERS)
+}
+
+/// The most workers the default starts: past this, a worker of its own
+/// for each CPU of a large machine costs threads and memory for services
+/// with fewer busy threads than that (a thread's records go to one
+/// worker). [`KspanBuilder::span_workers`] sets more.
+const MAX_DEFAULT_SPAN_WORKERS: usize = 8;
+
+/// `workers` span workers, each with its own processor (`processor(i)`),
+/// entering `runtime` if given.
+fn start_workers(
+    workers: usize,
+    processor: impl Fn(u32) -> Processor,
+    runtime: Option<tokio::runtime::Handle>,
+) -> Result<Fanout> {
+    Fanout::start(workers, |i, end| {
+        let mut processor = processor(i as u32);
+        let runtime = runtime.clone();
+        std::thread::Builder::new()
+            .name(format!("kspan-spans-{i}"))
+            .spawn(move || {
+                let _in_runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
+                // kspan's own calls (the processors' exports) make no
+                // kernel spans.
+                let _quiet = crate::context::suppress();
+                end.run(|record| processor.process(record));
+                // The reader is done: what still waits for a parent goes.
+                processor.release_waiting();
+            })
+    })
+    .map_err(|e| Error::Consumer(format!("cannot start a span worker thread: {e}")))
 }
 
 /// A cause asked for that this kernel does not give, said once at start,
