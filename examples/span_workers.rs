@@ -19,6 +19,11 @@
 //! rest of the process's, kspan's threads and the SDK's export thread).
 //! Then it shuts kspan and the provider down and checks that every call is
 //! exported or counted: `calls = acknowledged + lost`, exactly.
+//!
+//! With `roots` as a fourth argument the calls are made under no
+//! application span and each is a trace of its own (`Orphans::NewTrace`):
+//! under valgrind, whose threads the kernel cannot read a thread context
+//! of (the callgrind figures of BENCHMARKS.md).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,13 +64,17 @@ fn run() -> Result<(), BoxError> {
         number(1, "THREADS")? as usize,
         number(2, "SECONDS")?,
     );
+    let roots = args.get(3).map(String::as_str) == Some("roots");
     let discarding = discard::provider(QUEUE);
     let provider = discarding.provider.clone();
-    let kspan = kspan::Kspan::builder(&provider)
+    let mut kspan = kspan::Kspan::builder(&provider)
         .pipeline(&discarding.pipeline)
         .probe(&sys_getppid)
-        .span_workers(workers)
-        .start()?;
+        .span_workers(workers);
+    if roots {
+        kspan = kspan.orphans(kspan::Orphans::NewTrace);
+    }
+    let kspan = kspan.start()?;
 
     let go = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -82,14 +91,19 @@ fn run() -> Result<(), BoxError> {
                 }
                 let cpu = load::thread_cpu_ns();
                 let mut made = 0u64;
-                tracer.in_span(format!("caller {i}"), |_| {
+                let mut call = || {
                     while !stop.load(Ordering::Relaxed) {
                         for _ in 0..64 {
                             load::call();
                         }
                         made += 64;
                     }
-                });
+                };
+                if roots {
+                    call();
+                } else {
+                    tracer.in_span(format!("caller {i}"), |_| call());
+                }
                 calls.fetch_add(made, Ordering::Relaxed);
                 service_cpu.fetch_add(load::thread_cpu_ns() - cpu, Ordering::Relaxed);
             })

@@ -42,6 +42,12 @@
 //!    kspan handed on. Its settings are the SDK's (`OTEL_BSP_*`), or
 //!    [`Pipeline::with_batch_config`]'s.
 //!
+//! The pieces after the id generator are one processor of the provider
+//! (`KspanProcessor`, in that order inside): the SDK hands a finished span
+//! to a lone processor by value and clones it for each of several, and a
+//! clone and its drop cost about as much as kspan's own work on a kernel
+//! span (BENCHMARKS.md, "Span workers").
+//!
 //! Each piece stays public, for pipelines this one does not fit (a
 //! processor of the application's own between the sums and the batch
 //! processor, a second exporter): guide page "Accounting and metrics"
@@ -58,9 +64,14 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchConfig, BatchSpanProcessor, SpanExporter, TracerProviderBuilder,
+    BatchConfig, BatchSpanProcessor, Span, SpanData, SpanExporter, SpanProcessor,
+    TracerProviderBuilder,
 };
+use opentelemetry_sdk::Resource;
 
 use crate::context::ContextPublisher;
 use crate::export::{AccountedExporter, ExportLedger};
@@ -161,8 +172,44 @@ impl TracerProviderBuilderExt for TracerProviderBuilder {
         .build();
         let publisher = lock(&shared.publisher).clone().unwrap_or_default();
         self.with_id_generator(KernelSpanIds::default())
-            .with_span_processor(publisher)
-            .with_span_processor(shared.sums.processor(batch))
+            .with_span_processor(KspanProcessor {
+                publisher,
+                then: shared.sums.processor(batch),
+            })
+    }
+}
+
+/// The [`ContextPublisher`], then the rest of the pipeline, as one
+/// processor: what the SDK gives one processor it moves, not clones.
+#[derive(Debug)]
+struct KspanProcessor<P> {
+    publisher: ContextPublisher,
+    then: P,
+}
+
+impl<P: SpanProcessor> SpanProcessor for KspanProcessor<P> {
+    fn on_start(&self, span: &mut Span, cx: &opentelemetry::Context) {
+        self.publisher.on_start(span, cx);
+        self.then.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        self.publisher.span_ended(&span);
+        self.then.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.then.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let publisher = self.publisher.shutdown_with_timeout(timeout);
+        self.then.shutdown_with_timeout(timeout).and(publisher)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.publisher.set_resource(resource);
+        self.then.set_resource(resource);
     }
 }
 
@@ -189,6 +236,13 @@ mod tests {
         assert!(crate::span::provider_has_kernel_ids(&debug), "{debug}");
         assert!(debug.contains("ContextPublisher"), "{debug}");
         assert!(debug.contains("KernelSumsProcessor"), "{debug}");
+        // One processor of the provider: the SDK moves a finished span to a
+        // lone processor and clones it for each of several.
+        assert_eq!(debug.matches("KspanProcessor").count(), 1, "{debug}");
+        assert!(
+            debug.find("ContextPublisher") < debug.find("KernelSumsProcessor"),
+            "the publisher first: {debug}"
+        );
         assert_eq!(
             crate::export::batch_capacity(&debug),
             Some(2048 + 512),

@@ -312,6 +312,21 @@ impl ContextPublisher {
     }
 }
 
+impl ContextPublisher {
+    /// [`SpanProcessor::on_end`]'s work, on a span another processor
+    /// takes by value next (the SDK clones a finished span for each of
+    /// several processors, so kspan's pipeline is one processor).
+    pub(crate) fn span_ended(&self, span: &SpanData) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let id = u64::from_be_bytes(span.span_context.span_id().to_bytes());
+        if let Some(spans) = SPANS.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            spans.remove(&id);
+        }
+    }
+}
+
 impl SpanProcessor for ContextPublisher {
     fn on_start(&self, span: &mut Span, cx: &Context) {
         if self.keys.is_empty() {
@@ -331,13 +346,7 @@ impl SpanProcessor for ContextPublisher {
     }
 
     fn on_end(&self, span: SpanData) {
-        if self.keys.is_empty() {
-            return;
-        }
-        let id = u64::from_be_bytes(span.span_context.span_id().to_bytes());
-        if let Some(spans) = SPANS.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            spans.remove(&id);
-        }
+        self.span_ended(&span);
     }
 
     fn force_flush(&self) -> OTelSdkResult {
