@@ -21,7 +21,9 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 
 use crate::annotation::attributes::SEQUENCE;
-use crate::span::SCOPE_NAME;
+#[cfg(test)]
+use crate::span::sequence;
+use crate::span::{SCOPE_NAME, STREAM_SHIFT};
 use crate::stats::Stats;
 
 /// Counts of what the exporter did with kernel spans; shared by an
@@ -39,19 +41,8 @@ struct Ledger {
     last_error: Mutex<Option<String>>,
 }
 
-/// The bits of a span's number that count within its stream; the bits
-/// above name the stream (a consumer worker of the runtime).
-const STREAM_SHIFT: u32 = 40;
-
 /// Streams the ledger follows: a runtime's workers, capped far below.
 const MAX_STREAMS: u32 = 1024;
-
-/// The number of the `n`th span of stream `stream`: a worker numbers its
-/// spans in the order it hands them on, and the batch processor keeps each
-/// worker's order, not the order between workers.
-pub(crate) fn sequence(stream: u32, n: u64) -> u64 {
-    (u64::from(stream) << STREAM_SHIFT) | n
-}
 
 #[derive(Debug, Default, Clone)]
 struct Counts {

@@ -8,7 +8,8 @@
 //!    ([`crate::plan`]; nothing touched yet);
 //! 2. check privileges and probe what the kernel offers, with the same BTF;
 //! 3. attach every function ([`crate::attach`]), the exit program first;
-//! 4. start the consumer thread ([`crate::consume`]) that turns records into
+//! 4. start the consumer thread ([`crate::consume`]) that reads the ring,
+//!    and the span workers it shares records out to, which turn them into
 //!    spans ([`crate::span`]), then switch recording on.
 //!
 //! Dropping [`Kspan`] detaches everything; [`Kspan::shutdown`] also drains

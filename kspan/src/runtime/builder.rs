@@ -197,7 +197,7 @@ impl KspanBuilder {
 
     /// At most `threads` threads turn records into spans (at least 1; by
     /// default the CPUs this process may run on, see
-    /// [`default_span_workers`](crate::default_span_workers)). With one,
+    /// [`default_span_workers`]). With one,
     /// the thread that reads the ring buffer builds every span; with more,
     /// it shares the records out by the thread that made them (a thread's
     /// spans stay on one worker, in order), and the workers build spans

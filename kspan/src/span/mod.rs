@@ -76,6 +76,18 @@ pub struct SpanFactory<T> {
     since_expiry: Cell<u32>,
 }
 
+/// The bits of a span's number (`kspan.sequence`) that count within its
+/// stream; the bits above name the stream (a span worker of the runtime).
+pub(crate) const STREAM_SHIFT: u32 = 40;
+
+/// The number of the `n`th span of stream `stream`: a worker numbers its
+/// spans in the order it hands them on, and the batch processor keeps each
+/// worker's order, not the order between workers (the export ledger
+/// follows each stream apart).
+pub(crate) fn sequence(stream: u32, n: u64) -> u64 {
+    (u64::from(stream) << STREAM_SHIFT) | n
+}
+
 /// Records between two checks for spans that waited too long.
 const EXPIRY_EVERY: u32 = 1024;
 
@@ -208,12 +220,12 @@ impl<T: Tracer> SpanFactory<T> {
     }
 
     /// Numbers this factory's spans in stream `stream` of its runtime, one
-    /// stream per consumer worker ([`crate::export::sequence`]): each
+    /// stream per span worker ([`sequence`]): each
     /// worker hands its spans on in its own order, and the export ledger
     /// follows each stream apart. With [`Self::numbered`] on.
     pub(crate) fn sequence_stream(mut self, stream: u32) -> Self {
         if self.next_number.is_some() {
-            self.next_number = Some(Cell::new(crate::export::sequence(stream, 0)));
+            self.next_number = Some(Cell::new(sequence(stream, 0)));
         }
         self
     }
