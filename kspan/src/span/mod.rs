@@ -62,7 +62,7 @@ pub struct SpanFactory<T> {
     clock: ClockOffset,
     process_pid: bool,
     parents: RefCell<ParentContexts>,
-    panics: RefCell<panics::HandlerPanics>,
+    panics: panics::HandlerPanics,
     /// The next span's number, when spans are numbered for an export
     /// ledger (see [`crate::export`]).
     next_number: Option<Cell<u64>>,
@@ -147,13 +147,30 @@ impl<T: Tracer> SpanFactory<T> {
             clock,
             process_pid: false,
             parents: RefCell::default(),
-            panics: RefCell::default(),
+            panics: panics::HandlerPanics::default(),
             next_number: None,
             held: RefCell::default(),
             handed: Cell::new(0),
             unresolved: Cell::new(0),
             since_expiry: Cell::new(0),
         }
+    }
+
+    /// A factory for another span worker of the same runtime: the same
+    /// tracer, clock and settings, its spans numbered in stream `stream`,
+    /// handler panics said once for both; nothing else shared (a worker's
+    /// held spans and parents are its threads').
+    pub(crate) fn sibling(&self, stream: u32) -> Self
+    where
+        T: Clone,
+    {
+        SpanFactory {
+            process_pid: self.process_pid,
+            panics: self.panics.clone(),
+            next_number: self.next_number.as_ref().map(|_| Cell::new(0)),
+            ..SpanFactory::new(self.tracer.clone(), self.clock)
+        }
+        .sequence_stream(stream)
     }
 
     /// Spans handed to the tracer so far (held spans are not, yet).
@@ -316,12 +333,9 @@ impl<T: Tracer> SpanFactory<T> {
         });
         let captured = Captured::new(captures, ret);
         let handler = plan.probe.handler;
-        let ran = self
-            .panics
-            .borrow_mut()
-            .run(rec.probe_id, plan.function, || {
-                handler(&captured, &mut span)
-            });
+        let ran = self.panics.run(rec.probe_id, plan.function, || {
+            handler(&captured, &mut span)
+        });
         let span_id = span.span_id();
         let outcome = match ran {
             Ok(()) if span.is_discarded() => {

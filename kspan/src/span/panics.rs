@@ -20,7 +20,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Once;
+use std::sync::{Arc, Mutex, Once};
 
 /// What the hook does with a panic on this thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,24 +57,20 @@ fn wrap_hook() {
     });
 }
 
-/// The probes whose handler panicked, so far.
-#[derive(Debug, Default)]
+/// The probes whose handler panicked, so far; shared by the span workers
+/// of a runtime, so that each probe's first panic is logged once.
+#[derive(Debug, Default, Clone)]
 pub(super) struct HandlerPanics {
-    seen: HashSet<u32>,
+    seen: Arc<Mutex<HashSet<u32>>>,
 }
 
 impl HandlerPanics {
     /// Runs `handler` for probe `probe`: `Err` when it panicked. The first
     /// panic of each probe is logged, with its message and location; none
     /// reaches the panic hook.
-    pub(super) fn run(
-        &mut self,
-        probe: u32,
-        function: &str,
-        handler: impl FnOnce(),
-    ) -> Result<(), ()> {
+    pub(super) fn run(&self, probe: u32, function: &str, handler: impl FnOnce()) -> Result<(), ()> {
         wrap_hook();
-        let again = self.seen.contains(&probe);
+        let again = self.seen().contains(&probe);
         IN_HANDLER.with(|s| {
             s.set(if again {
                 InHandler::Again
@@ -85,8 +81,8 @@ impl HandlerPanics {
         let ran = catch_unwind(AssertUnwindSafe(handler));
         IN_HANDLER.with(|s| s.set(InHandler::No));
         let Err(panic) = ran else { return Ok(()) };
-        if !again {
-            self.seen.insert(probe);
+        // Another worker may have logged this probe's first panic meanwhile.
+        if !again && self.seen().insert(probe) {
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_owned())
@@ -105,17 +101,20 @@ impl HandlerPanics {
         Err(())
     }
 
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Whether `probe`'s handler has panicked.
     #[cfg(test)]
     pub(super) fn has_panicked(&self, probe: u32) -> bool {
-        self.seen.contains(&probe)
+        self.seen().contains(&probe)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
     use tracing_subscriber::layer::SubscriberExt as _;
 
     /// The fields of every event, as `name=value`.
@@ -145,7 +144,7 @@ mod tests {
         let events = Events::default();
         let subscriber = tracing_subscriber::registry().with(events.clone());
         tracing::subscriber::with_default(subscriber, || {
-            let mut panics = HandlerPanics::default();
+            let panics = HandlerPanics::default();
             assert_eq!(panics.run(3, "vfs_read", || {}), Ok(()));
             assert!(!panics.has_panicked(3));
             let line = line!() + 1;
@@ -167,5 +166,23 @@ mod tests {
         // Nothing is kept per panic, and the thread is out of the handler.
         assert_eq!(LOCATION.with(|l| l.borrow().clone()), None);
         assert_eq!(IN_HANDLER.with(Cell::get), InHandler::No);
+    }
+
+    #[test]
+    fn a_probe_s_first_panic_is_logged_once_whichever_worker_sees_it() {
+        let events = Events::default();
+        let subscriber = tracing_subscriber::registry().with(events.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let one = HandlerPanics::default();
+            let other = one.clone();
+            assert_eq!(one.run(3, "vfs_read", || panic!("first")), Err(()));
+            assert_eq!(
+                other.run(3, "vfs_read", || panic!("on another worker")),
+                Err(())
+            );
+            let logged = events.0.lock().unwrap().clone();
+            assert_eq!(logged.len(), 1, "{logged:?}");
+            assert!(logged[0].contains("panic=\"first\""), "{logged:?}");
+        });
     }
 }

@@ -56,12 +56,12 @@ impl KspanBuilder {
             .as_ref()
             .map(WaitSpans::new)
             .unwrap_or_default();
+        let factory = SpanFactory::new(self.provider.tracer(SCOPE_NAME), clock)
+            .with_process_pid(self.all_processes)
+            .numbered(self.ledger.is_some());
         let processor = |stream: u32| Processor {
             plans: plans.clone(),
-            factory: SpanFactory::new(self.provider.tracer(SCOPE_NAME), clock)
-                .with_process_pid(self.all_processes)
-                .numbered(self.ledger.is_some())
-                .sequence_stream(stream),
+            factory: factory.sibling(stream),
             stats: counters.clone(),
             waits: waits.clone(),
             reported: Default::default(),
