@@ -31,13 +31,16 @@ fn calls(n: u64) {
 /// A process runs one kspan runtime at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A ring of 1 MiB; a `getppid` record takes 160 bytes of it.
-const RING: u32 = 1 << 20;
-const SLOT: u64 = 160;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_fills_the_ring_but_for_its_margin_and_then_is_declined() {
-    let _one = ONE_AT_A_TIME.lock().await;
+/// A runtime tracing `getppid` into a 1 MiB ring with `workers` span
+/// workers, its spans behind a gate the test holds.
+fn held_runtime(
+    workers: usize,
+) -> (
+    Arc<ConsumerGate>,
+    opentelemetry_sdk::trace::InMemorySpanExporter,
+    SdkTracerProvider,
+    Kspan,
+) {
     let gate = Arc::new(ConsumerGate::default());
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
@@ -49,11 +52,22 @@ async fn a_burst_fills_the_ring_but_for_its_margin_and_then_is_declined() {
         .probe(&getppid)
         .orphans(kspan::Orphans::NewTrace)
         .ring_buffer_size(RING)
-        // The reader builds the spans: with the consumer held, the ring
-        // is the only room (workers have their batches too: below).
-        .span_workers(1)
+        .span_workers(workers)
         .start()
         .expect("syscall sources start on the host");
+    (gate, exporter, provider, kspan)
+}
+
+/// A ring of 1 MiB; a `getppid` record takes 160 bytes of it.
+const RING: u32 = 1 << 20;
+const SLOT: u64 = 160;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_fills_the_ring_but_for_its_margin_and_then_is_declined() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // The reader builds the spans: with the consumer held, the ring is the
+    // only room (workers have their batches too: below).
+    let (gate, exporter, provider, kspan) = held_runtime(1);
     let capacity = u64::from(RING) / SLOT;
     gate.set_closed(true);
     calls(1);
@@ -96,20 +110,7 @@ const WORKER_ROOM: u64 = 5 * 64 * 1024;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_span_workers_a_held_worker_s_calls_are_declined_past_its_room_and_counted() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let gate = Arc::new(ConsumerGate::default());
-    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_span_processor(GateProcessor(gate.clone()))
-        .with_simple_exporter(exporter.clone())
-        .with_id_generator(kspan::KernelSpanIds::default())
-        .build();
-    let kspan = Kspan::builder(&provider)
-        .probe(&getppid)
-        .orphans(kspan::Orphans::NewTrace)
-        .ring_buffer_size(RING)
-        .span_workers(3)
-        .start()
-        .expect("syscall sources start on the host");
+    let (gate, exporter, provider, kspan) = held_runtime(3);
     let capacity = u64::from(RING) / SLOT;
     gate.set_closed(true);
     calls(1);
